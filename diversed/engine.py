@@ -1,0 +1,455 @@
+"""Batched speculative decoding with lossless, static-ensemble and dynamic-ensemble verification.
+
+One round, per row: the draft proposes x_1..x_n from q; the target scores [t0, x_1..x_n] in one
+forward (t0 = the last emitted token); token i is accepted with probability
+min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)); at the first rejection a token is drawn from
+normalize(max(0, p − q)); if all n are accepted a bonus token is drawn from v_{n+1} ("ensemble",
+so every emitted token is exactly v-distributed) or p_{n+1} ("target", as transformers does).
+
+Layout. Both models' KV caches share one slot layout: slot s holds the token `ids[:, s]` at
+position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text. Rows accept
+different numbers of tokens, so after a round each cache is cropped to the longest accepted
+prefix in the batch and the rejected slots of shorter rows stay behind as masked holes: nothing
+is re-encoded and no row waits for another. Finished rows leave the batch.
+
+The engine knows nothing about tokenizers, tasks or training; the maths is in `verify.py`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+from diversed.verify import (
+    DynamicEnsemble,
+    Lossless,
+    Verifier,
+    accept,
+    mix,
+    probs_from_logits,
+    residual,
+    sample,
+)
+
+# ----------------------------------------------------------------------------- statistics
+
+
+@dataclass
+class SpeculativeStats:
+    """Acceptance statistics, per row (tensors of length B) and in total (properties)."""
+
+    proposed: Tensor  # draft tokens proposed
+    accepted: Tensor  # draft tokens accepted by verification (before EOS / length cut-off)
+    rounds: Tensor  # verification rounds = target calls the row took part in
+    new_tokens: Tensor  # tokens in the output (after EOS / max_new_tokens cut-off)
+    accepted_hist: Tensor  # [B, N_max+1]: rounds in which 0..N_max drafts were accepted
+    w_sum: Tensor  # Σ w over the positions that emitted a token (dynamic verifier)
+    w_count: Tensor
+    target_calls: int = 0  # batched target forwards, prefill excluded
+    draft_calls: int = 0  # batched draft forwards, prefill excluded
+    wall_time_s: float = 0.0
+    verifier: str = "lossless"
+    num_draft_tokens: list[int] = field(default_factory=list)  # n used in each round
+
+    @property
+    def acceptance_rate(self) -> float:
+        return _ratio(self.accepted.sum(), self.proposed.sum())
+
+    @property
+    def row_acceptance_rate(self) -> Tensor:
+        return self.accepted / self.proposed.clamp_min(1)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return _ratio(self.accepted.sum(), self.rounds.sum())
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        """Mean tokens emitted per verification round of a sequence (1 for plain decoding)."""
+        return _ratio(self.new_tokens.sum(), self.rounds.sum())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return _ratio(self.new_tokens.sum(), self.wall_time_s)
+
+    @property
+    def mean_w(self) -> float | None:
+        if self.verifier != "dynamic":
+            return None
+        return _ratio(self.w_sum.sum(), self.w_count.sum())
+
+    @property
+    def row_mean_w(self) -> Tensor | None:
+        return None if self.verifier != "dynamic" else self.w_sum / self.w_count.clamp_min(1)
+
+    def summary(self) -> dict[str, Any]:
+        """Totals as plain numbers (what a results file or a log line wants)."""
+        return {
+            "proposed": int(self.proposed.sum()),
+            "accepted": int(self.accepted.sum()),
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "accepted_length_histogram": self.accepted_hist.sum(0).tolist(),
+            "rounds": int(self.rounds.sum()),
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "new_tokens": int(self.new_tokens.sum()),
+            "wall_time_s": self.wall_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mean_w": self.mean_w,
+        }
+
+
+def _ratio(a: Any, b: Any) -> float:
+    b = float(b)
+    return float(a) / b if b > 0 else 0.0
+
+
+class SpeculativeOutput(NamedTuple):
+    sequences: Tensor  # [B, P + max new]: input ids then new tokens, padded with pad_token_id
+    stats: SpeculativeStats
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def shared_vocab_size(target: nn.Module, draft: nn.Module) -> int:
+    """Vocabulary compared on: the smaller one when the larger is only padded (as in Qwen pairs)."""
+    vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+    small, large = min(vt, vd), max(vt, vd)
+    # An embedding matrix padded for efficiency rounds the vocabulary up (to a multiple of 64 or
+    # 128, or by well under 10%); anything else is a different tokenizer.
+    padded = large - small < 0.1 * large or any(-(-small // m) * m == large for m in (64, 128, 256))
+    if not padded:
+        raise ValueError(
+            f"target and draft have different vocabularies (target {vt} tokens, draft {vd}); "
+            "speculative decoding needs a draft that shares the target's tokenizer"
+        )
+    return small
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int | Tensor):
+        value = torch.as_tensor(value).flatten().tolist()
+    return [int(v) for v in value]
+
+
+class _Model:
+    """One model, its cache and the forward call on a slot range (the engine's only model calls)."""
+
+    def __init__(self, model: nn.Module, vocab: int, hidden: bool) -> None:
+        self.model, self.vocab, self.hidden = model, vocab, hidden
+        self.cache = DynamicCache(config=model.config)
+        self.length = 0  # slots in the cache
+        self.calls = 0
+        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 0):
+        """Feed slots [self.length, end); return float32 logits (last `keep` or all) and hidden."""
+        start = self.length
+        kwargs = {"logits_to_keep": keep} if self._keep and keep else {}
+        out = self.model(
+            input_ids=ids[:, start:end],
+            attention_mask=mask[:, :end],
+            position_ids=pos[:, start:end],
+            past_key_values=self.cache,
+            use_cache=True,
+            output_hidden_states=self.hidden,
+            **kwargs,
+        )
+        self.length = end
+        logits = out.logits[..., : self.vocab].float()
+        hidden = out.hidden_states[-1] if self.hidden else None
+        return logits, hidden
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            self.cache.crop(length - self.length)
+            self.length = length
+
+    def select(self, rows: Tensor) -> None:
+        self.cache.batch_select_indices(rows)
+
+
+def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold):
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
+        raise ValueError("input_ids must be a [batch, length] tensor with at least one token per row")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
+    if temperature is None or not float(temperature) >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if bonus not in ("ensemble", "target"):
+        raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {bonus!r}")
+    if schedule not in ("constant", "heuristic"):
+        raise ValueError(f"num_draft_tokens_schedule must be 'constant' or 'heuristic', got {schedule!r}")
+    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
+        raise ValueError(f"draft_confidence_threshold must be in [0, 1] or None, got {threshold!r}")
+    if not isinstance(verifier, Verifier):
+        raise ValueError(
+            f"verifier must be Lossless(), StaticEnsemble(w) or DynamicEnsemble(head), got {type(verifier).__name__}"
+        )
+    dt, dd = _device(target), _device(draft)
+    if dt != dd:
+        raise ValueError(f"target is on {dt} and draft on {dd}: put both models on the same device")
+    if input_ids.device != dt:
+        raise ValueError(f"input_ids are on {input_ids.device} but the models on {dt}: move them with .to()")
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids {tuple(input_ids.shape)}")
+        m = attention_mask.bool()
+        if not bool(m[:, -1].all()) or bool((m[:, 1:] < m[:, :-1]).any()):
+            raise ValueError("prompts must be left-padded (tokenizer.padding_side = 'left')")
+    verifier.check_pair(target, draft)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _at(t: Tensor, index: Tensor) -> Tensor:
+    """t[b, index[b]] for t of shape [B, T, ...]."""
+    shape = (t.shape[0], 1) + (1,) * (t.dim() - 2)
+    return t.gather(1, index.view(shape).expand(-1, 1, *t.shape[2:])).squeeze(1)
+
+
+@torch.no_grad()
+def speculative_generate(
+    target: nn.Module,
+    draft: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    *,
+    verifier: Verifier | None = None,
+    num_draft_tokens: int = 5,
+    max_new_tokens: int = 128,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    bonus_token: str = "ensemble",
+    eos_token_id: int | list[int] | None = None,
+    pad_token_id: int | None = None,
+    generator: torch.Generator | None = None,
+    num_draft_tokens_schedule: str = "constant",
+    draft_confidence_threshold: float | None = None,
+) -> SpeculativeOutput:
+    """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
+
+    `verifier=None` is lossless. Greedy (`do_sample=False` or temperature 0) accepts x_i while
+    x_i == argmax v_i, emits argmax v_i at the first mismatch, and compares softmax at T = 1 as
+    transformers does. Prompts must be left-padded. Returns `(sequences, stats)`.
+    """
+    verifier = Lossless() if verifier is None else verifier
+    _check_inputs(
+        target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens,
+        temperature, bonus_token, num_draft_tokens_schedule, draft_confidence_threshold,
+    )
+    vocab = shared_vocab_size(target, draft)
+    t_start = time.perf_counter()
+    device = input_ids.device
+    greedy = not do_sample or float(temperature) == 0.0
+    tau = 1.0 if greedy else float(temperature)
+    lossless = isinstance(verifier, Lossless)
+    need_q = not (greedy and lossless)  # greedy lossless only ever compares argmaxes of logits
+    ensemble_bonus = bonus_token == "ensemble" and not lossless  # at w = 1, v = p: nothing to blend
+    dynamic = verifier.kind == "dynamic"
+    gen_config = getattr(target, "generation_config", None)
+    eos_ids = _as_id_list(eos_token_id if eos_token_id is not None else getattr(gen_config, "eos_token_id", None))
+    if pad_token_id is None:
+        pad_token_id = getattr(gen_config, "pad_token_id", None)
+        pad_token_id = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+
+    B, P = input_ids.shape
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    # Slot buffers (grown on demand): token id, attention mask and position of every cache slot.
+    cap = P + 8 * (num_draft_tokens + 2)
+    ids = torch.full((B, cap), int(pad_token_id), dtype=torch.long, device=device)
+    mask = torch.zeros((B, cap), dtype=torch.long, device=device)
+    pos = torch.zeros((B, cap), dtype=torch.long, device=device)
+    ids[:, :P], mask[:, :P] = input_ids, attention_mask.long()
+    pos[:, :P] = (mask[:, :P].cumsum(-1) - 1).clamp_min(0)
+    out = torch.full((B, max_new_tokens + 1), int(pad_token_id), dtype=torch.long, device=device)  # last col: sink
+    rows = list(range(B))  # original index of each row still in the batch (host)
+    rows_dev = torch.arange(B, device=device)
+    stats = SpeculativeStats(
+        proposed=torch.zeros(B, dtype=torch.long), accepted=torch.zeros(B, dtype=torch.long),
+        rounds=torch.zeros(B, dtype=torch.long), new_tokens=torch.zeros(B, dtype=torch.long),
+        accepted_hist=torch.zeros(B, num_draft_tokens + 1, dtype=torch.long),
+        w_sum=torch.zeros(B), w_count=torch.zeros(B, dtype=torch.long), verifier=verifier.kind,
+    )
+    n_new = stats.new_tokens  # host: tokens emitted per original row
+    w_sum = torch.zeros(B, device=device)
+
+    T, D = _Model(target, vocab, verifier.needs_hidden), _Model(draft, vocab, verifier.needs_hidden)
+    if P > 1:  # prefill all but the last prompt token, which is the first round's t0
+        T.forward(ids, mask, pos, P - 1, keep=1)
+        D.forward(ids, mask, pos, P - 1, keep=1)
+    cur = P - 1  # slot of t0: the last emitted token, in neither cache yet
+    n_cap = num_draft_tokens
+
+    while rows:
+        b = len(rows)
+        remaining = max_new_tokens - n_new[rows]  # [b] host, all >= 1
+        # Never draft past the budget: with r tokens left, r − 1 drafts and the token after them.
+        n = min(n_cap, int(remaining.max()) - 1)
+        if ids.shape[1] < cur + n + 2:
+            ids, mask, pos = (torch.cat([t, torch.full_like(t, f)], 1) for t, f in ((ids, pad_token_id), (mask, 0), (pos, 0)))
+        steps = torch.arange(n + 1, device=device)
+        pos[:, cur + 1 : cur + n + 2] = pos[:, cur : cur + 1] + steps + 1
+        mask[:, cur + 1 : cur + n + 1] = 1  # tentative: the target reads the drafts causally
+
+        # --- draft: x_1..x_n ~ q, one forward each (the first also catches up on slots the draft
+        # has not read, e.g. x_n of a fully accepted round)
+        q_steps, hd_steps = [], []
+        lengths = torch.full((b,), n, dtype=torch.long, device=device)  # drafts proposed per row
+        proposing = torch.ones(b, dtype=torch.bool, device=device)
+        for j in range(n):
+            logits_q, h_d = D.forward(ids, mask, pos, cur + j + 1, keep=1)
+            D.calls += 1
+            logits_q = logits_q[:, -1]
+            q_j = probs_from_logits(logits_q, tau) if need_q else logits_q
+            ids[:, cur + j + 1] = logits_q.argmax(-1) if greedy else sample(q_j, generator)
+            q_steps.append(q_j)
+            if h_d is not None:
+                hd_steps.append(h_d[:, -1])
+            if draft_confidence_threshold is not None:
+                # A row stops proposing once the draft's top probability falls below the threshold;
+                # the low-confidence token itself is still proposed, as in transformers.
+                top = torch.softmax(logits_q, -1).max(-1).values
+                stop = proposing & (top < draft_confidence_threshold)
+                lengths = torch.where(stop, j + 1, lengths)
+                proposing &= ~stop
+                if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
+                    n = j + 1
+                    steps = torch.arange(n + 1, device=device)
+                    break
+
+        # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
+        logits_p, h_t = T.forward(ids, mask, pos, cur + n + 1)
+        T.calls += 1
+        p = probs_from_logits(logits_p, tau) if need_q else None
+        x = ids[:, cur + 1 : cur + n + 1]
+        if n > 0:
+            q = torch.stack(q_steps, 1)  # [b, n, V]
+            h_dn = torch.stack(hd_steps, 1) if hd_steps else None
+            w = verifier.weights(p[:, :n] if need_q else q, q, h_dn, h_t[:, :n] if h_t is not None else None)
+            if greedy:  # accept x_i while x_i == argmax v_i
+                best = logits_p[:, :n].argmax(-1) if lossless else mix(p[:, :n], q, w).argmax(-1)
+                ok = x == best
+            else:  # accept with probability min(1, 1 − w + w·p(x)/q(x))
+                p_x = p[:, :n].gather(-1, x.unsqueeze(-1)).squeeze(-1)
+                q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+                ok = accept(p_x, q_x, w, torch.rand((b, n), device=device, generator=generator))
+            ok &= steps[:n] < lengths.unsqueeze(1)  # nothing proposed past a row's length
+            k = ok.long().cumprod(-1).sum(-1)  # accepted drafts per row
+        else:
+            w = torch.ones((b, 0), device=device)
+            k = torch.zeros(b, dtype=torch.long, device=device)
+        full = k == lengths  # every proposal accepted: the next token is the bonus
+
+        # --- the token after the accepted prefix: residual at a rejection, bonus from p otherwise
+        if greedy:
+            nxt = _at(logits_p, k).argmax(-1)  # argmax p (bonus, and lossless mismatch)
+            if not lossless and n > 0:  # ensemble mismatch: argmax v_k
+                v_k = mix(_at(p, k.clamp_max(n - 1)), _at(q, k.clamp_max(n - 1)), _at(w, k.clamp_max(n - 1)))
+                nxt = torch.where(full, nxt, v_k.argmax(-1))
+        else:
+            p_k = _at(p, k)
+            if n > 0:  # normalize(max(0, v − q)) = normalize(max(0, p − q))
+                p_k = torch.where(full.unsqueeze(-1), p_k, residual(p_k, _at(q, k.clamp_max(n - 1))))
+            nxt = sample(p_k, generator)
+        w_next = torch.where(full, 1.0, _at(w, k.clamp_max(n - 1))) if n > 0 else torch.ones(b, device=device)
+
+        # --- the round's host sync (a second one only when an ensemble bonus is drawn)
+        emitted, keep, done = _emitted(x, k, nxt, eos, remaining.to(device))
+        k_h, full_h, keep_h, done_h, len_h = torch.stack([k, full.long(), keep, done.long(), lengths]).tolist()
+        if ensemble_bonus and any(full_h):
+            # Bonus from v_{L+1} = w·p_{L+1} + (1 − w)·q_{L+1}. A row that stopped proposing early
+            # already has q_{L+1}; otherwise the draft reads x_n now (it needs it next round anyway).
+            logits_e, h_e = D.forward(ids, mask, pos, cur + n + 1, keep=1)
+            D.calls += 1
+            q_all = torch.cat(q_steps + [probs_from_logits(logits_e[:, -1], tau)], 0).view(n + 1, b, -1).transpose(0, 1)
+            p_L, q_L = _at(p, lengths), _at(q_all, lengths)
+            h_pair = (None, None)
+            if h_e is not None:
+                h_pair = (_at(torch.stack(hd_steps + [h_e[:, -1]], 1), lengths).unsqueeze(1), _at(h_t, lengths).unsqueeze(1))
+            w_b = verifier.weights(p_L.unsqueeze(1), q_L.unsqueeze(1), *h_pair).squeeze(1)
+            v_L = mix(p_L, q_L, w_b)
+            nxt = torch.where(full, v_L.argmax(-1) if greedy else sample(v_L, generator), nxt)
+            w_next = torch.where(full, w_b, w_next)
+            emitted, keep, done = _emitted(x, k, nxt, eos, remaining.to(device))
+            keep_h, done_h = torch.stack([keep, done.long()]).tolist()
+
+        # --- bookkeeping: stats, output, slot mask, caches
+        kt, keep_t = torch.tensor(k_h), torch.tensor(keep_h)
+        stats.rounds[rows] += 1
+        stats.proposed[rows] += torch.tensor(len_h)
+        stats.accepted[rows] += kt
+        if n + 1 > stats.accepted_hist.shape[1]:
+            grow = n + 1 - stats.accepted_hist.shape[1]
+            stats.accepted_hist = torch.cat([stats.accepted_hist, stats.accepted_hist.new_zeros(B, grow)], 1)
+        stats.accepted_hist[rows, kt] += 1
+        kept = steps < keep.unsqueeze(1)
+        cols = torch.where(kept, torch.tensor(n_new[rows].tolist(), device=device).unsqueeze(1) + steps, max_new_tokens)
+        out[rows_dev.unsqueeze(1), cols] = emitted
+        n_new[rows] += keep_t
+        if dynamic:  # mean w over the positions that emitted a token
+            w_tok = torch.cat([w, w.new_zeros(b, 1)], 1).scatter(1, k.view(b, 1), w_next.view(b, 1))
+            w_sum[rows_dev] += (w_tok * kept).sum(1)
+            stats.w_count[rows] += keep_t
+
+        new_cur = cur + 1 + max(k_h)  # crop to the longest accepted prefix; shorter rows keep holes
+        mask[:, cur + 1 : cur + n + 1] = (steps[:n] < k.unsqueeze(1)).long()
+        ids[:, new_cur], mask[:, new_cur], pos[:, new_cur] = nxt, 1, pos[:, cur] + k + 1
+        T.crop(new_cur)
+        D.crop(new_cur)
+        cur = new_cur
+        stats.num_draft_tokens.append(n)
+        if num_draft_tokens_schedule == "heuristic":  # +2 after a round where every row took all drafts
+            n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
+
+        if any(done_h):  # finished rows leave the batch
+            alive = [i for i in range(b) if not done_h[i]]
+            rows = [rows[i] for i in alive]
+            if rows:
+                idx = torch.tensor(alive, device=device)
+                ids, mask, pos, rows_dev = ids[idx], mask[idx], pos[idx], rows_dev[idx]
+                T.select(idx)
+                D.select(idx)
+
+    stats.target_calls, stats.draft_calls = T.calls, D.calls
+    stats.w_sum = w_sum.cpu()
+    sequences = torch.cat([input_ids, out[:, : int(n_new.max())]], 1)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    stats.wall_time_s = time.perf_counter() - t_start
+    return SpeculativeOutput(sequences, stats)
+
+
+def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """This round's tokens [x_1..x_k, nxt] ([b, n+1], garbage past k), how many to keep after
+    cutting at the first EOS and at the length budget, and which rows are finished."""
+    b = x.shape[0]
+    emitted = torch.cat([x, x.new_zeros(b, 1)], 1).scatter(1, k.view(b, 1), nxt.view(b, 1))
+    count = k + 1
+    first_eos = count + 1  # 1-based index of the first EOS; count + 1 if none
+    if eos.numel():
+        is_eos = torch.isin(emitted, eos) & (torch.arange(emitted.shape[1], device=x.device) < count.unsqueeze(1))
+        first_eos = torch.where(is_eos.any(1), is_eos.long().argmax(1) + 1, first_eos)
+    keep = torch.minimum(torch.minimum(count, first_eos), remaining)
+    done = (first_eos <= keep) | (keep >= remaining)
+    return emitted, keep, done

@@ -1,0 +1,126 @@
+"""Weight heads: small modules mapping both models' last hidden states to the target weight w.
+
+`WeightHead` is the paper's head (a linear layer on [h_draft; h_target] giving two logits, then a
+softmax; w is the probability of the target logit) and generalises to an MLP and to extra
+per-position features that verification gets for free (entropies of p and q, TV(p, q)). Heads
+are saved as safetensors plus a JSON config and loaded without pickle. This module does not
+train heads (see `train.py`) and does not run models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from diversed.verify import total_variation
+
+CONFIG_NAME = "head_config.json"
+WEIGHTS_NAME = "head.safetensors"
+FEATURES = ("entropy_p", "entropy_q", "tv")
+
+
+def _entropy(p: Tensor) -> Tensor:
+    """H(p) = −Σ p log p (0·log 0 = 0)."""
+    return -(p * p.clamp_min(1e-30).log()).sum(dim=-1)
+
+
+class WeightHead(nn.Module):
+    """w = softmax(f([h_draft; h_target; features]))[target], f linear (the paper) or an MLP.
+
+    The last layer starts at zero, so w = 0.5 everywhere before training.
+    """
+
+    def __init__(
+        self,
+        draft_hidden_size: int,
+        target_hidden_size: int,
+        hidden_sizes: Sequence[int] = (),
+        features: Sequence[str] = (),
+        **metadata: Any,
+    ) -> None:
+        super().__init__()
+        unknown = set(features) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown head features {sorted(unknown)}; choose from {FEATURES}")
+        self.draft_hidden_size = int(draft_hidden_size)
+        self.target_hidden_size = int(target_hidden_size)
+        self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
+        self.features = tuple(features)
+        self.metadata = dict(metadata)  # pair names, training task...: recorded in the saved config
+        layers: list[nn.Module] = []
+        width = self.draft_hidden_size + self.target_hidden_size + len(self.features)
+        for h in self.hidden_sizes:
+            layers += [nn.Linear(width, h), nn.GELU()]
+            width = h
+        last = nn.Linear(width, 2)  # logits for [target, draft]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        self.net = nn.Sequential(*layers, last)
+
+    @property
+    def uses_distributions(self) -> bool:
+        return bool(self.features)
+
+    def forward(
+        self, draft_hidden: Tensor, target_hidden: Tensor, p: Tensor | None = None, q: Tensor | None = None
+    ) -> Tensor:
+        parts = [draft_hidden, target_hidden]
+        if self.features:
+            if p is None or q is None:
+                raise ValueError(f"head features {self.features} need p= and q=")
+            values = {"entropy_p": lambda: _entropy(p), "entropy_q": lambda: _entropy(q), "tv": lambda: total_variation(p, q)}
+            parts += [values[f]().unsqueeze(-1).to(draft_hidden.dtype) for f in self.features]
+        logits = self.net(torch.cat(parts, dim=-1))
+        return torch.softmax(logits.float(), dim=-1)[..., 0]
+
+    # ------------------------------------------------------------------------- persistence
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "draft_hidden_size": self.draft_hidden_size,
+            "target_hidden_size": self.target_hidden_size,
+            "hidden_sizes": list(self.hidden_sizes),
+            "features": list(self.features),
+            **self.metadata,
+        }
+
+    def save_pretrained(self, directory: str | Path, **metadata: Any) -> Path:
+        """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.metadata.update(metadata)
+        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_NAME))
+        (directory / CONFIG_NAME).write_text(json.dumps(self.config(), indent=2, default=str) + "\n")
+        return directory
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        *,
+        draft_hidden_size: int | None = None,
+        target_hidden_size: int | None = None,
+        map_location: str | torch.device = "cpu",
+    ) -> WeightHead:
+        """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error."""
+        directory = Path(directory)
+        config_file = directory / CONFIG_NAME
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{directory} is not a saved weight head (no {CONFIG_NAME})")
+        config = json.loads(config_file.read_text())
+        for name, want in (("draft_hidden_size", draft_hidden_size), ("target_hidden_size", target_hidden_size)):
+            if want is not None and int(config[name]) != int(want):
+                raise ValueError(
+                    f"head at {directory} was trained for {name}={config[name]} but the pair has {want} "
+                    f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair"
+                )
+        head = cls(**config)
+        head.load_state_dict(load_file(str(directory / WEIGHTS_NAME), device=str(map_location)))
+        return head

@@ -1,0 +1,169 @@
+"""Verification maths and the three verifiers: lossless, static ensemble, dynamic ensemble.
+
+Notation (the paper's): p is the target distribution, q the draft distribution at a position,
+both after temperature; w in [0, 1] is the weight on the TARGET and the verifier checks draft
+tokens against the blend
+
+    v = w·p + (1 − w)·q          (w = 1: lossless, w = 0: every draft token is accepted)
+
+Everything here is a pure tensor function or a tiny module returning w; the decoding loop that
+calls them lives in `engine.py`. All probabilities are float32 whatever the models' dtype, so the
+accept test never sees bf16 rounding. This module does not touch models or caches.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+# ----------------------------------------------------------------------------- distributions
+
+
+def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
+    """softmax(logits / T) in float32 (T > 0)."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
+    """v = w·p + (1 − w)·q, with w broadcast over the vocabulary ([..., V] <- [...])."""
+    if isinstance(w, Tensor):
+        w = w.unsqueeze(-1)
+    # Same operation order as transformers' greedy ensemble path, so argmax ties agree exactly.
+    return w * p + (1.0 - w) * q
+
+
+def sample(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One categorical sample per row of `probs` ([..., V] -> [...]), without a host sync.
+
+    argmax_x p(x) / E_x with E_x ~ Exp(1) i.i.d. is distributed as p (the exponential race).
+    """
+    e = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    return (probs / e).argmax(dim=-1)
+
+
+def total_variation(p: Tensor, q: Tensor) -> Tensor:
+    """TV(p, q) = ½·Σ_x |p(x) − q(x)|."""
+    return 0.5 * (p - q).abs().sum(dim=-1)
+
+
+# ----------------------------------------------------------------------------- accept / reject
+
+
+def accept(p_x: Tensor, q_x: Tensor, w: Tensor | float, u: Tensor) -> Tensor:
+    """Accept draft token x ~ q with probability min(1, v(x)/q(x)) = min(1, 1 − w + w·p(x)/q(x)).
+
+    With u ~ U[0, 1): accept iff u < v(x)/q(x)  <=>  u·q(x) < v(x). Written without the division,
+    so p(x) = 0, q(x) = 0, w = 0, w = 1 and p == q give no NaN.
+    """
+    v_x = w * p_x + (1.0 - w) * q_x
+    return u * q_x < v_x
+
+
+def residual(p: Tensor, q: Tensor) -> Tensor:
+    """Distribution of the token emitted at the first rejection.
+
+    normalize(max(0, v − q)) = normalize(w·max(0, p − q)) = normalize(max(0, p − q)) for w > 0
+    (a rejection never happens at w = 0). If the mass underflows (p ≈ q), sample from p.
+    """
+    r = (p - q).clamp_min(0.0)
+    mass = r.sum(dim=-1, keepdim=True)
+    tiny = torch.finfo(r.dtype).tiny
+    return torch.where(mass > tiny, r / mass.clamp_min(tiny), p)
+
+
+def acceptance_probability(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
+    """Expected acceptance of one draft token: Σ_x min(q, v) = 1 − TV(q, v) = 1 − w·TV(p, q)."""
+    return 1.0 - w * total_variation(p, q)
+
+
+# ----------------------------------------------------------------------------- verifiers
+
+
+class Verifier(nn.Module):
+    """Maps a position's p, q and the models' last hidden states to the target weight w [B, T]."""
+
+    needs_hidden: bool = False
+    kind: str = "verifier"
+
+    def weights(self, p: Tensor, q: Tensor, h_draft: Tensor | None, h_target: Tensor | None) -> Tensor:
+        raise NotImplementedError
+
+    def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
+        """Raise ValueError if this verifier cannot be used with the pair (before any model call)."""
+
+
+class Lossless(Verifier):
+    """Standard speculative decoding: v = p (w = 1); the output is distributed exactly as the target."""
+
+    kind = "lossless"
+
+    def weights(self, p, q, h_draft, h_target) -> Tensor:
+        return torch.ones(p.shape[:-1], dtype=torch.float32, device=p.device)
+
+    def extra_repr(self) -> str:
+        return "w=1"
+
+
+class StaticEnsemble(Verifier):
+    """The training-free static ensemble: one fixed target weight w for every position."""
+
+    kind = "static"
+
+    def __init__(self, weight: float) -> None:
+        super().__init__()
+        weight = float(weight)
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(
+                f"StaticEnsemble weight must be in [0, 1] (the weight on the TARGET: 1 = lossless, "
+                f"0 = accept every draft token), got {weight}"
+            )
+        self.weight = weight
+
+    def weights(self, p, q, h_draft, h_target) -> Tensor:
+        return torch.full(p.shape[:-1], self.weight, dtype=torch.float32, device=p.device)
+
+    def extra_repr(self) -> str:
+        return f"w={self.weight}"
+
+
+class DynamicEnsemble(Verifier):
+    """DIVERSED: w_i = head(h_draft_i, h_target_i), the models' final hidden states at position i.
+
+    A head is any module mapping (draft_hidden [B,T,Hd], target_hidden [B,T,Ht]) to w [B,T] in
+    [0, 1]; heads with `uses_distributions = True` also receive p=, q= (free at verification).
+    """
+
+    kind = "dynamic"
+    needs_hidden = True
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def weights(self, p, q, h_draft, h_target) -> Tensor:
+        ref = next(self.head.parameters(), None)
+        if ref is not None:  # bf16 models, fp32 head: run the head in its own dtype and device
+            h_draft = h_draft.to(device=ref.device, dtype=ref.dtype)
+            h_target = h_target.to(device=ref.device, dtype=ref.dtype)
+        if getattr(self.head, "uses_distributions", False):
+            w = self.head(h_draft, h_target, p=p.to(h_draft.device), q=q.to(h_draft.device))
+        else:
+            w = self.head(h_draft, h_target)
+        return w.float().to(p.device)
+
+    def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
+        expected = (_hidden_size(draft), _hidden_size(target))
+        got = (getattr(self.head, "draft_hidden_size", None), getattr(self.head, "target_hidden_size", None))
+        if None not in got and None not in expected and tuple(got) != expected:
+            raise ValueError(
+                f"weight head expects hidden sizes (draft={got[0]}, target={got[1]}) but the pair has "
+                f"(draft={expected[0]}, target={expected[1]}); train or load a head for this pair"
+            )
+
+
+def _hidden_size(model: nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "hidden_size", None)
