@@ -27,7 +27,6 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 
 from diversed.verify import (
-    DynamicEnsemble,
     Lossless,
     Verifier,
     accept,

@@ -1,0 +1,306 @@
+"""The engine: exact tokens against transformers, distributions in sampling mode, stats, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy.stats import chi2
+from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
+
+from diversed import DynamicEnsemble, Lossless, StaticEnsemble, WeightHead, speculative_generate
+from diversed.verify import mix, total_variation
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return ragged_prompts()
+
+
+def random_head(target, draft, seed=0, scale=0.05):
+    """A head with non-trivial weights: w varies with the context (about 0.25 on the test prompt)."""
+    torch.manual_seed(seed)
+    head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
+    with torch.no_grad():
+        head.net[-1].weight.normal_(0, scale)
+    return head.eval()
+
+
+def ar_greedy(model, ids, mask, max_new):
+    return model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, pad_token_id=PAD, eos_token_id=EOS)
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("n", [1, 3, 6])
+@pytest.mark.parametrize("bonus", ["ensemble", "target"])
+def test_lossless_greedy_equals_target_generate(pair, prompts, n, bonus):
+    target, draft = pair
+    ids, mask = prompts
+    ref = ar_greedy(target, ids, mask, 24)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=24, bonus_token=bonus)
+    assert out.sequences.shape == ref.shape
+    assert torch.equal(out.sequences, ref)
+
+
+def test_lossless_greedy_exact_with_adaptive_drafting(pair, prompts):
+    target, draft = pair
+    ids, mask = prompts
+    ref = ar_greedy(target, ids, mask, 30)
+    for kwargs in ({"num_draft_tokens_schedule": "heuristic"}, {"draft_confidence_threshold": 0.3}):
+        out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=30, **kwargs)
+        assert torch.equal(out.sequences, ref), kwargs
+    heuristic = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=30,
+                                     num_draft_tokens_schedule="heuristic").stats.num_draft_tokens
+    assert len(set(heuristic)) > 1  # the schedule moved
+
+
+@pytest.mark.parametrize("w", [0.3, 0.7])
+@pytest.mark.parametrize("n", [2, 5])
+def test_static_greedy_equals_transformers_assisted_ensemble(pair, w, n):
+    target, draft = pair
+    draft.generation_config.num_assistant_tokens = n
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    for seed in range(3):
+        ids, _ = ragged_prompts(lengths=(4 + 3 * seed,), seed=seed)
+        ref = target.generate(ids, assistant_model=draft, assistant_ensemble_weight=w, do_sample=False,
+                              max_new_tokens=25, pad_token_id=PAD, eos_token_id=EOS)
+        out = speculative_generate(target, draft, ids, verifier=StaticEnsemble(w), num_draft_tokens=n,
+                                   max_new_tokens=25, bonus_token="target")
+        assert torch.equal(out.sequences, ref), (seed, out.sequences, ref)
+
+
+@pytest.mark.parametrize("verifier", ["lossless", "static", "dynamic"])
+def test_batch_equals_rows_one_by_one(pair, prompts, verifier):
+    target, draft = pair
+    ids, mask = prompts
+    v = {"lossless": Lossless(), "static": StaticEnsemble(0.4), "dynamic": DynamicEnsemble(random_head(target, draft))}[verifier]
+    batch = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20)
+    for i in range(ids.shape[0]):
+        keep = mask[i].bool()
+        one = speculative_generate(target, draft, ids[i : i + 1, keep], verifier=v, num_draft_tokens=4, max_new_tokens=20)
+        new = one.sequences[0, keep.sum() :]
+        row = batch.sequences[i, ids.shape[1] :][: new.numel()]
+        assert torch.equal(row, new), i
+        assert int(batch.stats.new_tokens[i]) == new.numel()
+        assert (batch.sequences[i, ids.shape[1] + new.numel() :] == PAD).all()
+
+
+def test_static_w1_is_lossless_and_w0_accepts_everything(pair, prompts):
+    target, draft = pair
+    ids, mask = prompts
+    a = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(1.0), max_new_tokens=16)
+    b = speculative_generate(target, draft, ids, mask, max_new_tokens=16)
+    assert torch.equal(a.sequences, b.sequences)
+    g = torch.Generator().manual_seed(0)
+    c = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.0), do_sample=True,
+                             max_new_tokens=16, generator=g, eos_token_id=[])
+    assert c.stats.acceptance_rate == 1.0
+    # w = 0 samples from the draft alone: greedy gives the draft's own greedy text
+    d = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.0), max_new_tokens=16)
+    assert torch.equal(d.sequences, ar_greedy(draft, ids, mask, 16))
+
+
+def test_identical_models_accept_everything_without_nan(pair, prompts):
+    target, _ = pair
+    ids, mask = prompts
+    for v in (Lossless(), StaticEnsemble(0.5)):
+        out = speculative_generate(target, target, ids, mask, verifier=v, do_sample=True, max_new_tokens=12,
+                                   generator=torch.Generator().manual_seed(0), eos_token_id=[])
+        assert out.stats.acceptance_rate == 1.0
+        assert (out.sequences >= 0).all() and (out.sequences < VOCAB).all()
+
+
+def test_bf16_models_run_and_accept_in_float32(prompts):
+    target, draft = (m.to(torch.bfloat16) for m in tiny_pair(seed=3))
+    ids, mask = prompts
+    out = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.6), do_sample=True,
+                               max_new_tokens=12, generator=torch.Generator().manual_seed(0))
+    assert 0.0 < out.stats.acceptance_rate <= 1.0
+    assert (out.sequences < VOCAB).all()
+
+
+# ----------------------------------------------------------------------------- distributions
+
+
+def first_position(target, draft, prompt, head=None):
+    """p, q (T = 1) and the dynamic w at the first generated position, by a direct forward."""
+    with torch.no_grad():
+        t = target(prompt, output_hidden_states=True)
+        d = draft(prompt, output_hidden_states=True)
+        p, q = t.logits[0, -1].softmax(-1), d.logits[0, -1].softmax(-1)
+        w = None if head is None else float(head(d.hidden_states[-1][:, -1:], t.hidden_states[-1][:, -1:]))
+    return p, q, w
+
+
+def chi2_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
+    counts = torch.bincount(samples, minlength=probs.numel()).double()
+    expected = probs.double() * samples.numel()
+    big = expected >= 5  # pool the rare categories into one bin
+    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    stat = ((obs - exp) ** 2 / exp.clamp_min(1e-12)).sum().item()
+    return float(chi2.sf(stat, obs.numel() - 1))
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_first_token_is_distributed_as_v(pair, kind):
+    target, draft = pair
+    prompt = torch.tensor([[5, 17, 33, 8, 61, 12]])
+    head = random_head(target, draft) if kind == "dynamic" else None
+    p, q, w = first_position(target, draft, prompt, head)
+    w = 0.6 if kind == "static" else w
+    verifier = StaticEnsemble(w) if kind == "static" else DynamicEnsemble(head)
+    v = mix(p, q, w)
+    n = 6000
+    out = speculative_generate(target, draft, prompt.expand(n, -1), verifier=verifier, num_draft_tokens=3,
+                               max_new_tokens=2, do_sample=True, generator=torch.Generator().manual_seed(1),
+                               eos_token_id=[])
+    first = out.sequences[:, prompt.shape[1]]
+    assert chi2_pvalue(first, v) > 1e-3
+    assert chi2_pvalue(first, p) < 1e-6 and chi2_pvalue(first, q) < 1e-6  # the test has power
+    # acceptance of x_1 ~ q is Bernoulli(1 − w·TV(p, q)); n = min(3, 2 − 1) = 1 draft per row
+    expected = 1 - w * float(total_variation(p, q))
+    rate = out.stats.acceptance_rate
+    assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / n), (rate, expected)
+    if kind == "dynamic":
+        assert 0 < out.stats.mean_w < 1
+
+
+def test_ensemble_bonus_is_distributed_as_v(pair):
+    """With w = 0 every draft is accepted, so the token after N drafts is always the bonus: it must be
+    distributed as v = q (ensemble bonus), not p (what the 'target' bonus would give)."""
+    target, draft = pair
+    prompt = torch.tensor([[9, 40, 22]])
+    n = 4000
+    out = speculative_generate(target, draft, prompt.expand(n, -1), verifier=StaticEnsemble(0.0), num_draft_tokens=1,
+                               max_new_tokens=2, do_sample=True, generator=torch.Generator().manual_seed(2),
+                               eos_token_id=[])
+    second = out.sequences[:, -1]
+    anchor = int(torch.mode(out.sequences[:, -2]).values)  # condition on the most common first token
+    rows = out.sequences[:, -2] == anchor
+    ctx = torch.cat([prompt, torch.tensor([[anchor]])], 1)
+    p, q, _ = first_position(target, draft, ctx)
+    assert rows.sum() > 300
+    assert chi2_pvalue(second[rows], q) > 1e-3
+    assert chi2_pvalue(second[rows], p) < 1e-6
+
+
+# ----------------------------------------------------------------------------- stats
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_stats_add_up(pair, prompts, do_sample):
+    target, draft = pair
+    ids, mask = prompts
+    out = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=4,
+                               max_new_tokens=23, do_sample=do_sample, generator=torch.Generator().manual_seed(0))
+    s = out.stats
+    P = ids.shape[1]
+    for i in range(ids.shape[0]):
+        gen = out.sequences[i, P:]
+        n_out = int(s.new_tokens[i])
+        assert n_out <= 23
+        assert (gen[n_out:] == PAD).all()
+        stopped_at_eos = n_out > 0 and int(gen[n_out - 1]) == EOS
+        assert stopped_at_eos or n_out == 23
+        assert EOS not in gen[: n_out - 1].tolist()
+        produced = int(s.accepted[i]) + int(s.rounds[i])  # accepted drafts + one token per round
+        assert n_out <= produced and produced - n_out <= 4  # only the last round is cut
+        assert int(s.accepted_hist[i].sum()) == int(s.rounds[i])
+        assert int((s.accepted_hist[i] * torch.arange(s.accepted_hist.shape[1])).sum()) == int(s.accepted[i])
+        assert int(s.accepted[i]) <= int(s.proposed[i]) <= 4 * int(s.rounds[i])
+    assert s.target_calls == len(s.num_draft_tokens) and s.target_calls >= int(s.rounds.max())
+    assert s.tokens_per_target_call == pytest.approx(float(s.new_tokens.sum() / s.rounds.sum()))
+    assert 0 <= s.acceptance_rate <= 1 and s.wall_time_s > 0
+    summary = s.summary()
+    assert summary["new_tokens"] == int(s.new_tokens.sum()) and len(summary["accepted_length_histogram"]) == 5
+
+
+def test_no_eos_means_exact_budget(pair, prompts):
+    target, draft = pair
+    ids, mask = prompts
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=5, max_new_tokens=17, eos_token_id=[])
+    s = out.stats
+    assert (s.new_tokens == 17).all()
+    assert out.sequences.shape[1] == ids.shape[1] + 17
+    # without cut-offs the identity is exact except for the last, budget-capped round
+    assert ((s.accepted + s.rounds) >= 17).all()
+
+
+# ----------------------------------------------------------------------------- vocabularies and bad input
+
+
+def test_padded_vocabulary_is_compared_on_the_shared_part(prompts):
+    target, draft = tiny_pair(draft_vocab=VOCAB + 32)  # 96 -> 128: padded to a multiple of 64
+    ids, mask = prompts
+    out = speculative_generate(target, draft, ids, mask, max_new_tokens=10)
+    assert torch.equal(out.sequences, ar_greedy(target, ids, mask, 10))
+
+
+def test_different_vocabularies_are_refused(prompts):
+    target, draft = tiny_pair(draft_vocab=40)
+    with pytest.raises(ValueError, match=r"96.*40"):
+        speculative_generate(target, draft, *prompts, max_new_tokens=4)
+
+
+class Exploding(torch.nn.Module):
+    """Stands in for a model: any forward call fails the test."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.config, self.generation_config = model, model.config, model.generation_config
+
+    def forward(self, *a, **k):
+        raise AssertionError("a model was called before input validation")
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_draft_tokens": 0}, "num_draft_tokens"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"bonus_token": "draft"}, "bonus_token"),
+        ({"num_draft_tokens_schedule": "fast"}, "schedule"),
+        ({"verifier": "static"}, "verifier"),
+    ],
+)
+def test_bad_input_raises_before_any_model_call(pair, prompts, kwargs, message):
+    target, draft = (Exploding(m) for m in pair)
+    with pytest.raises(ValueError, match=message):
+        speculative_generate(target, draft, *prompts, **kwargs)
+
+
+def test_bad_weight_head_and_padding_raise(pair, prompts):
+    target, draft = pair
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        StaticEnsemble(1.5)
+    wrong = WeightHead(draft.config.hidden_size + 1, target.config.hidden_size)
+    with pytest.raises(ValueError, match="hidden sizes"):
+        speculative_generate(Exploding(target), Exploding(draft), *prompts, verifier=DynamicEnsemble(wrong))
+    ids, mask = prompts
+    with pytest.raises(ValueError, match="left-padded"):
+        speculative_generate(Exploding(target), Exploding(draft), ids, mask.flip(1))
+
+
+def test_models_on_different_devices_raise(pair, prompts):
+    target, draft = pair
+
+    class Elsewhere(Exploding):
+        def parameters(self, recurse=True):
+            yield torch.empty(0, device="meta")
+
+    with pytest.raises(ValueError, match="same device"):
+        speculative_generate(Exploding(target), Elsewhere(draft), *prompts)
