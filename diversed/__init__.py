@@ -1,20 +1,29 @@
 """diversed: relaxed speculative decoding via dynamic ensemble verification (DIVERSED).
 
 `speculative_generate(target, draft, input_ids, verifier=...)` decodes with the draft proposing
-and the target verifying against v = w·p + (1 − w)·q, w the weight on the TARGET.
+and the target verifying against v = w·p + (1 − w)·q, w the weight on the TARGET. Names are
+imported lazily, so `diversed.results` or `diversed.plot` do not pay for torch and transformers.
 """
 
-from diversed.engine import SpeculativeOutput, SpeculativeStats, speculative_generate
-from diversed.heads import WeightHead
-from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
+from __future__ import annotations
 
-__all__ = [
-    "DynamicEnsemble",
-    "Lossless",
-    "SpeculativeOutput",
-    "SpeculativeStats",
-    "StaticEnsemble",
-    "Verifier",
-    "WeightHead",
-    "speculative_generate",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "speculative_generate": "diversed.engine",
+    "SpeculativeOutput": "diversed.engine",
+    "SpeculativeStats": "diversed.engine",
+    "WeightHead": "diversed.heads",
+    "Verifier": "diversed.verify",
+    "Lossless": "diversed.verify",
+    "StaticEnsemble": "diversed.verify",
+    "DynamicEnsemble": "diversed.verify",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'diversed' has no attribute {name!r}")

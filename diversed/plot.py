@@ -1,0 +1,315 @@
+"""Pareto plots and the summary table (the paper's Table 1) from run records.
+
+    python -m diversed.plot outputs/ [--out outputs/plots]
+
+`plot_pareto` draws one figure per (pair, task, temperature): quality on x in both panels,
+acceptance rate (higher is better) on the left, wall time normalised by autoregressive decoding
+(lower is better) on the right; colour is the draft length N. The static ensemble is a line
+over w (points labelled with w) with its Pareto front drawn thick; dynamic heads, lossless SD
+and autoregressive decoding are single markers (autoregressive has no acceptance rate, so the
+left panel shows its quality as a vertical line). Faint horizontal bars are the 95% CI of the
+quality. Seeds of one setting are averaged (their CI bounds too, which is only a rough guide).
+Both functions take the frame `load_results` returns.
+
+It draws only what the records hold: it neither runs nor rescores anything. Figures are made
+on the Agg canvas without pyplot, so importing this module leaves the matplotlib backend alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from diversed.results import load_results, pareto_front
+
+METHOD_ORDER = ("autoregressive", "lossless", "static", "dynamic")
+_SETTING = [
+    "pair",
+    "task",
+    "metric",
+    "method",
+    "weight",
+    "head",
+    "num_draft_tokens",
+    "temperature",
+    "n_examples",
+]
+_VALUES = ["score", "score_ci_low", "score_ci_high", "acceptance_rate", "normalized_time", "mean_w"]
+_HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting: the mean of each value over seeds."""
+    cols = [c for c in _SETTING if c in df]
+    vals = df[cols + _VALUES].copy()
+    vals[_VALUES] = vals[_VALUES].astype(float)
+    return vals.groupby(cols, dropna=False, sort=False).mean().reset_index()
+
+
+def head_label(head: str) -> str:
+    """A short name for a head path: its last two path parts without the suffix."""
+    parts = Path(str(head)).with_suffix("").parts
+    return "/".join(parts[-2:]) if parts else str(head)
+
+
+def method_label(method: str, weight: float | None = None, head: str | None = None) -> str:
+    """The row label of the summary table, e.g. "Static w=0.5", "DIVERSED (llama/head)"."""
+    if method == "autoregressive":
+        return "Autoregressive"
+    if method == "lossless":
+        return "Lossless SD"
+    if method == "static":
+        return f"Static w={weight:g}"
+    if method == "dynamic":
+        return f"DIVERSED ({head_label(head)})"
+    return str(method)
+
+
+def _safe(name: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "-", str(name)).strip("-")
+
+
+def _most_rows(values: pd.Series) -> object:
+    """The value with the most rows, the smallest one on ties; None if there is none."""
+    counts = values.dropna().value_counts()
+    if counts.empty:
+        return None
+    return min(counts.index[counts == counts.max()])
+
+
+# ---------------------------------------------------------------------------- Pareto figures
+
+
+def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minimize: bool) -> None:
+    """One panel: quality (x) against `y` for every method of one (pair, task, temperature)."""
+    ar = d[d["method"] == "autoregressive"]
+    for _, r in ar.iterrows():
+        if y == "acceptance_rate" or pd.isna(r[y]):  # no acceptance rate: mark its quality
+            ax.axvline(r["score"], color="0.35", ls="--", lw=1.2, zorder=1)
+        else:
+            ax.plot(r["score"], r[y], "X", color="black", ms=10, zorder=4)
+    if y == "normalized_time":
+        ax.axhline(1.0, color="0.7", ls=":", lw=1, zorder=0)
+
+    for n, color in colors.items():
+        dn = d[(d["num_draft_tokens"] == n) & d[y].notna()]
+        st = dn[dn["method"] == "static"].sort_values("weight")
+        if len(st):
+            ax.plot(st["score"], st[y], "o-", color=color, ms=4, lw=1, alpha=0.8, zorder=3)
+            for _, r in st.iterrows():
+                ax.annotate(
+                    f"{r['weight']:g}",
+                    (r["score"], r[y]),
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                    fontsize=6.5,
+                    color=color,
+                )
+            front = pareto_front(st, "score", y, maximize=(True, not minimize))
+            ax.plot(
+                front["score"], front[y], "-", color=color, lw=5, alpha=0.25, solid_capstyle="round", zorder=2
+            )
+        for _, r in dn[dn["method"] == "lossless"].iterrows():
+            ax.plot(r["score"], r[y], "s", color=color, mec="black", ms=8, zorder=4)
+        for _, r in dn[dn["method"] == "dynamic"].iterrows():
+            ax.plot(r["score"], r[y], heads[r["head"]], color=color, mec="black", ms=12, zorder=5)
+
+    # Horizontal 95% CI of the quality, faint so that it does not hide the curves.
+    pts = d[d[y].notna() & d["score_ci_low"].notna() & d["score_ci_high"].notna()]
+    if len(pts):
+        err = np.vstack([pts["score"] - pts["score_ci_low"], pts["score_ci_high"] - pts["score"]])
+        ax.errorbar(
+            pts["score"], pts[y], xerr=err, fmt="none", ecolor="0.6", elinewidth=0.6, alpha=0.5, zorder=1
+        )
+    if not d[y].notna().any():
+        ax.text(0.5, 0.5, f"no {y} in these records", transform=ax.transAxes, ha="center", color="0.4")
+    ax.grid(alpha=0.3)
+
+
+def _legend(colors: dict, heads: dict, methods: set[str]) -> list[Line2D]:
+    """Legend entries for the draft lengths and the methods present in the figure."""
+
+    def handle(marker: str, color: str, label: str, **kw) -> Line2D:
+        return Line2D([], [], marker=marker, color=color, label=label, **kw)
+
+    out = [handle("", c, f"N = {n}", lw=4) for n, c in colors.items()]
+    if "static" in methods:
+        out += [
+            handle("o", "0.3", "static, w labelled", ms=4, lw=1),
+            handle("", "0.3", "static Pareto front", lw=5, alpha=0.25),
+        ]
+    if "lossless" in methods:
+        out.append(handle("s", "0.5", "lossless SD", ls="", mec="black", ms=8))
+    out += [
+        handle(m, "0.5", method_label("dynamic", head=h), ls="", mec="black", ms=11) for h, m in heads.items()
+    ]
+    if "autoregressive" in methods:
+        out += [
+            handle("X", "black", "autoregressive", ls="", ms=9),
+            handle("", "0.35", "autoregressive quality", ls="--", lw=1.2),
+        ]
+    return out
+
+
+def plot_pareto(
+    df: pd.DataFrame, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
+) -> list[Path]:
+    """Write one figure per (pair, task, temperature) in each of `formats`; returns the paths.
+
+    Files are named `pareto_<pair>_<task>_T<temperature>.<format>` under `out_dir`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    d = _mean_over_seeds(df)
+    paths: list[Path] = []
+    for (pair, task, temp), g in d.groupby(["pair", "task", "temperature"], sort=True):
+        ns = sorted(int(n) for n in g["num_draft_tokens"].dropna().unique())
+        colors = {n: f"C{i % 10}" for i, n in enumerate(ns)}
+        head_names = sorted(str(h) for h in g["head"].dropna().unique())
+        heads = {h: _HEAD_MARKERS[i % len(_HEAD_MARKERS)] for i, h in enumerate(head_names)}
+        metric = g["metric"].dropna().iloc[0] if g["metric"].notna().any() else "score"
+
+        fig = Figure(figsize=(12.5, 4.8), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax_acc, ax_time = fig.subplots(1, 2, sharex=True)
+        _draw_panel(ax_acc, g, "acceptance_rate", colors, heads, minimize=False)
+        _draw_panel(ax_time, g, "normalized_time", colors, heads, minimize=True)
+        ax_acc.set(xlabel=f"{task} {metric} (higher is better)", ylabel="acceptance rate (higher is better)")
+        ax_time.set(
+            xlabel=f"{task} {metric} (higher is better)",
+            ylabel="time / autoregressive time (lower is better)",
+        )
+        mode = "greedy" if temp == 0 else "sampling"
+        fig.suptitle(f"{pair} · {task} · temperature {temp:g} ({mode})")
+        fig.legend(
+            handles=_legend(colors, heads, set(g["method"])),
+            loc="outside right upper",
+            fontsize=8,
+            frameon=False,
+        )
+        stem = f"pareto_{_safe(pair)}_{_safe(task)}_T{temp:g}"
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            fig.savefig(path, dpi=150)
+            paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------- Table 1
+
+
+def summary_table(
+    df: pd.DataFrame, *, num_draft_tokens: int | None = None, temperature: float | None = None
+) -> pd.DataFrame:
+    """The paper's Table 1: rows (pair, method label), columns (task, "acceptance_rate") and
+    (task, <metric>), each the mean over seeds.
+
+    One draft length and temperature per table: by default the temperature with the most rows,
+    then the N with the most rows at that temperature (autoregressive rows have no N and are
+    kept). The choice is stored in `table.attrs`. Rows: Autoregressive, Lossless SD, Static
+    from w = 1 down to w = 0, then the DIVERSED heads.
+    """
+    if temperature is None:
+        temperature = _most_rows(df["temperature"])
+    d = df[np.isclose(df["temperature"].astype(float), float(temperature))]
+    if num_draft_tokens is None:
+        num_draft_tokens = _most_rows(d.loc[d["method"] != "autoregressive", "num_draft_tokens"])
+    d = d[(d["method"] == "autoregressive") | (d["num_draft_tokens"] == num_draft_tokens)]
+    d = _mean_over_seeds(d)
+
+    d["order"] = d["method"].map({m: i for i, m in enumerate(METHOD_ORDER)})
+    d["_w"] = -d["weight"].fillna(0.0)
+    d = d.sort_values(["pair", "order", "_w", "head"], na_position="first")
+    d["label"] = [method_label(m, w, h) for m, w, h in zip(d["method"], d["weight"], d["head"], strict=True)]
+
+    columns: list[tuple[str, str]] = []
+    for task, metric in d[["task", "metric"]].drop_duplicates().itertuples(index=False):
+        columns += [(task, "acceptance_rate"), (task, metric if isinstance(metric, str) else "score")]
+    rows = list(dict.fromkeys(zip(d["pair"], d["label"], strict=True)))
+    table = pd.DataFrame(
+        np.nan,
+        index=pd.MultiIndex.from_tuples(rows, names=["pair", "method"]),
+        columns=pd.MultiIndex.from_tuples(columns, names=["task", "quantity"]),
+    )
+    for r in d.itertuples(index=False):
+        metric = r.metric if isinstance(r.metric, str) else "score"
+        table.loc[(r.pair, r.label), (r.task, "acceptance_rate")] = r.acceptance_rate
+        table.loc[(r.pair, r.label), (r.task, metric)] = r.score
+    table.attrs.update(
+        num_draft_tokens=None if num_draft_tokens is None else int(num_draft_tokens),
+        temperature=float(temperature),
+    )
+    return table
+
+
+def _markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    head = [*table.index.names, *(f"{t} {q}" for t, q in table.columns)]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] * len(table.index.names) + ["---:"] * len(table.columns)) + "|",
+    ]
+    for idx, vals in zip(table.index, table.to_numpy(), strict=True):
+        cells = [str(i) for i in idx] + ["–" if pd.isna(v) else f"{v:.{digits}f}" for v in vals]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """Write a `summary_table` as `table.md` (with a caption line) and `table.csv`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n, t = table.attrs.get("num_draft_tokens"), table.attrs.get("temperature")
+    caption = (
+        f"N = {n} draft tokens, temperature {t:g}; acceptance rate and quality, mean over seeds.\n\n"
+        if t is not None
+        else ""
+    )
+    md, csv = out_dir / "table.md", out_dir / "table.csv"
+    md.write_text(caption + _markdown(table))
+    flat = table.copy()
+    flat.columns = [f"{task} {q}" for task, q in table.columns]
+    flat.to_csv(csv)
+    return [md, csv]
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(prog="python -m diversed.plot", description=__doc__.split("\n")[0])
+    parser.add_argument("results", nargs="+", help="results.jsonl/.parquet files or run directories")
+    parser.add_argument("--out", default="outputs/plots", help="output directory (default: %(default)s)")
+    parser.add_argument("--formats", nargs="+", default=["png", "pdf"])
+    parser.add_argument(
+        "--num-draft-tokens", type=int, default=None, help="N of the table (default: most rows)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="temperature of the table (default: most rows)"
+    )
+    args = parser.parse_args(argv)
+
+    df = load_results(*args.results)
+    if df.empty:
+        parser.error(f"no run records found in {args.results}")
+    paths = plot_pareto(df, args.out, formats=args.formats)
+    paths += write_table(
+        summary_table(df, num_draft_tokens=args.num_draft_tokens, temperature=args.temperature), args.out
+    )
+    for p in paths:
+        print(p)
+    return paths
+
+
+if __name__ == "__main__":
+    main()

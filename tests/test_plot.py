@@ -1,0 +1,180 @@
+"""Pareto figures, the summary table, the CLI and the notebook, on the synthetic fixture."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+from diversed.plot import main, method_label, plot_pareto, summary_table, write_table
+from diversed.results import ResultStore, load_results
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results_small.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+STATIC_ROWS = [f"Static w={w}" for w in ("1", "0.75", "0.5", "0.25", "0")]
+T0_ROWS = ["Autoregressive", "Lossless SD", *STATIC_ROWS, "DIVERSED (tiny-pair/head)"]
+FIGURES = {f"pareto_tiny-pair_{t}.png" for t in ("gsm8k_T0", "cnndm_T0", "gsm8k_T1")}
+
+
+@pytest.fixture(scope="module")
+def df() -> pd.DataFrame:
+    return load_results(FIXTURE)
+
+
+def gsm8k_greedy(tmp_path: Path) -> Path:
+    """The fixture's gsm8k temperature-0 records alone: one figure, for the slower end-to-end tests."""
+    lines = [
+        line
+        for line in FIXTURE.read_text().splitlines()
+        if '"task": "gsm8k"' in line and '"temperature": 0.0' in line
+    ]
+    path = tmp_path / "gsm8k_greedy.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def check_figures(paths: list[Path]) -> None:
+    for p in paths:
+        magic = {".png": b"\x89PNG", ".pdf": b"%PDF"}[p.suffix]
+        assert p.read_bytes().startswith(magic) and p.stat().st_size > 10_000, p
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def test_plot_pareto_one_figure_per_pair_task_temperature(df, tmp_path):
+    paths = plot_pareto(df, tmp_path / "plots", formats=("png",))  # PDFs: see test_cli_end_to_end
+    assert {p.name for p in paths} == FIGURES and all(p.parent == tmp_path / "plots" for p in paths)
+    check_figures(paths)
+
+
+def test_plot_pareto_copes_with_missing_measurements(df, tmp_path):
+    # no autoregressive run (so no normalised time), one static point without acceptance, one format
+    d = df[(df["method"] != "autoregressive") & (df["task"] == "gsm8k") & (df["temperature"] == 0)].copy()
+    d["normalized_time"] = np.nan
+    d.loc[d.index[2], "acceptance_rate"] = np.nan
+    paths = plot_pareto(d, tmp_path, formats=("png",))
+    assert [p.name for p in paths] == ["pareto_tiny-pair_gsm8k_T0.png"]
+    check_figures(paths)
+
+
+# ---------------------------------------------------------------------------- table
+
+
+def test_summary_table_layout_and_values(df):
+    table = summary_table(df)  # T = 0 has the most rows; N = 2 and 4 tie, the smaller wins
+    assert table.attrs == {"num_draft_tokens": 2, "temperature": 0.0}
+    assert list(table.index) == [("tiny-pair", r) for r in T0_ROWS]
+    assert list(table.columns) == [
+        ("gsm8k", "acceptance_rate"), ("gsm8k", "accuracy"), ("cnndm", "acceptance_rate"), ("cnndm", "rouge2"),
+    ]  # fmt: skip
+    assert table[("gsm8k", "acceptance_rate")].isna().tolist() == [True] + [False] * 7  # autoregressive
+
+    src = df[(df["num_draft_tokens"] == 2) & (df["temperature"] == 0)].set_index(["task", "method", "weight"])
+    for task, metric in (("gsm8k", "accuracy"), ("cnndm", "rouge2")):
+        for w in (0.0, 0.25, 0.5, 0.75, 1.0):
+            rec = src.loc[(task, "static", w)]
+            assert table.loc[("tiny-pair", method_label("static", w)), (task, metric)] == rec["score"]
+            assert (
+                table.loc[("tiny-pair", method_label("static", w)), (task, "acceptance_rate")]
+                == rec["acceptance_rate"]
+            )
+
+
+def test_summary_table_slices_and_seed_means(df):
+    t4 = summary_table(df, num_draft_tokens=4, temperature=0.0)
+    lossless = df[(df["method"] == "lossless") & (df["num_draft_tokens"] == 4) & (df["temperature"] == 0)]
+    assert t4.loc[("tiny-pair", "Lossless SD"), ("gsm8k", "acceptance_rate")] == 0.45
+    assert (lossless["acceptance_rate"] == 0.45).all()
+
+    t1 = summary_table(df, temperature=1.0)
+    assert t1.attrs["num_draft_tokens"] == 4
+    assert list(t1.index.get_level_values("method")) == ["Autoregressive", "Lossless SD", "Static w=0.5"]
+    assert list(t1.columns.get_level_values("task").unique()) == ["gsm8k"]
+
+    # a second seed of one setting is averaged with the first
+    extra = df[(df["method"] == "lossless") & (df["temperature"] == 1.0)].assign(
+        seed=1, score=0.7, key="seed1"
+    )
+    t1 = summary_table(pd.concat([df, extra]), temperature=1.0)
+    assert t1.loc[("tiny-pair", "Lossless SD"), ("gsm8k", "accuracy")] == pytest.approx((0.5 + 0.7) / 2)
+
+
+def test_write_table_markdown_and_csv(df, tmp_path):
+    md, csv = write_table(summary_table(df), tmp_path)
+    assert (md.name, csv.name) == ("table.md", "table.csv")
+    text = md.read_text().splitlines()
+    assert text[0].startswith("N = 2 draft tokens, temperature 0")
+    assert (
+        text[2]
+        == "| pair | method | gsm8k acceptance_rate | gsm8k accuracy | cnndm acceptance_rate | cnndm rouge2 |"
+    )
+    assert [line.split(" | ")[1] for line in text[4:]] == T0_ROWS
+    assert text[4] == "| tiny-pair | Autoregressive | – | 0.600 | – | 0.200 |"
+    back = pd.read_csv(csv, index_col=[0, 1])
+    assert back.shape == (8, 4)
+    assert back.loc[("tiny-pair", "Static w=0.5"), "gsm8k acceptance_rate"] == pytest.approx(0.827)
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    run_dir = tmp_path / "multirun" / "0"  # a run directory written by the store, found recursively
+    store = ResultStore(run_dir)
+    for line in gsm8k_greedy(tmp_path).read_text().splitlines():
+        rec = json.loads(line)
+        store.write(
+            rec, [dict(example_id="0", completion="", score=rec["score"], new_tokens=1, accepted_drafts=0)]
+        )
+    out = tmp_path / "plots"
+    paths = main(
+        [str(tmp_path / "multirun"), "--out", str(out), "--num-draft-tokens", "4", "--temperature", "0"]
+    )
+    names = ["pareto_tiny-pair_gsm8k_T0.png", "pareto_tiny-pair_gsm8k_T0.pdf", "table.md", "table.csv"]
+    assert [p.name for p in paths] == names and all(p.parent == out for p in paths)
+    assert capsys.readouterr().out.split() == [str(p) for p in paths]
+    check_figures(paths[:2])
+    table = (out / "table.md").read_text()
+    assert table.startswith("N = 4 draft tokens, temperature 0")
+    assert "| tiny-pair | Lossless SD | 0.450 | 0.600 |" in table
+    with pytest.raises(SystemExit):
+        main([str(run_dir / "examples"), "--out", str(out)])  # no run records there
+
+
+# ---------------------------------------------------------------------------- notebook
+
+
+def test_notebook_runs_on_the_fixture(tmp_path, monkeypatch):
+    # A kernelspec for this interpreter, so the test never depends on kernels installed by hand.
+    spec = tmp_path / "jupyter" / "kernels" / "diversed-test"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "test", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("DIVERSED_RESULTS", str(gsm8k_greedy(tmp_path)))
+    monkeypatch.setenv("DIVERSED_PLOTS", str(tmp_path / "plots"))
+
+    nb = nbformat.read(ROOT / "notebooks" / "pareto_fronts.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code)  # committed without outputs
+    NotebookClient(
+        nb, kernel_name="diversed-test", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    outputs = [o for c in code for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1  # one per (pair, task, temperature)
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "DIVERSED (tiny-pair/head)" in html and "Static w=0.5" in html  # the summary table
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["pareto_tiny-pair_gsm8k_T0.png"]
