@@ -1,0 +1,366 @@
+"""Train a DIVERSED weight head: REINFORCE on the task reward plus an acceptance regulariser.
+
+`python -m diversed.train +experiment=toy` composes `configs/train.yaml` and calls `train(cfg)`.
+
+Per batch of prompts (each repeated K times):
+  1. rollout: sample completions from v with the current head, through the engine with
+     `DynamicEnsemble` and `bonus_token="ensemble"`, so every token is exactly v-distributed
+     (on-policy);
+  2. one no-grad forward of each frozen model over prompt + completion gives p_t, q_t and both
+     last hidden states; only the head runs with grad: w_t = head(h_draft_t, h_target_t);
+  3. loss = −mean[(R − b)·Σ_t log v_t(x_t)] + λ·mean[Σ_t w_t·TV(p_t, q_t)],
+     log v_t(x_t) = log(w_t·p_t(x_t) + (1 − w_t)·q_t(x_t)), TV(q_t, v_t) = w_t·TV(p_t, q_t)
+     (1 − TV(q_t, v_t) is the acceptance probability of a draft token at t).
+
+The frozen pair is held outside the module's parameters and state dict: checkpoints hold the
+head, the baseline and the optimizer only. Distribution, precision and devices are Lightning's;
+nothing here launches processes or moves gradients by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from torchmetrics import SumMetric
+
+from diversed.engine import speculative_generate
+from diversed.verify import DynamicEnsemble, probs_from_logits, total_variation
+
+log = logging.getLogger(__name__)
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+# ----------------------------------------------------------------------------- the loss (pure)
+
+
+def policy_loss(
+    w: Tensor, p_x: Tensor, q_x: Tensor, tv: Tensor, mask: Tensor, advantage: Tensor, reg_scale: float | Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """REINFORCE on v plus the acceptance regulariser, over completion tokens ([B, T] inputs).
+
+    log v_t(x_t) = log(w_t·p_t(x_t) + (1 − w_t)·q_t(x_t))
+    pg  = −mean_b[(R − b)·Σ_t log v_t(x_t)]
+    reg =  mean_b[Σ_t TV(q_t, v_t)] = mean_b[Σ_t w_t·TV(p_t, q_t)]
+    Returns (pg + λ·reg, pg, reg).
+    """
+    m = mask.to(w.dtype)
+    log_v = torch.log((w * p_x + (1.0 - w) * q_x).clamp_min(1e-30))
+    pg = -(advantage * (log_v * m).sum(1)).mean()
+    reg = ((w * tv) * m).sum(1).mean()
+    return pg + reg_scale * reg, pg, reg
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Serves task examples (dicts) in batches: train split for rollouts, held-out for validation."""
+
+    def __init__(
+        self,
+        task: Callable[..., Any],
+        *,
+        train_split: str = "train",
+        val_split: str = "validation",
+        n_train: int | None = None,
+        n_val: int | None = 128,
+        batch_size: int = 16,
+        val_batch_size: int = 64,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.task_factory = task
+        self.train_split, self.val_split = train_split, val_split
+        self.n_train, self.n_val = n_train, n_val
+        self.batch_size, self.val_batch_size, self.num_workers = batch_size, val_batch_size, num_workers
+        self.train_task = self.val_task = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_task is None and stage in (None, "fit"):
+            self.train_task = self.task_factory(split=self.train_split, n_examples=self.n_train)
+        if self.val_task is None:
+            self.val_task = self.task_factory(split=self.val_split, n_examples=self.n_val)
+
+    def _loader(self, task: Any, batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_task, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_task, self.val_batch_size, shuffle=False)
+
+
+# ----------------------------------------------------------------------------- the module
+
+
+class DiversedModule(L.LightningModule):
+    """The trainable head beside a frozen (target, draft) pair."""
+
+    def __init__(
+        self,
+        head: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        *,
+        pair: Any = None,
+        reg_scale: float = 0.1,
+        reg_mode: str = "fixed",
+        baseline: str = "running",
+        baseline_momentum: float = 0.9,
+        num_samples: int = 1,
+        do_sample: bool = True,
+        temperature: float = 1.0,
+        num_draft_tokens: int = 5,
+        max_new_tokens: int | None = None,
+        normalize_advantage: bool = False,
+        val_do_sample: bool = False,
+        val_temperature: float = 1.0,
+    ) -> None:
+        super().__init__()
+        if reg_mode not in ("fixed", "adaptive"):
+            raise ValueError(f"model.reg_mode must be 'fixed' or 'adaptive', got {reg_mode!r}")
+        if baseline not in ("running", "group"):
+            raise ValueError(f"model.baseline must be 'running' or 'group', got {baseline!r}")
+        if baseline == "group" and num_samples < 2:
+            raise ValueError("model.baseline=group needs model.num_samples >= 2 completions per prompt")
+        if reg_scale < 0:
+            raise ValueError(f"model.reg_scale must be >= 0, got {reg_scale}")
+        self.save_hyperparameters(ignore=["head", "pair", "optimizer"])
+        self.head = head
+        self.optimizer_factory = optimizer
+        self._pair = pair  # not a submodule: never trained, moved by us, absent from checkpoints
+        self.register_buffer("baseline_value", torch.zeros(()))
+        self.register_buffer("baseline_steps", torch.zeros((), dtype=torch.long))
+        keys = ("score", "n", "accepted", "proposed", "tokens", "rounds", "w_sum", "w_count")
+        self.val_sums = nn.ModuleDict({k: SumMetric() for k in keys})
+
+    # --------------------------------------------------------------------- plumbing
+
+    @property
+    def pair(self) -> Any:
+        if self._pair is None:
+            raise RuntimeError("DiversedModule needs the (target, draft) pair: pass pair=")
+        return self._pair
+
+    def on_fit_start(self) -> None:
+        self._place_pair()
+
+    def on_validation_start(self) -> None:
+        self._place_pair()
+
+    def _place_pair(self) -> None:
+        for model in (self.pair.target, self.pair.draft):
+            if next(model.parameters()).device != self.device:
+                model.to(self.device)
+            model.eval().requires_grad_(False)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=self.head.parameters())
+
+    def _task(self, stage: str) -> Any:
+        dm = self.trainer.datamodule
+        return dm.train_task if stage == "train" else dm.val_task
+
+    # --------------------------------------------------------------------- rollout and scoring
+
+    def rollout(self, task: Any, examples: list[dict], *, do_sample: bool, temperature: float):
+        """Decode `examples` with the engine and the current head; returns (output, P, completions)."""
+        tok = self.pair.tokenizer
+        ids, mask = left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
+        max_new = self.hparams.max_new_tokens or task.max_new_tokens
+        out = speculative_generate(
+            self.pair.target, self.pair.draft, ids, mask, verifier=DynamicEnsemble(self.head),
+            num_draft_tokens=self.hparams.num_draft_tokens, max_new_tokens=max_new, do_sample=do_sample,
+            temperature=temperature, bonus_token="ensemble", eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )  # fmt: skip
+        P = ids.shape[1]
+        new = out.stats.new_tokens.tolist()
+        completions = tok.batch_decode([row[P : P + n] for row, n in zip(out.sequences.tolist(), new)], skip_special_tokens=True)
+        return out, mask, completions
+
+    @torch.no_grad()
+    def score_tokens(self, sequences: Tensor, prompt_mask: Tensor, new_tokens: Tensor, temperature: float):
+        """One no-grad forward per model over prompt + completion: p_t(x_t), q_t(x_t), TV, hidden states."""
+        B, P = prompt_mask.shape
+        Tn = sequences.shape[1] - P
+        steps = torch.arange(Tn, device=sequences.device)
+        comp_mask = steps < new_tokens.to(sequences.device).unsqueeze(1)
+        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
+        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+        x = sequences[:, P:]
+        outs = []
+        for model in (self.pair.target, self.pair.draft):
+            o = model(input_ids=sequences, attention_mask=attn, position_ids=position_ids, output_hidden_states=True)
+            # logits at P−1 .. P+T−2 predict the completion tokens
+            outs.append((o.logits[:, P - 1 : -1], o.hidden_states[-1][:, P - 1 : -1]))
+        (lp, h_t), (lq, h_d) = outs
+        vocab = min(lp.shape[-1], lq.shape[-1])
+        p, q = probs_from_logits(lp[..., :vocab], temperature), probs_from_logits(lq[..., :vocab], temperature)
+        p_x, q_x = p.gather(-1, x.unsqueeze(-1)).squeeze(-1), q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+        extra = {"p": p, "q": q} if getattr(self.head, "uses_distributions", False) else None
+        return p_x, q_x, total_variation(p, q), h_d, h_t, comp_mask, extra
+
+    def head_weights(self, h_d: Tensor, h_t: Tensor, extra: dict | None) -> Tensor:
+        ref = next(self.head.parameters())
+        h_d, h_t = h_d.to(ref.dtype), h_t.to(ref.dtype)
+        return (self.head(h_d, h_t, **extra) if extra else self.head(h_d, h_t)).float()
+
+    # --------------------------------------------------------------------- training
+
+    def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
+        hp = self.hparams
+        task = self._task("train")
+        examples = [e for e in batch for _ in range(hp.num_samples)]
+        temperature = hp.temperature if hp.do_sample else 1.0
+        out, prompt_mask, completions = self.rollout(task, examples, do_sample=hp.do_sample, temperature=temperature)
+        reward = torch.tensor(task.reward_batch(examples, completions), dtype=torch.float32, device=self.device)
+        p_x, q_x, tv, h_d, h_t, mask, extra = self.score_tokens(out.sequences, prompt_mask, out.stats.new_tokens, temperature)
+        w = self.head_weights(h_d, h_t, extra)
+
+        if hp.baseline == "group":  # mean reward of the K completions of the same prompt
+            b = reward.view(-1, hp.num_samples).mean(1, keepdim=True).expand(-1, hp.num_samples).reshape(-1)
+        else:  # running mean of past batches (initialised with the first batch)
+            b = self.baseline_value if self.baseline_steps > 0 else reward.mean()
+        advantage = reward - b
+        if hp.normalize_advantage:
+            advantage = advantage / (reward.std(unbiased=False) + 1e-6)
+        if hp.baseline == "running":
+            m = hp.baseline_momentum if self.baseline_steps > 0 else 0.0
+            self.baseline_value.copy_(m * self.baseline_value + (1 - m) * reward.mean())
+            self.baseline_steps += 1
+
+        scale: float | Tensor = hp.reg_scale
+        if hp.reg_mode == "adaptive":
+            # λ_t = λ·|pg|/reg, detached: the regulariser keeps a fixed share of the policy-gradient
+            # term's magnitude as the reward signal grows or fades.
+            _, pg0, reg0 = policy_loss(w, p_x, q_x, tv, mask, advantage, 0.0)
+            scale = hp.reg_scale * (pg0.detach().abs() / reg0.detach().clamp_min(1e-8))
+        loss, pg, reg = policy_loss(w, p_x, q_x, tv, mask, advantage, scale)
+
+        m = mask.float()
+        n_tok = m.sum().clamp_min(1)
+        bs = len(examples)
+        self.log_dict(
+            {
+                "train/loss": loss, "train/pg": pg, "train/reg": reg,
+                "train/reward": reward.mean(),
+                "train/acceptance": 1 - ((w * tv) * m).sum().detach() / n_tok,  # E_t[1 − w_t·TV_t]
+                "train/rollout_acceptance_rate": out.stats.acceptance_rate,
+                "train/mean_w": (w * m).sum().detach() / n_tok,
+                "train/reg_scale": float(scale),
+            },
+            prog_bar=False, batch_size=bs,
+        )  # fmt: skip
+        self.log("train/reward_avg", reward.mean(), prog_bar=True, batch_size=bs)
+        return loss
+
+    # --------------------------------------------------------------------- validation
+
+    def validation_step(self, batch: list[dict], batch_idx: int) -> None:
+        hp = self.hparams
+        task = self._task("val")
+        out, _, completions = self.rollout(task, batch, do_sample=hp.val_do_sample, temperature=hp.val_temperature)
+        s = out.stats
+        scores = task.score_batch(batch, completions)
+        values = {
+            "score": sum(scores), "n": len(scores), "accepted": s.accepted.sum(), "proposed": s.proposed.sum(),
+            "tokens": s.new_tokens.sum(), "rounds": s.rounds.sum(), "w_sum": s.w_sum.sum(), "w_count": s.w_count.sum(),
+        }
+        for k, v in values.items():
+            self.val_sums[k].update(torch.as_tensor(v, dtype=torch.float32, device=self.device))
+
+    def on_validation_epoch_end(self) -> None:
+        v = {k: m.compute() for k, m in self.val_sums.items()}
+        for m in self.val_sums.values():
+            m.reset()
+        if float(v["n"]) == 0:
+            return
+        score = v["score"] / v["n"]
+        acceptance = v["accepted"] / v["proposed"].clamp_min(1)
+        metrics = {
+            "val/score": score,
+            "val/acceptance_rate": acceptance,
+            "val/tokens_per_target_call": v["tokens"] / v["rounds"].clamp_min(1),
+            "val/mean_w": v["w_sum"] / v["w_count"].clamp_min(1),
+            # what training maximises: task score, plus λ times the acceptance rate
+            "val/objective": score + self.hparams.reg_scale * acceptance,
+        }
+        self.log_dict(metrics, prog_bar=True, sync_dist=True)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str) -> nn.Module:
+    """Instantiate the head for the pair's hidden sizes, recording the pair and task."""
+    from diversed.verify import _hidden_size
+
+    return head_factory(
+        draft_hidden_size=_hidden_size(pair.draft),
+        target_hidden_size=_hidden_size(pair.target),
+        pair=pair.name, target_name=pair.target_name, draft_name=pair.draft_name, task=task_name,
+    )  # fmt: skip
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Instantiate pair, data, head, module, loggers, callbacks and trainer; fit; export the head."""
+    L.seed_everything(cfg.seed, workers=True)
+    log.info(f"Instantiating pair <{cfg.pair._target_}>")
+    pair = hydra.utils.instantiate(cfg.pair)
+    log.info(f"Instantiating datamodule <{cfg.data._target_}> for task {cfg.task.name}")
+    datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
+    head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
+    log.info(f"Instantiating model <{cfg.model._target_}>")
+    model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+    loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values() if c and "_target_" in c]
+    log.info(f"Instantiating trainer <{cfg.trainer._target_}>")
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    if best:
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        model.head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
+    out_dir = Path(cfg.paths.output_dir) / "head"
+    if trainer.is_global_zero:
+        model.head.save_pretrained(out_dir, reg_scale=cfg.model.reg_scale, checkpoint=best or None)
+        log.info(f"Exported the head to {out_dir}")
+    return {"metrics": metrics, "head_dir": str(out_dir), "best_checkpoint": best}
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    result = train(cfg)
+    print(result["head_dir"])
+    value = result["metrics"].get(cfg.get("optimized_metric") or "", math.nan)
+    return None if math.isnan(value) else value
+
+
+if __name__ == "__main__":
+    main()

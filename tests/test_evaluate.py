@@ -1,0 +1,124 @@
+"""The evaluation runner: the grid, records, resume after a crash, and bad sweeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+
+import diversed.evaluate as ev
+from diversed import WeightHead
+from diversed.results import load_results
+from diversed.train import CONFIG_DIR
+
+
+@pytest.fixture(scope="module")
+def tiny_toy_dir(tmp_path_factory):
+    from diversed.toy import ToyBuildConfig, build
+
+    out = tmp_path_factory.mktemp("toy")
+    build(ToyBuildConfig.tiny(), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def head_dir(tiny_toy_dir, tmp_path_factory):
+    cfg = json.loads((tiny_toy_dir / "target" / "config.json").read_text())
+    dcfg = json.loads((tiny_toy_dir / "draft" / "config.json").read_text())
+    out = tmp_path_factory.mktemp("head")
+    WeightHead(dcfg["hidden_size"], cfg["hidden_size"]).save_pretrained(out, pair="tiny-toy")
+    return out
+
+
+def compose_eval(out: Path, pair_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "evaluate",
+            overrides=[
+                "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
+                "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]", *overrides,
+            ],
+        )  # fmt: skip
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+        cfg.pair = OmegaConf.create(
+            {"_target_": "diversed.pair.load_pair", "target": str(pair_dir / "target"), "draft": str(pair_dir / "draft"),
+             "device": "cpu", "dtype": "float32", "name": "tiny-toy"}
+        )  # fmt: skip
+    return cfg
+
+
+def test_grid_records_and_resume(tmp_path, tiny_toy_dir, head_dir, monkeypatch):
+    cfg = compose_eval(tmp_path, tiny_toy_dir, f"sweep.heads=[{head_dir}]")
+    n_points = len(list(ev.grid(cfg.sweep, {str(head_dir): None})))
+    assert n_points == 2 * (1 + 2 * (1 + 3 + 1))  # per T: AR + per N: lossless, 3 static, 1 head
+
+    # crash after 5 grid points: what was written stays, nothing is partial
+    calls = {"n": 0}
+    real = ev.run_point
+
+    def crashing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(ev, "run_point", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        ev.evaluate(cfg)
+    assert len(load_results(tmp_path)) == 5
+
+    # re-run: only the missing points run, and no row is duplicated
+    monkeypatch.setattr(ev, "run_point", real)
+    ev.evaluate(cfg)
+    df = load_results(tmp_path)
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert len(df) == len(lines) == n_points
+    assert (tmp_path / "config.yaml").is_file()
+
+    ran = {"n": 0}
+    monkeypatch.setattr(ev, "run_point", lambda *a, **k: ran.__setitem__("n", ran["n"] + 1))
+    ev.evaluate(cfg)
+    assert ran["n"] == 0  # everything was done
+
+    # the records carry what the plots need
+    static = df[df.method == "static"]
+    assert set(static.weight) == {0.0, 0.5, 1.0}
+    assert (df[df.method == "autoregressive"].normalized_time == 1.0).all()
+    assert df[df.method != "autoregressive"].acceptance_rate.between(0, 1).all()
+    assert (df.score_ci_low <= df.score).all() and (df.score <= df.score_ci_high).all()
+    dyn = df[df.method == "dynamic"]
+    assert dyn.mean_w.between(0.4, 0.6).all()  # an untrained head: w = 0.5
+    # w = 0 accepts every draft; greedy w = 1 and lossless give the same text
+    assert (static[static.weight == 0.0].acceptance_rate == 1.0).all()
+    g = df[(df.temperature == 0.0) & (df.num_draft_tokens == 2)]
+    assert float(g[g.method == "lossless"].score.iloc[0]) == float(g[(g.method == "static") & (g.weight == 1.0)].score.iloc[0])
+    examples = sorted((tmp_path / "examples").glob("*.jsonl"))
+    assert len(examples) == n_points
+    row = json.loads(examples[0].read_text().splitlines()[0])
+    assert {"example_id", "completion", "score", "new_tokens", "accepted_drafts"} <= set(row)
+
+
+def test_bad_sweep_fails_before_loading_the_pair(tmp_path, tiny_toy_dir):
+    for override, message in (
+        ("sweep.weights=[0.5,1.5]", "sweep.weights"),
+        ("sweep.draft_lengths=[0]", "draft_lengths"),
+        ("sweep.heads=[/nonexistent/head]", "not a saved head"),
+        ("sweep.methods=[lossless,beam]", "unknown"),
+    ):
+        cfg = compose_eval(tmp_path, tiny_toy_dir, override)
+        with open_dict(cfg):
+            cfg.pair = OmegaConf.create({"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"})
+        with pytest.raises(ValueError, match=message):
+            ev.evaluate(cfg)
+
+
+def test_head_for_another_pair_is_refused(tmp_path, tiny_toy_dir):
+    wrong = tmp_path / "wrong_head"
+    WeightHead(7, 9).save_pretrained(wrong)
+    cfg = compose_eval(tmp_path / "run", tiny_toy_dir, f"sweep.heads=[{wrong}]")
+    with pytest.raises(ValueError, match="hidden_size"):
+        ev.evaluate(cfg)

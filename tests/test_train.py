@@ -1,0 +1,167 @@
+"""Training the weight head: signs of the gradients, and `train(cfg)` end to end on a tiny pair."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf, open_dict
+from tiny_models import tiny_pair
+
+from diversed import WeightHead
+from diversed.train import CONFIG_DIR, DiversedModule, policy_loss, train
+
+
+def sgd_step(head, loss_fn, lr=0.5):
+    opt = torch.optim.SGD(head.parameters(), lr=lr)
+    opt.zero_grad()
+    loss_fn().backward()
+    opt.step()
+
+
+# ----------------------------------------------------------------------------- signs
+
+
+def test_regulariser_alone_lowers_w_where_models_differ():
+    torch.manual_seed(0)
+    head = WeightHead(8, 12)
+    h_d, h_t = torch.randn(4, 10, 8), torch.randn(4, 10, 12)
+    tv = torch.rand(4, 10) * (torch.rand(4, 10) > 0.3)  # p != q at ~70% of positions
+    mask = torch.ones(4, 10, dtype=torch.bool)
+    p_x = q_x = torch.full((4, 10), 0.1)
+    zero = torch.zeros(4)
+    before = head(h_d, h_t).detach()
+    sgd_step(head, lambda: policy_loss(head(h_d, h_t), p_x, q_x, tv, mask, zero, 1.0)[0])
+    after = head(h_d, h_t).detach()
+    differ = tv > 0
+    assert after[differ].mean() < before[differ].mean()
+    assert (after[differ] < before[differ]).float().mean() > 0.9
+
+
+def module_for(pair):
+    target, draft = pair
+    head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
+    ns = SimpleNamespace(target=target, draft=draft, tokenizer=None, name="tiny")
+    return DiversedModule(head, torch.optim.SGD, pair=ns, reg_scale=0.0)
+
+
+def test_reward_alone_raises_w_where_target_token_is_paid():
+    """Two completions of one prompt: the target's greedy tokens (reward 1) and the draft's (reward 0).
+    A policy-gradient step must raise w at the positions where the two models disagree."""
+    target, draft = pair = tiny_pair(seed=5)
+    module = module_for(pair)
+    prompt = torch.tensor([[7, 30, 12, 55]])
+    gen = {}
+    for name, m in (("target", target), ("draft", draft)):
+        gen[name] = m.generate(prompt, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    seqs = torch.cat([gen["target"], gen["draft"]])
+    P = prompt.shape[1]
+    prompt_mask = torch.ones(2, P, dtype=torch.long)
+    new = torch.full((2,), 12)
+    p_x, q_x, tv, h_d, h_t, mask, _ = module.score_tokens(seqs, prompt_mask, new, 1.0)
+    disagree = (p_x > q_x)[0] & (seqs[0, P:] != seqs[1, P:])  # target's token, less likely under q
+    assert disagree.sum() >= 2
+    reward = torch.tensor([1.0, 0.0])
+    advantage = reward - reward.mean()
+    head = module.head
+    before = head(h_d, h_t).detach()
+    sgd_step(head, lambda: policy_loss(head(h_d, h_t), p_x, q_x, tv, mask, advantage, 0.0)[0], lr=0.05)
+    after = head(h_d, h_t).detach()
+    assert after[0][disagree].mean() > before[0][disagree].mean()
+
+
+def test_loss_masks_padding():
+    w = torch.full((2, 5), 0.5, requires_grad=True)
+    p_x, q_x, tv = torch.rand(2, 5), torch.rand(2, 5), torch.rand(2, 5)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    loss, _, _ = policy_loss(w, p_x, q_x, tv, mask, torch.tensor([1.0, -1.0]), 0.3)
+    loss.backward()
+    assert (w.grad[0, 3:] == 0).all() and (w.grad[0, :3] != 0).all()
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("experiment", ["toy", "llama8b_1b", "qwen3_8b_0p6b"])
+def test_experiments_compose(experiment):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"+experiment={experiment}", "model.reg_scale=0.05"], return_hydra_config=True)
+    assert cfg.model.reg_scale == 0.05
+    assert "_target_" in cfg.pair and "_target_" in cfg.task and "_target_" in cfg.head
+    if experiment != "toy":
+        assert cfg.trainer.accelerator == "gpu"
+        assert cfg.pair.dtype == "bfloat16"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_toy_dir(tmp_path_factory):
+    from diversed.toy import ToyBuildConfig, build
+
+    out = tmp_path_factory.mktemp("toy")
+    build(ToyBuildConfig.tiny(), out, progress=False)
+    return out
+
+
+def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "+experiment=toy", "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
+                "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=8", "data.val_batch_size=8",
+                "data.n_train=32", "model.max_new_tokens=8", *overrides,
+            ],
+        )  # fmt: skip
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp)
+        cfg.pair = OmegaConf.create(
+            {"_target_": "diversed.pair.load_pair", "target": str(pair_dir / "target"), "draft": str(pair_dir / "draft"),
+             "device": "cpu", "dtype": "float32", "name": "tiny-toy"}
+        )  # fmt: skip
+    return cfg
+
+
+def test_train_checkpoints_resumes_and_exports(tmp_path, tiny_toy_dir):
+    cfg = compose_train(tmp_path / "run", tiny_toy_dir)
+    result = train(cfg)
+    for key in ("val/score", "val/acceptance_rate", "val/tokens_per_target_call", "val/mean_w", "train/loss"):
+        assert key in result["metrics"], key
+    assert 0.0 <= result["metrics"]["val/mean_w"] <= 1.0
+    # the checkpoint holds the head (and baseline) only: kilobytes, loadable without pickle
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert last.is_file() and last.stat().st_size < 200_000
+    ckpt = torch.load(last, map_location="cpu", weights_only=True)
+    assert all(k.startswith(("head.", "baseline_")) for k in ckpt["state_dict"])
+    assert ckpt["global_step"] == 3 and ckpt["optimizer_states"]
+    # the exported head loads for this pair and refuses another
+    head = WeightHead.from_pretrained(result["head_dir"])
+    cfg_json = (Path(result["head_dir"]) / "head_config.json").read_text()
+    assert "tiny-toy" in cfg_json and '"task": "toy"' in cfg_json
+    with pytest.raises(ValueError, match="draft_hidden_size"):
+        WeightHead.from_pretrained(result["head_dir"], draft_hidden_size=head.draft_hidden_size + 1)
+    # resume: continues from step 3 to step 5
+    cfg2 = compose_train(tmp_path / "run", tiny_toy_dir, "trainer.max_steps=5", f"ckpt_path={last}")
+    train(cfg2)
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 5
+
+
+@pytest.mark.slow
+def test_multirun_over_reg_scale(tmp_path, tiny_toy_dir):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    cmd = [
+        sys.executable, "-m", "diversed.train", "-m", "+experiment=toy", "logger=csv", "model.reg_scale=0.0,1.0",
+        "trainer.max_steps=2", "trainer.val_check_interval=2", "data.n_val=4", "data.n_train=16", "data.batch_size=4",
+        "model.max_new_tokens=6", f"pair.cache_dir={tiny_toy_dir.parent}", f"hydra.sweep.dir={tmp_path}",
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, env=env, timeout=900)
+    assert len(list(tmp_path.glob("*/head/head.safetensors"))) == 2
