@@ -136,12 +136,12 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         wall += t
         P = ids.shape[1]
         completions = tok.batch_decode(
-            [row[P : P + n] for row, n in zip(seqs.tolist(), n_new.tolist())], skip_special_tokens=True
+            [row[P : P + n] for row, n in zip(seqs.tolist(), n_new.tolist(), strict=False)], skip_special_tokens=True
         )
         batch_scores = task.score_batch(batch, completions)
         scores += batch_scores
         if type(task).metrics is not Task.metrics:  # tasks with several metrics (ROUGE-1/2/L)
-            for ex, c in zip(batch, completions):
+            for ex, c in zip(batch, completions, strict=False):
                 for k, v in task.metrics(ex, c).items():
                     metric_sums[k] = metric_sums.get(k, 0.0) + v
         totals["new"] += int(n_new.sum())

@@ -196,7 +196,7 @@ class DiversedModule(L.LightningModule):
         )  # fmt: skip
         P = ids.shape[1]
         new = out.stats.new_tokens.tolist()
-        completions = tok.batch_decode([row[P : P + n] for row, n in zip(out.sequences.tolist(), new)], skip_special_tokens=True)
+        completions = tok.batch_decode([row[P : P + n] for row, n in zip(out.sequences.tolist(), new, strict=False)], skip_special_tokens=True)
         return out, mask, completions
 
     @torch.no_grad()
