@@ -4,12 +4,25 @@ A task holds a list of examples (dicts with the dataset's own fields) and knows 
 one into a prompt, how to cut a raw completion at its stop sequences, and how to score it.
 It does not generate text: the runner and the trainer feed `encode()`'s token ids to the
 engine and hand the decoded completions back to `score()` / `reward()`.
+
+`Task.load` reads the examples either from local files (`data_files`: JSONL, JSON or parquet rows
+with the dataset's fields, for air-gapped clusters) or from the Hugging Face Hub, and keeps a
+seed-stable subset. It never waits on an unreachable Hub: offline, it fails within seconds
+and names the config key to set instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+import os
+import random
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlparse
+
+HUB_PROBE_TIMEOUT_S = 3.0  # how long to wait for huggingface.co before calling it unreachable
 
 
 class Task:
@@ -19,6 +32,17 @@ class Task:
     metric: ClassVar[str] = "score"  # the headline metric that `score()` returns
     stop: tuple[str, ...] = ()
     max_new_tokens: int = 256
+
+    # Where `load` finds the rows: a Hub dataset (path, config, revision) and the fields a row has.
+    dataset: ClassVar[str] = ""
+    dataset_config: ClassVar[str | None] = None
+    revision: ClassVar[str | None] = None
+    fields: ClassVar[tuple[str, ...]] = ()
+    default_split: ClassVar[str] = "test"
+    few_shot_split: ClassVar[str] = "train"
+    # How few-shot examples are joined: prompt + target_delimiter + target + fewshot_delimiter.
+    target_delimiter: ClassVar[str] = " "
+    fewshot_delimiter: ClassVar[str] = "\n\n"
 
     def __init__(
         self,
@@ -38,6 +62,56 @@ class Task:
         if stop is not None:
             self.stop = tuple(stop)
         self.few_shot = list(few_shot)
+        self.source: dict[str, Any] = {}  # where the examples came from; `load` fills it in
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        split: str | None = None,
+        data_files: Any = None,
+        n_examples: int | None = None,
+        seed: int = 0,
+        num_few_shot: int = 0,
+        hub_config: str | None = None,
+        revision: str | None = None,
+        **options: Any,
+    ) -> Task:
+        """Examples of `split` (local `data_files` or the Hub), a seed-stable subset of `n_examples`,
+        and `num_few_shot` examples drawn from the train split; other options go to the constructor.
+
+        `data_files` is a path, a list of paths (one split), or a mapping split -> path(s).
+        `hub_config` and `revision` override the class's Hub config name and git revision.
+        """
+        split = split or cls.default_split
+        hub_config = hub_config or cls.dataset_config
+        revision = revision or cls.revision
+        rows = load_rows(cls.dataset, hub_config, split, data_files, revision=revision, fields=cls.fields)
+        examples = subset(rows, n_examples, seed)
+        few_shot: list[dict[str, Any]] = []
+        if num_few_shot:
+            if data_files is not None and not isinstance(data_files, Mapping):
+                raise ValueError(
+                    f"{cls.name}: few-shot examples come from the {cls.few_shot_split!r} split, but "
+                    f"task.data_files names one split only; give a mapping, e.g. "
+                    f"task.data_files={{{split}: ..., {cls.few_shot_split}: ...}}"
+                )
+            pool = load_rows(
+                cls.dataset, hub_config, cls.few_shot_split, data_files, revision=revision, fields=cls.fields
+            )
+            # A different stream from the subset's, so changing n_examples never changes the shots.
+            few_shot = subset(pool, num_few_shot, seed + 1, keep_order=False)
+        task = cls(examples, few_shot=few_shot, **options)
+        task.source = {
+            "dataset": cls.dataset,
+            "dataset_config": hub_config,
+            "revision": revision,
+            "split": split,
+            "data_files": _plain(data_files),
+            "n_examples": n_examples,
+            "seed": seed,
+        }
+        return task
 
     # ---------------------------------------------------------------- examples
 
@@ -68,7 +142,10 @@ class Task:
 
     def full_prompt(self, example: dict[str, Any]) -> str:
         """`prompt(example)` preceded by the few-shot examples, each followed by its target."""
-        shots = "".join(f"{self.prompt(s)} {self.target(s).strip()}\n\n" for s in self.few_shot)
+        shots = "".join(
+            self.prompt(s) + self.target_delimiter + self.target(s).strip() + self.fewshot_delimiter
+            for s in self.few_shot
+        )
         return shots + self.prompt(example)
 
     def encode(self, tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[list[int]]:
@@ -93,15 +170,21 @@ class Task:
     # ---------------------------------------------------------------- scoring
 
     def truncate(self, completion: str) -> str:
-        """Cut a raw completion at the first stop sequence."""
+        """Cut a raw completion at the first stop sequence after its leading whitespace.
+
+        A model that opens with the separator (e.g. "\n\nThe article says...") has not stopped:
+        searching from the first non-space character keeps that answer.
+        """
         cut = len(completion)
+        start = len(completion) - len(completion.lstrip())
         for s in self.stop:
-            i = completion.find(s)
+            i = completion.find(s, start)
             if i != -1:
                 cut = min(cut, i)
         return completion[:cut]
 
     def score(self, example: dict[str, Any], completion: str) -> float:
+        """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
         raise NotImplementedError
 
     def metrics(self, example: dict[str, Any], completion: str) -> dict[str, float]:
@@ -118,3 +201,136 @@ class Task:
 
     def reward_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
         return self.score_batch(examples, completions)
+
+    def settings(self) -> dict[str, Any]:
+        """What the scores depend on, to be recorded next to them in results."""
+        return {
+            "task": self.name,
+            "metric": self.metric,
+            "stop": list(self.stop),
+            "max_new_tokens": self.max_new_tokens,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "chat_template": self.chat_template,
+            "num_few_shot": len(self.few_shot),
+            **self.source,
+        }
+
+
+# ---------------------------------------------------------------- loading rows
+
+
+class DatasetUnavailable(RuntimeError):
+    """The dataset is neither in local files nor reachable on the Hugging Face Hub."""
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows of one local file: JSONL, JSON (a list of rows, or JSONL under a .json name) or parquet."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return list(json.loads(text))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_rows(
+    dataset: str,
+    config: str | None,
+    split: str,
+    data_files: Any = None,
+    *,
+    revision: str | None = None,
+    fields: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Rows of `split`: from `data_files` if given, else from the Hub (failing fast when offline)."""
+    if data_files is None:
+        return _rows_from_hub(dataset, config, split, revision, fields)
+    if isinstance(data_files, Mapping):
+        if split not in data_files:
+            raise KeyError(f"task.data_files has no {split!r} split (it has {sorted(data_files)})")
+        data_files = data_files[split]
+    files = [data_files] if isinstance(data_files, str | os.PathLike) else list(data_files)
+    return [row for f in files for row in read_rows(f)]
+
+
+def subset(rows: Sequence[Any], n: int | None, seed: int, *, keep_order: bool = True) -> list[Any]:
+    """`n` rows drawn by `seed`: the same seed gives the same rows, and a larger `n` only adds rows.
+
+    Rows keep their dataset order unless `keep_order` is False (then they come in drawn order).
+    """
+    if n is None or n >= len(rows):
+        return list(rows)
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    picked = order[: int(n)]
+    return [rows[i] for i in (sorted(picked) if keep_order else picked)]
+
+
+def hub_offline() -> bool:
+    """Whether the environment asks the Hugging Face libraries to stay offline."""
+    return any(
+        os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on")
+        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """One TCP connection to the Hub's host (HF_ENDPOINT), so offline machines fail in seconds."""
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _rows_from_hub(
+    dataset: str, config: str | None, split: str, revision: str | None, fields: Sequence[str]
+) -> list[dict[str, Any]]:
+    what = f"{dataset!r}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
+    hint = (
+        f"Point the task at local files instead: task.data_files=<JSONL or parquet file with the "
+        f"fields {', '.join(fields) or 'of the dataset'}> (or a mapping such as "
+        f"task.data_files={{{split}: ..., train: ...}})"
+    )
+    if hub_offline():
+        import datasets
+
+        # The environment variable is read when `datasets` is imported; if it was set later the
+        # library would still try the network (and retry for minutes), so only trust the cache
+        # when `datasets` itself agrees it is offline.
+        if not datasets.config.HF_HUB_OFFLINE:
+            raise DatasetUnavailable(f"cannot load {what}: offline mode is set (HF_HUB_OFFLINE). {hint}.")
+        try:
+            return datasets.load_dataset(dataset, config, split=split, revision=revision).to_list()
+        except Exception as e:
+            raise DatasetUnavailable(
+                f"cannot load {what}: offline mode is set (HF_HUB_OFFLINE) and it is not in the Hugging "
+                f"Face cache. {hint}."
+            ) from e
+    if not hub_reachable():
+        raise DatasetUnavailable(
+            f"cannot load {what}: the Hugging Face Hub is not reachable from this machine. {hint}, "
+            f"or set HF_HUB_OFFLINE=1 to use a copy already in the Hugging Face cache."
+        )
+    import datasets
+
+    download = datasets.DownloadConfig(max_retries=1)
+    return datasets.load_dataset(
+        dataset, config, split=split, revision=revision, download_config=download
+    ).to_list()
+
+
+def _plain(value: Any) -> Any:
+    """Paths and Hydra containers as plain JSON-able values, for `Task.source`."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, str | os.PathLike):
+        return str(value)
+    if isinstance(value, Sequence):
+        return [_plain(v) for v in value]
+    return value

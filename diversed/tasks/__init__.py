@@ -1,0 +1,38 @@
+"""Task registry: a plain dict from names to task classes, and `load_task`.
+
+Each task is one file (gsm8k.py, cnndm.py, xsum.py, mbpp.py, toy.py); a new task adds its import
+and one line to `TASKS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from diversed.tasks.base import Task
+from diversed.tasks.cnndm import CNNDailyMail
+from diversed.tasks.gsm8k import GSM8K
+from diversed.tasks.mbpp import MBPP
+from diversed.tasks.toy import ToyTask
+from diversed.tasks.xsum import XSum
+
+TASKS: dict[str, type[Task]] = {
+    "gsm8k": GSM8K,
+    "cnndm": CNNDailyMail,
+    "xsum": XSum,
+    "mbpp": MBPP,
+    "toy": ToyTask,
+}
+
+
+def load_task(
+    name: str,
+    *,
+    split: str | None = None,
+    data_files: Any = None,
+    n_examples: int | None = None,
+    **options: Any,
+) -> Task:
+    """Build task `name` (a key of `TASKS`) with its examples loaded; `options` go to its `load`."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+    return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)

@@ -1,0 +1,116 @@
+"""MBPP (google-research-datasets/mbpp): short Python problems, scored by pass@1 of their tests.
+
+A row of the `full` config (974 problems; the `sanitized` one has 427, with `prompt` for `text`
+and `test_imports` for `test_setup_code`; both schemas are read as they are)::
+
+    {"task_id": 2, "text": "Write a function to find the shared elements from the given two lists.",
+     "code": "def similar_elements(test_tup1, test_tup2): ...",
+     "test_list": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))", ...],
+     "test_setup_code": "", "challenge_test_list": []}
+
+The prompt is the paper's zero-shot format, the tests one per line. The completion is the
+program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
+block. It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
+runs to its end in the sandbox of `diversed/execution.py`, which needs an explicit opt-in
+(`allow_code_execution=True` or DIVERSED_ALLOW_CODE_EXECUTION=1), checked when the task is built.
+`challenge_test_list` is not used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from diversed import execution
+from diversed.tasks.base import Task
+
+# The first fenced block: an opening ``` with an optional language tag, up to the closing fence
+# or the end of the text (generation may stop before the fence closes).
+_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def extract_code(completion: str) -> str:
+    """The program in a completion: its first fenced block if it has one, else all of it."""
+    m = _FENCE.search(completion)
+    return m.group(1) if m else completion
+
+
+def _text(example: dict[str, Any]) -> str:
+    return example["text"] if "text" in example else example["prompt"]
+
+
+def _setup(example: dict[str, Any]) -> str:
+    if example.get("test_setup_code"):
+        return example["test_setup_code"]
+    return "\n".join(example.get("test_imports") or [])
+
+
+class MBPP(Task):
+    name: ClassVar[str] = "mbpp"
+    metric: ClassVar[str] = "pass@1"
+    # Top-level test code, a script guard or a new problem mean the solution is over.
+    stop = ("\nassert", "\nif __name__", "\nWrite a Python function", "\n# Test")
+    max_new_tokens = 256
+
+    dataset: ClassVar[str] = "google-research-datasets/mbpp"
+    dataset_config: ClassVar[str | None] = "full"
+    fields: ClassVar[tuple[str, ...]] = ("task_id", "text", "code", "test_list", "test_setup_code")
+    target_delimiter: ClassVar[str] = "\n"  # few-shot solutions start on their own line
+
+    def __init__(
+        self,
+        examples: Sequence[dict[str, Any]],
+        *,
+        allow_code_execution: bool = False,
+        timeout: float = execution.DEFAULT_TIMEOUT_S,
+        workers: int | None = None,
+        subset: str = "full",
+        **kwargs: Any,
+    ) -> None:
+        execution.require_code_execution(allow_code_execution, "The mbpp task")
+        super().__init__(examples, **kwargs)
+        self.allow_code_execution = True
+        self.timeout = float(timeout)
+        self.workers = workers
+        self.subset = subset
+
+    @classmethod
+    def load(cls, *, subset: str = "full", allow_code_execution: bool = False, **kwargs: Any) -> MBPP:
+        """`subset`: the Hub config, "full" or "sanitized". The opt-in is checked before any loading."""
+        execution.require_code_execution(allow_code_execution, "The mbpp task")
+        if subset not in ("full", "sanitized"):
+            raise ValueError(f"mbpp subset must be 'full' or 'sanitized', not {subset!r}")
+        return super().load(hub_config=subset, subset=subset, allow_code_execution=True, **kwargs)
+
+    def prompt(self, example: dict[str, Any]) -> str:
+        tests = "\n".join(example["test_list"])
+        return (
+            f"Write a Python function to solve the following problem:\n\n{_text(example)}\n\n"
+            f"Your solution should pass these tests:\n{tests}"
+        )
+
+    def target(self, example: dict[str, Any]) -> str:
+        return example["code"].replace("\r\n", "\n")
+
+    def program(self, example: dict[str, Any], completion: str) -> str:
+        """What runs: the extracted code, the setup code, then the tests."""
+        code = extract_code(self.truncate(completion))
+        parts = [code, _setup(example), *example["test_list"]]
+        return "\n".join(p.replace("\r\n", "\n") for p in parts) + "\n"
+
+    def execute(
+        self, examples: Sequence[dict[str, Any]], completions: Sequence[str]
+    ) -> list[execution.ExecutionResult]:
+        """Run the programs in parallel; each result has the output, for looking at failures."""
+        programs = [self.program(e, c) for e, c in zip(examples, completions, strict=True)]
+        return execution.run_programs(programs, workers=self.workers, timeout=self.timeout)
+
+    def score(self, example: dict[str, Any], completion: str) -> float:
+        return self.score_batch([example], [completion])[0]
+
+    def score_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
+        return [float(r.passed) for r in self.execute(examples, completions)]
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "subset": self.subset, "timeout": self.timeout}

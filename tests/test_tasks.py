@@ -1,0 +1,439 @@
+"""The four paper tasks on tiny fixture rows written in each dataset's own schema: loading
+(JSONL, JSON, parquet), subsets, prompts, stop sequences, answer extraction, metrics, configs.
+Nothing is downloaded; MBPP's programs run in the sandbox (see test_execution.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from rouge_score import rouge_scorer
+
+from diversed.tasks import TASKS, load_task
+from diversed.tasks import base as task_base
+from diversed.tasks.base import DatasetUnavailable, subset
+from diversed.tasks.cnndm import CNNDailyMail
+from diversed.tasks.gsm8k import GSM8K, extract_answer
+from diversed.tasks.mbpp import MBPP, extract_code
+from diversed.tasks.xsum import XSum
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "task"
+
+GSM8K_ROWS = [
+    {
+        "question": f"Tom has {i} apples and buys {i + 1} more. How many apples does he have?",
+        "answer": f"He has {i} + {i + 1} = <<{i}+{i + 1}={2 * i + 1}>>{2 * i + 1} apples.\n#### {2 * i + 1}",
+    }
+    for i in range(20)
+]
+GSM8K_TRAIN = [
+    {"question": f"What is {i} times 1,000?", "answer": f"{i} * 1000 = {i * 1000}\n#### {i * 1000:,}"}
+    for i in range(1, 6)
+]
+CNNDM_ROWS = [
+    {
+        "id": "cnn-1",
+        "article": "The council approved the new bridge on Monday . Work starts in May . It will cost $ 2m .",
+        "highlights": "Council approves new bridge .\nWork starts in May .",
+    },
+    {"id": "dm-2", "article": "A cat was rescued from a tree .", "highlights": "Cat rescued from tree ."},
+]
+XSUM_ROWS = [
+    {
+        "id": "34268361",
+        "document": "The owners said their planned development would create 300 jobs.\nThe park opens in 2017.",
+        "summary": "Plans for a water park and hotel in Worcestershire have been approved.",
+    }
+]
+MBPP_FULL_ROWS = [
+    {
+        "task_id": 11,
+        "text": "Write a python function to add two numbers.",
+        "code": "def add(a, b):\r\n    return a + b",
+        "test_list": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 12,
+        "text": "Write a function to scale a number by the global factor.",
+        "code": "def scale(x):\r\n    return x * FACTOR",
+        "test_list": ["assert scale(2) == 6"],
+        "test_setup_code": "FACTOR = 3",
+        "challenge_test_list": [],
+    },
+]
+MBPP_SANITIZED_ROWS = [
+    {
+        "source_file": "Benchmark Questions Verification V2.ipynb",
+        "task_id": 82,
+        "prompt": "Write a function to find the volume of a sphere.",
+        "code": "import math\ndef volume_sphere(r):\n  return (4/3)*math.pi*r*r*r",
+        "test_imports": ["import math"],
+        "test_list": ["assert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)"],
+    }
+]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _parquet(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "gsm8k": _jsonl(tmp_path / "gsm8k_test.jsonl", GSM8K_ROWS),
+        "gsm8k_train": _parquet(tmp_path / "gsm8k_train.parquet", GSM8K_TRAIN),
+        "cnndm": _parquet(tmp_path / "cnndm_test.parquet", CNNDM_ROWS),
+        "xsum": _jsonl(tmp_path / "xsum_test.jsonl", XSUM_ROWS),
+        "mbpp": _jsonl(tmp_path / "mbpp.jsonl", MBPP_FULL_ROWS),
+        "mbpp_sanitized": tmp_path / "sanitized.json",
+    }
+
+
+@pytest.fixture(autouse=True)
+def _sanitized_json(files: dict[str, Path]) -> None:
+    files["mbpp_sanitized"].write_text(json.dumps(MBPP_SANITIZED_ROWS, indent=1))  # a JSON list, as released
+
+
+def tiny_tokenizer(texts: list[str]):
+    """A word-level tokenizer over the words of `texts`, with a chat template; nothing downloaded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for t in texts for w in t.split()} | {"<user>", "</user>", "<assistant>"})
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    hf.chat_template = (
+        "{% for m in messages %}<user> {{ m['content'] }} </user>{% endfor %}"
+        "{% if add_generation_prompt %} <assistant>{% endif %}"
+    )
+    return hf
+
+
+# ---------------------------------------------------------------- registry, loading, subsets
+
+
+def test_registry_and_configs(files: dict[str, Path]) -> None:
+    assert {"gsm8k", "cnndm", "xsum", "mbpp"} <= set(TASKS)
+    with pytest.raises(ValueError, match="unknown task"):
+        load_task("nope")
+    expected = {"gsm8k": (GSM8K, 256), "cnndm": (CNNDailyMail, 128), "xsum": (XSum, 64), "mbpp": (MBPP, 256)}
+    for name, (cls, max_new_tokens) in expected.items():
+        cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
+        assert cfg._target_ == "diversed.tasks.load_task" and cfg.name == name and cfg.split == "test"
+        assert cfg.n_examples is None and cfg.data_files is None
+        cfg.data_files = str(files[name])
+        if name == "mbpp":
+            cfg.allow_code_execution = True
+        task = instantiate(cfg)
+        assert type(task) is cls and len(task) > 0 and task.max_new_tokens == max_new_tokens
+        assert task.settings()["task"] == name
+    xsum = instantiate(
+        OmegaConf.merge(OmegaConf.load(CONFIGS / "xsum.yaml"), {"data_files": str(files["xsum"])})
+    )
+    assert xsum.settings()["max_summary_words"] == 32 and xsum.settings()["use_stemmer"] is False
+    cnndm = instantiate(
+        OmegaConf.merge(OmegaConf.load(CONFIGS / "cnndm.yaml"), {"data_files": str(files["cnndm"])})
+    )
+    assert cnndm.max_summary_words is None
+
+
+def test_local_files_in_each_format(files: dict[str, Path], tmp_path: Path) -> None:
+    as_jsonl = load_task("gsm8k", data_files=str(files["gsm8k"]))
+    as_parquet = load_task("gsm8k", data_files=_parquet(tmp_path / "g.parquet", GSM8K_ROWS))
+    as_list = load_task("gsm8k", data_files=[str(files["gsm8k"]), str(files["gsm8k"])])
+    assert as_jsonl.examples == as_parquet.examples == GSM8K_ROWS
+    assert as_list.examples == GSM8K_ROWS + GSM8K_ROWS
+    by_split = load_task(
+        "gsm8k", split="train", data_files={"test": files["gsm8k"], "train": files["gsm8k_train"]}
+    )
+    assert by_split.examples == GSM8K_TRAIN
+    with pytest.raises(KeyError, match="validation"):
+        load_task("gsm8k", split="validation", data_files={"test": files["gsm8k"]})
+    assert load_task("cnndm", data_files=files["cnndm"]).examples == CNNDM_ROWS
+    assert as_jsonl.settings()["data_files"] == str(files["gsm8k"])
+
+
+def test_n_examples_is_a_seed_stable_subset(files: dict[str, Path]) -> None:
+    def ids(n: int | None, seed: int = 0) -> list[str]:
+        task = load_task("gsm8k", data_files=files["gsm8k"], n_examples=n, seed=seed)
+        return [e["question"] for e in task]
+
+    five = ids(5)
+    assert len(five) == 5 and five == ids(5)  # same seed, same rows
+    assert five != ids(5, seed=1)
+    assert set(five) < set(ids(8))  # a larger n only adds rows
+    order = [r["question"] for r in GSM8K_ROWS]
+    assert five == sorted(five, key=order.index)  # dataset order is kept
+    assert ids(None) == ids(1000) == order
+    assert subset(list(range(10)), 3, seed=7) == subset(list(range(10)), 3, seed=7)
+
+
+def test_offline_error_is_fast_and_names_the_config_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(DatasetUnavailable) as err:
+        load_task("gsm8k")
+    assert time.monotonic() - start < 5
+    message = str(err.value)
+    assert "openai/gsm8k" in message and "task.data_files" in message and "question, answer" in message
+
+    # With the offline variables set it fails (or reads the local cache) without touching the network;
+    # a dataset no cache holds makes the outcome certain.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(XSum, "dataset", "diversed-tests/no-such-dataset")
+    start = time.monotonic()
+    with pytest.raises(DatasetUnavailable, match=r"diversed-tests/no-such-dataset.*task\.data_files"):
+        load_task("xsum")
+    assert time.monotonic() - start < 10  # includes importing `datasets` the first time
+
+
+def test_hub_probe_has_a_short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def fake_connect(address: tuple[str, int], timeout: float):
+        seen.update(address=address, timeout=timeout)
+        raise TimeoutError
+
+    monkeypatch.setattr(task_base.socket, "create_connection", fake_connect)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert not task_base.hub_reachable()
+    assert seen == {"address": ("huggingface.co", 443), "timeout": 3.0}
+
+
+def test_few_shot_examples_come_from_the_train_split(files: dict[str, Path]) -> None:
+    splits = {"test": str(files["gsm8k"]), "train": str(files["gsm8k_train"])}
+    task = load_task("gsm8k", data_files=splits, n_examples=2, num_few_shot=2, seed=3)
+    again = load_task("gsm8k", data_files=splits, n_examples=5, num_few_shot=2, seed=3)
+    assert task.few_shot == again.few_shot and len(task.few_shot) == 2
+    assert all(s in GSM8K_TRAIN for s in task.few_shot)
+    shots = "".join(f"Question: {s['question']}\n\nAnswer: {s['answer']}\n\n" for s in task.few_shot)
+    assert task.full_prompt(task[0]) == shots + f"Question: {task[0]['question']}\n\nAnswer:"
+    assert task.settings()["num_few_shot"] == 2
+    with pytest.raises(ValueError, match="task.data_files="):
+        load_task("gsm8k", data_files=str(files["gsm8k"]), num_few_shot=2)
+
+
+# ---------------------------------------------------------------- prompts and tokenisation
+
+
+def test_exact_zero_shot_prompts(files: dict[str, Path]) -> None:
+    gsm8k = load_task("gsm8k", data_files=files["gsm8k"])
+    assert gsm8k.full_prompt(gsm8k[3]) == (
+        "Question: Tom has 3 apples and buys 4 more. How many apples does he have?\n\nAnswer:"
+    )
+    cnndm = load_task("cnndm", data_files=files["cnndm"])
+    assert cnndm.full_prompt(cnndm[1]) == (
+        "Summarize the following article:\n\nArticle: A cat was rescued from a tree .\n\nSummary:"
+    )
+    xsum = load_task("xsum", data_files=files["xsum"])
+    assert xsum.full_prompt(xsum[0]) == (
+        "Write a concise summary of the following document:\n\nDocument: The owners said their planned "
+        "development would create 300 jobs.\nThe park opens in 2017.\n\nSummary:"
+    )
+    mbpp = load_task("mbpp", data_files=files["mbpp"], allow_code_execution=True)
+    assert mbpp.full_prompt(mbpp[0]) == (
+        "Write a Python function to solve the following problem:\n\nWrite a python function to add two "
+        "numbers.\n\nYour solution should pass these tests:\nassert add(1, 2) == 3\nassert add(-1, 1) == 0"
+    )
+    sanitized = load_task(
+        "mbpp", data_files=files["mbpp_sanitized"], subset="sanitized", allow_code_execution=True
+    )
+    assert sanitized.full_prompt(sanitized[0]).startswith(
+        "Write a Python function to solve the following problem:\n\nWrite a function to find the volume of a sphere."
+    )
+    assert [mbpp.example_id(e, i) for i, e in enumerate(mbpp)] == ["11", "12"]
+    assert cnndm.example_id(cnndm[0], 0) == "cnn-1"
+
+
+def test_prompt_truncation_keeps_the_end(files: dict[str, Path]) -> None:
+    task = load_task("cnndm", data_files=files["cnndm"], max_prompt_tokens=6)
+    prompt = task.full_prompt(task[0])
+    tok = tiny_tokenizer([prompt])
+    full = tok(prompt)["input_ids"]
+    ids = task.encode(tok, [task[0]])[0]
+    assert len(full) > 6 and ids == full[-6:]
+    assert tok.decode(ids) == " ".join(prompt.split()[-6:]) == "will cost $ 2m . Summary:"
+
+    chat = load_task("cnndm", data_files=files["cnndm"], chat_template=True, max_prompt_tokens=5)
+    assert tok.decode(chat.encode(tok, [chat[0]])[0]) == "2m . Summary: </user> <assistant>"
+    whole = load_task("cnndm", data_files=files["cnndm"], chat_template=True)
+    assert tok.decode(whole.encode(tok, [whole[0]])[0]).startswith("<user> Summarize the following article:")
+
+
+# ---------------------------------------------------------------- GSM8K
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs.\n#### 18", "18"),
+        ("#### 1,000", "1000"),
+        ("The total is $1,000.", "1000"),
+        ("She pays $1,000,000 in total", "1000000"),
+        ("The temperature drops to -5 degrees.", "-5"),
+        ("So the answer is $-5.", "-5"),
+        ("It takes 3.0 hours", "3.0"),
+        ("First 12, then 3, 4 and finally 5", "5"),  # commas between numbers do not join them
+        ("#### 7 apples, not 9", "7"),  # after ####, the first number wins over the last one
+        ("16-3-4=9", "9"),
+        ("no number here", None),
+    ],
+)
+def test_gsm8k_answer_extraction(text: str, expected: str | None) -> None:
+    assert extract_answer(text) == (None if expected is None else Decimal(expected))
+
+
+def test_gsm8k_scores_and_stop_sequences(files: dict[str, Path]) -> None:
+    task = load_task("gsm8k", data_files=files["gsm8k"])
+    ex = task[4]  # answer 9
+    assert task.score(ex, ex["answer"]) == 1.0
+    assert task.score(ex, " 4 + 5 = 9 apples.\n#### 9") == 1.0
+    assert task.score(ex, " He has 9.0 apples") == 1.0
+    assert task.score(ex, " He has $9") == 1.0
+    assert task.score(ex, " He has 8 apples") == 0.0
+    assert task.score(ex, "") == 0.0
+    rambling = " 4 + 5 = 9\n#### 9\n\nQuestion: What is 2 + 2?\n\nAnswer: 4\n#### 4"
+    assert task.truncate(rambling) == " 4 + 5 = 9\n#### 9"
+    assert task.score(ex, rambling) == 1.0
+    assert task.score(ex, " The answer is 9.\nQuestion: and 10?") == 1.0  # "Question:" alone also stops
+    assert task.reward(ex, rambling) == task.score(ex, rambling)
+    assert (
+        task.score_batch([ex, ex], ["#### 9", "#### 8"])
+        == [1.0, 0.0]
+        == task.reward_batch([ex, ex], ["#### 9", "#### 8"])
+    )
+    assert task.metrics(ex, "#### 9") == {"accuracy": 1.0}
+    comma = {"question": "?", "answer": "so 1000 * 2 = 2000\n#### 2,000"}
+    assert task.score(comma, "It is 2,000 dollars.") == 1.0 and task.score(comma, "#### 2000.00") == 1.0
+
+
+# ---------------------------------------------------------------- summarisation
+
+
+def test_rouge_equals_rouge_score(files: dict[str, Path]) -> None:
+    task = load_task("cnndm", data_files=files["cnndm"])
+    ex = task[0]
+    completion = " The council approved a new bridge . Work starts in May .\n\nArticle: something else"
+    prediction = "The council approved a new bridge . Work starts in May ."
+    reference = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False).score(
+        ex["highlights"], prediction
+    )
+    metrics = task.metrics(ex, completion)
+    assert metrics == {k: reference[k].fmeasure for k in ("rouge1", "rouge2", "rougeL")}
+    assert task.score(ex, completion) == metrics["rouge2"] == task.reward(ex, completion)
+    assert 0 < metrics["rouge2"] < 1
+    assert task.score(ex, "\n\nleading blank line, nothing else") == 0.0  # cut at the first stop
+    assert task.score(ex, ex["highlights"]) == 1.0
+
+
+def test_use_stemmer_is_a_recorded_choice(files: dict[str, Path]) -> None:
+    plain = load_task("cnndm", data_files=files["cnndm"])
+    stemmed = load_task("cnndm", data_files=files["cnndm"], use_stemmer=True)
+    ex = {"id": "x", "article": "", "highlights": "The cats are running home"}
+    assert stemmed.score(ex, "the cat runs home") > plain.score(ex, "the cat runs home")
+    assert stemmed.settings()["use_stemmer"] is True and plain.settings()["use_stemmer"] is False
+
+
+def test_xsum_cuts_summaries_to_32_words(files: dict[str, Path]) -> None:
+    task = load_task("xsum", data_files=files["xsum"])
+    ex = task[0]
+    filler = " ".join(f"w{i}" for i in range(32))
+    completion = f" {filler} Plans for a water park and hotel in Worcestershire have been approved."
+    assert task.summary(completion) == filler
+    assert task.score(ex, completion) == 0.0  # the matching words come after word 32
+    scorer = rouge_scorer.RougeScorer(["rouge2"])
+    uncut = load_task("xsum", data_files=files["xsum"], max_summary_words=0)
+    assert (
+        uncut.score(ex, completion) == scorer.score(ex["summary"], completion.strip())["rouge2"].fmeasure > 0
+    )
+    five = load_task("xsum", data_files=files["xsum"], max_summary_words=5)
+    assert five.summary(" Plans for a water park and hotel") == "Plans for a water park"
+    assert task.settings()["max_summary_words"] == 32 and five.settings()["max_summary_words"] == 5
+
+
+# ---------------------------------------------------------------- MBPP
+
+
+def test_mbpp_needs_an_explicit_opt_in(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DIVERSED_ALLOW_CODE_EXECUTION", raising=False)
+    from diversed.execution import CodeExecutionNotAllowed
+
+    # Raised before the (here missing) data is even looked at.
+    with pytest.raises(CodeExecutionNotAllowed, match=r"task\.allow_code_execution=true"):
+        load_task("mbpp", data_files="/nonexistent/mbpp.jsonl")
+    with pytest.raises(CodeExecutionNotAllowed, match="DIVERSED_ALLOW_CODE_EXECUTION=1"):
+        MBPP(MBPP_FULL_ROWS)
+    monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
+    assert len(load_task("mbpp", data_files=files["mbpp"])) == 2
+
+
+@pytest.mark.parametrize(
+    ("completion", "code"),
+    [
+        ("def f():\n    return 1\n", "def f():\n    return 1\n"),
+        ("Here:\n```python\ndef f():\n    return 1\n```\nIt returns 1.", "def f():\n    return 1\n"),
+        ("```\ndef f():\n    return 1\n```", "def f():\n    return 1\n"),
+        ("```py\ndef f():\n    return 1", "def f():\n    return 1"),  # generation stopped inside the fence
+    ],
+)
+def test_mbpp_code_extraction(completion: str, code: str) -> None:
+    assert extract_code(completion) == code
+
+
+def test_mbpp_scores_by_running_the_tests(files: dict[str, Path]) -> None:
+    task = load_task("mbpp", data_files=files["mbpp"], allow_code_execution=True, timeout=5)
+    add, scale = task[0], task[1]
+    assert task.program(add, "def add(a, b):\n    return a + b") == (
+        "def add(a, b):\n    return a + b\n\nassert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
+    )
+    completions = [
+        "\ndef add(a, b):\n    return a + b\n",
+        "```python\ndef add(a, b):\n    return a + b\n```",
+        "\ndef add(a, b):\n    return a + b\nassert add(1, 1) == 3\n",  # its own wrong test is cut off
+        "\ndef add(a, b):\n    return a * b\n",
+        "\ndef scale(x):\n    return x * FACTOR\n",  # needs test_setup_code
+        task.target(scale),
+    ]
+    scores = task.score_batch([add, add, add, add, scale, scale], completions)
+    assert scores == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    assert task.reward(add, completions[3]) == 0.0 and task.metrics(add, completions[0]) == {"pass@1": 1.0}
+    assert task.settings()["timeout"] == 5.0
+
+    sanitized = load_task(
+        "mbpp", data_files=files["mbpp_sanitized"], subset="sanitized", allow_code_execution=True
+    )
+    ex = sanitized[0]
+    assert sanitized.score(ex, ex["code"]) == 1.0
+    assert sanitized.score(ex, "def volume_sphere(r):\n  return 4 * r") == 0.0
+    assert sanitized.settings()["subset"] == "sanitized"
+
+
+def test_leading_separator_is_not_a_stop():
+    from diversed.tasks.base import Task
+
+    class Plain(Task):
+        stop = ("\n\n",)
+
+    task = Plain([])
+    assert task.truncate("\n\nThe cat sat.\n\nNext article") == "\n\nThe cat sat."
+    assert task.truncate("A summary.\n\nMore") == "A summary."
+    assert task.truncate("\n\n") == "\n\n"
