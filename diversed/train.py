@@ -19,6 +19,7 @@ nothing here launches processes or moves gradients by hand.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -100,6 +101,14 @@ class PromptDataModule(L.LightningDataModule):
             self.train_task = self.task_factory(split=self.train_split, n_examples=self.n_train)
         if self.val_task is None:
             self.val_task = self.task_factory(split=self.val_split, n_examples=self.n_val)
+        if self.train_task is not None and self.train_split != self.val_split:
+            train_rows = {json.dumps(e, sort_keys=True, default=str) for e in self.train_task}
+            if all(json.dumps(e, sort_keys=True, default=str) in train_rows for e in self.val_task):
+                raise ValueError(
+                    f"the {self.val_split!r} examples are all in the {self.train_split!r} split: a single "
+                    "task.data_files path serves every split; give a mapping instead, e.g. "
+                    "task.data_files='{train: train.jsonl, validation: val.jsonl}'"
+                )
 
     def _loader(self, task: Any, batch_size: int, shuffle: bool) -> DataLoader:
         return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)

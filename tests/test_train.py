@@ -165,3 +165,16 @@ def test_multirun_over_reg_scale(tmp_path, tiny_toy_dir):
     ]  # fmt: skip
     subprocess.run(cmd, check=True, env=env, timeout=900)
     assert len(list(tmp_path.glob("*/head/head.safetensors"))) == 2
+
+
+def test_validation_rows_from_the_training_file_are_refused(tmp_path):
+    import functools
+
+    from diversed.tasks import load_task
+    from diversed.train import PromptDataModule
+
+    rows = tmp_path / "gsm8k.jsonl"
+    rows.write_text("".join(f'{{"question": "q{i}", "answer": "#### {i}"}}\n' for i in range(6)))
+    dm = PromptDataModule(functools.partial(load_task, "gsm8k", data_files=str(rows)), val_split="test")
+    with pytest.raises(ValueError, match="mapping"):
+        dm.setup("fit")
