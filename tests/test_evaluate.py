@@ -122,3 +122,23 @@ def test_head_for_another_pair_is_refused(tmp_path, tiny_toy_dir):
     cfg = compose_eval(tmp_path / "run", tiny_toy_dir, f"sweep.heads=[{wrong}]")
     with pytest.raises(ValueError, match="hidden_size"):
         ev.evaluate(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_multirun_fans_out_over_coarse_axes(tmp_path, tiny_toy_dir, launcher):
+    import subprocess
+    import sys
+
+    from test_train import pair_overrides
+
+    cmd = [
+        sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",
+        "seed=0,1", "task.n_examples=4", "task.max_new_tokens=4", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
+        "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]", f"hydra.sweep.dir={tmp_path}",
+        *pair_overrides(tiny_toy_dir),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=900)
+    df = load_results(tmp_path)
+    assert sorted(df.seed.unique().tolist()) == [0, 1] and len(df) == 6
+    assert len(list(tmp_path.glob("*/results.jsonl"))) == 2
