@@ -1,0 +1,529 @@
+"""The toy pair: a tiny target and draft trained from scratch on CPU, saved like a Hub pair.
+
+Corpus. Every problem is a two-digit addition, prompt ``"Q: 37+48="``; its completion is free
+wording followed by the answer, ``" so we get 85."``. The wording fills two slots drawn at
+random, an opener (" so", " thus", ...) and a two-word phrase (" we get", " it equals", ...).
+The reward (exact match of the number, `diversed.tasks.toy`) never looks at the wording. All
+8100 problems are split once by the seed into train (7100) / validation / test (500 each), so
+test problems are never trained on; training draws train problems with fresh wording per step.
+
+Why two house styles. Real targets and drafts come from different training runs and phrase
+things differently where nothing is at stake. Here each model is trained on the same problems
+with its own preferences over the wording (Zipf-like, in opposite orders, see `STYLES`), so p
+and q disagree at the wording (TV about 0.25 per slot) although every phrasing is plausible to
+both. At the answer digits the target (4 layers x 128, 1000 steps) computes the sum, carries
+included, and the draft (1 layer x 64) gets close but is mostly wrong. Lossless verification
+rejects draft tokens at both kinds of position; a context-dependent w can learn to trust q at
+the wording (w low: more acceptance, same reward) and p at the digits (w high: right answers).
+
+Tokenizer. The wording words (with or without one leading space) are single tokens and every
+other character is its own token, digits included, so any ASCII text round-trips; a bos token
+is prepended. It is a `tokenizers` word-level model wrapped as a `PreTrainedTokenizerFast`.
+
+Build. `python -m diversed.toy` trains both Llama models (2-3 minutes on 2 idle CPU cores),
+saves ``target/`` and ``draft/`` with `save_pretrained` (config, safetensors, tokenizer),
+prints the quality gap and, last, the directory. It is cached under
+``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``) and
+built only when missing. The same seed gives the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import string
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+FORMAT_VERSION = 1  # bump when the corpus, tokenizer or training code changes the artefacts
+
+# ----------------------------------------------------------------------------- corpus
+
+OPENERS = ("so", "thus", "then", "well", "hence", "now")
+PHRASES = ("that makes", "we get", "it equals", "this gives", "you get", "it is")
+LOW, HIGH = 10, 99  # operands are two-digit numbers
+SPLIT_SIZES = {"test": 500, "validation": 500}  # train is the rest (7100 problems)
+SPLITS = ("train", "validation", "test")
+
+
+def _zipf(n: int, reverse: bool, s: float = 1.0) -> tuple[float, ...]:
+    w = [1.0 / (r + 1) ** s for r in range(n)]
+    w = w[::-1] if reverse else w
+    return tuple(x / sum(w) for x in w)
+
+
+# Each model's preferences over (OPENERS, PHRASES); "reference" is what the task's targets use.
+STYLES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "target": (_zipf(len(OPENERS), False, 0.7), _zipf(len(PHRASES), False, 0.7)),
+    "draft": (_zipf(len(OPENERS), True, 0.3), _zipf(len(PHRASES), True, 0.3)),
+    "reference": (
+        tuple(1 / len(OPENERS) for _ in OPENERS),
+        tuple(1 / len(PHRASES) for _ in PHRASES),
+    ),
+}
+
+
+def problems(split: str, seed: int = 0) -> list[tuple[int, int]]:
+    """The (a, b) pairs of `split`: all two-digit pairs, shuffled by `seed`, cut into splits."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown toy split {split!r}; choose from {SPLITS}")
+    pairs = [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
+    random.Random(f"toy-split-{seed}").shuffle(pairs)
+    n_test, n_val = SPLIT_SIZES["test"], SPLIT_SIZES["validation"]
+    bounds = {
+        "test": (0, n_test),
+        "validation": (n_test, n_test + n_val),
+        "train": (n_test + n_val, len(pairs)),
+    }
+    lo, hi = bounds[split]
+    return pairs[lo:hi]
+
+
+def prompt_text(a: int, b: int) -> str:
+    return f"Q: {a}+{b}="
+
+
+def wording(rng: random.Random, style: str = "reference") -> str:
+    """The free part of a completion, e.g. " so we get": an opener and a phrase in `style`."""
+    w_open, w_phrase = STYLES[style]
+    opener = rng.choices(OPENERS, weights=w_open)[0]
+    phrase = rng.choices(PHRASES, weights=w_phrase)[0]
+    return f" {opener} {phrase}"
+
+
+def completion_text(a: int, b: int, rng: random.Random, style: str = "reference") -> str:
+    """Free wording, then the answer that the reward checks: " so we get 85."."""
+    return f"{wording(rng, style)} {a + b}."
+
+
+def examples(split: str, seed: int = 0) -> list[dict[str, Any]]:
+    """Task examples of `split` (deterministic from `seed`); the reference wording is uniform."""
+    rng = random.Random(f"toy-reference-{seed}-{split}")
+    return [
+        {
+            "id": f"toy-{a}+{b}",
+            "a": a,
+            "b": b,
+            "prompt": prompt_text(a, b),
+            "answer": str(a + b),
+            "reference": completion_text(a, b, rng, "reference"),
+        }
+        for a, b in problems(split, seed)
+    ]
+
+
+def corpus(n: int, *, style: str = "target", seed: int = 0, split: str = "train") -> list[tuple[str, str]]:
+    """`n` (prompt, completion) training pairs: problems of `split` drawn with replacement,
+    wording in `style`. Deterministic from (`seed`, `style`)."""
+    pairs = problems(split, seed)
+    rng = random.Random(f"toy-corpus-{seed}-{style}-{split}")
+    out = []
+    for _ in range(n):
+        a, b = rng.choice(pairs)
+        out.append((prompt_text(a, b), completion_text(a, b, rng, style)))
+    return out
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+
+
+def build_tokenizer(model_max_length: int = 512):
+    """Word-level tokenizer: wording words are tokens, every other character is a token."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for text in OPENERS + PHRASES for w in text.split()} | {"Q"})
+    vocab = {t: i for i, t in enumerate((PAD, BOS, EOS, UNK))}
+    for ch in string.printable:
+        vocab.setdefault(ch, len(vocab))
+    for w in words:
+        for tok in (w, " " + w):
+            vocab.setdefault(tok, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    alternatives = "|".join(sorted(words, key=len, reverse=True))
+    # a known word (optionally after one space) not followed by a letter, else one character
+    tok.pre_tokenizer = pre_tokenizers.Split(
+        Regex(rf"[ ]?(?:{alternatives})(?![A-Za-z])|[\s\S]"), behavior="isolated"
+    )
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=model_max_length,
+    )
+
+
+# ----------------------------------------------------------------------------- build config
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Size and training budget of one toy model."""
+
+    layers: int
+    hidden: int
+    heads: int
+    mlp: int
+    steps: int
+    lr: float
+    weight_decay: float
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class ToyBuildConfig:
+    """Everything that determines the artefacts; its hash names the cache directory."""
+
+    seed: int = 0
+    target: ModelSpec = field(
+        default_factory=lambda: ModelSpec(
+            layers=4, hidden=128, heads=4, mlp=384, steps=1000, lr=2e-3, weight_decay=0.1
+        )
+    )
+    draft: ModelSpec = field(
+        default_factory=lambda: ModelSpec(
+            layers=1, hidden=64, heads=2, mlp=128, steps=1000, lr=3e-3, weight_decay=0.01
+        )
+    )
+    max_position_embeddings: int = 512
+    n_eval: int = 500  # test problems used for the accuracy / acceptance report
+    num_draft_tokens: int = 5  # for the acceptance report
+
+    @classmethod
+    def tiny(cls, seed: int = 0) -> ToyBuildConfig:
+        """A few steps of tiny models: builds in seconds, for tests."""
+        return cls(
+            seed=seed,
+            target=ModelSpec(
+                layers=1, hidden=32, heads=2, mlp=64, steps=3, lr=1e-3, weight_decay=0.1, batch_size=16
+            ),
+            draft=ModelSpec(
+                layers=1, hidden=16, heads=2, mlp=32, steps=2, lr=1e-3, weight_decay=0.01, batch_size=16
+            ),
+            n_eval=8,
+        )
+
+    def key(self) -> str:
+        blob = json.dumps({"version": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$DIVERSED_CACHE/toy``, else ``~/.cache/diversed/toy``."""
+    base = os.environ.get("DIVERSED_CACHE")
+    return Path(base).expanduser() / "toy" if base else Path.home() / ".cache" / "diversed" / "toy"
+
+
+def pair_dir(config: ToyBuildConfig | None = None, cache_dir: str | Path | None = None) -> Path:
+    """Where the pair built from `config` lives (whether or not it is built yet)."""
+    config = config or ToyBuildConfig()
+    return (Path(cache_dir).expanduser() if cache_dir else cache_root()) / config.key()
+
+
+# ----------------------------------------------------------------------------- models and training
+
+
+def make_model(spec: ModelSpec, tokenizer, max_position_embeddings: int):
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.mlp,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=16,
+    )
+    return model
+
+
+def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Right-padded bos + prompt + completion + eos; the loss is on completion and eos only."""
+    rows, labels = [], []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt)["input_ids"]  # bos + prompt
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id
+    return {
+        "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
+        "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+        "labels": torch.tensor([r + [-100] * (width - len(r)) for r in labels]),
+    }
+
+
+def train_model(
+    model, tokenizer, spec: ModelSpec, *, style: str, seed: int, progress: bool = True
+) -> list[float]:
+    """AdamW with linear warmup and cosine decay on `spec.steps` batches of `style` wording."""
+    data = corpus(spec.steps * spec.batch_size, style=style, seed=seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.98), weight_decay=spec.weight_decay)
+    warmup = max(1, spec.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        t = (step - warmup) / max(1, spec.steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(t * math.pi))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    losses = []
+    bar = tqdm(range(spec.steps), desc=f"toy {style}", disable=not progress, file=sys.stderr, leave=False)
+    for step in bar:
+        batch = _batch(tokenizer, data[step * spec.batch_size : (step + 1) * spec.batch_size])
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    return losses
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _prompts(tokenizer, exs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    return tokenizer([e["prompt"] for e in exs], return_tensors="pt", padding=True)
+
+
+@torch.no_grad()
+def greedy_accuracy(model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250) -> float:
+    """Exact-match accuracy of greedy completions (scored by the toy task)."""
+    from diversed.tasks.toy import ToyTask
+
+    task = ToyTask(exs)
+    correct = 0.0
+    for i in range(0, len(exs), batch_size):
+        chunk = exs[i : i + batch_size]
+        enc = _prompts(tokenizer, chunk)
+        out = model.generate(**enc, do_sample=False, max_new_tokens=task.max_new_tokens)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(task.score(e, t) for e, t in zip(chunk, texts, strict=True))
+    return correct / max(1, len(exs))
+
+
+@torch.no_grad()
+def acceptance_rate(
+    target,
+    draft,
+    tokenizer,
+    exs: list[dict[str, Any]],
+    *,
+    num_draft_tokens: int = 5,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> float:
+    """Lossless speculative decoding acceptance rate (accepted / proposed drafts) on the prompts."""
+    from diversed.engine import speculative_generate
+
+    enc = _prompts(tokenizer, exs)
+    gen = torch.Generator().manual_seed(seed)
+    out = speculative_generate(
+        target, draft, enc["input_ids"], enc["attention_mask"], num_draft_tokens=num_draft_tokens,
+        max_new_tokens=16, do_sample=True, temperature=temperature, generator=gen,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    return out.stats.acceptance_rate
+
+
+def evaluate(
+    target, draft, tokenizer, *, seed: int = 0, n_eval: int = 500, num_draft_tokens: int = 5
+) -> dict[str, float]:
+    """The quality gap: greedy test accuracy of each model and the lossless acceptance rate (T = 1)."""
+    exs = examples("test", seed)[:n_eval]
+    return {
+        "target_accuracy": greedy_accuracy(target, tokenizer, exs),
+        "draft_accuracy": greedy_accuracy(draft, tokenizer, exs),
+        "acceptance_rate": acceptance_rate(
+            target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed
+        ),
+    }
+
+
+# ----------------------------------------------------------------------------- build and cache
+
+
+def build_threads() -> int:
+    """All cores if the machine is idle, else fewer: these models are so small that torch
+    threads competing with other processes for a core are many times slower than one thread.
+    (The thread count does not change the trained weights.)"""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, round(cores - busy)))
+
+
+def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report."""
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(build_threads())
+    try:
+        tokenizer = build_tokenizer(config.max_position_embeddings)
+        models = {}
+        losses = {}
+        for offset, role in enumerate(("target", "draft")):
+            spec = getattr(config, role)
+            torch.manual_seed(config.seed * 1000 + offset)  # init and dropout, per role
+            models[role] = make_model(spec, tokenizer, config.max_position_embeddings)
+            losses[role] = train_model(
+                models[role], tokenizer, spec, style=role, seed=config.seed, progress=progress
+            )
+        train_s = time.perf_counter() - t0
+        metrics = evaluate(
+            models["target"], models["draft"], tokenizer, seed=config.seed, n_eval=config.n_eval,
+            num_draft_tokens=config.num_draft_tokens,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars inside ours
+    try:
+        for role, model in models.items():
+            model.save_pretrained(out_dir / role)
+            tokenizer.save_pretrained(out_dir / role)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    report = {
+        "config": asdict(config),
+        "key": config.key(),
+        "format_version": FORMAT_VERSION,
+        "metrics": metrics,
+        "final_loss": {role: sum(v[-20:]) / max(1, len(v[-20:])) for role, v in losses.items()},
+        "params": {role: sum(p.numel() for p in m.parameters()) for role, m in models.items()},
+        "train_seconds": round(train_s, 1),
+        "build_seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out_dir / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def is_built(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / "build.json").is_file() and (path / "target").is_dir() and (path / "draft").is_dir()
+
+
+def ensure_toy_pair(
+    config: ToyBuildConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """The directory holding target/ and draft/ for `config`, built first if missing."""
+    config = config or ToyBuildConfig()
+    path = pair_dir(config, cache_dir)
+    if is_built(path) and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"building the toy pair into {path} (seed {config.seed})", file=sys.stderr)
+    report = build(config, tmp, progress=progress)
+    print(format_report(report), file=sys.stderr)
+    if force:
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rename(tmp, path)  # atomic: a reader sees a whole pair or none
+    except OSError:  # another process finished the same build first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def format_report(report: dict[str, Any]) -> str:
+    m = report["metrics"]
+    return (
+        f"toy pair {report['key']}: built in {report['build_seconds']:.0f}s "
+        f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})\n"
+        f"  test exact match  target {m['target_accuracy']:.3f}  draft {m['draft_accuracy']:.3f}\n"
+        f"  lossless acceptance rate at T=1: {m['acceptance_rate']:.3f}"
+    )
+
+
+def load_toy_pair(
+    *,
+    seed: int = 0,
+    cache_dir: str | None = None,
+    name: str = "toy",
+    dtype: str = "float32",
+    device: str = "cpu",
+    attn_implementation: str | None = None,
+    config: ToyBuildConfig | None = None,
+):
+    """Build the toy pair if missing, then load it through `diversed.pair.load_pair` like any pair."""
+    from diversed.pair import load_pair
+
+    config = config or ToyBuildConfig(seed=seed)
+    path = ensure_toy_pair(config, cache_dir=cache_dir)
+    return load_pair(
+        str(path / "target"), str(path / "draft"), dtype=dtype, device=device, name=name,
+        attn_implementation=attn_implementation,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m diversed.toy", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cache-dir", default=None, help="default: $DIVERSED_CACHE/toy or ~/.cache/diversed/toy"
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
+    parser.add_argument("--tiny", action="store_true", help="a few-step build of tiny models (for tests)")
+    args = parser.parse_args(argv)
+    config = ToyBuildConfig.tiny(args.seed) if args.tiny else ToyBuildConfig(seed=args.seed)
+    built = is_built(pair_dir(config, args.cache_dir)) and not args.force
+    path = ensure_toy_pair(config, cache_dir=args.cache_dir, force=args.force)
+    if built:  # a fresh build has printed its report already
+        print(format_report(json.loads((path / "build.json").read_text())), file=sys.stderr)
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    main()

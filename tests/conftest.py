@@ -1,0 +1,26 @@
+"""Shared fixtures. Keep each group under its own header."""
+
+from __future__ import annotations
+
+import pytest
+
+# ----------------------------------------------------------------------------- toy pair (diversed/toy.py)
+
+
+@pytest.fixture(scope="session")
+def toy_tiny_dir(tmp_path_factory):
+    """A few-step build of tiny toy models (seconds): target/ and draft/ like a Hub pair."""
+    from diversed.toy import ToyBuildConfig, build
+
+    out = tmp_path_factory.mktemp("toy-tiny")
+    build(ToyBuildConfig.tiny(), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def toy_pair_dir():
+    """The default toy pair, built once (a few minutes on 2 cores) or reused from the cache
+    ($DIVERSED_CACHE/toy or ~/.cache/diversed/toy). For `slow` tests."""
+    from diversed.toy import ensure_toy_pair
+
+    return ensure_toy_pair(progress=False)

@@ -1,0 +1,193 @@
+"""The toy pair: corpus, tokenizer, build and cache, the toy task, and (slow) the quality gap."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from diversed import toy
+from diversed.tasks import TASKS, load_task
+from diversed.tasks.toy import ToyTask
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+COMPLETION = re.compile(rf"^ ({'|'.join(toy.OPENERS)}) ({'|'.join(toy.PHRASES)}) (\d+)\.$")
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def test_corpus_is_deterministic_and_has_wording_then_answer():
+    a = toy.corpus(300, style="target", seed=0)
+    assert a == toy.corpus(300, style="target", seed=0)
+    assert a != toy.corpus(300, style="target", seed=1)
+    for prompt, completion in a:
+        x, y = map(int, re.fullmatch(r"Q: (\d+)\+(\d+)=", prompt).groups())
+        m = COMPLETION.match(completion)
+        assert m, completion  # free wording, then the answer
+        assert int(m[3]) == x + y  # the only part the reward reads
+    # the wording is genuinely random: several openers and phrases occur
+    assert len({COMPLETION.match(c)[1] for _, c in a}) >= 4
+    assert len({COMPLETION.match(c)[2] for _, c in a}) >= 4
+
+
+def test_target_and_draft_styles_disagree_on_the_wording():
+    for slot in range(2):
+        p, q = toy.STYLES["target"][slot], toy.STYLES["draft"][slot]
+        assert min(p) > 0 and min(q) > 0  # every phrasing is plausible to both
+        assert 0.2 < 0.5 * sum(abs(x - y) for x, y in zip(p, q, strict=True)) < 0.6
+    target = [c.split()[0] for _, c in toy.corpus(2000, style="target")]
+    draft = [c.split()[0] for _, c in toy.corpus(2000, style="draft")]
+    assert target.count(toy.OPENERS[0]) > 2 * draft.count(toy.OPENERS[0])
+
+
+def test_splits_are_disjoint_and_seeded():
+    splits = {s: toy.problems(s, seed=0) for s in toy.SPLITS}
+    assert [len(splits[s]) for s in ("train", "validation", "test")] == [7100, 500, 500]
+    union = set().union(*map(set, splits.values()))
+    assert len(union) == 8100
+    assert toy.problems("test", seed=0) == splits["test"]
+    assert toy.problems("test", seed=1) != splits["test"]
+    with pytest.raises(ValueError, match="unknown toy split"):
+        toy.problems("dev")
+
+
+def test_tokenizer_round_trips_and_keeps_digits_apart():
+    tok = toy.build_tokenizer()
+    text = "Q: 37+48= so that makes 85."
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    tokens = tok.convert_ids_to_tokens(ids)
+    assert " so" in tokens and " makes" in tokens and "8" in tokens and "85" not in tokens
+    # words it does not know fall back to characters
+    assert tok.decode(tok("something else!\n")["input_ids"], skip_special_tokens=True) == "something else!\n"
+
+
+# ----------------------------------------------------------------------------- build and cache
+
+
+def test_tiny_build_loads_like_a_hub_pair(toy_tiny_dir):
+    report = json.loads((toy_tiny_dir / "build.json").read_text())
+    assert set(report["metrics"]) == {"target_accuracy", "draft_accuracy", "acceptance_rate"}
+    tok = AutoTokenizer.from_pretrained(toy_tiny_dir / "target")
+    assert tok.padding_side == "left" and tok.pad_token == "<pad>" and tok.eos_token == "</s>"
+    assert tok.get_vocab() == AutoTokenizer.from_pretrained(toy_tiny_dir / "draft").get_vocab()
+    for role in ("target", "draft"):
+        model = AutoModelForCausalLM.from_pretrained(toy_tiny_dir / role)
+        assert (toy_tiny_dir / role / "model.safetensors").is_file()
+        assert model.config.vocab_size == len(tok)
+        assert model.generation_config.eos_token_id == tok.eos_token_id
+        assert model.generation_config.pad_token_id == tok.pad_token_id
+        enc = tok(["Q: 10+20=", "Q: 37+48="], return_tensors="pt", padding=True)
+        out = model.generate(**enc, do_sample=False, max_new_tokens=3)
+        assert out.shape[0] == 2 and out.shape[1] <= enc["input_ids"].shape[1] + 3
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return {role: load_file(path / role / "model.safetensors") for role in ("target", "draft")}
+
+
+def test_same_seed_same_weights(tmp_path, toy_tiny_dir):
+    toy.build(toy.ToyBuildConfig.tiny(), tmp_path / "again", progress=False)
+    toy.build(toy.ToyBuildConfig.tiny(seed=1), tmp_path / "seed1", progress=False)
+    first, again, other = _weights(toy_tiny_dir), _weights(tmp_path / "again"), _weights(tmp_path / "seed1")
+    for role in ("target", "draft"):
+        assert first[role].keys() == again[role].keys()
+        assert all(torch.equal(first[role][k], again[role][k]) for k in first[role])
+        assert not all(torch.equal(first[role][k], other[role][k]) for k in first[role])
+
+
+def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys):
+    config = toy.ToyBuildConfig.tiny()
+    assert toy.pair_dir(config, tmp_path) != toy.pair_dir(toy.ToyBuildConfig.tiny(seed=1), tmp_path)
+    assert toy.pair_dir(config, tmp_path).parent == tmp_path
+    path = toy.main(["--tiny", "--cache-dir", str(tmp_path)])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(path)  # the last line is the directory
+    assert toy.is_built(path) and path == toy.pair_dir(config, tmp_path)
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("rebuilt a cached pair")
+
+    monkeypatch.setattr(toy, "build", no_build)
+    assert toy.ensure_toy_pair(config, cache_dir=tmp_path) == path
+    assert toy.main(["--tiny", "--cache-dir", str(tmp_path)]) == path
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(path)
+
+
+def test_default_cache_location(monkeypatch, tmp_path):
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
+    assert toy.pair_dir().parent == tmp_path / "toy"
+    monkeypatch.delenv("DIVERSED_CACHE")
+    assert toy.pair_dir().parent == Path.home() / ".cache" / "diversed" / "toy"
+
+
+def test_load_toy_pair_uses_the_pair_loader(toy_tiny_dir, tmp_path):
+    config = toy.ToyBuildConfig.tiny()
+    (tmp_path / config.key()).symlink_to(toy_tiny_dir)  # pretend it is cached
+    pair = toy.load_toy_pair(cache_dir=str(tmp_path), config=config, name="toy-tiny")
+    assert pair.name == "toy-tiny" and pair.tokenizer.padding_side == "left"
+    assert not pair.target.training and pair.target.config.hidden_size == config.target.hidden
+
+
+# ----------------------------------------------------------------------------- the toy task
+
+
+def test_toy_task_scores_exact_match_of_the_answer():
+    task = ToyTask.load(split="test", n_examples=20)
+    assert len(task) == 20 and task.metric == "exact_match"
+    ex = task[0]
+    a, b = ex["a"], ex["b"]
+    assert task.prompt(ex) == f"Q: {a}+{b}=" and ex["answer"] == str(a + b)
+    assert task.score(ex, task.target(ex)) == 1.0
+    assert task.score(ex, f" well you get {a + b}.") == 1.0  # any wording
+    assert task.score(ex, f" so we get {a + b + 1}.") == 0.0
+    assert task.score(ex, f" so we get {a + b}") == 1.0  # no final period: still the answer
+    assert task.score(ex, f" so we get 1.{a + b}") == 0.0  # text after the stop is ignored
+    assert task.score(ex, f" so {a}+{b} is {a + b}.\nQ: 1+2=3") == 1.0
+    assert task.score(ex, " so we get") == 0.0
+    assert task.score(ex, f" so 7 or {a + b}") == 1.0  # the last number counts
+    assert task.metrics(ex, task.target(ex)) == {"exact_match": 1.0}
+
+
+def test_toy_task_is_registered_and_configured():
+    assert TASKS["toy"] is ToyTask
+    test = load_task("toy", split="test", n_examples=5)
+    train = load_task("toy", split="train", n_examples=5)
+    assert {e["id"] for e in test}.isdisjoint(e["id"] for e in train)
+    cfg = OmegaConf.load(CONFIGS / "task" / "toy.yaml")
+    task = instantiate(cfg, n_examples=7)
+    assert isinstance(task, ToyTask) and len(task) == 7
+    assert [e["id"] for e in task] == [e["id"] for e in toy.examples("test")[:7]]
+
+
+def test_toy_task_reads_data_files(tmp_path):
+    rows = toy.examples("validation")[:3]
+    path = tmp_path / "toy.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = ToyTask.load(data_files=str(path))
+    assert task.examples == rows
+
+
+# ----------------------------------------------------------------------------- the quality gap (slow)
+
+
+@pytest.mark.slow
+def test_quality_gap_of_the_default_pair(toy_pair_dir):
+    """Target >= 0.9 and draft <= 0.6 greedy exact match on the test split; lossless acceptance
+    rate at T = 1 (N = 5) between 0.3 and 0.85."""
+    from diversed.pair import load_pair
+
+    pair = load_pair(str(toy_pair_dir / "target"), str(toy_pair_dir / "draft"), device="cpu", dtype="float32")
+    metrics = toy.evaluate(pair.target, pair.draft, pair.tokenizer, n_eval=500)
+    print(metrics)
+    assert metrics["target_accuracy"] >= 0.9
+    assert metrics["draft_accuracy"] <= 0.6
+    assert 0.3 <= metrics["acceptance_rate"] <= 0.85
