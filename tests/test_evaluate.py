@@ -16,18 +16,9 @@ from diversed.train import CONFIG_DIR
 
 
 @pytest.fixture(scope="module")
-def tiny_toy_dir(tmp_path_factory):
-    from diversed.toy import ToyBuildConfig, build
-
-    out = tmp_path_factory.mktemp("toy")
-    build(ToyBuildConfig.tiny(), out, progress=False)
-    return out
-
-
-@pytest.fixture(scope="module")
-def head_dir(tiny_toy_dir, tmp_path_factory):
-    cfg = json.loads((tiny_toy_dir / "target" / "config.json").read_text())
-    dcfg = json.loads((tiny_toy_dir / "draft" / "config.json").read_text())
+def head_dir(toy_tiny_dir, tmp_path_factory):
+    cfg = json.loads((toy_tiny_dir / "target" / "config.json").read_text())
+    dcfg = json.loads((toy_tiny_dir / "draft" / "config.json").read_text())
     out = tmp_path_factory.mktemp("head")
     WeightHead(dcfg["hidden_size"], cfg["hidden_size"]).save_pretrained(out, pair="tiny-toy")
     return out
@@ -51,8 +42,8 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
     return cfg
 
 
-def test_grid_records_and_resume(tmp_path, tiny_toy_dir, head_dir, monkeypatch):
-    cfg = compose_eval(tmp_path, tiny_toy_dir, f"sweep.heads=[{head_dir}]")
+def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
+    cfg = compose_eval(tmp_path, toy_tiny_dir, f"sweep.heads=[{head_dir}]")
     n_points = len(list(ev.grid(cfg.sweep, {str(head_dir): None})))
     assert n_points == 2 * (1 + 2 * (1 + 3 + 1))  # per T: AR + per N: lossless, 3 static, 1 head
 
@@ -102,31 +93,31 @@ def test_grid_records_and_resume(tmp_path, tiny_toy_dir, head_dir, monkeypatch):
     assert {"example_id", "completion", "score", "new_tokens", "accepted_drafts"} <= set(row)
 
 
-def test_bad_sweep_fails_before_loading_the_pair(tmp_path, tiny_toy_dir):
+def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):
     for override, message in (
         ("sweep.weights=[0.5,1.5]", "sweep.weights"),
         ("sweep.draft_lengths=[0]", "draft_lengths"),
         ("sweep.heads=[/nonexistent/head]", "not a saved head"),
         ("sweep.methods=[lossless,beam]", "unknown"),
     ):
-        cfg = compose_eval(tmp_path, tiny_toy_dir, override)
+        cfg = compose_eval(tmp_path, toy_tiny_dir, override)
         with open_dict(cfg):
             cfg.pair = OmegaConf.create({"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"})
         with pytest.raises(ValueError, match=message):
             ev.evaluate(cfg)
 
 
-def test_head_for_another_pair_is_refused(tmp_path, tiny_toy_dir):
+def test_head_for_another_pair_is_refused(tmp_path, toy_tiny_dir):
     wrong = tmp_path / "wrong_head"
     WeightHead(7, 9).save_pretrained(wrong)
-    cfg = compose_eval(tmp_path / "run", tiny_toy_dir, f"sweep.heads=[{wrong}]")
+    cfg = compose_eval(tmp_path / "run", toy_tiny_dir, f"sweep.heads=[{wrong}]")
     with pytest.raises(ValueError, match="hidden_size"):
         ev.evaluate(cfg)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
-def test_multirun_fans_out_over_coarse_axes(tmp_path, tiny_toy_dir, launcher):
+def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     import subprocess
     import sys
 
@@ -136,7 +127,7 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, tiny_toy_dir, launcher):
         sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",
         "seed=0,1", "task.n_examples=4", "task.max_new_tokens=4", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
         "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]", f"hydra.sweep.dir={tmp_path}",
-        *pair_overrides(tiny_toy_dir),
+        *pair_overrides(toy_tiny_dir),
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=900)
     df = load_results(tmp_path)

@@ -100,15 +100,6 @@ def test_experiments_compose(experiment):
 # ----------------------------------------------------------------------------- end to end
 
 
-@pytest.fixture(scope="module")
-def tiny_toy_dir(tmp_path_factory):
-    from diversed.toy import ToyBuildConfig, build
-
-    out = tmp_path_factory.mktemp("toy")
-    build(ToyBuildConfig.tiny(), out, progress=False)
-    return out
-
-
 def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
@@ -128,8 +119,8 @@ def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
     return cfg
 
 
-def test_train_checkpoints_resumes_and_exports(tmp_path, tiny_toy_dir):
-    cfg = compose_train(tmp_path / "run", tiny_toy_dir)
+def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
+    cfg = compose_train(tmp_path / "run", toy_tiny_dir)
     result = train(cfg)
     for key in ("val/score", "val/acceptance_rate", "val/tokens_per_target_call", "val/mean_w", "train/loss"):
         assert key in result["metrics"], key
@@ -147,7 +138,7 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, tiny_toy_dir):
     with pytest.raises(ValueError, match="draft_hidden_size"):
         WeightHead.from_pretrained(result["head_dir"], draft_hidden_size=head.draft_hidden_size + 1)
     # resume: continues from step 3 to step 5
-    cfg2 = compose_train(tmp_path / "run", tiny_toy_dir, "trainer.max_steps=5", f"ckpt_path={last}")
+    cfg2 = compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=5", f"ckpt_path={last}")
     train(cfg2)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 5
 
@@ -161,14 +152,14 @@ def pair_overrides(pair_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_multirun_over_reg_scale(tmp_path, tiny_toy_dir):
+def test_multirun_over_reg_scale(tmp_path, toy_tiny_dir):
     import subprocess
     import sys
 
     cmd = [
         sys.executable, "-m", "diversed.train", "-m", "+experiment=toy", "logger=csv", "model.reg_scale=0.0,1.0",
         "trainer.max_steps=2", "trainer.val_check_interval=2", "data.n_val=4", "data.n_train=16", "data.batch_size=4",
-        "model.max_new_tokens=6", f"hydra.sweep.dir={tmp_path}", *pair_overrides(tiny_toy_dir),
+        "model.max_new_tokens=6", f"hydra.sweep.dir={tmp_path}", *pair_overrides(toy_tiny_dir),
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=900)
     assert len(list(tmp_path.glob("*/head/head.safetensors"))) == 2
