@@ -11,16 +11,17 @@ Why two house styles. Real targets and drafts come from different training runs 
 things differently where nothing is at stake. Here each model is trained on the same problems
 with its own preferences over the wording (Zipf-like, in opposite orders, see `STYLES`), so p
 and q disagree at the wording (TV about 0.25 per slot) although every phrasing is plausible to
-both. At the answer digits the target (4 layers x 128, 1000 steps) computes the sum, carries
-included, and the draft (1 layer x 64) gets close but is mostly wrong. Lossless verification
-rejects draft tokens at both kinds of position; a context-dependent w can learn to trust q at
+both. At the answer digits the target (4 layers x 128, weight decay 0.1, which makes it learn
+the carries in time) computes the sum, and the draft (1 layer x 64) gets close but is mostly
+wrong: about 1.0 vs 0.1 exact match, lossless acceptance about 0.45 at T = 1, N = 5. Lossless
+verification rejects draft tokens at both kinds of position; a context-dependent w can trust q at
 the wording (w low: more acceptance, same reward) and p at the digits (w high: right answers).
 
 Tokenizer. The wording words (with or without one leading space) are single tokens and every
 other character is its own token, digits included, so any ASCII text round-trips; a bos token
 is prepended. It is a `tokenizers` word-level model wrapped as a `PreTrainedTokenizerFast`.
 
-Build. `python -m diversed.toy` trains both Llama models (2-3 minutes on 2 idle CPU cores),
+Build. `python -m diversed.toy` trains both Llama models (2-3 minutes on 2 CPU cores),
 saves ``target/`` and ``draft/`` with `save_pretrained` (config, safetensors, tokenizer),
 prints the quality gap and, last, the directory. It is cached under
 ``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``) and
