@@ -10,7 +10,9 @@ Layout. Both models' KV caches share one slot layout: slot s holds the token `id
 position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text. Rows accept
 different numbers of tokens, so after a round each cache is cropped to the longest accepted
 prefix in the batch and the rejected slots of shorter rows stay behind as masked holes: nothing
-is re-encoded and no row waits for another. Finished rows leave the batch.
+is re-encoded and no row waits for another. Finished rows leave the batch. Each model reads the
+prompt in its first call of the first round (no separate prefill), and is called through `_Plan`:
+`model(...)` in general, its decoder layers directly for the common Llama-like architectures.
 
 The engine knows nothing about tokenizers, tasks or training; the maths is in `verify.py`.
 """
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 import torch
@@ -146,33 +149,118 @@ def _as_id_list(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+# Architectures whose causal-LM forward is exactly embed -> rotary -> decoder layers -> norm -> lm_head.
+_LAYER_LOOP_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class _Plan:
+    """How the engine calls one model, worked out once per model (and again if its device, dtype
+    or attention implementation changes).
+
+    The general way is `model(...)` with the 2D slot mask, for any causal LM. For the architectures
+    above with full attention in every layer, `model(...)` costs as much again as its layers when
+    the model is tiny (output capture, config merging, mask building, output dataclasses), so the
+    engine runs the decoder layers itself, with an additive 4D mask built from the slot mask and
+    cos/sin tables indexed by position; it does so only if `_check_layer_loop` finds that both ways
+    give the same logits and hidden states on a ragged batch with holes.
+    """
+
+    def __init__(self, model: nn.Module, layer_loop: bool) -> None:
+        self.key = _plan_key(model)
+        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.layer_loop = layer_loop
+        if not layer_loop:
+            return
+        # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
+        base = model.base_model
+        self.embed, self.rope, self.norm = base.embed_tokens, base.rotary_emb, base.norm
+        self.head = model.get_output_embeddings()
+        self.layers = list(base.layers)[: model.config.num_hidden_layers]
+        dtype, device = base.embed_tokens.weight.dtype, base.embed_tokens.weight.device
+        self.zero = torch.zeros((), dtype=dtype, device=device)
+        self.min = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
+        self.causal = torch.ones(0, 0, dtype=torch.bool, device=device)  # grown on demand
+        rope_type = getattr(self.rope, "rope_type", None)  # tables unless the rotary rescales with length
+        self.table = isinstance(rope_type, str) and "dynamic" not in rope_type and rope_type != "longrope"
+        self.cos = self.sin = torch.zeros(0, device=device)
+
+    def run_layers(self, ids: Tensor, mask: Tensor, pos: Tensor, start: int, end: int, keep: int, cache):
+        """Slots [start, end) through the decoder layers; logits and final hidden states of the last `keep`."""
+        h = self.embed(ids)
+        rope = self.rotary(h, pos, end)
+        mask = self.additive_mask(mask, start, end)
+        for layer in self.layers:
+            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=pos,
+                      past_key_values=cache, use_cache=True)  # fmt: skip
+        h = self.norm(h[:, -keep:])
+        return self.head(h), h
+
+    def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
+        if not self.table:
+            return self.rope(h, position_ids=pos)
+        if self.cos.shape[0] < end:  # a position never exceeds its slot index
+            n = max(end, 2 * self.cos.shape[0])
+            cos, sin = self.rope(h[:1, :1], position_ids=torch.arange(n, device=h.device)[None])
+            self.cos, self.sin = cos[0], sin[0]
+        return self.cos[pos], self.sin[pos]
+
+    def additive_mask(self, mask: Tensor, start: int, end: int) -> Tensor:
+        """[b, 1, end − start, end]: slot i reads slot j <= i if j holds text (0), else min."""
+        allowed = mask[:, None, None, :end].bool()
+        if end - start > 1:  # a single new slot reads every earlier slot that holds text
+            if self.causal.shape[0] < end:
+                n = max(end, 2 * self.causal.shape[0])
+                self.causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril_()
+            allowed = allowed & self.causal[start:end, :end]
+        return torch.where(allowed, self.zero, self.min)
+
+
+_plans: weakref.WeakKeyDictionary[nn.Module, _Plan] = weakref.WeakKeyDictionary()
+
+
+def _plan_key(model: nn.Module) -> tuple:
+    weight = model.get_input_embeddings().weight
+    return weight.device, weight.dtype, getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def _plan(model: nn.Module) -> _Plan:
+    plan = _plans.get(model)
+    if plan is None or plan.key != _plan_key(model):
+        plan = _plans[model] = _Plan(model, layer_loop=_check_layer_loop(model))
+    return plan
+
+
 class _Model:
     """One model, its cache and the forward call on a slot range (the engine's only model calls)."""
 
-    def __init__(self, model: nn.Module, vocab: int, hidden: bool) -> None:
+    def __init__(self, model: nn.Module, vocab: int, hidden: bool, plan: _Plan | None = None) -> None:
         self.model, self.vocab, self.hidden = model, vocab, hidden
+        self.plan = plan or _plan(model)
         self.cache = DynamicCache(config=model.config)
         self.length = 0  # slots in the cache
         self.calls = 0
-        self._keep = "logits_to_keep" in inspect.signature(model.forward).parameters
 
-    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 0):
-        """Feed slots [self.length, end); return float32 logits (last `keep` or all) and hidden."""
-        start = self.length
-        kwargs = {"logits_to_keep": keep} if self._keep and keep else {}
-        out = self.model(
-            input_ids=ids[:, start:end],
-            attention_mask=mask[:, :end],
-            position_ids=pos[:, start:end],
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=self.hidden,
-            **kwargs,
-        )
+    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
+        """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
+        start, plan = self.length, self.plan
+        if plan.layer_loop:
+            logits, hidden = plan.run_layers(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
+        else:
+            out = self.model(
+                input_ids=ids[:, start:end],
+                attention_mask=mask[:, :end],
+                position_ids=pos[:, start:end],
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=self.hidden,
+                **({"logits_to_keep": keep} if plan.keep else {}),
+            )
+            logits = out.logits[:, -keep:]
+            hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
         self.length = end
-        logits = out.logits[..., : self.vocab].float()
-        hidden = out.hidden_states[-1] if self.hidden else None
-        return logits, hidden
+        if logits.shape[-1] != self.vocab:
+            logits = logits[..., : self.vocab]
+        return logits.float(), (hidden if self.hidden else None)
 
     def crop(self, length: int) -> None:
         if length < self.length:
@@ -181,6 +269,46 @@ class _Model:
 
     def select(self, rows: Tensor) -> None:
         self.cache.batch_select_indices(rows)
+
+
+@torch.no_grad()
+def _check_layer_loop(model: nn.Module) -> bool:
+    """Whether the engine may run `model`'s layers itself: a known architecture, SDPA or eager
+    attention, no sliding windows, and the same outputs as `model(...)` on a ragged batch."""
+    config = getattr(model, "config", None)
+    base = getattr(model, "base_model", None)
+    if (
+        getattr(config, "model_type", None) not in _LAYER_LOOP_TYPES
+        or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager")
+        or getattr(config, "sliding_window", None) is not None
+        or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
+        or not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
+        or not isinstance(model.get_output_embeddings(), nn.Linear)
+    ):
+        return False
+    device = _device(model)
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.arange(12, device=device).view(2, 6) % vocab
+    mask = torch.ones(2, 6, dtype=torch.long, device=device)
+    mask[0, :2] = 0  # left padding
+    mask[1, 4] = 0  # a hole, as a rejected draft leaves
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    try:
+        # The general way: logits from model(...), final hidden states from the base model (asking
+        # model(...) for hidden states would leave output-capture hooks on every layer, which slow
+        # each later call).
+        general, cache = _Model(model, vocab, hidden=False, plan=_Plan(model, False)), DynamicCache(config=config)
+        loop = _Model(model, vocab, hidden=True, plan=_Plan(model, True))
+        pairs = []
+        for start, end, keep in ((0, 3, 1), (3, 6, 3)):
+            logits, _ = general.forward(ids, mask, pos, end, keep)
+            hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
+                          past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
+            pairs += list(zip((logits, hidden), loop.forward(ids, mask, pos, end, keep), strict=True))
+    except Exception:  # any surprise in the model's internals: use the general path
+        return False
+    tol = 1e-4 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
+    return all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)
 
 
 def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold):
@@ -225,7 +353,7 @@ def _at(t: Tensor, index: Tensor) -> Tensor:
     return t.gather(1, index.view(shape).expand(-1, 1, *t.shape[2:])).squeeze(1)
 
 
-@torch.no_grad()
+@torch.inference_mode()  # cheaper than no_grad for the many tiny ops of a round
 def speculative_generate(
     target: nn.Module,
     draft: nn.Module,
@@ -282,49 +410,50 @@ def speculative_generate(
     ids[:, :P], mask[:, :P] = input_ids, attention_mask.long()
     pos[:, :P] = (mask[:, :P].cumsum(-1) - 1).clamp_min(0)
     out = torch.full((B, max_new_tokens + 1), int(pad_token_id), dtype=torch.long, device=device)  # last col: sink
-    rows = list(range(B))  # original index of each row still in the batch (host)
-    rows_dev = torch.arange(B, device=device)
-    stats = SpeculativeStats(
-        proposed=torch.zeros(B, dtype=torch.long), accepted=torch.zeros(B, dtype=torch.long),
-        rounds=torch.zeros(B, dtype=torch.long), new_tokens=torch.zeros(B, dtype=torch.long),
-        accepted_hist=torch.zeros(B, num_draft_tokens + 1, dtype=torch.long),
-        w_sum=torch.zeros(B), w_count=torch.zeros(B, dtype=torch.long), verifier=verifier.kind,
-    )
-    n_new = stats.new_tokens  # host: tokens emitted per original row
+    rows = torch.arange(B, device=device)  # original index of each row still in the batch
+    # Statistics per original row stay on the device: rounds, proposed, accepted, new tokens; the
+    # accepted-length histogram; Σ w and the count of positions that emitted a token.
+    counts = torch.zeros(B, 4, dtype=torch.long, device=device)
+    hist = torch.zeros(B, num_draft_tokens + 1, dtype=torch.long, device=device)
     w_sum = torch.zeros(B, device=device)
+    w_count = torch.zeros(B, dtype=torch.long, device=device)
+    ramps: dict[int, Tensor] = {}  # torch.arange(n + 1) by n
+    rounds_n: list[int] = []
 
     T, D = _Model(target, vocab, verifier.needs_hidden), _Model(draft, vocab, verifier.needs_hidden)
-    if P > 1:  # prefill all but the last prompt token, which is the first round's t0
-        T.forward(ids, mask, pos, P - 1, keep=1)
-        D.forward(ids, mask, pos, P - 1, keep=1)
+    # No separate prefill: each model's first call of the first round reads the whole prompt.
     cur = P - 1  # slot of t0: the last emitted token, in neither cache yet
     n_cap = num_draft_tokens
+    fewest = 0  # host: fewest tokens emitted by a row still in the batch
 
-    while rows:
-        b = len(rows)
-        remaining = max_new_tokens - n_new[rows]  # [b] host, all >= 1
+    while rows.shape[0]:
+        b = rows.shape[0]
         # Never draft past the budget: with r tokens left, r − 1 drafts and the token after them.
-        n = min(n_cap, int(remaining.max()) - 1)
+        n = min(n_cap, max_new_tokens - fewest - 1)
         if ids.shape[1] < cur + n + 2:
             ids, mask, pos = (torch.cat([t, torch.full_like(t, f)], 1) for t, f in ((ids, pad_token_id), (mask, 0), (pos, 0)))
-        steps = torch.arange(n + 1, device=device)
-        pos[:, cur + 1 : cur + n + 2] = pos[:, cur : cur + 1] + steps + 1
+        steps = ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
+        n_new = counts[rows, 3]
+        remaining = max_new_tokens - n_new  # [b], all >= 1
+        pos[:, cur + 1 : cur + n + 2] = pos[:, cur : cur + 1] + (steps + 1)
         mask[:, cur + 1 : cur + n + 1] = 1  # tentative: the target reads the drafts causally
 
         # --- draft: x_1..x_n ~ q, one forward each (the first also catches up on slots the draft
-        # has not read, e.g. x_n of a fully accepted round)
+        # has not read: the prompt, or x_n of a fully accepted round)
         q_steps, hd_steps = [], []
-        lengths = torch.full((b,), n, dtype=torch.long, device=device)  # drafts proposed per row
-        proposing = torch.ones(b, dtype=torch.bool, device=device)
+        lengths: Tensor | int = n  # drafts proposed per row: n unless a row stops early
+        if draft_confidence_threshold is not None:
+            lengths = torch.full((b,), n, dtype=torch.long, device=device)
+            proposing = torch.ones(b, dtype=torch.bool, device=device)
         for j in range(n):
             logits_q, h_d = D.forward(ids, mask, pos, cur + j + 1, keep=1)
             D.calls += 1
-            logits_q = logits_q[:, -1]
+            logits_q = logits_q[:, 0]
             q_j = probs_from_logits(logits_q, tau) if need_q else logits_q
             ids[:, cur + j + 1] = logits_q.argmax(-1) if greedy else sample(q_j, generator)
             q_steps.append(q_j)
             if h_d is not None:
-                hd_steps.append(h_d[:, -1])
+                hd_steps.append(h_d[:, 0])
             if draft_confidence_threshold is not None:
                 # A row stops proposing once the draft's top probability falls below the threshold;
                 # the low-confidence token itself is still proposed, as in transformers.
@@ -334,18 +463,20 @@ def speculative_generate(
                 proposing &= ~stop
                 if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
                     n = j + 1
-                    steps = torch.arange(n + 1, device=device)
+                    steps = ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
                     break
 
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
-        logits_p, h_t = T.forward(ids, mask, pos, cur + n + 1)
+        logits_p, h_t = T.forward(ids, mask, pos, cur + n + 1, keep=n + 1)
         T.calls += 1
         p = probs_from_logits(logits_p, tau) if need_q else None
         x = ids[:, cur + 1 : cur + n + 1]
+        w: Tensor | float = 1.0
         if n > 0:
-            q = torch.stack(q_steps, 1)  # [b, n, V]
-            h_dn = torch.stack(hd_steps, 1) if hd_steps else None
-            w = verifier.weights(p[:, :n] if need_q else q, q, h_dn, h_t[:, :n] if h_t is not None else None)
+            q = torch.stack(q_steps, 1)  # [b, n, V] (logits in greedy lossless)
+            if not lossless:
+                h_dn = torch.stack(hd_steps, 1) if hd_steps else None
+                w = verifier.weights(p[:, :n], q, h_dn, h_t[:, :n] if h_t is not None else None)
             if greedy:  # accept x_i while x_i == argmax v_i
                 best = logits_p[:, :n].argmax(-1) if lossless else mix(p[:, :n], q, w).argmax(-1)
                 ok = x == best
@@ -353,10 +484,10 @@ def speculative_generate(
                 p_x = p[:, :n].gather(-1, x.unsqueeze(-1)).squeeze(-1)
                 q_x = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
                 ok = accept(p_x, q_x, w, torch.rand((b, n), device=device, generator=generator))
-            ok &= steps[:n] < lengths.unsqueeze(1)  # nothing proposed past a row's length
+            if isinstance(lengths, Tensor):
+                ok &= steps[:n] < lengths.unsqueeze(1)  # nothing proposed past a row's length
             k = ok.long().cumprod(-1).sum(-1)  # accepted drafts per row
         else:
-            w = torch.ones((b, 0), device=device)
             k = torch.zeros(b, dtype=torch.long, device=device)
         full = k == lengths  # every proposal accepted: the next token is the bonus
 
@@ -371,68 +502,81 @@ def speculative_generate(
             if n > 0:  # normalize(max(0, v − q)) = normalize(max(0, p − q))
                 p_k = torch.where(full.unsqueeze(-1), p_k, residual(p_k, _at(q, k.clamp_max(n - 1))))
             nxt = sample(p_k, generator)
-        w_next = torch.where(full, 1.0, _at(w, k.clamp_max(n - 1))) if n > 0 else torch.ones(b, device=device)
+        if dynamic:  # w at the position of the emitted token after the prefix (1 for a p bonus)
+            w_next = torch.where(full, 1.0, _at(w, k.clamp_max(n - 1))) if n > 0 else torch.ones(b, device=device)
 
-        # --- the round's host sync (a second one only when an ensemble bonus is drawn)
-        emitted, keep, done = _emitted(x, k, nxt, eos, remaining.to(device))
-        k_h, full_h, keep_h, done_h, len_h = torch.stack([k, full.long(), keep, done.long(), lengths]).tolist()
+        # --- the round's host sync (a second one only when an ensemble bonus is drawn): the
+        # longest accepted prefix, whether a bonus is due, finished rows, and the next budget
+        emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
+        fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
+        k_h, full_h, done_h, (fewest, *_) = torch.stack([k, full.long(), done.long(), fewest_next.expand(b)]).tolist()
         if ensemble_bonus and any(full_h):
             # Bonus from v_{L+1} = w·p_{L+1} + (1 − w)·q_{L+1}. A row that stopped proposing early
             # already has q_{L+1}; otherwise the draft reads x_n now (it needs it next round anyway).
             logits_e, h_e = D.forward(ids, mask, pos, cur + n + 1, keep=1)
             D.calls += 1
-            q_all = torch.cat(q_steps + [probs_from_logits(logits_e[:, -1], tau)], 0).view(n + 1, b, -1).transpose(0, 1)
-            p_L, q_L = _at(p, lengths), _at(q_all, lengths)
-            h_pair = (None, None)
-            if h_e is not None:
-                h_pair = (_at(torch.stack(hd_steps + [h_e[:, -1]], 1), lengths).unsqueeze(1), _at(h_t, lengths).unsqueeze(1))
-            w_b = verifier.weights(p_L.unsqueeze(1), q_L.unsqueeze(1), *h_pair).squeeze(1)
+            q_e = probs_from_logits(logits_e[:, 0], tau)
+            h_L = None if h_e is None else h_t[:, n:]  # hidden states at L + 1 (dynamic verifier)
+            p_L, q_L = p[:, n], q_e
+            if isinstance(lengths, Tensor):  # rows that stopped early: position lengths + 1
+                p_L, q_L = _at(p, lengths), _at(torch.stack(q_steps + [q_e], 1), lengths)
+                if h_e is not None:
+                    h_e = _at(torch.stack(hd_steps + [h_e[:, 0]], 1), lengths).unsqueeze(1)
+                    h_L = _at(h_t, lengths).unsqueeze(1)
+            w_b = verifier.weights(p_L.unsqueeze(1), q_L.unsqueeze(1), h_e, h_L).squeeze(1)
             v_L = mix(p_L, q_L, w_b)
             nxt = torch.where(full, v_L.argmax(-1) if greedy else sample(v_L, generator), nxt)
-            w_next = torch.where(full, w_b, w_next)
-            emitted, keep, done = _emitted(x, k, nxt, eos, remaining.to(device))
-            keep_h, done_h = torch.stack([keep, done.long()]).tolist()
+            if dynamic:
+                w_next = torch.where(full, w_b, w_next)
+            emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
+            fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
+            done_h, (fewest, *_) = torch.stack([done.long(), fewest_next.expand(b)]).tolist()
 
-        # --- bookkeeping: stats, output, slot mask, caches
-        kt, keep_t = torch.tensor(k_h), torch.tensor(keep_h)
-        stats.rounds[rows] += 1
-        stats.proposed[rows] += torch.tensor(len_h)
-        stats.accepted[rows] += kt
-        if n + 1 > stats.accepted_hist.shape[1]:
-            grow = n + 1 - stats.accepted_hist.shape[1]
-            stats.accepted_hist = torch.cat([stats.accepted_hist, stats.accepted_hist.new_zeros(B, grow)], 1)
-        stats.accepted_hist[rows, kt] += 1
+        # --- bookkeeping on the device: stats, output, slot mask, caches
+        ones = torch.ones_like(k)
+        proposed = lengths if isinstance(lengths, Tensor) else ones * n
+        counts.index_add_(0, rows, torch.stack([ones, proposed, k, keep], 1))
+        if n + 1 > hist.shape[1]:
+            hist = torch.cat([hist, hist.new_zeros(B, n + 1 - hist.shape[1])], 1)
+        hist.index_put_((rows, k), ones, accumulate=True)
         kept = steps < keep.unsqueeze(1)
-        cols = torch.where(kept, torch.tensor(n_new[rows].tolist(), device=device).unsqueeze(1) + steps, max_new_tokens)
-        out[rows_dev.unsqueeze(1), cols] = emitted
-        n_new[rows] += keep_t
+        out[rows.unsqueeze(1), torch.where(kept, n_new.unsqueeze(1) + steps, max_new_tokens)] = emitted
         if dynamic:  # mean w over the positions that emitted a token
-            w_tok = torch.cat([w, w.new_zeros(b, 1)], 1).scatter(1, k.view(b, 1), w_next.view(b, 1))
-            w_sum[rows_dev] += (w_tok * kept).sum(1)
-            stats.w_count[rows] += keep_t
+            w_tok = torch.cat([w if n > 0 else w_next.new_zeros(b, 0), w_next.new_zeros(b, 1)], 1)
+            w_tok = w_tok.scatter(1, k.view(b, 1), w_next.view(b, 1))
+            w_sum.index_add_(0, rows, (w_tok * kept).sum(1))
+            w_count.index_add_(0, rows, keep)
 
         new_cur = cur + 1 + max(k_h)  # crop to the longest accepted prefix; shorter rows keep holes
-        mask[:, cur + 1 : cur + n + 1] = (steps[:n] < k.unsqueeze(1)).long()
+        mask[:, cur + 1 : cur + n + 1] = steps[:n] < k.unsqueeze(1)
         ids[:, new_cur], mask[:, new_cur], pos[:, new_cur] = nxt, 1, pos[:, cur] + k + 1
         T.crop(new_cur)
         D.crop(new_cur)
         cur = new_cur
-        stats.num_draft_tokens.append(n)
+        rounds_n.append(n)
         if num_draft_tokens_schedule == "heuristic":  # +2 after a round where every row took all drafts
             n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
 
         if any(done_h):  # finished rows leave the batch
-            alive = [i for i in range(b) if not done_h[i]]
-            rows = [rows[i] for i in alive]
-            if rows:
-                idx = torch.tensor(alive, device=device)
-                ids, mask, pos, rows_dev = ids[idx], mask[idx], pos[idx], rows_dev[idx]
+            idx = torch.tensor([i for i, d in enumerate(done_h) if not d], dtype=torch.long, device=device)
+            rows = rows[idx]
+            if rows.shape[0]:
+                ids, mask, pos = ids[idx], mask[idx], pos[idx]
                 T.select(idx)
                 D.select(idx)
 
-    stats.target_calls, stats.draft_calls = T.calls, D.calls
-    stats.w_sum = w_sum.cpu()
-    sequences = torch.cat([input_ids, out[:, : int(n_new.max())]], 1)
+    counts, hist = counts.cpu(), hist.cpu()
+    stats = SpeculativeStats(
+        proposed=counts[:, 1], accepted=counts[:, 2], rounds=counts[:, 0], new_tokens=counts[:, 3],
+        accepted_hist=hist, w_sum=w_sum.cpu(), w_count=w_count.cpu(), target_calls=T.calls,
+        draft_calls=D.calls, verifier=verifier.kind, num_draft_tokens=rounds_n,
+    )
+    sequences = torch.cat([input_ids, out[:, : int(counts[:, 3].max())]], 1)
+    with torch.inference_mode(False):  # hand back ordinary tensors (inference tensors refuse autograd)
+        sequences = sequences.clone()
+        for f in fields(stats):
+            if isinstance(value := getattr(stats, f.name), Tensor):
+                setattr(stats, f.name, value.clone())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     stats.wall_time_s = time.perf_counter() - t_start

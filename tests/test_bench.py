@@ -1,0 +1,137 @@
+"""The benchmark: bound formulas on known numbers, records on the tiny pair, the baseline loop, the CLI.
+
+No timing is asserted: only that every setting ran and reports consistent numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
+
+from diversed.bench import (
+    BenchConfig,
+    autoregressive,
+    count_new_tokens,
+    goals,
+    main,
+    run_bench,
+    table,
+    theoretical_speedup,
+    tokens_per_call_bound,
+)
+from diversed.verify import Lossless
+
+REQUIRED = {
+    "engine", "verifier", "weight", "num_draft_tokens", "batch_size", "temperature",
+    "tokens_per_s", "acceptance_rate", "tokens_per_target_call",
+}  # fmt: skip
+
+
+def test_bounds_on_known_numbers():
+    assert tokens_per_call_bound(0.5, 3) == pytest.approx(1.875)  # 1 + .5 + .25 + .125
+    assert tokens_per_call_bound(0.8, 5) == pytest.approx((1 - 0.8**6) / 0.2)
+    assert tokens_per_call_bound(0.0, 4) == 1.0
+    assert tokens_per_call_bound(1.0, 4) == 5.0  # the limit α -> 1
+    assert tokens_per_call_bound(1 - 1e-9, 4) == pytest.approx(5.0, rel=1e-6)
+    assert theoretical_speedup(0.5, 3, 0.1) == pytest.approx(1.875 / 1.3)
+    assert theoretical_speedup(0.8, 5, 0.0) == pytest.approx(tokens_per_call_bound(0.8, 5))
+    assert theoretical_speedup(0.0, 5, 0.2) == pytest.approx(0.5)  # nothing accepted: pure draft cost
+
+
+def test_count_new_tokens_stops_at_the_first_eos():
+    new = torch.tensor([[5, EOS, 7, EOS], [5, 6, 7, 8], [EOS, PAD, PAD, PAD]])
+    assert count_new_tokens(new, [EOS]).tolist() == [2, 4, 1]
+    assert count_new_tokens(new, []).tolist() == [4, 4, 4]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+def test_our_greedy_loop_equals_generate(pair):
+    target, _ = pair
+    ids, mask = ragged_prompts()
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS
+    )
+    new = autoregressive(
+        target, None, ids, mask, max_new_tokens=12, temperature=0.0, eos_token_id=[EOS], pad_token_id=PAD
+    )
+    assert torch.equal(new[:, : ref.shape[1] - ids.shape[1]], ref[:, ids.shape[1] :])
+    # w = 1 is the target alone: sampling from v = p with the draft along gives the same tokens
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    alone = autoregressive(target, None, ids, mask, max_new_tokens=8, eos_token_id=[], generator=g1)
+    with_v = autoregressive(
+        target, pair[1], ids, mask, Lossless(), max_new_tokens=8, eos_token_id=[], generator=g2
+    )
+    assert torch.equal(alone, with_v)
+
+
+def test_records_on_the_tiny_pair(pair):
+    target, draft = pair
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 7, 5)]
+    config = BenchConfig(
+        num_draft_tokens=2, batch_sizes=(1, 2), num_prompts=3, max_new_tokens=5, repeats=2, warmup=0
+    )
+    records = run_bench(config, target, draft, prompts, log=lambda _: None)
+
+    assert all(REQUIRED <= r.keys() for r in records)
+    json.loads(json.dumps(records))  # plain JSON
+    assert {r["engine"] for r in records} == {"diversed", "transformers", "autoregressive"}
+    assert {r["verifier"] for r in records} == {"lossless", "static", "dynamic", None}
+    assert {r["batch_size"] for r in records if r["engine"] == "transformers"} == {1}
+    assert {(r["batch_size"], r["temperature"]) for r in records if r["engine"] == "diversed"} == {
+        (b, t) for b in (1, 2) for t in (0.0, 1.0)
+    }
+    for r in records:
+        assert r["tokens_per_s"] > 0 and len(r["tokens_per_s_runs"]) == 2
+        if r["engine"] == "autoregressive":
+            assert r["acceptance_rate"] is None and r["tokens_per_target_call"] == 1.0
+            continue
+        a, n, c = r["acceptance_rate"], r["num_draft_tokens"], r["draft_target_time_ratio"]
+        assert 0.0 <= a <= 1.0 and n == 2 and c > 0
+        assert 1.0 <= r["tokens_per_target_call"] <= n + 1
+        assert r["tokens_per_target_call_bound"] == pytest.approx(
+            (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1
+        )
+        assert r["theoretical_speedup"] == pytest.approx(r["tokens_per_target_call_bound"] / (n * c + 1))
+        assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
+        if r["engine"] == "diversed" and r["batch_size"] == 1 and r["verifier"] != "dynamic":
+            assert r["ratio_to_transformers"] > 0
+    rollouts = [r for r in records if "speedup_over_v_sampling" in r]
+    assert {(r["verifier"], r["batch_size"]) for r in rollouts} == {("dynamic", 1), ("dynamic", 2)}
+    # greedy static with transformers' bonus token emits the very tokens transformers does
+    ours = next(r for r in records if r["engine"] == "diversed" and r["verifier"] == "static"
+                and r["bonus_token"] == "target" and r["temperature"] == 0)  # fmt: skip
+    hf = next(
+        r
+        for r in records
+        if r["engine"] == "transformers" and r["verifier"] == "static" and r["temperature"] == 0
+    )
+    assert ours["new_tokens"] == hf["new_tokens"]
+    assert ours["acceptance_rate"] == pytest.approx(
+        hf["acceptance_rate"], abs=0.15
+    )  # HF's cut at EOS differs
+    text = table(records) + goals(records, 1.0)
+    assert "transformers assisted static w=0.5, greedy, batch 1" in text and "rollouts vs sampling v" in text
+    assert not any(math.isnan(r["tokens_per_s"]) for r in records)
+
+
+def test_cli_writes_json(toy_tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    main([
+        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
+        "--batch-sizes", "1", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
+        "--only", "diversed static", "transformers assisted static", "target (loop)", "--output", str(out),
+    ])  # fmt: skip
+    records = json.loads(out.read_text())
+    assert isinstance(records, list) and all(REQUIRED <= r.keys() for r in records)
+    assert {r["engine"] for r in records} == {"diversed", "transformers", "autoregressive"}
+    assert all(r["weight"] == 0.5 for r in records if r["verifier"] == "static")
+    assert "tok/s" in capsys.readouterr().out
