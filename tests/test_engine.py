@@ -304,3 +304,21 @@ def test_models_on_different_devices_raise(pair, prompts):
 
     with pytest.raises(ValueError, match="same device"):
         speculative_generate(Exploding(target), Elsewhere(draft), *prompts)
+
+
+@pytest.mark.parametrize("verifier", ["static", "dynamic"])
+def test_adaptive_drafting_with_ensemble_verifiers(pair, prompts, verifier):
+    """With the ensemble bonus every greedy token is argmax v of its prefix, so how the draft
+    proposes (threshold, schedule) cannot change the text; in sampling mode rounds get shorter."""
+    target, draft = pair
+    ids, mask = prompts
+    v = StaticEnsemble(0.4) if verifier == "static" else DynamicEnsemble(random_head(target, draft))
+    ref = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20)
+    for kwargs in ({"draft_confidence_threshold": 0.3}, {"num_draft_tokens_schedule": "heuristic"}):
+        out = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20, **kwargs)
+        assert torch.equal(out.sequences, ref.sequences), kwargs
+    s = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20,
+                             do_sample=True, draft_confidence_threshold=0.5,
+                             generator=torch.Generator().manual_seed(0)).stats
+    assert int(s.proposed.sum()) < 4 * int(s.rounds.sum())  # some rows stopped proposing early
+    assert (s.accepted <= s.proposed).all() and 0 < s.acceptance_rate <= 1
