@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
+from tiny_models import pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
@@ -30,15 +31,11 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
             "evaluate",
             overrides=[
                 "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
-                "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]", *overrides,
+                "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]", *pair_overrides(pair_dir), *overrides,
             ],
         )  # fmt: skip
     with open_dict(cfg):
         cfg.paths.output_dir = str(out)
-        cfg.pair = OmegaConf.create(
-            {"_target_": "diversed.pair.load_pair", "target": str(pair_dir / "target"), "draft": str(pair_dir / "draft"),
-             "device": "cpu", "dtype": "float32", "name": "tiny-toy"}
-        )  # fmt: skip
     return cfg
 
 
@@ -120,8 +117,6 @@ def test_head_for_another_pair_is_refused(tmp_path, toy_tiny_dir):
 def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     import subprocess
     import sys
-
-    from test_train import pair_overrides
 
     cmd = [
         sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf, open_dict
-from tiny_models import tiny_pair
+from omegaconf import open_dict
+from tiny_models import pair_overrides, tiny_pair
 
 from diversed import WeightHead
 from diversed.train import CONFIG_DIR, DiversedModule, policy_loss, train
@@ -106,15 +106,11 @@ def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
             overrides=[
                 "+experiment=toy", "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
                 "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=8", "data.val_batch_size=8",
-                "data.n_train=32", "model.max_new_tokens=8", *overrides,
+                "data.n_train=32", "model.max_new_tokens=8", *pair_overrides(pair_dir), *overrides,
             ],
         )  # fmt: skip
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp)
-        cfg.pair = OmegaConf.create(
-            {"_target_": "diversed.pair.load_pair", "target": str(pair_dir / "target"), "draft": str(pair_dir / "draft"),
-             "device": "cpu", "dtype": "float32", "name": "tiny-toy"}
-        )  # fmt: skip
     return cfg
 
 
@@ -140,14 +136,6 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
     cfg2 = compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=5", f"ckpt_path={last}")
     train(cfg2)
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 5
-
-
-def pair_overrides(pair_dir: Path) -> list[str]:
-    """Command-line overrides that point `pair` at a saved pair directory."""
-    return [
-        "pair=local", f"pair.target={pair_dir / 'target'}", f"pair.draft={pair_dir / 'draft'}",
-        "pair.name=tiny-toy", "pair.device=cpu", "pair.dtype=float32",
-    ]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -60,3 +60,11 @@ def ragged_prompts(lengths=(5, 9, 3, 7), seed: int = 1, vocab: int = VOCAB):
         ids[i, P - n :] = torch.randint(3, vocab, (n,), generator=g)
         mask[i, P - n :] = 1
     return ids, mask
+
+
+def pair_overrides(pair_dir) -> list[str]:
+    """Hydra overrides that point `pair` at a saved pair directory (target/ and draft/)."""
+    return [
+        "pair=local", f"pair.target={pair_dir}/target", f"pair.draft={pair_dir}/draft",
+        "pair.name=tiny-toy", "pair.device=cpu", "pair.dtype=float32",
+    ]  # fmt: skip
