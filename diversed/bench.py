@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from diversed.engine import _Model, shared_vocab_size, speculative_generate
+from diversed.engine import _Model, left_pad, shared_vocab_size, speculative_generate
 from diversed.heads import WeightHead
 from diversed.verify import (
     DynamicEnsemble,
@@ -318,17 +318,7 @@ def toy_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
 
 def make_batches(prompts: Sequence[Sequence[int]], batch_size: int, pad: int) -> list[tuple[Tensor, Tensor]]:
     """Left-padded (input_ids, attention_mask) batches, in order."""
-    out = []
-    for i in range(0, len(prompts), batch_size):
-        chunk = prompts[i : i + batch_size]
-        width = max(map(len, chunk))
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, p in enumerate(chunk):
-            ids[r, width - len(p) :] = torch.tensor(list(p))
-            mask[r, width - len(p) :] = 1
-        out.append((ids, mask))
-    return out
+    return [left_pad(prompts[i : i + batch_size], pad, torch.device("cpu")) for i in range(0, len(prompts), batch_size)]
 
 
 class Bench:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -342,6 +343,17 @@ def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new
         if not bool(m[:, -1].all()) or bool((m[:, 1:] < m[:, :-1]).any()):
             raise ValueError("prompts must be left-padded (tokenizer.padding_side = 'left')")
     verifier.check_pair(target, draft)
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
 
 
 # ----------------------------------------------------------------------------- the loop

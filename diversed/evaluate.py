@@ -23,11 +23,11 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from diversed.engine import speculative_generate
+from diversed.engine import left_pad, speculative_generate
 from diversed.heads import WeightHead
 from diversed.results import ResultStore, grid_key, mean_ci
 from diversed.tasks.base import Task
-from diversed.train import CONFIG_DIR, left_pad
+from diversed.train import CONFIG_DIR
 from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, _hidden_size
 
 log = logging.getLogger(__name__)

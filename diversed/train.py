@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import SumMetric
 
-from diversed.engine import speculative_generate
+from diversed.engine import left_pad, speculative_generate
 from diversed.verify import DynamicEnsemble, probs_from_logits, total_variation
 
 log = logging.getLogger(__name__)
@@ -58,17 +58,6 @@ def policy_loss(
     pg = -(advantage * (log_v * m).sum(1)).mean()
     reg = ((w * tv) * m).sum(1).mean()
     return pg + reg_scale * reg, pg, reg
-
-
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Left-pad token lists into (input_ids, attention_mask)."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s) :] = 1
-    return ids.to(device), mask.to(device)
 
 
 # ----------------------------------------------------------------------------- data
