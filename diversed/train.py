@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from torchmetrics import SumMetric
 
 from diversed.engine import left_pad, speculative_generate
-from diversed.verify import DynamicEnsemble, probs_from_logits, total_variation
+from diversed.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
@@ -219,11 +219,6 @@ class DiversedModule(L.LightningModule):
         extra = {"p": p, "q": q} if getattr(self.head, "uses_distributions", False) else None
         return p_x, q_x, total_variation(p, q), h_d, h_t, comp_mask, extra
 
-    def head_weights(self, h_d: Tensor, h_t: Tensor, extra: dict | None) -> Tensor:
-        ref = next(self.head.parameters())
-        h_d, h_t = h_d.to(ref.dtype), h_t.to(ref.dtype)
-        return (self.head(h_d, h_t, **extra) if extra else self.head(h_d, h_t)).float()
-
     # --------------------------------------------------------------------- training
 
     def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
@@ -234,7 +229,7 @@ class DiversedModule(L.LightningModule):
         out, prompt_mask, completions = self.rollout(task, examples, do_sample=hp.do_sample, temperature=temperature)
         reward = torch.tensor(task.reward_batch(examples, completions), dtype=torch.float32, device=self.device)
         p_x, q_x, tv, h_d, h_t, mask, extra = self.score_tokens(out.sequences, prompt_mask, out.stats.new_tokens, temperature)
-        w = self.head_weights(h_d, h_t, extra)
+        w = run_head(self.head, h_d, h_t, **(extra or {}))
 
         if hp.baseline == "group":  # mean reward of the K completions of the same prompt
             b = reward.view(-1, hp.num_samples).mean(1, keepdim=True).expand(-1, hp.num_samples).reshape(-1)

@@ -141,15 +141,7 @@ class DynamicEnsemble(Verifier):
         self.head = head
 
     def weights(self, p, q, h_draft, h_target) -> Tensor:
-        ref = next(self.head.parameters(), None)
-        if ref is not None:  # bf16 models, fp32 head: run the head in its own dtype and device
-            h_draft = h_draft.to(device=ref.device, dtype=ref.dtype)
-            h_target = h_target.to(device=ref.device, dtype=ref.dtype)
-        if getattr(self.head, "uses_distributions", False):
-            w = self.head(h_draft, h_target, p=p.to(h_draft.device), q=q.to(h_draft.device))
-        else:
-            w = self.head(h_draft, h_target)
-        return w.float().to(p.device)
+        return run_head(self.head, h_draft, h_target, p, q).to(p.device)
 
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         expected = (_hidden_size(draft), _hidden_size(target))
@@ -159,6 +151,18 @@ class DynamicEnsemble(Verifier):
                 f"weight head expects hidden sizes (draft={got[0]}, target={got[1]}) but the pair has "
                 f"(draft={expected[0]}, target={expected[1]}); train or load a head for this pair"
             )
+
+
+def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | None = None, q: Tensor | None = None) -> Tensor:
+    """w = head(h_draft, h_target) in float32, the head run in its own dtype and device (bf16
+    models, fp32 head); heads with `uses_distributions` also get p= and q=."""
+    ref = next(head.parameters(), None)
+    if ref is not None:
+        h_draft = h_draft.to(device=ref.device, dtype=ref.dtype)
+        h_target = h_target.to(device=ref.device, dtype=ref.dtype)
+    if getattr(head, "uses_distributions", False):
+        return head(h_draft, h_target, p=p.to(h_draft.device), q=q.to(h_draft.device)).float()
+    return head(h_draft, h_target).float()
 
 
 def _hidden_size(model: nn.Module) -> int | None:

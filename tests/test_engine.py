@@ -322,3 +322,21 @@ def test_adaptive_drafting_with_ensemble_verifiers(pair, prompts, verifier):
                              generator=torch.Generator().manual_seed(0)).stats
     assert int(s.proposed.sum()) < 4 * int(s.rounds.sum())  # some rows stopped proposing early
     assert (s.accepted <= s.proposed).all() and 0 < s.acceptance_rate <= 1
+
+
+def test_mlp_head_with_free_features_runs_and_round_trips(pair, prompts, tmp_path):
+    target, draft = pair
+    ids, mask = prompts
+    head = WeightHead(draft.config.hidden_size, target.config.hidden_size, hidden_sizes=(16,),
+                      features=("entropy_p", "entropy_q", "tv")).eval()
+    assert head.uses_distributions
+    with torch.no_grad():
+        head.net[-1].weight.normal_(0, 0.5)
+    out = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(head), max_new_tokens=12,
+                               do_sample=True, generator=torch.Generator().manual_seed(0))
+    assert 0 < out.stats.mean_w < 1
+    loaded = WeightHead.from_pretrained(head.save_pretrained(tmp_path / "mlp", task="toy"))
+    assert loaded.features == head.features and loaded.hidden_sizes == (16,)
+    again = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(loaded), max_new_tokens=12,
+                                 do_sample=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out.sequences, again.sequences)
