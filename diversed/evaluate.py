@@ -89,6 +89,18 @@ def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
 # ----------------------------------------------------------------------------- one grid point
 
 
+def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifier | None:
+    """The engine's verifier for a grid point (None: the autoregressive baseline)."""
+    method = point["method"]
+    if method == "lossless":
+        return Lossless()
+    if method == "static":
+        return StaticEnsemble(point["weight"])
+    if method == "dynamic":
+        return DynamicEnsemble(heads[point["head"]])
+    return None
+
+
 def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int):
     """One batch through the engine (or `model.generate` for the autoregressive baseline)."""
     tok = pair.tokenizer
@@ -202,11 +214,7 @@ def evaluate(cfg: DictConfig) -> Path:
         key = grid_key(**meta, **point)
         if key in done:
             continue
-        verifier = {
-            "autoregressive": None, "lossless": Lossless(),
-            "static": StaticEnsemble(point.get("weight", 1.0)) if point["method"] == "static" else None,
-            "dynamic": DynamicEnsemble(heads[point["head"]]) if point["method"] == "dynamic" else None,
-        }[point["method"]]  # fmt: skip
+        verifier = make_verifier(point, heads)
         fields, rows = run_point(pair, task, point, verifier, batch_size=int(sweep.batch_size), seed=int(cfg.seed))
         if point["method"] == "autoregressive":
             ar_wall[point["temperature"]] = fields["wall_time_s"]
