@@ -27,8 +27,8 @@ from diversed.engine import left_pad, speculative_generate
 from diversed.heads import WeightHead
 from diversed.results import ResultStore, grid_key, mean_ci
 from diversed.tasks.base import Task
-from diversed.train import CONFIG_DIR
-from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, _hidden_size
+from diversed.train import CONFIG_DIR, decode_completions
+from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, hidden_size
 
 log = logging.getLogger(__name__)
 METHODS = ("autoregressive", "lossless", "static", "dynamic")
@@ -80,7 +80,7 @@ def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
     heads = {}
     for path in paths:
         head = WeightHead.from_pretrained(
-            path, draft_hidden_size=_hidden_size(pair.draft), target_hidden_size=_hidden_size(pair.target)
+            path, draft_hidden_size=hidden_size(pair.draft), target_hidden_size=hidden_size(pair.target)
         )
         heads[str(path)] = head.to(pair.device).eval()
     return heads
@@ -147,9 +147,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start)
         wall += t
         P = ids.shape[1]
-        completions = tok.batch_decode(
-            [row[P : P + n] for row, n in zip(seqs.tolist(), n_new.tolist(), strict=False)], skip_special_tokens=True
-        )
+        completions = decode_completions(tok, seqs, P, n_new)
         batch_scores = task.score_batch(batch, completions)
         scores += batch_scores
         if type(task).metrics is not Task.metrics:  # tasks with several metrics (ROUGE-1/2/L)

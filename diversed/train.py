@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 from torchmetrics import SumMetric
 
 from diversed.engine import left_pad, speculative_generate
-from diversed.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
+from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
@@ -58,6 +58,12 @@ def policy_loss(
     pg = -(advantage * (log_v * m).sum(1)).mean()
     reg = ((w * tv) * m).sum(1).mean()
     return pg + reg_scale * reg, pg, reg
+
+
+def decode_completions(tokenizer: Any, sequences: Tensor, prompt_len: int, new_tokens: Tensor) -> list[str]:
+    """The text of each row's new tokens (its first `new_tokens[i]` after the prompt)."""
+    rows = [row[prompt_len : prompt_len + n] for row, n in zip(sequences.tolist(), new_tokens.tolist(), strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 # ----------------------------------------------------------------------------- data
@@ -182,7 +188,7 @@ class DiversedModule(L.LightningModule):
     # --------------------------------------------------------------------- rollout and scoring
 
     def rollout(self, task: Any, examples: list[dict], *, do_sample: bool, temperature: float):
-        """Decode `examples` with the engine and the current head; returns (output, P, completions)."""
+        """Decode `examples` with the engine and the current head; returns (output, prompt mask, completions)."""
         tok = self.pair.tokenizer
         ids, mask = left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
         max_new = self.hparams.max_new_tokens or task.max_new_tokens
@@ -192,10 +198,7 @@ class DiversedModule(L.LightningModule):
             temperature=temperature, bonus_token="ensemble", eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
         )  # fmt: skip
-        P = ids.shape[1]
-        new = out.stats.new_tokens.tolist()
-        completions = tok.batch_decode([row[P : P + n] for row, n in zip(out.sequences.tolist(), new, strict=False)], skip_special_tokens=True)
-        return out, mask, completions
+        return out, mask, decode_completions(tok, out.sequences, ids.shape[1], out.stats.new_tokens)
 
     @torch.no_grad()
     def score_tokens(self, sequences: Tensor, prompt_mask: Tensor, new_tokens: Tensor, temperature: float):
@@ -307,11 +310,9 @@ class DiversedModule(L.LightningModule):
 
 def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str) -> nn.Module:
     """Instantiate the head for the pair's hidden sizes, recording the pair and task."""
-    from diversed.verify import _hidden_size
-
     return head_factory(
-        draft_hidden_size=_hidden_size(pair.draft),
-        target_hidden_size=_hidden_size(pair.target),
+        draft_hidden_size=hidden_size(pair.draft),
+        target_hidden_size=hidden_size(pair.target),
         pair=pair.name, target_name=pair.target_name, draft_name=pair.draft_name, task=task_name,
     )  # fmt: skip
 

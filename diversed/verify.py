@@ -144,7 +144,7 @@ class DynamicEnsemble(Verifier):
         return run_head(self.head, h_draft, h_target, p, q).to(p.device)
 
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
-        expected = (_hidden_size(draft), _hidden_size(target))
+        expected = (hidden_size(draft), hidden_size(target))
         got = (getattr(self.head, "draft_hidden_size", None), getattr(self.head, "target_hidden_size", None))
         if None not in got and None not in expected and tuple(got) != expected:
             raise ValueError(
@@ -165,7 +165,8 @@ def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | Non
     return head(h_draft, h_target).float()
 
 
-def _hidden_size(model: nn.Module) -> int | None:
+def hidden_size(model: nn.Module) -> int | None:
+    """The last hidden state's width of an HF model (its text config for multimodal ones)."""
     config = getattr(model, "config", None)
     if config is None:
         return None
