@@ -41,7 +41,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from diversed.engine import _Model, left_pad, shared_vocab_size, speculative_generate
+from diversed.engine import left_pad, shared_vocab_size, speculative_generate
+from diversed.forward import SlotModel
 from diversed.heads import WeightHead
 from diversed.verify import (
     DynamicEnsemble,
@@ -219,8 +220,8 @@ def autoregressive(
         if verifier is not None
         else target.get_output_embeddings().weight.shape[0]
     )
-    models = [_Model(target, vocab, hidden)] + (
-        [_Model(draft, vocab, hidden)] if verifier is not None else []
+    models = [SlotModel(target, vocab, hidden)] + (
+        [SlotModel(draft, vocab, hidden)] if verifier is not None else []
     )
     # Slots: the prompt, then one per new token (plain decoding leaves no holes).
     ids = torch.cat([input_ids, input_ids.new_full((B, max_new_tokens), int(pad_token_id))], 1)

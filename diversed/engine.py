@@ -11,25 +11,23 @@ position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text
 different numbers of tokens, so after a round each cache is cropped to the longest accepted
 prefix in the batch and the rejected slots of shorter rows stay behind as masked holes: nothing
 is re-encoded and no row waits for another. Finished rows leave the batch. Each model reads the
-prompt in its first call of the first round (no separate prefill), and is called through `_Plan`:
-`model(...)` in general, its decoder layers directly for the common Llama-like architectures.
+prompt in its first call of the first round (no separate prefill). How a model is called (and
+its cache kept) is `forward.py`'s business.
 
 The engine knows nothing about tokenizers, tasks or training; the maths is in `verify.py`.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from transformers import DynamicCache
 
+from diversed.forward import SlotModel
 from diversed.verify import (
     Lossless,
     Verifier,
@@ -148,168 +146,6 @@ def _as_id_list(value: Any) -> list[int]:
     if isinstance(value, int | Tensor):
         value = torch.as_tensor(value).flatten().tolist()
     return [int(v) for v in value]
-
-
-# Architectures whose causal-LM forward is exactly embed -> rotary -> decoder layers -> norm -> lm_head.
-_LAYER_LOOP_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-
-
-class _Plan:
-    """How the engine calls one model, worked out once per model (and again if its device, dtype
-    or attention implementation changes).
-
-    The general way is `model(...)` with the 2D slot mask, for any causal LM. For the architectures
-    above with full attention in every layer, `model(...)` costs as much again as its layers when
-    the model is tiny (output capture, config merging, mask building, output dataclasses), so the
-    engine runs the decoder layers itself, with an additive 4D mask built from the slot mask and
-    cos/sin tables indexed by position; it does so only if `_check_layer_loop` finds that both ways
-    give the same logits and hidden states on a ragged batch with holes.
-    """
-
-    def __init__(self, model: nn.Module, layer_loop: bool) -> None:
-        self.key = _plan_key(model)
-        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.layer_loop = layer_loop
-        if not layer_loop:
-            return
-        # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
-        base = model.base_model
-        self.embed, self.rope, self.norm = base.embed_tokens, base.rotary_emb, base.norm
-        self.head = model.get_output_embeddings()
-        self.layers = list(base.layers)[: model.config.num_hidden_layers]
-        dtype, device = base.embed_tokens.weight.dtype, base.embed_tokens.weight.device
-        self.zero = torch.zeros((), dtype=dtype, device=device)
-        self.min = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
-        self.causal = torch.ones(0, 0, dtype=torch.bool, device=device)  # grown on demand
-        rope_type = getattr(self.rope, "rope_type", None)  # tables unless the rotary rescales with length
-        self.table = isinstance(rope_type, str) and "dynamic" not in rope_type and rope_type != "longrope"
-        self.cos = self.sin = torch.zeros(0, device=device)
-
-    def run_layers(self, ids: Tensor, mask: Tensor, pos: Tensor, start: int, end: int, keep: int, cache):
-        """Slots [start, end) through the decoder layers; logits and final hidden states of the last `keep`."""
-        h = self.embed(ids)
-        rope = self.rotary(h, pos, end)
-        mask = self.additive_mask(mask, start, end)
-        for layer in self.layers:
-            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=pos,
-                      past_key_values=cache, use_cache=True)  # fmt: skip
-        h = self.norm(h[:, -keep:])
-        return self.head(h), h
-
-    def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
-        if not self.table:
-            return self.rope(h, position_ids=pos)
-        if self.cos.shape[0] < end:  # a position never exceeds its slot index
-            n = max(end, 2 * self.cos.shape[0])
-            cos, sin = self.rope(h[:1, :1], position_ids=torch.arange(n, device=h.device)[None])
-            self.cos, self.sin = cos[0], sin[0]
-        return self.cos[pos], self.sin[pos]
-
-    def additive_mask(self, mask: Tensor, start: int, end: int) -> Tensor:
-        """[b, 1, end − start, end]: slot i reads slot j <= i if j holds text (0), else min."""
-        allowed = mask[:, None, None, :end].bool()
-        if end - start > 1:  # a single new slot reads every earlier slot that holds text
-            if self.causal.shape[0] < end:
-                n = max(end, 2 * self.causal.shape[0])
-                self.causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril_()
-            allowed = allowed & self.causal[start:end, :end]
-        return torch.where(allowed, self.zero, self.min)
-
-
-_plans: weakref.WeakKeyDictionary[nn.Module, _Plan] = weakref.WeakKeyDictionary()
-
-
-def _plan_key(model: nn.Module) -> tuple:
-    weight = model.get_input_embeddings().weight
-    return weight.device, weight.dtype, getattr(getattr(model, "config", None), "_attn_implementation", None)
-
-
-def _plan(model: nn.Module) -> _Plan:
-    plan = _plans.get(model)
-    if plan is None or plan.key != _plan_key(model):
-        plan = _plans[model] = _Plan(model, layer_loop=_check_layer_loop(model))
-    return plan
-
-
-class _Model:
-    """One model, its cache and the forward call on a slot range (the engine's only model calls)."""
-
-    def __init__(self, model: nn.Module, vocab: int, hidden: bool, plan: _Plan | None = None) -> None:
-        self.model, self.vocab, self.hidden = model, vocab, hidden
-        self.plan = plan or _plan(model)
-        self.cache = DynamicCache(config=model.config)
-        self.length = 0  # slots in the cache
-        self.calls = 0
-
-    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
-        """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
-        start, plan = self.length, self.plan
-        if plan.layer_loop:
-            logits, hidden = plan.run_layers(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
-        else:
-            out = self.model(
-                input_ids=ids[:, start:end],
-                attention_mask=mask[:, :end],
-                position_ids=pos[:, start:end],
-                past_key_values=self.cache,
-                use_cache=True,
-                output_hidden_states=self.hidden,
-                **({"logits_to_keep": keep} if plan.keep else {}),
-            )
-            logits = out.logits[:, -keep:]
-            hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
-        self.length = end
-        if logits.shape[-1] != self.vocab:
-            logits = logits[..., : self.vocab]
-        return logits.float(), (hidden if self.hidden else None)
-
-    def crop(self, length: int) -> None:
-        if length < self.length:
-            self.cache.crop(length - self.length)
-            self.length = length
-
-    def select(self, rows: Tensor) -> None:
-        self.cache.batch_select_indices(rows)
-
-
-@torch.no_grad()
-def _check_layer_loop(model: nn.Module) -> bool:
-    """Whether the engine may run `model`'s layers itself: a known architecture, SDPA or eager
-    attention, no sliding windows, and the same outputs as `model(...)` on a ragged batch."""
-    config = getattr(model, "config", None)
-    base = getattr(model, "base_model", None)
-    if (
-        getattr(config, "model_type", None) not in _LAYER_LOOP_TYPES
-        or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager")
-        or getattr(config, "sliding_window", None) is not None
-        or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
-        or not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
-        or not isinstance(model.get_output_embeddings(), nn.Linear)
-    ):
-        return False
-    device = _device(model)
-    vocab = model.get_input_embeddings().weight.shape[0]
-    ids = torch.arange(12, device=device).view(2, 6) % vocab
-    mask = torch.ones(2, 6, dtype=torch.long, device=device)
-    mask[0, :2] = 0  # left padding
-    mask[1, 4] = 0  # a hole, as a rejected draft leaves
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    try:
-        # The general way: logits from model(...), final hidden states from the base model (asking
-        # model(...) for hidden states would leave output-capture hooks on every layer, which slow
-        # each later call).
-        general, cache = _Model(model, vocab, hidden=False, plan=_Plan(model, False)), DynamicCache(config=config)
-        loop = _Model(model, vocab, hidden=True, plan=_Plan(model, True))
-        pairs = []
-        for start, end, keep in ((0, 3, 1), (3, 6, 3)):
-            logits, _ = general.forward(ids, mask, pos, end, keep)
-            hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
-                          past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
-            pairs += list(zip((logits, hidden), loop.forward(ids, mask, pos, end, keep), strict=True))
-    except Exception:  # any surprise in the model's internals: use the general path
-        return False
-    tol = 1e-4 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
-    return all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)
 
 
 def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold):
@@ -432,7 +268,7 @@ def speculative_generate(
     ramps: dict[int, Tensor] = {}  # torch.arange(n + 1) by n
     rounds_n: list[int] = []
 
-    T, D = _Model(target, vocab, verifier.needs_hidden), _Model(draft, vocab, verifier.needs_hidden)
+    T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     # No separate prefill: each model's first call of the first round reads the whole prompt.
     cur = P - 1  # slot of t0: the last emitted token, in neither cache yet
     n_cap = num_draft_tokens

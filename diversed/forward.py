@@ -1,0 +1,274 @@
+"""How the engine calls a model: one forward over a range of KV-cache slots.
+
+The engine keeps one slot layout for both models (slot s holds the token `ids[:, s]` at position
+`pos[:, s]`, `mask[:, s]` says whether it is text), so a forward is "feed slots [length, end)
+and return the logits and final hidden states of the last `keep`". `SlotModel` does that in one
+of two ways, chosen once per model by `plan`:
+
+- general: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM;
+- direct: for the Llama family (Llama, Mistral, Qwen2, Qwen3) with full attention in every layer,
+  the decoder maths written out on the model's own weights, with a preallocated KV buffer that
+  is written in place, cropped by moving a length and shrunk with one `index_select` when rows
+  leave. On a small model `model(...)` spends more time in module calls, cache bookkeeping and
+  mask building than in arithmetic (measured in BENCHMARKS.md). The direct way is used only if
+  `_agrees` finds it gives the same logits and hidden states as `model(...)` on a ragged batch
+  with a hole, so a model whose internals differ silently gets the general way.
+
+It does not sample, verify or know about tokenizers; it does not train (everything runs under
+the caller's no-grad/inference mode) and it does not support sliding windows in the direct way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import DynamicCache
+
+# Architectures whose decoder layer is exactly: x + attn(rms_norm(x)), x + mlp(rms_norm(x)), with
+# rotary q/k (Qwen3: an RMS norm over the head dim first) and a gated MLP.
+DIRECT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class _Layer(NamedTuple):
+    """One decoder layer's tensors (plain tensors: a module call costs more than a tiny matmul)."""
+
+    ln1: tuple[Tensor, float]  # RMS norm weight and eps
+    q: tuple[Tensor, Tensor | None]  # linear weight and bias
+    k: tuple[Tensor, Tensor | None]
+    v: tuple[Tensor, Tensor | None]
+    o: tuple[Tensor, Tensor | None]
+    q_norm: tuple[Tensor, float] | None  # Qwen3
+    k_norm: tuple[Tensor, float] | None
+    ln2: tuple[Tensor, float]
+    gate: tuple[Tensor, Tensor | None]
+    up: tuple[Tensor, Tensor | None]
+    down: tuple[Tensor, Tensor | None]
+    act: Callable[[Tensor], Tensor]
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        lin = lambda m: (m.weight, m.bias)  # noqa: E731
+        norm = lambda m: None if m is None else (m.weight, m.variance_epsilon)  # noqa: E731
+        act = F.silu if isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation" else mlp.act_fn
+        return cls(
+            norm(layer.input_layernorm), lin(attn.q_proj), lin(attn.k_proj), lin(attn.v_proj), lin(attn.o_proj),
+            norm(getattr(attn, "q_norm", None)), norm(getattr(attn, "k_norm", None)),
+            norm(layer.post_attention_layernorm), lin(mlp.gate_proj), lin(mlp.up_proj), lin(mlp.down_proj), act,
+        )  # fmt: skip
+
+
+def _rms_norm(x: Tensor, norm: tuple[Tensor, float]) -> Tensor:
+    """w · x / sqrt(mean(x²) + eps), computed in float32 and cast back before the weight (as HF)."""
+    weight, eps = norm
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, x.shape[-1:], weight, eps)
+    return weight * F.rms_norm(x.float(), x.shape[-1:], None, eps).to(x.dtype)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding: x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [−b, a]."""
+    a, b = x.chunk(2, -1)
+    return x * cos + torch.cat([-b, a], -1) * sin
+
+
+class Plan:
+    """How one model is called, worked out once per model (again if its device, dtype or attention
+    implementation changes): general or direct, and what the direct way needs."""
+
+    def __init__(self, model: nn.Module, direct: bool) -> None:
+        self.key = _plan_key(model)
+        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.direct = direct
+        if not direct:
+            return
+        # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
+        config, base = model.config, model.base_model
+        self.embed, self.rope = base.embed_tokens, base.rotary_emb
+        self.norm = (base.norm.weight, base.norm.variance_epsilon)
+        self.head = model.get_output_embeddings()
+        self.layers = [_Layer.of(layer) for layer in list(base.layers)[: config.num_hidden_layers]]
+        attn = base.layers[0].self_attn
+        self.head_dim, self.scaling = attn.head_dim, attn.scaling
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        weight = base.embed_tokens.weight
+        self.dtype, self.device = weight.dtype, weight.device
+        self.zero = torch.zeros((), dtype=self.dtype, device=self.device)
+        self.min = torch.full((), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        self.causal = torch.ones(0, 0, dtype=torch.bool, device=self.device)  # grown on demand
+        rope_type = getattr(self.rope, "rope_type", None)  # tables unless the rotary rescales with length
+        self.table = isinstance(rope_type, str) and "dynamic" not in rope_type and rope_type != "longrope"
+        self.cos = self.sin = torch.zeros(0, device=self.device)
+
+    def new_cache(self, batch: int, slots: int) -> Tensor:
+        """[layers, 2 (k, v), batch, kv heads, slots, head dim], zeros (never-written slots are
+        masked, and 0 · garbage could be NaN)."""
+        shape = (len(self.layers), 2, batch, self.kv_heads, slots, self.head_dim)
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def run(self, ids: Tensor, mask: Tensor, pos: Tensor, start: int, end: int, keep: int, kv: Tensor):
+        """Slots [start, end) through the decoder (k, v written into `kv` at [start, end)); logits
+        and final hidden states of the last `keep`."""
+        b, s = ids.shape
+        h = self.embed(ids)
+        cos, sin = (t.unsqueeze(1) for t in self.rotary(h, pos, end))  # [b, 1, s, head dim]
+        mask = self.additive_mask(mask, start, end)
+        groups = self.heads // self.kv_heads
+        for i, layer in enumerate(self.layers):
+            x = _rms_norm(h, layer.ln1)
+            q = F.linear(x, *layer.q).view(b, s, -1, self.head_dim)
+            k = F.linear(x, *layer.k).view(b, s, -1, self.head_dim)
+            if layer.q_norm is not None:  # Qwen3: RMS norm of each head before the rotation
+                q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
+            q, k = _rotate(torch.cat([q, k], 2).transpose(1, 2), cos, sin).split((self.heads, self.kv_heads), 1)
+            kv[i, 0, :, :, start:end] = k
+            kv[i, 1, :, :, start:end] = F.linear(x, *layer.v).view(b, s, -1, self.head_dim).transpose(1, 2)
+            keys, values = kv[i, 0, :, :, :end], kv[i, 1, :, :, :end]
+            if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads (as HF)
+                keys, values = (
+                    t[:, :, None].expand(b, self.kv_heads, groups, end, self.head_dim).reshape(b, self.heads, end, -1)
+                    for t in (keys, values)
+                )
+            # softmax(q kᵀ · scaling + mask) v
+            o = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=mask, scale=self.scaling
+            )
+            h = h + F.linear(o.transpose(1, 2).reshape(b, s, -1), *layer.o)
+            x = _rms_norm(h, layer.ln2)
+            h = h + F.linear(layer.act(F.linear(x, *layer.gate)) * F.linear(x, *layer.up), *layer.down)  # gated MLP
+        h = _rms_norm(h[:, -keep:], self.norm)
+        return self.head(h), h
+
+    def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
+        if not self.table:
+            return self.rope(h, position_ids=pos)
+        if self.cos.shape[0] < end:  # a position never exceeds its slot index
+            n = max(end, 2 * self.cos.shape[0])
+            cos, sin = self.rope(h[:1, :1], position_ids=torch.arange(n, device=h.device)[None])
+            self.cos, self.sin = cos[0], sin[0]
+        return self.cos[pos], self.sin[pos]
+
+    def additive_mask(self, mask: Tensor, start: int, end: int) -> Tensor:
+        """[b, 1, end − start, end]: slot i reads slot j <= i if j holds text (0), else min."""
+        allowed = mask[:, None, None, :end].bool()
+        if end - start > 1:  # a single new slot reads every earlier slot that holds text
+            if self.causal.shape[0] < end:
+                n = max(end, 2 * self.causal.shape[0])
+                self.causal = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril_()
+            allowed = allowed & self.causal[start:end, :end]
+        return torch.where(allowed, self.zero, self.min)
+
+
+_plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
+
+
+def _plan_key(model: nn.Module) -> tuple:
+    weight = model.get_input_embeddings().weight
+    return weight.device, weight.dtype, getattr(getattr(model, "config", None), "_attn_implementation", None)
+
+
+def plan(model: nn.Module) -> Plan:
+    """The model's plan, checked once and cached (weakly) per model."""
+    found = _plans.get(model)
+    if found is None or found.key != _plan_key(model):
+        found = _plans[model] = Plan(model, direct=_agrees(model))
+    return found
+
+
+class SlotModel:
+    """One model, its KV cache over the slot layout, and the forward on a slot range."""
+
+    def __init__(self, model: nn.Module, vocab: int, hidden: bool, how: Plan | None = None) -> None:
+        self.model, self.vocab, self.hidden = model, vocab, hidden
+        self.plan = how or plan(model)
+        self.cache: DynamicCache | Tensor | None = None if self.plan.direct else DynamicCache(config=model.config)
+        self.length = 0  # slots in the cache
+        self.calls = 0
+
+    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
+        """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
+        start, how = self.length, self.plan
+        if how.direct:
+            if self.cache is None or self.cache.shape[4] < end:  # grow by doubling; keep what is there
+                grown = how.new_cache(ids.shape[0], max(end, 2 * (0 if self.cache is None else self.cache.shape[4])))
+                if self.cache is not None:
+                    grown[:, :, :, :, :start] = self.cache[:, :, :, :, :start]
+                self.cache = grown
+            logits, hidden = how.run(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
+        else:
+            out = self.model(
+                input_ids=ids[:, start:end],
+                attention_mask=mask[:, :end],
+                position_ids=pos[:, start:end],
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=self.hidden,
+                **({"logits_to_keep": keep} if how.keep else {}),
+            )
+            logits = out.logits[:, -keep:]
+            hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
+        self.length = end
+        if logits.shape[-1] != self.vocab:
+            logits = logits[..., : self.vocab]
+        return logits.float(), (hidden if self.hidden else None)
+
+    def crop(self, length: int) -> None:
+        """Forget slots from `length` on (the direct cache just overwrites them later)."""
+        if length < self.length:
+            if not self.plan.direct:
+                self.cache.crop(length - self.length)
+            self.length = length
+
+    def select(self, rows: Tensor) -> None:
+        """Keep only these batch rows."""
+        if self.plan.direct:
+            if self.cache is not None:
+                self.cache = self.cache.index_select(2, rows)
+        else:
+            self.cache.batch_select_indices(rows)
+
+
+@torch.no_grad()
+def _agrees(model: nn.Module) -> bool:
+    """Whether the direct way may run `model`: a known architecture, SDPA or eager attention, no
+    sliding windows, and the same outputs as `model(...)` on a ragged batch with a hole."""
+    config = getattr(model, "config", None)
+    base = getattr(model, "base_model", None)
+    if (
+        getattr(config, "model_type", None) not in DIRECT_TYPES
+        or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager")
+        or getattr(config, "sliding_window", None) is not None
+        or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
+        or not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
+        or not isinstance(model.get_output_embeddings(), nn.Linear)
+    ):
+        return False
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    ids = torch.arange(12, device=device).view(2, 6) % vocab
+    mask = torch.ones(2, 6, dtype=torch.long, device=device)
+    mask[0, :2] = 0  # left padding
+    mask[1, 4] = 0  # a hole, as a rejected draft leaves
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    try:
+        # The general way: logits from model(...), final hidden states from the base model (asking
+        # model(...) for hidden states would leave output-capture hooks on every layer, which slow
+        # each later call).
+        general, cache = SlotModel(model, vocab, False, Plan(model, False)), DynamicCache(config=config)
+        direct = SlotModel(model, vocab, True, Plan(model, True))
+        pairs = []
+        for start, end, keep in ((0, 3, 1), (3, 6, 3)):
+            logits, _ = general.forward(ids, mask, pos, end, keep)
+            hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
+                          past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
+            pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
+    except Exception:  # any surprise in the model's internals: use the general way
+        return False
+    tol = 1e-4 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
+    return all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)

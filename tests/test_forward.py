@@ -1,0 +1,104 @@
+"""The engine's model calls: the direct way agrees with `model(...)` on every architecture it
+claims, keeps its cache right through growth, crops and row removal, and steps aside otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from tiny_models import EOS, PAD, ragged_prompts
+
+from diversed import speculative_generate
+from diversed.forward import Plan, SlotModel, plan
+
+VOCAB = 64
+
+
+def tiny(config_cls, layers: int, seed: int, **extra):
+    torch.manual_seed(seed)
+    config = config_cls(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, bos_token_id=1,
+        eos_token_id=EOS, pad_token_id=PAD, tie_word_embeddings=False, **extra,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = EOS, PAD
+    return model
+
+
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, {"attention_bias": True, "mlp_bias": True}),
+    "mistral": (transformers.MistralConfig, {"sliding_window": None}),
+    "qwen2": (transformers.Qwen2Config, {"use_sliding_window": False}),
+    "qwen3": (transformers.Qwen3Config, {"head_dim": 24, "use_sliding_window": False}),  # q/k norms, odd head dim
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_direct_way_is_taken_and_exact(family):
+    config_cls, extra = FAMILIES[family]
+    target, draft = tiny(config_cls, 2, 0, **extra), tiny(config_cls, 1, 1, **extra)
+    assert plan(target).direct and plan(draft).direct
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=4, max_new_tokens=40, eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None,
+                          pad_token_id=PAD)  # fmt: skip
+    assert torch.equal(out.sequences, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_direct_cache_follows_growth_crops_and_row_removal(dtype):
+    """The same call sequence through both ways: a ragged prompt, rounds that crop back and leave
+    holes, the buffer doubling, and rows leaving the batch."""
+    model = tiny(transformers.Qwen3Config, 2, 0, use_sliding_window=False).to(dtype)
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    B, P = ids.shape
+    g = torch.Generator().manual_seed(0)
+    ids = torch.cat([ids, torch.randint(3, VOCAB, (B, 60), generator=g)], 1)
+    mask = torch.cat([mask, (torch.rand(B, 60, generator=g) > 0.3).long()], 1)  # holes
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    ways = [SlotModel(model, VOCAB, hidden=False, how=Plan(model, direct)) for direct in (False, True)]
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    end, step = P, 0
+    with torch.inference_mode():
+        while end + 6 <= ids.shape[1]:
+            new = 1 if step % 2 else 6
+            outs = [w.forward(ids, mask, pos, end + new, keep=new)[0] for w in ways]
+            torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)
+            end += new
+            if new > 1:  # crop the last 3 slots, as a round that rejected them
+                end -= 3
+                for w in ways:
+                    w.crop(end)
+            if step == 4:  # rows 1 and 2 finish
+                keep = torch.tensor([0, 3])
+                ids, mask, pos = ids[keep], mask[keep], pos[keep]
+                for w in ways:
+                    w.select(keep)
+            step += 1
+    assert ways[1].cache.shape[4] >= end > P + 8  # grew past the first allocation
+
+
+def test_architectures_outside_the_family_take_the_general_way():
+    target = tiny(transformers.GPTNeoXConfig, 2, 0)
+    draft = tiny(transformers.GPTNeoXConfig, 1, 1)
+    assert not plan(target).direct
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=16, eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=16, eos_token_id=None,
+                          pad_token_id=PAD)  # fmt: skip
+    assert torch.equal(out.sequences, ref)
+
+
+def test_a_model_that_differs_inside_is_not_run_directly():
+    """A Llama whose layer does something the direct way does not know (here a forward hook that
+    shifts its output, as a steering vector would) fails the agreement check, so the engine calls
+    `model(...)` and stays exact."""
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    target.model.layers[0].register_forward_hook(lambda module, args, output: output + 0.5)
+    assert not plan(target).direct and plan(draft).direct
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=12, eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
+                          pad_token_id=PAD)  # fmt: skip
+    assert torch.equal(out.sequences, ref)
