@@ -72,10 +72,10 @@ def _rms_norm(x: Tensor, norm: tuple[Tensor, float]) -> Tensor:
     return weight * F.rms_norm(x.float(), x.shape[-1:], None, eps).to(x.dtype)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding: x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [−b, a]."""
-    a, b = x.chunk(2, -1)
-    return x * cos + torch.cat([-b, a], -1) * sin
+def _rotate(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+    """Rotary embedding x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [−b, a]; written as
+    x·cos + [b, a]·[−sin₁, sin₂] (one roll instead of chunk, neg and cat; the same products)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
 class Plan:
@@ -105,6 +105,8 @@ class Plan:
         rope_type = getattr(self.rope, "rope_type", None)  # tables unless the rotary rescales with length
         self.table = isinstance(rope_type, str) and "dynamic" not in rope_type and rope_type != "longrope"
         self.cos = self.sin = torch.zeros(0, device=self.device)
+        half = self.head_dim // 2
+        self.sign = torch.cat([-torch.ones(half), torch.ones(self.head_dim - half)]).to(self.device, self.dtype)
 
     def new_cache(self, batch: int, slots: int) -> Tensor:
         """[layers, 2 (k, v), batch, kv heads, slots, head dim], zeros (never-written slots are
@@ -146,12 +148,14 @@ class Plan:
         return self.head(h), h
 
     def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
+        """cos and sin with its first half negated (see `_rotate`) at each slot's position."""
         if not self.table:
-            return self.rope(h, position_ids=pos)
+            cos, sin = self.rope(h, position_ids=pos)
+            return cos, sin * self.sign
         if self.cos.shape[0] < end:  # a position never exceeds its slot index
             n = max(end, 2 * self.cos.shape[0])
             cos, sin = self.rope(h[:1, :1], position_ids=torch.arange(n, device=h.device)[None])
-            self.cos, self.sin = cos[0], sin[0]
+            self.cos, self.sin = cos[0], sin[0] * self.sign
         return self.cos[pos], self.sin[pos]
 
     def additive_mask(self, mask: Tensor, start: int, end: int) -> Tensor:
