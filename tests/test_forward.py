@@ -102,3 +102,19 @@ def test_a_model_that_differs_inside_is_not_run_directly():
     ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
                           pad_token_id=PAD)  # fmt: skip
     assert torch.equal(out.sequences, ref)
+
+
+def test_a_hook_added_later_is_noticed():
+    """The plan is re-checked when hooks change: a hook added after a first generation is honoured,
+    and removing it brings the direct way back."""
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    speculative_generate(target, draft, ids, mask, max_new_tokens=4)
+    assert plan(target).direct
+    handle = target.model.layers[0].register_forward_hook(lambda module, args, output: output + 0.5)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=12, eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
+                          pad_token_id=PAD)  # fmt: skip
+    assert torch.equal(out.sequences, ref) and not plan(target).direct
+    handle.remove()
+    assert plan(target).direct
