@@ -21,7 +21,8 @@ from torch import Tensor, nn
 
 def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
     """softmax(logits / T) in float32 (T > 0)."""
-    return torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    return torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)  # x / 1 == x
 
 
 def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
