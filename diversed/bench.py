@@ -155,7 +155,11 @@ class CallMeter:
 
     def __init__(self, models: dict[str, nn.Module]) -> None:
         self.run: Run | None = None
-        self._t0: dict[str, float] = {}
+        self._t0: dict[str, Any] = {}
+        # On a GPU the hooks record CUDA events (a host clock would time the kernel launches); their
+        # times are read after the setting's final synchronize, in `flush`.
+        self.cuda = next(next(iter(models.values())).parameters()).device.type == "cuda"
+        self.pending: list[tuple[str, Any, Any]] = []
         self.handles = []
         for name, model in models.items():
             self.handles.append(model.get_input_embeddings().register_forward_pre_hook(self._start(name)))
@@ -163,7 +167,7 @@ class CallMeter:
 
     def _start(self, name: str) -> Callable:
         def hook(module, args):
-            self._t0[name] = time.perf_counter()
+            self._t0[name] = _event() if self.cuda else time.perf_counter()
 
         return hook
 
@@ -171,13 +175,35 @@ class CallMeter:
         def hook(module, args, output):
             if self.run is not None:
                 self.run.calls[name] += 1
-                self.run.forward_s[name] += time.perf_counter() - self._t0[name]
+                if self.cuda:
+                    self.pending.append((name, self._t0[name], _event()))
+                else:
+                    self.run.forward_s[name] += time.perf_counter() - self._t0[name]
 
         return hook
+
+    def flush(self, run: Run) -> None:
+        """Add the recorded GPU forward times to `run` (after a synchronize)."""
+        for name, start, stop in self.pending:
+            run.forward_s[name] += start.elapsed_time(stop) / 1e3
+        self.pending.clear()
 
     def close(self) -> None:
         for h in self.handles:
             h.remove()
+
+
+def _event():
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _clock(device: torch.device) -> float:
+    """Wall clock after the device's queued work is done."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def count_new_tokens(new: Tensor, eos: Sequence[int]) -> Tensor:
@@ -289,20 +315,29 @@ class BenchConfig:
     seed: int = 0
     bonus_token: str = "ensemble"
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
+    device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
+    dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
 
 
 def load_pair(config: BenchConfig):
-    """(target, draft, tokenizer) of the configured pair, in float32 on the CPU."""
+    """(target, draft, tokenizer) of the configured pair, in `config.dtype` on `config.device`."""
+    dtype = getattr(torch, config.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if config.target or config.draft:
         if not (config.target and config.draft):
             raise ValueError("give both --target and --draft, or neither (then --pair is used)")
         from diversed.pair import load_pair as load
 
-        pair = load(config.target, config.draft, dtype="float32", device="cpu")
+        pair = load(config.target, config.draft, dtype=config.dtype, device=config.device)
     elif config.pair in ("toy", "toy-tiny"):
         from diversed.toy import ToyBuildConfig, load_toy_pair
 
         pair = load_toy_pair(config=ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None)
+        pair.target.to(config.device, dtype)
+        pair.draft.to(config.device, dtype)
     else:
         raise ValueError(
             f"--pair must be 'toy' or 'toy-tiny' (or give --target and --draft), got {config.pair!r}"
@@ -317,9 +352,11 @@ def toy_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
     return [tokenizer(e["prompt"])["input_ids"] for e in examples("test", seed)[:n]]
 
 
-def make_batches(prompts: Sequence[Sequence[int]], batch_size: int, pad: int) -> list[tuple[Tensor, Tensor]]:
-    """Left-padded (input_ids, attention_mask) batches, in order."""
-    return [left_pad(prompts[i : i + batch_size], pad, torch.device("cpu")) for i in range(0, len(prompts), batch_size)]
+def make_batches(
+    prompts: Sequence[Sequence[int]], batch_size: int, pad: int, device: torch.device
+) -> list[tuple[Tensor, Tensor]]:
+    """Left-padded (input_ids, attention_mask) batches, in order, on `device`."""
+    return [left_pad(prompts[i : i + batch_size], pad, device) for i in range(0, len(prompts), batch_size)]
 
 
 class Bench:
@@ -332,8 +369,9 @@ class Bench:
     def __init__(self, config: BenchConfig, target, draft, prompts, eos: list[int], pad: int) -> None:
         self.config, self.target, self.draft, self.eos, self.pad = config, target, draft, eos, pad
         size = max(config.batch_sizes)
+        self.device = next(target.parameters()).device  # batches, generators and clocks follow the pair
         self.chunks = [
-            {b: make_batches(prompts[i : i + size], b, pad) for b in config.batch_sizes}
+            {b: make_batches(prompts[i : i + size], b, pad, self.device) for b in config.batch_sizes}
             for i in range(0, len(prompts), size)
         ]
         sizes = {
@@ -352,7 +390,7 @@ class Bench:
 
     def run(self, s: Setting, chunk: int, seed: int, run: Run) -> None:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(self.device).manual_seed(seed)
         torch.manual_seed(seed)  # transformers samples from the global generator
         sampling = s.temperature > 0
         common = {
@@ -364,14 +402,14 @@ class Bench:
         self.meter.run = run
         try:
             for ids, mask in self.chunks[chunk][s.batch_size]:
-                t0 = time.perf_counter()
+                t0 = _clock(self.device)
                 if s.engine == "diversed":
                     st = speculative_generate(
                         self.target, self.draft, ids, mask, verifier=self.verifiers[s.verifier],
                         num_draft_tokens=s.num_draft_tokens, do_sample=sampling, temperature=s.temperature or 1.0,
                         generator=gen, bonus_token=s.bonus_token, **common,
                     ).stats  # fmt: skip
-                    run.seconds += time.perf_counter() - t0
+                    run.seconds += _clock(self.device) - t0
                     run.new_tokens += int(st.new_tokens.sum())
                     run.rounds += int(st.rounds.sum())
                     run.proposed += int(st.proposed.sum())
@@ -394,7 +432,7 @@ class Bench:
                     with assistant_config(self.draft, s.num_draft_tokens or 1), torch.inference_mode():
                         out = self.target.generate(ids, attention_mask=mask, **kwargs, **common)
                     new = out[:, ids.shape[1] :]
-                run.seconds += time.perf_counter() - t0
+                run.seconds += _clock(self.device) - t0
                 n_new = int(count_new_tokens(new, self.eos).sum())
                 run.new_tokens += n_new
                 if s.engine == "autoregressive":
@@ -410,6 +448,8 @@ class Bench:
                     calls = dict(run.calls)
         finally:
             self.meter.run = None
+            _clock(self.device)
+            self.meter.flush(run)
 
 
 def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
@@ -514,8 +554,9 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     return (
-        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
+        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads{gpu}, torch {torch.__version__}, "
         f"transformers {transformers.__version__}, load average {load}"
     )
 
@@ -562,6 +603,8 @@ def run_bench(
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
         log(f"# {machine()}")
+        weight = next(target.parameters())
+        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         log(f"# {len(prompts)} prompts, {stop} {config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, "
             f"{len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
@@ -660,6 +703,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument(
         "--only", nargs="*", default=[], help="run only settings whose label contains one of these"
     )
+    parser.add_argument("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
+    parser.add_argument("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
     parser.add_argument("--output", default=None, help="write the records to this JSON file")
     args = parser.parse_args(argv)
     config = BenchConfig(
@@ -667,7 +712,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, weight=args.weight, head=args.head,
         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos, repeats=args.repeats,
         warmup=args.warmup, threads=args.threads, seed=args.seed, bonus_token=args.bonus_token,
-        only=tuple(args.only),
+        only=tuple(args.only), device=args.device, dtype=args.dtype,
     )  # fmt: skip
     records = run_bench(config)
     print(table(records))

@@ -135,3 +135,27 @@ def test_cli_writes_json(toy_tiny_dir, tmp_path, capsys):
     assert {r["engine"] for r in records} == {"diversed", "transformers", "autoregressive"}
     assert all(r["weight"] == 0.5 for r in records if r["verifier"] == "static")
     assert "tok/s" in capsys.readouterr().out
+
+
+def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    main([
+        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
+        "--batch-sizes", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
+        "--dtype", "bfloat16", "--only", "diversed static", "target (loop)", "--output", str(out),
+    ])  # fmt: skip
+    records = json.loads(out.read_text())
+    assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
+    assert all(r["tokens_per_s"] > 0 for r in records)
+    assert "# pair on cpu in bfloat16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--dtype", "float33"], "--dtype"), (["--device", "cuda"], "--device cuda")],
+)
+def test_cli_refuses_a_bad_dtype_or_a_missing_gpu_before_loading(toy_tiny_dir, flags, message):
+    if flags[0] == "--device" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match=message):
+        main(["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), *flags])
