@@ -26,6 +26,15 @@ def tiny(config_cls, layers: int, seed: int, **extra):
     return model
 
 
+def assert_exact(target, draft, n: int, max_new: int) -> None:
+    """Lossless greedy speculative decoding emits exactly `target.generate`'s tokens."""
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=max_new, eos_token_id=[])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, eos_token_id=None,
+                          pad_token_id=PAD)  # fmt: skip
+    assert torch.equal(out.sequences, ref)
+
+
 FAMILIES = {
     "llama": (transformers.LlamaConfig, {"attention_bias": True, "mlp_bias": True}),
     "mistral": (transformers.MistralConfig, {"sliding_window": None}),
@@ -39,11 +48,7 @@ def test_direct_way_is_taken_and_exact(family):
     config_cls, extra = FAMILIES[family]
     target, draft = tiny(config_cls, 2, 0, **extra), tiny(config_cls, 1, 1, **extra)
     assert plan(target).direct and plan(draft).direct
-    ids, mask = ragged_prompts(vocab=VOCAB)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=4, max_new_tokens=40, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, eos_token_id=None,
-                          pad_token_id=PAD)  # fmt: skip
-    assert torch.equal(out.sequences, ref)
+    assert_exact(target, draft, 4, 40)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -83,11 +88,7 @@ def test_architectures_outside_the_family_take_the_general_way():
     target = tiny(transformers.GPTNeoXConfig, 2, 0)
     draft = tiny(transformers.GPTNeoXConfig, 1, 1)
     assert not plan(target).direct
-    ids, mask = ragged_prompts(vocab=VOCAB)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=16, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=16, eos_token_id=None,
-                          pad_token_id=PAD)  # fmt: skip
-    assert torch.equal(out.sequences, ref)
+    assert_exact(target, draft, 3, 16)
 
 
 def test_a_model_that_differs_inside_is_not_run_directly():
@@ -97,11 +98,7 @@ def test_a_model_that_differs_inside_is_not_run_directly():
     target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
     target.model.layers[0].register_forward_hook(lambda module, args, output: output + 0.5)
     assert not plan(target).direct and plan(draft).direct
-    ids, mask = ragged_prompts(vocab=VOCAB)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=12, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
-                          pad_token_id=PAD)  # fmt: skip
-    assert torch.equal(out.sequences, ref)
+    assert_exact(target, draft, 3, 12)
 
 
 def test_a_hook_added_later_is_noticed():
@@ -112,9 +109,7 @@ def test_a_hook_added_later_is_noticed():
     speculative_generate(target, draft, ids, mask, max_new_tokens=4)
     assert plan(target).direct
     handle = target.model.layers[0].register_forward_hook(lambda module, args, output: output + 0.5)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=12, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None,
-                          pad_token_id=PAD)  # fmt: skip
-    assert torch.equal(out.sequences, ref) and not plan(target).direct
+    assert_exact(target, draft, 3, 12)
+    assert not plan(target).direct
     handle.remove()
     assert plan(target).direct
