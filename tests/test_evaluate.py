@@ -6,14 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf, open_dict
-from tiny_models import pair_overrides
+from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
 from diversed.results import load_results
-from diversed.train import CONFIG_DIR
 
 
 @pytest.fixture(scope="module")
@@ -26,17 +24,11 @@ def head_dir(toy_tiny_dir, tmp_path_factory):
 
 
 def compose_eval(out: Path, pair_dir: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "evaluate",
-            overrides=[
-                "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
-                "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]", *pair_overrides(pair_dir), *overrides,
-            ],
-        )  # fmt: skip
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-    return cfg
+    small = [
+        "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
+        "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
+    ]  # fmt: skip
+    return compose_run("evaluate", out, pair_dir, small, overrides)
 
 
 def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):

@@ -8,8 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
-from tiny_models import pair_overrides, tiny_pair
+from tiny_models import compose_run, pair_overrides, tiny_pair
 
 from diversed import WeightHead
 from diversed.train import CONFIG_DIR, DiversedModule, policy_loss, train
@@ -100,18 +99,12 @@ def test_experiments_compose(experiment):
 
 
 def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                "+experiment=toy", "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
-                "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=8", "data.val_batch_size=8",
-                "data.n_train=32", "model.max_new_tokens=8", *pair_overrides(pair_dir), *overrides,
-            ],
-        )  # fmt: skip
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp)
-    return cfg
+    small = [
+        "+experiment=toy", "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
+        "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=8", "data.val_batch_size=8",
+        "data.n_train=32", "model.max_new_tokens=8",
+    ]  # fmt: skip
+    return compose_run("train", tmp, pair_dir, small, overrides)
 
 
 def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):

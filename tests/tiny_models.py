@@ -62,6 +62,21 @@ def ragged_prompts(lengths=(5, 9, 3, 7), seed: int = 1, vocab: int = VOCAB):
     return ids, mask
 
 
+def compose_run(config_name: str, output_dir, pair_dir, overrides: list[str], extra=()):
+    """The `config_name` config (train or evaluate) with `overrides`, the saved pair in `pair_dir`,
+    then `extra` (a test's own), writing to `output_dir`."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from diversed.train import CONFIG_DIR
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(config_name, overrides=[*overrides, *pair_overrides(pair_dir), *extra])
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+    return cfg
+
+
 def pair_overrides(pair_dir) -> list[str]:
     """Hydra overrides that point `pair` at a saved pair directory (target/ and draft/)."""
     return [
