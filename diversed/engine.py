@@ -357,8 +357,12 @@ def speculative_generate(
         # longest accepted prefix, whether a bonus is due, finished rows, and the next budget
         emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
         fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
-        k_h, full_h, done_h, (fewest, *_) = torch.stack([k, full.long(), done.long(), fewest_next.expand(b)]).tolist()
-        if ensemble_bonus and any(full_h):
+        # A bonus is due only where the token after the drafts is kept (no EOS among them, budget left).
+        due = full & (keep > k)
+        k_h, full_h, due_h, done_h, (fewest, *_) = torch.stack(
+            [k, full.long(), due.long(), done.long(), fewest_next.expand(b)]
+        ).tolist()
+        if ensemble_bonus and any(due_h):
             # Bonus from v_{L+1} = w·p_{L+1} + (1 − w)·q_{L+1}. A row that stopped proposing early
             # already has q_{L+1}; otherwise the draft reads x_n now (it needs it next round anyway).
             logits_e, h_e = D.forward(ids, mask, pos, cur + n + 1, keep=1)
