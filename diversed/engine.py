@@ -20,7 +20,7 @@ The engine knows nothing about tokenizers, tasks or training; the maths is in `v
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -219,18 +219,26 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     num_draft_tokens_schedule: str = "constant",
     draft_confidence_threshold: float | None = None,
+    stop: Callable[[list[int]], int | None] | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
     `verifier=None` is lossless. Greedy (`do_sample=False` or temperature 0) accepts x_i while
     x_i == argmax v_i, emits argmax v_i at the first mismatch, and compares softmax at T = 1 as
     transformers does. Prompts must be left-padded. Returns `(sequences, stats)`.
+
+    `stop(new_tokens)`, if given, is called on the host after every round with each row's new
+    tokens so far and returns None to go on, or how many of them to keep (a stop string reached,
+    see `Task.stopper`); the row then ends there like at EOS. Its tokens come to the host with the
+    round's one sync; the call itself is the only added cost.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(
         target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens,
         temperature, bonus_token, num_draft_tokens_schedule, draft_confidence_threshold,
     )
+    if stop is not None and not callable(stop):
+        raise ValueError(f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}")
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
     device = input_ids.device
@@ -259,6 +267,8 @@ def speculative_generate(
     pos[:, :P] = (mask[:, :P].cumsum(-1) - 1).clamp_min(0)
     out = torch.full((B, max_new_tokens + 1), int(pad_token_id), dtype=torch.long, device=device)  # last col: sink
     rows = torch.arange(B, device=device)  # original index of each row still in the batch
+    alive = list(range(B))  # the same on the host
+    texts: list[list[int]] = [[] for _ in range(B)]  # new tokens per original row, kept only for `stop`
     # Statistics per original row stay on the device: rounds, proposed, accepted, new tokens; the
     # accepted-length histogram; Σ w and the count of positions that emitted a token.
     counts = torch.zeros(B, 4, dtype=torch.long, device=device)
@@ -306,9 +316,9 @@ def speculative_generate(
                 # A row stops proposing once the draft's top probability falls below the threshold;
                 # the low-confidence token itself is still proposed, as in transformers.
                 top = torch.softmax(logits_q, -1).max(-1).values
-                stop = proposing & (top < draft_confidence_threshold)
-                lengths = torch.where(stop, j + 1, lengths)
-                proposing &= ~stop
+                unsure = proposing & (top < draft_confidence_threshold)
+                lengths = torch.where(unsure, j + 1, lengths)
+                proposing &= ~unsure
                 if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
                     n = j + 1
                     steps = ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
@@ -359,9 +369,9 @@ def speculative_generate(
         fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
         # A bonus is due only where the token after the drafts is kept (no EOS among them, budget left).
         due = full & (keep > k)
-        k_h, full_h, due_h, done_h, (fewest, *_) = torch.stack(
-            [k, full.long(), due.long(), done.long(), fewest_next.expand(b)]
-        ).tolist()
+        (k_h, full_h, due_h, done_h, keep_h, (fewest, *_)), tokens_h = _to_host(
+            [k, full.long(), due.long(), done.long(), keep, fewest_next.expand(b)], emitted if stop is not None else None
+        )
         if ensemble_bonus and any(due_h):
             # Bonus from v_{L+1} = w·p_{L+1} + (1 − w)·q_{L+1}. A row that stopped proposing early
             # already has q_{L+1}; otherwise the draft reads x_n now (it needs it next round anyway).
@@ -382,7 +392,12 @@ def speculative_generate(
                 w_next = torch.where(full, w_b, w_next)
             emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
             fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
-            done_h, (fewest, *_) = torch.stack([done.long(), fewest_next.expand(b)]).tolist()
+            (done_h, keep_h, (fewest, *_)), tokens_h = _to_host(
+                [done.long(), keep, fewest_next.expand(b)], emitted if stop is not None else None
+            )
+        if stop is not None and _stop_rows(stop, texts, alive, tokens_h, keep_h, done_h):
+            # a row's text reached a stop sequence: it keeps the tokens up to it and leaves
+            keep = torch.tensor(keep_h, dtype=torch.long, device=device)
 
         # --- bookkeeping on the device: stats, output, slot mask, caches
         ones = torch.ones_like(k)
@@ -412,6 +427,7 @@ def speculative_generate(
         if any(done_h):  # finished rows leave the batch
             idx = torch.tensor([i for i, d in enumerate(done_h) if not d], dtype=torch.long, device=device)
             rows = rows[idx]
+            alive = [alive[i] for i, d in enumerate(done_h) if not d]
             if rows.shape[0]:
                 ids, mask, pos = ids[idx], mask[idx], pos[idx]
                 T.select(idx)
@@ -433,6 +449,32 @@ def speculative_generate(
         torch.cuda.synchronize(device)
     stats.wall_time_s = time.perf_counter() - t_start
     return SpeculativeOutput(sequences, stats)
+
+
+def _to_host(columns: list[Tensor], tokens: Tensor | None) -> tuple[list[list[int]], list[list[int]] | None]:
+    """One host sync for per-row [b] columns (as lists) and, if given, the round's tokens [b, n+1]."""
+    table = torch.stack(columns, 1)
+    if tokens is not None:
+        table = torch.cat([table, tokens], 1)
+    host = table.tolist()
+    c = len(columns)
+    return [list(col) for col in zip(*(r[:c] for r in host), strict=True)], None if tokens is None else [r[c:] for r in host]
+
+
+def _stop_rows(stop, texts, alive, tokens_h, keep_h, done_h) -> bool:
+    """Append the round's kept tokens to each row's text and ask `stop`; a row that stops keeps
+    what `stop` says (never fewer tokens than it had before this round) and is done. Updates
+    `keep_h` and `done_h` in place; returns whether any row stopped."""
+    stopped = False
+    for i, row in enumerate(alive):
+        before = len(texts[row])
+        texts[row] += tokens_h[i][: keep_h[i]]
+        cut = stop(texts[row])
+        if cut is not None:
+            keep_h[i] = min(keep_h[i], max(0, int(cut) - before))
+            del texts[row][before + keep_h[i] :]
+            done_h[i] = stopped = True
+    return stopped
 
 
 def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:

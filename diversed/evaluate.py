@@ -4,7 +4,8 @@
 `sweep.temperatures` and each N in `sweep.draft_lengths`, decodes the task's prompts in batches
 with: the autoregressive target (`model.generate`, the time baseline), lossless speculative
 decoding, the static ensemble at each w in `sweep.weights`, and the dynamic ensemble with each
-head in `sweep.heads`. Every grid point becomes one record in `<run dir>/results.jsonl` (through
+head in `sweep.heads`; every method ends a row at EOS or at the task's stop sequences (`Task.stopper`).
+Every grid point becomes one record in `<run dir>/results.jsonl` (through
 `results.ResultStore`, so a re-run skips finished points and a killed run leaves nothing partial)
 and its per-example rows; the resolved config is saved beside them.
 
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from diversed.engine import left_pad, speculative_generate
 from diversed.heads import WeightHead
@@ -101,8 +103,21 @@ def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifi
     return None
 
 
-def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int):
-    """One batch through the engine (or `model.generate` for the autoregressive baseline)."""
+class _Stop(StoppingCriteria):
+    """`generate`'s side of a task's `stop` callback: a row ends once its new tokens reach a stop
+    sequence, as it does in the engine (so the time baseline does not decode past it either)."""
+
+    def __init__(self, stop: Callable[[list[int]], int | None], prompt_len: int) -> None:
+        self.stop, self.prompt_len = stop, prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        done = [self.stop(row[self.prompt_len :]) is not None for row in input_ids.tolist()]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int, stop=None):
+    """One batch through the engine (or `model.generate` for the autoregressive baseline); rows end
+    at EOS, at `max_new` tokens, or where `stop` (a task's `stopper`) says."""
     tok = pair.tokenizer
     T = point["temperature"]
     sampling = T > 0
@@ -113,7 +128,8 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
         start = time.perf_counter()
         seqs = pair.target.generate(
             ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id, **kwargs,
+            pad_token_id=tok.pad_token_id,
+            stopping_criteria=StoppingCriteriaList([_Stop(stop, ids.shape[1])] if stop else []), **kwargs,
         )  # fmt: skip
         if ids.device.type == "cuda":
             torch.cuda.synchronize(ids.device)
@@ -122,11 +138,14 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
         # tokens up to and including the first EOS
         is_eos = new == tok.eos_token_id
         n_new = torch.where(is_eos.any(1), is_eos.long().argmax(1) + 1, (new != tok.pad_token_id).sum(1))
+        if stop is not None:  # a row ended by `stop` is padded after it (and pad may be EOS)
+            cuts = [stop(row[:n]) for row, n in zip(new.tolist(), n_new.tolist(), strict=True)]
+            n_new = torch.tensor([n if c is None else c for c, n in zip(cuts, n_new.tolist(), strict=True)])
         return seqs, n_new.cpu(), None, wall
     out = speculative_generate(
         pair.target, pair.draft, ids, mask, verifier=verifier, num_draft_tokens=point["num_draft_tokens"],
         max_new_tokens=max_new, do_sample=sampling, temperature=T if sampling else 1.0,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=generator,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=generator, stop=stop,
     )  # fmt: skip
     return out.sequences, out.stats.new_tokens, out.stats, out.stats.wall_time_s
 
@@ -144,7 +163,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
-        seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start)
+        seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start, task.stopper(tok))
         wall += t
         P = ids.shape[1]
         completions = decode_completions(tok, seqs, P, n_new)

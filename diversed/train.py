@@ -196,7 +196,7 @@ class DiversedModule(L.LightningModule):
             self.pair.target, self.pair.draft, ids, mask, verifier=DynamicEnsemble(self.head),
             num_draft_tokens=self.hparams.num_draft_tokens, max_new_tokens=max_new, do_sample=do_sample,
             temperature=temperature, bonus_token="ensemble", eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
+            pad_token_id=tok.pad_token_id, stop=task.stopper(tok),
         )  # fmt: skip
         return out, mask, decode_completions(tok, out.sequences, ids.shape[1], out.stats.new_tokens)
 

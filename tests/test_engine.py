@@ -236,6 +236,63 @@ def test_no_eos_means_exact_budget(pair, prompts):
     assert ((s.accepted + s.rounds) >= 17).all()
 
 
+# ----------------------------------------------------------------------------- stop callback
+
+
+def first_bigram(a: int, b: int):
+    """A `stop` callback: rows end right after the first `a, b` in their new tokens."""
+
+    def stop(tokens: list[int]) -> int | None:
+        return next((i + 2 for i in range(len(tokens) - 1) if tokens[i : i + 2] == [a, b]), None)
+
+    return stop
+
+
+@pytest.mark.parametrize("verifier", [Lossless(), StaticEnsemble(0.4)], ids=["lossless", "static"])
+def test_stop_cuts_greedy_rows_exactly_where_the_callback_says(pair, prompts, verifier):
+    target, draft = pair
+    ids, mask = prompts
+    P, kwargs = ids.shape[1], {"verifier": verifier, "num_draft_tokens": 6, "max_new_tokens": 30}
+    full = speculative_generate(target, draft, ids, mask, **kwargs)
+    texts = [full.sequences[r, P : P + int(n)].tolist() for r, n in enumerate(full.stats.new_tokens)]
+    stop = first_bigram(*texts[0][3:5])
+    cuts = [stop(t) or len(t) for t in texts]
+    assert sum(c < len(t) for c, t in zip(cuts, texts, strict=True)) >= 1
+
+    out = speculative_generate(target, draft, ids, mask, stop=stop, **kwargs)
+    for r, (text, cut) in enumerate(zip(texts, cuts, strict=True)):
+        assert int(out.stats.new_tokens[r]) == cut
+        assert out.sequences[r, P : P + cut].tolist() == text[:cut]  # the same tokens up to the stop
+        assert (out.sequences[r, P + cut :] == PAD).all()  # and nothing after it
+    assert int(out.stats.rounds.sum()) < int(full.stats.rounds.sum())
+    assert out.stats.target_calls <= full.stats.target_calls
+
+
+def test_stop_in_sampled_rows_with_the_ensemble_bonus(pair, prompts):
+    target, draft = pair
+    ids, mask = prompts
+    P = ids.shape[1]
+    kwargs = {"verifier": DynamicEnsemble(random_head(target, draft)), "num_draft_tokens": 4, "max_new_tokens": 40,
+              "do_sample": True, "eos_token_id": []}  # fmt: skip
+    g = torch.Generator().manual_seed(3)
+    free = speculative_generate(target, draft, ids, mask, generator=g, **kwargs).sequences[:, P:]
+    ends = set(free.mode(1).values.tolist())  # each row's commonest token: rows meet one early
+
+    def stop(tokens: list[int]) -> int | None:
+        return next((i + 1 for i, t in enumerate(tokens) if t in ends), None)
+
+    out = speculative_generate(target, draft, ids, mask, generator=g, stop=stop, **kwargs)
+    s = out.stats
+    for r in range(ids.shape[0]):
+        n = int(s.new_tokens[r])
+        text = out.sequences[r, P : P + n].tolist()
+        assert not ends & set(text[:-1])  # nothing is kept past the first stop
+        assert text[-1] in ends or n == 40
+        assert (out.sequences[r, P + n :] == PAD).all()
+        assert int(s.w_count[r]) == n  # w statistics count only the kept tokens
+    assert (s.new_tokens < 40).sum() >= 3
+
+
 # ----------------------------------------------------------------------------- vocabularies and bad input
 
 
@@ -275,6 +332,7 @@ class Exploding(torch.nn.Module):
         ({"bonus_token": "draft"}, "bonus_token"),
         ({"num_draft_tokens_schedule": "fast"}, "schedule"),
         ({"verifier": "static"}, "verifier"),
+        ({"stop": "\n"}, "stop must be a callable"),
     ],
 )
 def test_bad_input_raises_before_any_model_call(pair, prompts, kwargs, message):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hydra
 import pytest
 from omegaconf import OmegaConf, open_dict
 from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
+from diversed.engine import left_pad
 from diversed.results import load_results
+from diversed.tasks.toy import ToyTask
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +83,37 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     assert len(examples) == n_points
     row = json.loads(examples[0].read_text().splitlines()[0])
     assert {"example_id", "completion", "score", "new_tokens", "accepted_drafts"} <= set(row)
+
+
+def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
+    # The untrained pair writes random characters; with the digits (one token each in the toy
+    # tokenizer) as stop sequences most rows meet one within 16 tokens, and a method that decoded
+    # past it would show characters after it.
+    digits = list("0123456789")
+    cfg = compose_eval(tmp_path, toy_tiny_dir, f"+task.stop=[{','.join(repr(d) for d in digits)}]", "task.max_new_tokens=16",
+                       "sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[3]", "sweep.weights=[0.5]")  # fmt: skip
+    ev.evaluate(cfg)
+    task, stopped, rows = ToyTask([], stop=digits), 0, 0
+    for path in sorted((tmp_path / "examples").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            text = json.loads(line)["completion"]
+            kept = task.truncate(text)
+            assert text == kept or text[len(kept) :] in digits, text  # nothing after the stop
+            stopped, rows = stopped + (text != kept), rows + 1
+    assert rows == 6 * 3 * 2 and stopped >= rows // 3
+
+    # generate itself ends those rows (the time baseline does not decode past a stop either)
+    pair = hydra.utils.instantiate(cfg.pair)
+    tok = pair.tokenizer
+    ids, mask = left_pad(task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device)
+    point = {"method": "autoregressive", "temperature": 1.0}
+    free, n_free, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0)
+    seqs, n_new, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, task.stopper(tok))
+    P = ids.shape[1]
+    assert (n_new < n_free).any()
+    for r, n in enumerate(n_new.tolist()):
+        assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
+        assert (seqs[r, P + n :] == tok.pad_token_id).all()
 
 
 def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):

@@ -437,3 +437,26 @@ def test_leading_separator_is_not_a_stop():
     assert task.truncate("\n\nThe cat sat.\n\nNext article") == "\n\nThe cat sat."
     assert task.truncate("A summary.\n\nMore") == "A summary."
     assert task.truncate("\n\n") == "\n\n"
+
+
+def test_stopper_keeps_the_fewest_tokens_that_hold_a_stop_sequence():
+    from diversed.tasks.base import Task
+
+    class Plain(Task):
+        stop = ("Question:", "is 4")
+
+    text = "The answer is 4. Question: What"
+    tok = tiny_tokenizer([text])
+    ids = tok(text)["input_ids"]  # one token per word
+    stopper = Plain([]).stopper(tok)
+    assert stopper(ids[:3]) is None  # "The answer is"
+    assert stopper(ids[:4]) == 4  # "is 4" spans two tokens: it is complete with the 4th
+    assert stopper(ids) == 4  # the earliest stop sequence, wherever the text now ends
+    assert Plain([], stop=("Question:",)).stopper(tok)(ids) == 5
+    assert Plain([], stop=()).stopper(tok) is None  # nothing to stop at: the engine runs to EOS
+    for bad in ([1, 2], "\n", [""]):
+        with pytest.raises(ValueError, match="stop must be a list of non-empty strings"):
+            Plain([], stop=bad)
+    # the completion the task scores is the same, stopped or not
+    task = Plain([], stop=("Question:",))
+    assert task.truncate(tok.decode(ids[: task.stopper(tok)(ids)])) == task.truncate(tok.decode(ids))

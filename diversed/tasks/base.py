@@ -3,7 +3,8 @@
 A task holds a list of examples (dicts with the dataset's own fields) and knows how to turn
 one into a prompt, how to cut a raw completion at its stop sequences, and how to score it.
 It does not generate text: the runner and the trainer feed `encode()`'s token ids to the
-engine and hand the decoded completions back to `score()` / `reward()`.
+engine (with `stopper()`, which ends a row at a stop sequence) and hand the decoded completions
+back to `score()` / `reward()`.
 
 `Task.load` reads the examples either from local files (`data_files`: JSONL, JSON or parquet rows
 with the dataset's fields, for air-gapped clusters) or from the Hugging Face Hub, and keeps a
@@ -17,7 +18,7 @@ import json
 import os
 import random
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
@@ -60,6 +61,11 @@ class Task:
         if max_new_tokens is not None:
             self.max_new_tokens = int(max_new_tokens)
         if stop is not None:
+            if isinstance(stop, str) or not all(isinstance(x, str) and x for x in stop):
+                raise ValueError(
+                    f"stop must be a list of non-empty strings, got {stop!r} (quote numbers in overrides: "
+                    "task.stop=['\\n\\n','1'])"
+                )
             self.stop = tuple(stop)
         self.few_shot = list(few_shot)
         self.source: dict[str, Any] = {}  # where the examples came from; `load` fills it in
@@ -182,6 +188,11 @@ class Task:
             if i != -1:
                 cut = min(cut, i)
         return completion[:cut]
+
+    def stopper(self, tokenizer: Any) -> StopAtText | None:
+        """The engine's `stop` callback for this task (None without stop sequences): rows end
+        once their text holds a stop sequence, instead of running on to `max_new_tokens`."""
+        return StopAtText(tokenizer, self.truncate) if self.stop else None
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
@@ -334,3 +345,30 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence):
         return [_plain(v) for v in value]
     return value
+
+
+class StopAtText:
+    """Stops a generation where `truncate` would cut its text: called with a row's new tokens so
+    far, returns None while `truncate(text) == text`, else the fewest tokens whose text already
+    holds the stop sequence (found by bisection: about log2(length) decodes, once per row).
+
+    The completion the task scores is the same as without stopping (it is cut at the same place),
+    as long as decoding a prefix gives a prefix of the text; the tokens after the stop are never
+    generated. Text is decoded as `decode_completions` does (special tokens skipped).
+    """
+
+    def __init__(self, tokenizer: Any, truncate: Callable[[str], str]) -> None:
+        self.tokenizer, self.truncate = tokenizer, truncate
+
+    def _stopped(self, tokens: Sequence[int]) -> bool:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return len(self.truncate(text)) < len(text)
+
+    def __call__(self, tokens: Sequence[int]) -> int | None:
+        if not self._stopped(tokens):
+            return None
+        lo, hi = 0, len(tokens)  # tokens[:lo] has not stopped, tokens[:hi] has
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self._stopped(tokens[:mid]) else (mid, hi)
+        return hi
