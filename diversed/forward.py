@@ -36,10 +36,12 @@ DIRECT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 class _Layer(NamedTuple):
-    """One decoder layer's tensors (plain tensors: a module call costs more than a tiny matmul)."""
+    """One decoder layer's tensors (plain tensors: a module call costs more than a tiny matmul).
+    Linear weights are kept as transposed views of the model's own [out, in] tensors (no copy), so
+    a projection of the 2D hidden states [tokens, in] is one `mm` / `addmm` (see `_linear`)."""
 
     ln1: tuple[Tensor, float]  # RMS norm weight and eps
-    q: tuple[Tensor, Tensor | None]  # linear weight and bias
+    q: tuple[Tensor, Tensor | None]  # linear weightᵀ and bias
     k: tuple[Tensor, Tensor | None]
     v: tuple[Tensor, Tensor | None]
     o: tuple[Tensor, Tensor | None]
@@ -54,7 +56,7 @@ class _Layer(NamedTuple):
     @classmethod
     def of(cls, layer: nn.Module) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
-        lin = lambda m: (m.weight, m.bias)  # noqa: E731
+        lin = lambda m: (m.weight.t(), m.bias)  # noqa: E731
         norm = lambda m: None if m is None else (m.weight, m.variance_epsilon)  # noqa: E731
         act = F.silu if isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation" else mlp.act_fn
         return cls(
@@ -62,6 +64,17 @@ class _Layer(NamedTuple):
             norm(getattr(attn, "q_norm", None)), norm(getattr(attn, "k_norm", None)),
             norm(layer.post_attention_layernorm), lin(mlp.gate_proj), lin(mlp.up_proj), lin(mlp.down_proj), act,
         )  # fmt: skip
+
+
+def _linear(x: Tensor, linear: tuple[Tensor, Tensor | None], residual: Tensor | None = None) -> Tensor:
+    """[residual +] x Wᵀ [+ b] for 2D x, as one BLAS call where it can be: F.linear on the 3D
+    states goes through linear -> matmul -> reshape -> mm, four dispatches for one small product.
+    With both a residual and a bias, residual + (x Wᵀ + b), in the order HF adds them."""
+    weight_t, bias = linear
+    if bias is None:
+        return torch.mm(x, weight_t) if residual is None else torch.addmm(residual, x, weight_t)
+    out = torch.addmm(bias, x, weight_t)
+    return out if residual is None else residual + out
 
 
 def _rms_norm(x: Tensor, norm: tuple[Tensor, float]) -> Tensor:
@@ -118,33 +131,31 @@ class Plan:
         """Slots [start, end) through the decoder (k, v written into `kv` at [start, end)); logits
         and final hidden states of the last `keep`."""
         b, s = ids.shape
-        h = self.embed(ids)
+        h = self.embed(ids).view(b * s, -1)  # 2D hidden states: every projection is one mm
         cos, sin = (t.unsqueeze(1) for t in self.rotary(h, pos, end))  # [b, 1, s, head dim]
         mask = self.additive_mask(mask, start, end)
         groups = self.heads // self.kv_heads
-        for i, layer in enumerate(self.layers):
+        for layer, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             x = _rms_norm(h, layer.ln1)
-            q = F.linear(x, *layer.q).view(b, s, -1, self.head_dim)
-            k = F.linear(x, *layer.k).view(b, s, -1, self.head_dim)
+            q = _linear(x, layer.q).view(b, s, -1, self.head_dim)
+            k = _linear(x, layer.k).view(b, s, -1, self.head_dim)
             if layer.q_norm is not None:  # Qwen3: RMS norm of each head before the rotation
                 q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
             q, k = _rotate(torch.cat([q, k], 2).transpose(1, 2), cos, sin).split((self.heads, self.kv_heads), 1)
-            kv[i, 0, :, :, start:end] = k
-            kv[i, 1, :, :, start:end] = F.linear(x, *layer.v).view(b, s, -1, self.head_dim).transpose(1, 2)
-            keys, values = kv[i, 0, :, :, :end], kv[i, 1, :, :, :end]
+            k_cache[:, :, start:end] = k
+            v_cache[:, :, start:end] = _linear(x, layer.v).view(b, s, -1, self.head_dim).transpose(1, 2)
+            keys, values = k_cache[:, :, :end], v_cache[:, :, :end]
             if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads (as HF)
                 keys, values = (
                     t[:, :, None].expand(b, self.kv_heads, groups, end, self.head_dim).reshape(b, self.heads, end, -1)
                     for t in (keys, values)
                 )
             # softmax(q kᵀ · scaling + mask) v
-            o = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=mask, scale=self.scaling
-            )
-            h = h + F.linear(o.transpose(1, 2).reshape(b, s, -1), *layer.o)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+            h = _linear(o.transpose(1, 2).reshape(b * s, -1), layer.o, residual=h)
             x = _rms_norm(h, layer.ln2)
-            h = h + F.linear(layer.act(F.linear(x, *layer.gate)) * F.linear(x, *layer.up), *layer.down)  # gated MLP
-        h = _rms_norm(h[:, -keep:], self.norm)
+            h = _linear(layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h)  # gated MLP
+        h = _rms_norm(h.view(b, s, -1)[:, -keep:], self.norm)
         return self.head(h), h
 
     def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
