@@ -105,7 +105,11 @@ class Plan:
         config, base = model.config, model.base_model
         self.embed, self.rope = base.embed_tokens, base.rotary_emb
         self.norm = (base.norm.weight, base.norm.variance_epsilon)
-        self.head = model.get_output_embeddings()
+        # Plain embedding and LM head as tensors (a module call costs more than the lookup or the
+        # product here); subclasses (quantized layers, adapters) keep their own forward.
+        embed, head = base.embed_tokens, model.get_output_embeddings()
+        self.embed_weight = embed.weight if type(embed) is nn.Embedding else None
+        self.head = (head.weight.t(), head.bias) if type(head) is nn.Linear else head
         self.layers = [_Layer.of(layer) for layer in list(base.layers)[: config.num_hidden_layers]]
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
@@ -131,7 +135,8 @@ class Plan:
         """Slots [start, end) through the decoder (k, v written into `kv` at [start, end)); logits
         and final hidden states of the last `keep`."""
         b, s = ids.shape
-        h = self.embed(ids).view(b * s, -1)  # 2D hidden states: every projection is one mm
+        h = self.embed(ids) if self.embed_weight is None else F.embedding(ids, self.embed_weight)
+        h = h.view(b * s, -1)  # 2D hidden states: every projection is one mm
         cos, sin = (t.unsqueeze(1) for t in self.rotary(h, pos, end))  # [b, 1, s, head dim]
         mask = self.additive_mask(mask, start, end)
         groups = self.heads // self.kv_heads
@@ -156,7 +161,9 @@ class Plan:
             x = _rms_norm(h, layer.ln2)
             h = _linear(layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h)  # gated MLP
         h = _rms_norm(h.view(b, s, -1)[:, -keep:], self.norm)
-        return self.head(h), h
+        if isinstance(self.head, nn.Module):
+            return self.head(h), h
+        return _linear(h.reshape(b * keep, -1), self.head).view(b, keep, -1), h
 
     def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
         """cos and sin with its first half negated (see `_rotate`) at each slot's position."""
