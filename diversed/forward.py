@@ -106,10 +106,12 @@ class Plan:
         self.embed, self.rope = base.embed_tokens, base.rotary_emb
         self.norm = (base.norm.weight, base.norm.variance_epsilon)
         # Plain embedding and LM head as tensors (a module call costs more than the lookup or the
-        # product here); subclasses (quantized layers, adapters) keep their own forward.
+        # product here); subclasses (quantized layers, adapters) and hooked ones (the bench times
+        # forwards with hooks on them) are called as modules.
         embed, head = base.embed_tokens, model.get_output_embeddings()
-        self.embed_weight = embed.weight if type(embed) is nn.Embedding else None
-        self.head = (head.weight.t(), head.bias) if type(head) is nn.Linear else head
+        plain = lambda m, kind: type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)  # noqa: E731
+        self.embed_weight = embed.weight if plain(embed, nn.Embedding) else None
+        self.head = (head.weight.t(), head.bias) if plain(head, nn.Linear) else head
         self.layers = [_Layer.of(layer) for layer in list(base.layers)[: config.num_hidden_layers]]
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling

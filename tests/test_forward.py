@@ -113,3 +113,22 @@ def test_a_hook_added_later_is_noticed():
     assert not plan(target).direct
     handle.remove()
     assert plan(target).direct
+
+
+def test_hooks_on_the_embeddings_and_lm_head_still_fire():
+    """The direct way reads the embedding and LM head weights itself unless those modules carry
+    hooks: then it calls them, so a hook there (the bench times forwards that way) sees every call."""
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    plain = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[])
+    seen = {"embed": 0, "head": 0}
+    count = lambda key: lambda *a: seen.__setitem__(key, seen[key] + 1)  # noqa: E731
+    handles = [target.get_input_embeddings().register_forward_pre_hook(count("embed")),
+               target.get_output_embeddings().register_forward_hook(count("head"))]  # fmt: skip
+    assert plan(target).direct  # re-checked with the hooks on (the check's own calls fire them too)
+    seen.update(embed=0, head=0)
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[])
+    assert torch.equal(out.sequences, plain.sequences)
+    assert seen["embed"] == seen["head"] == out.stats.target_calls > 0
+    for h in handles:
+        h.remove()
