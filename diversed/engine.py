@@ -219,7 +219,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     num_draft_tokens_schedule: str = "constant",
     draft_confidence_threshold: float | None = None,
-    stop: Callable[[list[int]], int | None] | None = None,
+    stop: Callable[[list[int], int], int | None] | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
@@ -227,10 +227,10 @@ def speculative_generate(
     x_i == argmax v_i, emits argmax v_i at the first mismatch, and compares softmax at T = 1 as
     transformers does. Prompts must be left-padded. Returns `(sequences, stats)`.
 
-    `stop(new_tokens)`, if given, is called on the host after every round with each row's new
-    tokens so far and returns None to go on, or how many of them to keep (a stop string reached,
-    see `Task.stopper`); the row then ends there like at EOS. Its tokens come to the host with the
-    round's one sync; the call itself is the only added cost.
+    `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
+    tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
+    them to keep (a stop string reached, see `Task.stopper`); the row then ends there like at EOS.
+    Its tokens come to the host with the round's one sync; the call itself is the only added cost.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(
@@ -469,7 +469,7 @@ def _stop_rows(stop, texts, alive, tokens_h, keep_h, done_h) -> bool:
     for i, row in enumerate(alive):
         before = len(texts[row])
         texts[row] += tokens_h[i][: keep_h[i]]
-        cut = stop(texts[row])
+        cut = stop(texts[row], keep_h[i])
         if cut is not None:
             keep_h[i] = min(keep_h[i], max(0, int(cut) - before))
             del texts[row][before + keep_h[i] :]

@@ -107,12 +107,16 @@ class _Stop(StoppingCriteria):
     """`generate`'s side of a task's `stop` callback: a row ends once its new tokens reach a stop
     sequence, as it does in the engine (so the time baseline does not decode past it either)."""
 
-    def __init__(self, stop: Callable[[list[int]], int | None], prompt_len: int) -> None:
+    def __init__(self, stop: Callable[[list[int], int], int | None], prompt_len: int) -> None:
         self.stop, self.prompt_len = stop, prompt_len
+        self.done: list[bool] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        done = [self.stop(row[self.prompt_len :]) is not None for row in input_ids.tolist()]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+        rows = input_ids[:, self.prompt_len :].tolist()
+        self.done = self.done or [False] * len(rows)
+        # one new token per row since the last call; a stopped row stays stopped
+        self.done = [d or self.stop(row, 1) is not None for d, row in zip(self.done, rows, strict=True)]
+        return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
 
 
 def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int, stop=None):
@@ -139,7 +143,7 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
         is_eos = new == tok.eos_token_id
         n_new = torch.where(is_eos.any(1), is_eos.long().argmax(1) + 1, (new != tok.pad_token_id).sum(1))
         if stop is not None:  # a row ended by `stop` is padded after it (and pad may be EOS)
-            cuts = [stop(row[:n]) for row, n in zip(new.tolist(), n_new.tolist(), strict=True)]
+            cuts = [stop(row[:n], n) for row, n in zip(new.tolist(), n_new.tolist(), strict=True)]
             n_new = torch.tensor([n if c is None else c for c, n in zip(cuts, n_new.tolist(), strict=True)])
         return seqs, n_new.cpu(), None, wall
     out = speculative_generate(

@@ -242,7 +242,7 @@ def test_no_eos_means_exact_budget(pair, prompts):
 def first_bigram(a: int, b: int):
     """A `stop` callback: rows end right after the first `a, b` in their new tokens."""
 
-    def stop(tokens: list[int]) -> int | None:
+    def stop(tokens: list[int], new: int) -> int | None:
         return next((i + 2 for i in range(len(tokens) - 1) if tokens[i : i + 2] == [a, b]), None)
 
     return stop
@@ -256,7 +256,7 @@ def test_stop_cuts_greedy_rows_exactly_where_the_callback_says(pair, prompts, ve
     full = speculative_generate(target, draft, ids, mask, **kwargs)
     texts = [full.sequences[r, P : P + int(n)].tolist() for r, n in enumerate(full.stats.new_tokens)]
     stop = first_bigram(*texts[0][3:5])
-    cuts = [stop(t) or len(t) for t in texts]
+    cuts = [stop(t, len(t)) or len(t) for t in texts]
     assert sum(c < len(t) for c, t in zip(cuts, texts, strict=True)) >= 1
 
     out = speculative_generate(target, draft, ids, mask, stop=stop, **kwargs)
@@ -278,7 +278,8 @@ def test_stop_in_sampled_rows_with_the_ensemble_bonus(pair, prompts):
     free = speculative_generate(target, draft, ids, mask, generator=g, **kwargs).sequences[:, P:]
     ends = set(free.mode(1).values.tolist())  # each row's commonest token: rows meet one early
 
-    def stop(tokens: list[int]) -> int | None:
+    def stop(tokens: list[int], new: int) -> int | None:
+        assert 1 <= new <= 5 and len(tokens) >= new  # the round's tokens: at most N + 1
         return next((i + 1 for i, t in enumerate(tokens) if t in ends), None)
 
     out = speculative_generate(target, draft, ids, mask, generator=g, stop=stop, **kwargs)

@@ -457,6 +457,9 @@ def test_stopper_keeps_the_fewest_tokens_that_hold_a_stop_sequence():
     for bad in ([1, 2], "\n", [""]):
         with pytest.raises(ValueError, match="stop must be a list of non-empty strings"):
             Plain([], stop=bad)
+    # called each round with the count of new tokens, it decodes only their tail first
+    question = Plain([], stop=("Question:",)).stopper(tok)
+    assert question(ids[:4], 1) is None and question(ids[:5], 1) == 5 and question(ids[:5], 2) == 5
     # the completion the task scores is the same, stopped or not
     task = Plain([], stop=("Question:",))
     assert task.truncate(tok.decode(ids[: task.stopper(tok)(ids)])) == task.truncate(tok.decode(ids))

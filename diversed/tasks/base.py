@@ -192,7 +192,7 @@ class Task:
     def stopper(self, tokenizer: Any) -> StopAtText | None:
         """The engine's `stop` callback for this task (None without stop sequences): rows end
         once their text holds a stop sequence, instead of running on to `max_new_tokens`."""
-        return StopAtText(tokenizer, self.truncate) if self.stop else None
+        return StopAtText(tokenizer, self.truncate, self.stop) if self.stop else None
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
@@ -349,22 +349,32 @@ def _plain(value: Any) -> Any:
 
 class StopAtText:
     """Stops a generation where `truncate` would cut its text: called with a row's new tokens so
-    far, returns None while `truncate(text) == text`, else the fewest tokens whose text already
-    holds the stop sequence (found by bisection: about log2(length) decodes, once per row).
+    far (and how many of them are new since the last call), returns None while
+    `truncate(text) == text`, else the fewest tokens whose text already holds the stop sequence
+    (found by bisection: about log2(length) decodes, once per row).
+
+    Each call first decodes only the new tokens and a margin before them (4 tokens per character
+    of the longest stop sequence, enough for byte-level tokens): a stop sequence completed by them
+    lies in that tail, so the whole text is decoded only when the tail holds one.
 
     The completion the task scores is the same as without stopping (it is cut at the same place),
     as long as decoding a prefix gives a prefix of the text; the tokens after the stop are never
     generated. Text is decoded as `decode_completions` does (special tokens skipped).
     """
 
-    def __init__(self, tokenizer: Any, truncate: Callable[[str], str]) -> None:
-        self.tokenizer, self.truncate = tokenizer, truncate
+    def __init__(self, tokenizer: Any, truncate: Callable[[str], str], stop: Sequence[str]) -> None:
+        self.tokenizer, self.truncate, self.stop = tokenizer, truncate, tuple(stop)
+        self.margin = 4 * max(len(s) for s in self.stop) + 4
 
     def _stopped(self, tokens: Sequence[int]) -> bool:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         return len(self.truncate(text)) < len(text)
 
-    def __call__(self, tokens: Sequence[int]) -> int | None:
+    def __call__(self, tokens: Sequence[int], new: int | None = None) -> int | None:
+        if new is not None:
+            tail = self.tokenizer.decode(tokens[-(new + self.margin) :], skip_special_tokens=True)
+            if not any(s in tail for s in self.stop):
+                return None
         if not self._stopped(tokens):
             return None
         lo, hi = 0, len(tokens)  # tokens[:lo] has not stopped, tokens[:hi] has
