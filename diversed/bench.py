@@ -22,6 +22,11 @@ speedup over autoregressive decoding with the same forward path, at the same bat
 temperature, against (1 − α^(N+1)) / ((1 − α)(N·c + 1)), c the measured draft/target forward-time
 ratio (hooks on the embeddings and the LM head of both models). `--output FILE.json` writes one
 record per setting.
+
+Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum, mbpp) takes the
+first `--num-prompts` of that task in its own prompt format (`--data-files` offline, `--num-few-shot`):
+realistic prompt lengths for a real pair. Every setting decodes to EOS or `--max-new-tokens` alike;
+the bench does not stop at a task's stop sequences.
 """
 
 from __future__ import annotations
@@ -317,6 +322,9 @@ class BenchConfig:
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
+    task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
+    data_files: tuple[str, ...] = ()  # the task's local rows: a path, or split=path pairs
+    num_few_shot: int = 0  # few-shot examples in each task prompt (needs the train split)
 
 
 def load_pair(config: BenchConfig):
@@ -350,6 +358,28 @@ def toy_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
     from diversed.toy import examples
 
     return [tokenizer(e["prompt"])["input_ids"] for e in examples("test", seed)[:n]]
+
+
+def load_prompt_task(config: BenchConfig):
+    """The task whose first `num_prompts` examples give the prompts (None for the toy prompts);
+    loaded before the pair, so a bad name or missing file fails before any model is read."""
+    if config.task is None:
+        return None
+    from diversed.tasks import TASKS, load_task
+
+    if config.task not in TASKS:
+        raise ValueError(f"--task must be one of {sorted(TASKS)}, got {config.task!r}")
+    files: Any = list(config.data_files) or None
+    if files and all("=" in f for f in files):  # split=path pairs, e.g. test=... train=...
+        files = dict(f.split("=", 1) for f in files)
+    elif files and any("=" in f for f in files):
+        raise ValueError("--data-files takes paths, or split=path pairs, not a mix of both")
+    # MBPP asks for a code-execution opt-in when built; the bench only encodes its prompts.
+    extra = {"allow_code_execution": True} if config.task == "mbpp" else {}
+    return load_task(
+        config.task, data_files=files, n_examples=config.num_prompts, seed=config.seed,
+        num_few_shot=config.num_few_shot, **extra,
+    )  # fmt: skip
 
 
 def make_batches(
@@ -573,17 +603,21 @@ def run_bench(
 ) -> list[dict[str, Any]]:
     """Time every setting `repeats` times, interleaved; return one record per setting.
 
-    Without a pair, loads the configured one and the toy test prompts; with a pair, `prompts` (lists
-    of token ids) must be given too.
+    Without a pair, loads the configured one and the toy test prompts (or `config.task`'s prompts);
+    with a pair, `prompts` (lists of token ids) must be given too.
     """
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
+        source = "given"
         if target is None or draft is None:
+            task = load_prompt_task(config) if prompts is None else None
             target, draft, tokenizer = load_pair(config)
-            if prompts is None:
-                prompts = toy_prompts(tokenizer, config.num_prompts, config.seed)
+            if prompts is None and task is None:
+                prompts, source = toy_prompts(tokenizer, config.num_prompts, config.seed), "toy"
+            elif prompts is None:
+                prompts, source = task.encode(tokenizer, task.examples), f"{config.task} ({config.num_few_shot}-shot)"
         if prompts is None:
             raise ValueError("pass prompts (lists of token ids) along with the pair")
         prompts = list(prompts)[: config.num_prompts]
@@ -606,7 +640,9 @@ def run_bench(
         weight = next(target.parameters())
         log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
-        log(f"# {len(prompts)} prompts, {stop} {config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, "
+        mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
+        log(f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
+            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, "
             f"{len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
         runs: dict[Setting, list[Run]] = {s: [] for s in todo}
         try:
@@ -705,6 +741,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     parser.add_argument("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     parser.add_argument("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
+    parser.add_argument(
+        "--task", default=None, help="prompts from this task (gsm8k, cnndm, xsum, mbpp, toy) instead of the toy prompts"
+    )
+    parser.add_argument(
+        "--data-files", nargs="*", default=[], help="the task's local rows: a path, or split=path pairs (offline)"
+    )
+    parser.add_argument("--num-few-shot", type=int, default=d.num_few_shot, help="few-shot examples per task prompt")
     parser.add_argument("--output", default=None, help="write the records to this JSON file")
     args = parser.parse_args(argv)
     config = BenchConfig(
@@ -712,7 +755,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         batch_sizes=tuple(args.batch_sizes), temperature=args.temperature, weight=args.weight, head=args.head,
         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, ignore_eos=args.ignore_eos, repeats=args.repeats,
         warmup=args.warmup, threads=args.threads, seed=args.seed, bonus_token=args.bonus_token,
-        only=tuple(args.only), device=args.device, dtype=args.dtype,
+        only=tuple(args.only), device=args.device, dtype=args.dtype, task=args.task,
+        data_files=tuple(args.data_files), num_few_shot=args.num_few_shot,
     )  # fmt: skip
     records = run_bench(config)
     print(table(records))

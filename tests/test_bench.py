@@ -159,3 +159,30 @@ def test_cli_refuses_a_bad_dtype_or_a_missing_gpu_before_loading(toy_tiny_dir, f
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match=message):
         main(["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), *flags])
+
+
+def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
+    rows = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many apples?", "answer": f"#### {2 * i + 2}"}
+            for i in range(3)]  # fmt: skip
+    data = tmp_path / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "bench.json"
+    main([
+        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
+        "--batch-sizes", "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
+        "--task", "gsm8k", "--data-files", str(data), "--only", "diversed static", "--output", str(out),
+    ])  # fmt: skip
+    header = capsys.readouterr().out
+    assert "# 2 gsm8k (0-shot) prompts of" in header
+    # the GSM8K prompts are far longer than the toy ones ("Q: 37+48=", about 10 tokens)
+    assert int(header.split("prompts of ")[1].split()[0]) > 40
+    assert all(r["tokens_per_s"] > 0 for r in json.loads(out.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--task", "gsm9k"], "--task must be one of"), (["--task", "gsm8k", "--data-files", "a.jsonl", "train=b.jsonl"], "not a mix")],
+)
+def test_cli_refuses_a_bad_task_before_loading_the_pair(tmp_path, flags, message):
+    with pytest.raises(ValueError, match=message):  # the pair directories do not even exist
+        main(["--target", str(tmp_path / "nope"), "--draft", str(tmp_path / "nope"), *flags])
