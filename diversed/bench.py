@@ -660,7 +660,7 @@ def run_bench(
         compare(records)
         env = machine()
         for r in records:
-            r["machine"] = env
+            r["machine"], r["prompts"], r["mean_prompt_tokens"] = env, source, mean_len
         return records
     finally:
         torch.set_num_threads(threads)

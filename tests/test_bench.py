@@ -176,7 +176,8 @@ def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
     assert "# 2 gsm8k (0-shot) prompts of" in header
     # the GSM8K prompts are far longer than the toy ones ("Q: 37+48=", about 10 tokens)
     assert int(header.split("prompts of ")[1].split()[0]) > 40
-    assert all(r["tokens_per_s"] > 0 for r in json.loads(out.read_text()))
+    records = json.loads(out.read_text())
+    assert all(r["tokens_per_s"] > 0 and r["prompts"] == "gsm8k (0-shot)" for r in records)
 
 
 @pytest.mark.parametrize(
