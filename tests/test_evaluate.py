@@ -90,7 +90,7 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
     # tokenizer) as stop sequences most rows meet one within 16 tokens, and a method that decoded
     # past it would show characters after it.
     digits = list("0123456789")
-    cfg = compose_eval(tmp_path, toy_tiny_dir, f"+task.stop=[{','.join(repr(d) for d in digits)}]", "task.max_new_tokens=16",
+    cfg = compose_eval(tmp_path, toy_tiny_dir, f"task.stop=[{','.join(repr(d) for d in digits)}]", "task.max_new_tokens=16",
                        "sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[3]", "sweep.weights=[0.5]")  # fmt: skip
     ev.evaluate(cfg)
     task, stopped, rows = ToyTask([], stop=digits), 0, 0
