@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from diversed.engine import left_pad, shared_vocab_size, speculative_generate
+from diversed.engine import _as_id_list, left_pad, shared_vocab_size, speculative_generate
 from diversed.forward import SlotModel
 from diversed.heads import WeightHead
 from diversed.verify import (
@@ -623,11 +623,7 @@ def run_bench(
         prompts = list(prompts)[: config.num_prompts]
         gc = target.generation_config
         eos = eos_token_id if eos_token_id is not None else gc.eos_token_id
-        eos = (
-            []
-            if eos is None or config.ignore_eos
-            else [int(e) for e in ([eos] if isinstance(eos, int) else eos)]
-        )
+        eos = [] if config.ignore_eos else _as_id_list(eos)
         pad = pad_token_id if pad_token_id is not None else gc.pad_token_id
         pad = int(pad if pad is not None else (eos[0] if eos else 0))
         bench = Bench(config, target, draft, prompts, eos, pad)

@@ -425,9 +425,9 @@ def speculative_generate(
             n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
 
         if any(done_h):  # finished rows leave the batch
-            idx = torch.tensor([i for i, d in enumerate(done_h) if not d], dtype=torch.long, device=device)
-            rows = rows[idx]
-            alive = [alive[i] for i, d in enumerate(done_h) if not d]
+            stay = [i for i, d in enumerate(done_h) if not d]
+            idx = torch.tensor(stay, dtype=torch.long, device=device)
+            rows, alive = rows[idx], [alive[i] for i in stay]
             if rows.shape[0]:
                 ids, mask, pos = ids[idx], mask[idx], pos[idx]
                 T.select(idx)

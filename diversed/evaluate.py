@@ -160,6 +160,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     examples = list(task)
     prompts = task.encode(tok, examples)
     max_new = task.max_new_tokens
+    stop = task.stopper(tok)
     rows, totals = [], {"accepted": 0, "proposed": 0, "rounds": 0, "new": 0, "w_sum": 0.0, "w_count": 0}
     wall = 0.0
     metric_sums: dict[str, float] = {}
@@ -167,7 +168,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
-        seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start, task.stopper(tok))
+        seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start, stop)
         wall += t
         P = ids.shape[1]
         completions = decode_completions(tok, seqs, P, n_new)

@@ -108,16 +108,15 @@ class Plan:
         # Plain embedding and LM head as tensors (a module call costs more than the lookup or the
         # product here); subclasses (quantized layers, adapters) and hooked ones (the bench times
         # forwards with hooks on them) are called as modules.
-        embed, head = base.embed_tokens, model.get_output_embeddings()
+        head = model.get_output_embeddings()
         plain = lambda m, kind: type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)  # noqa: E731
-        self.embed_weight = embed.weight if plain(embed, nn.Embedding) else None
+        self.embed_weight = self.embed.weight if plain(self.embed, nn.Embedding) else None
         self.head = (head.weight.t(), head.bias) if plain(head, nn.Linear) else head
         self.layers = [_Layer.of(layer) for layer in list(base.layers)[: config.num_hidden_layers]]
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        weight = base.embed_tokens.weight
-        self.dtype, self.device = weight.dtype, weight.device
+        self.dtype, self.device = self.embed.weight.dtype, self.embed.weight.device
         self.zero = torch.zeros((), dtype=self.dtype, device=self.device)
         self.min = torch.full((), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         self.causal = torch.ones(0, 0, dtype=torch.bool, device=self.device)  # grown on demand
