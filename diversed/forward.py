@@ -7,9 +7,9 @@ of two ways, chosen once per model by `plan`:
 
 - general: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM;
 - direct: for the Llama family (Llama, Mistral, Qwen2, Qwen3) with full attention in every layer,
-  the decoder maths written out on the model's own weights, with a preallocated KV buffer that
-  is written in place, cropped by moving a length and shrunk with one `index_select` when rows
-  leave. On a small model `model(...)` spends more time in module calls, cache bookkeeping and
+  the decoder maths written out on the model's own weights (small models on CPU: copies of them
+  laid out for BLAS), with a preallocated KV buffer that is written in place, cropped by moving a
+  length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends more time in module calls, cache bookkeeping and
   mask building than in arithmetic (measured in BENCHMARKS.md). The direct way is used only if
   `_agrees` finds it gives the same logits and hidden states as `model(...)` on a ragged batch
   with a hole, so a model whose internals differ silently gets the general way.
@@ -37,8 +37,8 @@ DIRECT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 class _Layer(NamedTuple):
     """One decoder layer's tensors (plain tensors: a module call costs more than a tiny matmul).
-    Linear weights are kept as transposed views of the model's own [out, in] tensors (no copy), so
-    a projection of the 2D hidden states [tokens, in] is one `mm` / `addmm` (see `_linear`)."""
+    Linear weights are kept transposed, [in, out] (see `_weight_t`), so a projection of the 2D
+    hidden states [tokens, in] is one `mm` / `addmm` (see `_linear`)."""
 
     ln1: tuple[Tensor, float]  # RMS norm weight and eps
     q: tuple[Tensor, Tensor | None]  # linear weightᵀ and bias
@@ -54,9 +54,9 @@ class _Layer(NamedTuple):
     act: Callable[[Tensor], Tensor]
 
     @classmethod
-    def of(cls, layer: nn.Module) -> _Layer:
+    def of(cls, layer: nn.Module, copy: bool) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
-        lin = lambda m: (m.weight.t(), m.bias)  # noqa: E731
+        lin = lambda m: (_weight_t(m.weight, copy), m.bias)  # noqa: E731
         norm = lambda m: None if m is None else (m.weight, m.variance_epsilon)  # noqa: E731
         act = F.silu if isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation" else mlp.act_fn
         return cls(
@@ -64,6 +64,18 @@ class _Layer(NamedTuple):
             norm(getattr(attn, "q_norm", None)), norm(getattr(attn, "k_norm", None)),
             norm(layer.post_attention_layernorm), lin(mlp.gate_proj), lin(mlp.up_proj), lin(mlp.down_proj), act,
         )  # fmt: skip
+
+
+# On CPU, BLAS multiplies small matrices faster when the weight is stored [in, out] than through a
+# transposed view of the [out, in] tensor (toy pair: 4–12 % per forward, BENCHMARKS.md round 4);
+# for large matrices there is no consistent difference and a copy would double their memory. So
+# models up to this size keep [in, out] copies of their linear weights on CPU, views otherwise.
+CPU_COPY_BYTES = 64 * 2**20
+
+
+def _weight_t(weight: Tensor, copy: bool) -> Tensor:
+    """Wᵀ as [in, out]: a contiguous copy, or a view of the model's own tensor (always current)."""
+    return weight.t().contiguous() if copy else weight.t()
 
 
 def _linear(x: Tensor, linear: tuple[Tensor, Tensor | None], residual: Tensor | None = None) -> Tensor:
@@ -109,10 +121,12 @@ class Plan:
         # product here); subclasses (quantized layers, adapters) and hooked ones (the bench times
         # forwards with hooks on them) are called as modules.
         head = model.get_output_embeddings()
+        size = sum(p.numel() * p.element_size() for p in model.parameters())
+        copy = self.embed.weight.device.type == "cpu" and size <= CPU_COPY_BYTES  # stale copies: see _plan_key
         plain = lambda m, kind: type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)  # noqa: E731
         self.embed_weight = self.embed.weight if plain(self.embed, nn.Embedding) else None
-        self.head = (head.weight.t(), head.bias) if plain(head, nn.Linear) else head
-        self.layers = [_Layer.of(layer) for layer in list(base.layers)[: config.num_hidden_layers]]
+        self.head = (_weight_t(head.weight, copy), head.bias) if plain(head, nn.Linear) else head
+        self.layers = [_Layer.of(layer, copy) for layer in list(base.layers)[: config.num_hidden_layers]]
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -192,14 +206,21 @@ _plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
 
 
 def _plan_key(model: nn.Module) -> tuple:
-    """What the plan depends on: device, dtype, attention implementation, which tensors are the
-    weights (a parameter replaced, not updated in place), and the hooks on the modules (a hook the
-    direct way would skip). About 0.1 ms for an 8B model, once per generation."""
+    """What the plan depends on: device, dtype, attention implementation, the hooks on the modules
+    (a hook the direct way would skip), which tensors are the weights (a parameter replaced) and
+    their version counters (a weight updated in place: the plan may hold copies, see `_weight_t`;
+    an edit through `.data` bypasses the counter and is not seen).
+    One walk over the module tree (`model.modules()` and `model.parameters()` each walk it with
+    generators and sets: 0.3 ms on the toy target, against 0.1 ms here), once per generation."""
     weight = model.get_input_embeddings().weight
-    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-    weights = hash(tuple(p.data_ptr() for p in model.parameters()))
+    hooks, tensors, stack = 0, [], [model]
+    while stack:
+        m = stack.pop()
+        hooks += len(m._forward_hooks) + len(m._forward_pre_hooks)
+        tensors += [(p.data_ptr(), p._version) for p in m._parameters.values() if p is not None]
+        stack += [c for c in m._modules.values() if c is not None]
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return weight.device, weight.dtype, attn, hooks, weights
+    return weight.device, weight.dtype, attn, hooks, hash(tuple(tensors))
 
 
 def plan(model: nn.Module) -> Plan:

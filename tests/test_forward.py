@@ -115,6 +115,29 @@ def test_a_hook_added_later_is_noticed():
     assert plan(target).direct
 
 
+@pytest.mark.parametrize("how", ["load_state_dict", "in_place", "replaced"])
+def test_weights_changed_after_a_generation_are_used(how):
+    """On CPU a small model's plan holds [in, out] copies of its linear weights; weights updated in
+    place (load_state_dict, an optimizer step) or replaced between generations must not leave the
+    direct way on the old ones: the next generation equals `generate` with the new weights."""
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    assert_exact(target, draft, 3, 12)
+    first = plan(target)
+    assert first.direct and first.layers[0].q[0].is_contiguous()  # a copy, not a view
+    other = tiny(transformers.LlamaConfig, 2, 7)
+    proj = target.model.layers[1].self_attn.q_proj
+    with torch.no_grad():
+        if how == "load_state_dict":
+            target.load_state_dict(other.state_dict())
+        elif how == "in_place":
+            proj.weight.add_(torch.randn_like(proj.weight))
+            target.lm_head.weight.mul_(-1.0)
+        else:
+            proj.weight = torch.nn.Parameter(torch.randn_like(proj.weight), requires_grad=False)
+    assert_exact(target, draft, 3, 12)
+    assert plan(target) is not first and plan(target).direct
+
+
 def test_hooks_on_the_embeddings_and_lm_head_still_fire():
     """The direct way reads the embedding and LM head weights itself unless those modules carry
     hooks: then it calls them, so a hook there (the bench times forwards that way) sees every call."""
