@@ -102,6 +102,15 @@ def test_records_on_the_tiny_pair(pair):
         )
         assert r["theoretical_speedup"] == pytest.approx(r["tokens_per_target_call_bound"] / (n * c + 1))
         assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
+        assert 0 < r["forward_time_share"] <= 1
+        same = ("autoregressive", None, "loop" if r["engine"] == "diversed" else "generate", r["batch_size"],
+                r["temperature"])  # fmt: skip
+        key = lambda a: (a["engine"], a["verifier"], a["implementation"], a["batch_size"], a["temperature"])  # noqa: E731
+        own = next(a for a in records if key(a) == same)
+        assert r["verify_decode_time_ratio"] == pytest.approx(r["target_forward_ms"] / own["target_forward_ms"])
+        assert r["speedup_fraction_at_verify_cost"] == pytest.approx(
+            r["speedup_fraction_of_theory"] * r["verify_decode_time_ratio"]
+        )
         if r["engine"] == "diversed" and r["batch_size"] == 1 and r["verifier"] != "dynamic":
             assert r["ratio_to_transformers"] > 0
     rollouts = [r for r in records if "speedup_over_v_sampling" in r]
