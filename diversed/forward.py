@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.modules import module as torch_module
 from transformers import DynamicCache
 
 # Architectures whose decoder layer is exactly: x + attn(rms_norm(x)), x + mlp(rms_norm(x)), with
@@ -207,13 +208,15 @@ _plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
 
 def _plan_key(model: nn.Module) -> tuple:
     """What the plan depends on: device, dtype, attention implementation, the hooks on the modules
-    (a hook the direct way would skip), which tensors are the weights (a parameter replaced) and
-    their version counters (a weight updated in place: the plan may hold copies, see `_weight_t`;
-    an edit through `.data` bypasses the counter and is not seen).
+    and the global ones (a hook the direct way would skip), which tensors are the weights (a
+    parameter replaced) and their version counters (a weight updated in place: the plan may hold
+    copies, see `_weight_t`; an edit through `.data` bypasses the counter and is not seen).
     One walk over the module tree (`model.modules()` and `model.parameters()` each walk it with
     generators and sets: 0.3 ms on the toy target, against 0.1 ms here), once per generation."""
     weight = model.get_input_embeddings().weight
-    hooks, tensors, stack = 0, [], [model]
+    # hooks registered for every module (`torch.nn.modules.module.register_module_forward_hook`) too
+    hooks = len(torch_module._global_forward_hooks) + len(torch_module._global_forward_pre_hooks)
+    tensors, stack = [], [model]
     while stack:
         m = stack.pop()
         hooks += len(m._forward_hooks) + len(m._forward_pre_hooks)

@@ -115,6 +115,24 @@ def test_a_hook_added_later_is_noticed():
     assert plan(target).direct
 
 
+def test_a_global_hook_is_noticed():
+    """A hook registered for every module (`register_module_forward_hook`) after a first generation
+    makes the plan be re-checked; one that changes the decoder layers' outputs sends the model the
+    general way, which runs it."""
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    assert_exact(target, draft, 3, 12)
+    assert plan(target).direct
+    layer = type(target.model.layers[0])
+    shift = lambda module, args, output: output + 0.5 if isinstance(module, layer) else None  # noqa: E731
+    handle = torch.nn.modules.module.register_module_forward_hook(shift)
+    try:
+        assert_exact(target, draft, 3, 12)
+        assert not plan(target).direct
+    finally:
+        handle.remove()
+    assert plan(target).direct
+
+
 @pytest.mark.parametrize("how", ["load_state_dict", "in_place", "replaced"])
 def test_weights_changed_after_a_generation_are_used(how):
     """On CPU a small model's plan holds [in, out] copies of its linear weights; weights updated in
