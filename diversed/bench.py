@@ -306,7 +306,7 @@ def assistant_config(draft: nn.Module, n: int):
 
 @dataclass
 class BenchConfig:
-    pair: str = "toy"  # "toy" or "toy-tiny"; ignored when target and draft are given
+    pair: str = "toy"  # "toy", "toy-tiny" or a RANDOM_PAIRS name; ignored when target and draft are given
     target: str | None = None  # local directories (or cached Hub ids) of another pair
     draft: str | None = None
     num_draft_tokens: int = 5
@@ -349,11 +349,72 @@ def load_pair(config: BenchConfig):
         pair = load_toy_pair(config=ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None)
         pair.target.to(config.device, dtype)
         pair.draft.to(config.device, dtype)
+    elif config.pair in RANDOM_PAIRS:
+        target, draft = (RANDOM_SHAPES[name] for name in RANDOM_PAIRS[config.pair])
+        return random_pair(target, draft, dtype, torch.device(config.device), config.seed)
     else:
         raise ValueError(
-            f"--pair must be 'toy' or 'toy-tiny' (or give --target and --draft), got {config.pair!r}"
+            f"--pair must be one of {['toy', 'toy-tiny', *RANDOM_PAIRS]} (or give --target and --draft), "
+            f"got {config.pair!r}"
         )
     return pair.target, pair.draft, pair.tokenizer
+
+
+# Random-initialised models with the shapes of public checkpoints (the values of their config.json),
+# to time real sizes where no weights can be downloaded: their outputs mean nothing, α is what two
+# independent random models give, and the toy tokenizer encodes the prompts (ids below its size).
+_LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}  # fmt: skip
+RANDOM_SHAPES: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+                         rope_parameters={**_LLAMA3_ROPE, "factor": 8.0}),
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
+                         rope_parameters={**_LLAMA3_ROPE, "factor": 32.0}),
+}  # fmt: skip
+RANDOM_PAIRS = {"random-llama-8b-1b": ("llama-3.1-8b", "llama-3.2-1b")}  # --pair name: (target, draft)
+
+
+def random_pair(target: dict[str, Any], draft: dict[str, Any], dtype: torch.dtype, device: torch.device, seed: int = 0):
+    """(target, draft, toy tokenizer): Llama models of these shapes, random-initialised (seeded)
+    directly on `device` in `dtype`. Refuses, before allocating, if they do not fit in free memory."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from diversed.toy import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    configs = [LlamaConfig(**shape, max_position_embeddings=131072, rms_norm_eps=1e-5, **special) for shape in (target, draft)]
+    with torch.device("meta"):  # sizes without allocating
+        sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
+    need, free = sum(sizes) * dtype.itemsize, free_memory(device)
+    if need > 0.9 * free:
+        raise ValueError(
+            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs {need / 2**30:.1f} GiB "
+            f"in {str(dtype).removeprefix('torch.')} on {device}, {free / 2**30:.1f} GiB free: use a GPU "
+            f"(--device cuda) and --dtype bfloat16"
+        )
+    models = []
+    for c in configs:
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(c, dtype=dtype).eval().requires_grad_(False)
+        model.generation_config.eos_token_id, model.generation_config.pad_token_id = c.eos_token_id, c.pad_token_id
+        models.append(model)
+    return models[0], models[1], tokenizer
+
+
+def free_memory(device: torch.device) -> float:
+    """Bytes free on a GPU, or available RAM (MemAvailable) for the CPU; inf where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return float("inf")
 
 
 def toy_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
@@ -729,7 +790,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
     d = BenchConfig()
     parser.add_argument(
-        "--pair", default=d.pair, choices=("toy", "toy-tiny"), help="built and cached on first use"
+        "--pair", default=d.pair, choices=("toy", "toy-tiny", *RANDOM_PAIRS),
+        help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the shapes "
+        "of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16)",
     )
     parser.add_argument("--target", default=None, help="another pair: the target's directory (with --draft)")
     parser.add_argument("--draft", default=None, help="another pair: the draft's directory (with --target)")

@@ -13,6 +13,8 @@ import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
 from diversed.bench import (
+    RANDOM_PAIRS,
+    RANDOM_SHAPES,
     BenchConfig,
     autoregressive,
     count_new_tokens,
@@ -196,3 +198,46 @@ def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
 def test_cli_refuses_a_bad_task_before_loading_the_pair(tmp_path, flags, message):
     with pytest.raises(ValueError, match=message):  # the pair directories do not even exist
         main(["--target", str(tmp_path / "nope"), "--draft", str(tmp_path / "nope"), *flags])
+
+
+def test_the_random_pair_has_the_public_shapes():
+    """`--pair random-llama-8b-1b` builds models with the parameter counts of Llama-3.1-8B and
+    Llama-3.2-1B (counted on the meta device: nothing is allocated)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    counts = {}
+    for name in RANDOM_PAIRS["random-llama-8b-1b"]:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(LlamaConfig(**RANDOM_SHAPES[name]))
+        counts[name] = sum(p.numel() for p in model.parameters())
+        assert model.model.rotary_emb.rope_type == "llama3"
+    assert counts["llama-3.1-8b"] == 8_030_261_248 and counts["llama-3.2-1b"] == 1_235_814_400
+
+
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=160, tie_word_embeddings=False)  # fmt: skip
+
+
+def test_cli_runs_a_random_pair(monkeypatch, tmp_path, capsys):
+    """The random-pair path end to end, with tiny shapes in place of the 8B/1B ones: models built
+    on the device in the dtype, toy prompts, every asked setting timed."""
+    monkeypatch.setitem(RANDOM_SHAPES, "tiny-t", TINY_SHAPE)
+    monkeypatch.setitem(RANDOM_SHAPES, "tiny-d", {**TINY_SHAPE, "num_hidden_layers": 1, "tie_word_embeddings": True})
+    monkeypatch.setitem(RANDOM_PAIRS, "random-llama-8b-1b", ("tiny-t", "tiny-d"))
+    out = tmp_path / "bench.json"
+    main([
+        "--pair", "random-llama-8b-1b", "-N", "2", "--batch-sizes", "1", "2", "--num-prompts", "2",
+        "--max-new-tokens", "4", "--ignore-eos", "--repeats", "1", "--warmup", "0", "--dtype", "bfloat16",
+        "--only", "diversed static", "target (loop)", "--output", str(out),
+    ])  # fmt: skip
+    records = json.loads(out.read_text())
+    assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
+    assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 2 * 4 for r in records)
+    assert "# pair on cpu in bfloat16" in capsys.readouterr().out
+
+
+def test_a_random_pair_too_large_for_memory_is_refused_before_allocating(monkeypatch):
+    """Sizes are counted on the meta device; 17.3 GiB of bf16 weights do not fit in 8 GiB."""
+    monkeypatch.setattr("diversed.bench.free_memory", lambda device: 8 * 2**30)
+    with pytest.raises(ValueError, match=r"needs 17\.3 GiB in bfloat16 on cpu, 8\.0 GiB free.*--device cuda"):
+        main(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])
