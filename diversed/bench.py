@@ -22,14 +22,16 @@ speedup over autoregressive decoding with the same forward path, at the same bat
 temperature, against (1 − α^(N+1)) / ((1 − α)(N·c + 1)), c the measured draft/target forward-time
 ratio (hooks on the embeddings and the LM head of both models). That theory prices a verification
 forward over N + 1 tokens like a one-token forward; the report also gives our mean target forward
-time over the autoregressive loop's (`v/d`; prompt reading is in both), the fraction of the bound at that cost (`frac@v`: what is left is the engine's own
-overhead) and the share of wall time spent in model forwards (`fwd%`). `--output FILE.json` writes
-one record per setting.
+time over the autoregressive loop's (`v/d`; prompt reading is in both), the fraction of the bound
+at that cost (`frac@v`: what is left is the engine's own overhead) and the share of wall time
+spent in model forwards (`fwd%`). `--output FILE.json` writes one record per setting.
 
-Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum, mbpp) takes the
-first `--num-prompts` of that task in its own prompt format (`--data-files` offline, `--num-few-shot`):
-realistic prompt lengths for a real pair. Every setting decodes to EOS or `--max-new-tokens` alike;
-the bench does not stop at a task's stop sequences.
+The pair is the toy pair, a saved one (`--target/--draft`), or `--pair random-llama-8b-1b`:
+random weights with the shapes of Llama-3.1-8B / 3.2-1B, for timing real sizes on a GPU without
+downloads. Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum,
+mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--data-files`
+offline, `--num-few-shot`): realistic prompt lengths for a real pair. Every setting decodes to EOS
+or `--max-new-tokens` alike; the bench does not stop at a task's stop sequences.
 """
 
 from __future__ import annotations
@@ -376,7 +378,9 @@ RANDOM_SHAPES: dict[str, dict[str, Any]] = {
 RANDOM_PAIRS = {"random-llama-8b-1b": ("llama-3.1-8b", "llama-3.2-1b")}  # --pair name: (target, draft)
 
 
-def random_pair(target: dict[str, Any], draft: dict[str, Any], dtype: torch.dtype, device: torch.device, seed: int = 0):
+def random_pair(
+    target: dict[str, Any], draft: dict[str, Any], dtype: torch.dtype, device: torch.device, seed: int = 0
+):
     """(target, draft, toy tokenizer): Llama models of these shapes, random-initialised (seeded)
     directly on `device` in `dtype`. Refuses, before allocating, if they do not fit in free memory."""
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -386,22 +390,25 @@ def random_pair(target: dict[str, Any], draft: dict[str, Any], dtype: torch.dtyp
     tokenizer = build_tokenizer()
     special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
-    configs = [LlamaConfig(**shape, max_position_embeddings=131072, rms_norm_eps=1e-5, **special) for shape in (target, draft)]
+    configs = [
+        LlamaConfig(**shape, max_position_embeddings=131072, rms_norm_eps=1e-5, **special) for shape in (target, draft)
+    ]
     with torch.device("meta"):  # sizes without allocating
         sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
     need, free = sum(sizes) * dtype.itemsize, free_memory(device)
     if need > 0.9 * free:
         raise ValueError(
-            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs {need / 2**30:.1f} GiB "
-            f"in {str(dtype).removeprefix('torch.')} on {device}, {free / 2**30:.1f} GiB free: use a GPU "
-            f"(--device cuda) and --dtype bfloat16"
+            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
+            f"{need / 2**30:.1f} GiB in {str(dtype).removeprefix('torch.')} on {device}, {free / 2**30:.1f} GiB "
+            f"free: use a GPU (--device cuda) and --dtype bfloat16"
         )
     models = []
     for c in configs:
         torch.manual_seed(seed)
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(c, dtype=dtype).eval().requires_grad_(False)
-        model.generation_config.eos_token_id, model.generation_config.pad_token_id = c.eos_token_id, c.pad_token_id
+        generation = model.generation_config
+        generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
         models.append(model)
     return models[0], models[1], tokenizer
 

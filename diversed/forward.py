@@ -9,8 +9,9 @@ of two ways, chosen once per model by `plan`:
 - direct: for the Llama family (Llama, Mistral, Qwen2, Qwen3) with full attention in every layer,
   the decoder maths written out on the model's own weights (small models on CPU: copies of them
   laid out for BLAS), with a preallocated KV buffer that is written in place, cropped by moving a
-  length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends more time in module calls, cache bookkeeping and
-  mask building than in arithmetic (measured in BENCHMARKS.md). The direct way is used only if
+  length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends
+  more time in module calls, cache bookkeeping and mask building than in arithmetic (measured in
+  BENCHMARKS.md). The direct way is used only if
   `_agrees` finds it gives the same logits and hidden states as `model(...)` on a ragged batch
   with a hole, so a model whose internals differ silently gets the general way.
 
