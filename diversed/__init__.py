@@ -8,7 +8,11 @@ imported lazily, so `diversed.results` or `diversed.plot` do not pay for torch a
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
+
+# Hydra's config directory for the entry points (`diversed.train`, `diversed.evaluate`).
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 _EXPORTS = {
     "speculative_generate": "diversed.engine",

@@ -25,11 +25,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from diversed import CONFIG_DIR
 from diversed.engine import left_pad, speculative_generate
 from diversed.heads import WeightHead
 from diversed.results import ResultStore, grid_key, mean_ci
-from diversed.tasks.base import Task
-from diversed.train import CONFIG_DIR, decode_completions
+from diversed.tasks.base import Task, decode_completions
 from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, hidden_size
 
 log = logging.getLogger(__name__)

@@ -34,11 +34,12 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from torchmetrics import SumMetric
 
+from diversed import CONFIG_DIR
 from diversed.engine import left_pad, speculative_generate
+from diversed.tasks.base import decode_completions
 from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
 
 # ----------------------------------------------------------------------------- the loss (pure)
 
@@ -58,12 +59,6 @@ def policy_loss(
     pg = -(advantage * (log_v * m).sum(1)).mean()
     reg = ((w * tv) * m).sum(1).mean()
     return pg + reg_scale * reg, pg, reg
-
-
-def decode_completions(tokenizer: Any, sequences: Tensor, prompt_len: int, new_tokens: Tensor) -> list[str]:
-    """The text of each row's new tokens (its first `new_tokens[i]` after the prompt)."""
-    rows = [row[prompt_len : prompt_len + n] for row, n in zip(sequences.tolist(), new_tokens.tolist(), strict=True)]
-    return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
 # ----------------------------------------------------------------------------- data

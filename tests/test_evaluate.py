@@ -154,3 +154,15 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     df = load_results(tmp_path)
     assert sorted(df.seed.unique().tolist()) == [0, 1] and len(df) == 6
     assert len(list(tmp_path.glob("*/results.jsonl"))) == 2
+
+
+def test_the_runner_does_not_import_lightning():
+    """`python -m diversed.evaluate` needs no training stack: importing lightning alone took 10 s
+    of the runner's 11 s start-up here (every job of a process-per-job sweep pays it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, diversed.evaluate; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -347,6 +347,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def decode_completions(tokenizer: Any, sequences: Any, prompt_len: int, new_tokens: Any) -> list[str]:
+    """The text the task scores: each row's first `new_tokens[i]` tokens after the prompt
+    (`sequences` [B, prompt + new] and `new_tokens` [B] are tensors), special tokens skipped."""
+    rows = [row[prompt_len : prompt_len + n] for row, n in zip(sequences.tolist(), new_tokens.tolist(), strict=True)]
+    return tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
 class StopAtText:
     """Stops a generation where `truncate` would cut its text: called with a row's new tokens so
     far (and how many of them are new since the last call), returns None while
