@@ -123,8 +123,12 @@ class Plan:
         # product here); subclasses (quantized layers, adapters) and hooked ones (the bench times
         # forwards with hooks on them) are called as modules.
         head = model.get_output_embeddings()
-        size = sum(p.numel() * p.element_size() for p in model.parameters())
-        copy = self.embed.weight.device.type == "cpu" and size <= CPU_COPY_BYTES  # stale copies: see _plan_key
+        params = list(model.parameters())
+        size = sum(p.numel() * p.element_size() for p in params)
+        # Copies go stale when a weight changes in place: `_plan_key` sees that through version
+        # counters, which inference tensors (a model built under inference_mode) do not keep.
+        copy = self.embed.weight.device.type == "cpu" and size <= CPU_COPY_BYTES
+        copy = copy and not any(p.is_inference() for p in params)
         plain = lambda m, kind: type(m) is kind and not (m._forward_hooks or m._forward_pre_hooks)  # noqa: E731
         self.embed_weight = self.embed.weight if plain(self.embed, nn.Embedding) else None
         self.head = (_weight_t(head.weight, copy), head.bias) if plain(head, nn.Linear) else head
@@ -221,7 +225,8 @@ def _plan_key(model: nn.Module) -> tuple:
     while stack:
         m = stack.pop()
         hooks += len(m._forward_hooks) + len(m._forward_pre_hooks)
-        tensors += [(p.data_ptr(), p._version) for p in m._parameters.values() if p is not None]
+        params = [p for p in m._parameters.values() if p is not None]
+        tensors += [(p.data_ptr(), -1 if p.is_inference() else p._version) for p in params]
         stack += [c for c in m._modules.values() if c is not None]
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
     return weight.device, weight.dtype, attn, hooks, hash(tuple(tensors))

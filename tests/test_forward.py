@@ -156,6 +156,16 @@ def test_weights_changed_after_a_generation_are_used(how):
     assert plan(target) is not first and plan(target).direct
 
 
+def test_a_model_built_under_inference_mode_is_run_on_views_of_its_weights():
+    """Inference tensors keep no version counter, so in-place updates could not be seen: such a
+    model gets views of its weights (always current), not copies, and still runs directly."""
+    with torch.inference_mode():
+        target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    assert next(target.parameters()).is_inference()
+    assert_exact(target, draft, 3, 12)
+    assert plan(target).direct and not plan(target).layers[0].q[0].is_contiguous()
+
+
 def test_hooks_on_the_embeddings_and_lm_head_still_fire():
     """The direct way reads the embedding and LM head weights itself unless those modules carry
     hooks: then it calls them, so a hook there (the bench times forwards that way) sees every call."""
