@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # The GPU runs of the performance issue (BENCHMARKS.md, "GPU"), on a machine with one CUDA GPU:
-#   scripts/gpu_bench.sh OUT_DIR [toy|llama|all]
-# toy:   the toy pair in bf16, table 1 and table 2 settings;
-# llama: random-initialised Llama-3.1-8B / Llama-3.2-1B shapes in bf16 (no download), exactly
-#        --max-new-tokens per row (random models never say EOS on cue).
+#   scripts/gpu_bench.sh OUT_DIR [toy|llama-greedy|llama-t1|all]
+# toy:          the toy pair in bf16, table 1 and table 2 settings;
+# llama-greedy, llama-t1: random-initialised Llama-3.1-8B / Llama-3.2-1B shapes in bf16 (no
+#               download), greedy or sampled settings, exactly --max-new-tokens per row (random
+#               models never say EOS on cue). Transformers' assisted generation on an 8B target
+#               takes tens of ms per token, so each part is sized for one ~10-minute command
+#               (an estimate: no GPU has run it yet); run the parts one by one where commands
+#               are time-limited.
 # Each run writes OUT_DIR/<name>.json (one record per setting) and OUT_DIR/<name>.txt (the table).
 # Runs from the repository root without installing (python -m); PYTHON overrides the interpreter.
 set -euo pipefail
-out=${1:?usage: scripts/gpu_bench.sh OUT_DIR [toy|llama|all]}
+out=${1:?usage: scripts/gpu_bench.sh OUT_DIR [toy|llama-greedy|llama-t1|all]}
 what=${2:-all}
+case $what in
+  toy | llama-greedy | llama-t1 | all) ;;
+  *) echo "gpu_bench.sh: unknown part '$what' (toy, llama-greedy, llama-t1 or all)" >&2; exit 2 ;;
+esac
 py=${PYTHON:-python3}
 mkdir -p "$out"
 gpu=(--device cuda --dtype bfloat16 --threads 0)
@@ -24,8 +32,10 @@ if [[ $what == toy || $what == all ]]; then
   run gpu_toy --repeats 5
   run gpu_toy_steady --ignore-eos --num-prompts 16 --repeats 5
 fi
-if [[ $what == llama || $what == all ]]; then
-  # batch 1 holds the transformers comparison; each 8B setting decodes 8 x 64 tokens per repeat
-  run gpu_llama --pair random-llama-8b-1b --ignore-eos --num-prompts 8 --max-new-tokens 64 \
-    --repeats 2 --warmup 1
+llama=(--pair random-llama-8b-1b --ignore-eos --num-prompts 8 --max-new-tokens 32 --repeats 2 --warmup 1)
+if [[ $what == llama-greedy || $what == all ]]; then
+  run gpu_llama_greedy "${llama[@]}" --only greedy
+fi
+if [[ $what == llama-t1 || $what == all ]]; then
+  run gpu_llama_t1 "${llama[@]}" --only "T=1"
 fi
