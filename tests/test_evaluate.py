@@ -157,8 +157,9 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
 
 
 def test_the_runner_does_not_import_lightning():
-    """`python -m diversed.evaluate` needs no training stack: importing lightning alone took 10 s
-    of the runner's 11 s start-up here (every job of a process-per-job sweep pays it)."""
+    """`python -m diversed.evaluate` needs no training stack: importing lightning alone took 9 s of
+    the runner's 11 s start-up on the development machine (every job of a process-per-job sweep
+    pays it)."""
     import subprocess
     import sys
 
