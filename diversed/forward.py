@@ -11,9 +11,9 @@ of two ways, chosen once per model by `plan`:
   laid out for BLAS), with a preallocated KV buffer that is written in place, cropped by moving a
   length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends
   more time in module calls, cache bookkeeping and mask building than in arithmetic (measured in
-  BENCHMARKS.md). The direct way is used only if
-  `_agrees` finds it gives the same logits and hidden states as `model(...)` on a ragged batch
-  with a hole, so a model whose internals differ silently gets the general way.
+  BENCHMARKS.md). The direct way is used only if `_direct_plan` finds it gives the same logits and
+  hidden states as `model(...)` on a ragged batch with a hole, so a model whose internals differ
+  silently gets the general way.
 
 It does not sample, verify or know about tokenizers; it does not train (everything runs under
 the caller's no-grad/inference mode) and it does not support sliding windows in the direct way.
@@ -236,7 +236,7 @@ def plan(model: nn.Module) -> Plan:
     """The model's plan, checked once and cached (weakly) per model."""
     found = _plans.get(model)
     if found is None or found.key != _plan_key(model):
-        found = _plans[model] = Plan(model, direct=_agrees(model))
+        found = _plans[model] = _direct_plan(model) or Plan(model, direct=False)
     return found
 
 
@@ -294,9 +294,10 @@ class SlotModel:
 
 
 @torch.no_grad()
-def _agrees(model: nn.Module) -> bool:
-    """Whether the direct way may run `model`: a known architecture, SDPA or eager attention, no
-    sliding windows, and the same outputs as `model(...)` on a ragged batch with a hole."""
+def _direct_plan(model: nn.Module) -> Plan | None:
+    """The direct plan for `model` if the direct way may run it (a known architecture, SDPA or
+    eager attention, no sliding windows, and the same outputs as `model(...)` on a ragged batch
+    with a hole), else None. The plan returned is the one checked, so it is built only once."""
     config = getattr(model, "config", None)
     base = getattr(model, "base_model", None)
     if (
@@ -307,7 +308,7 @@ def _agrees(model: nn.Module) -> bool:
         or not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
         or not isinstance(model.get_output_embeddings(), nn.Linear)
     ):
-        return False
+        return None
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.arange(12, device=device).view(2, 6) % vocab
@@ -328,6 +329,7 @@ def _agrees(model: nn.Module) -> bool:
                           past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
             pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
     except Exception:  # any surprise in the model's internals: use the general way
-        return False
+        return None
     tol = 1e-4 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
-    return all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)
+    agree = all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)
+    return direct.plan if agree else None
