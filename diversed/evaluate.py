@@ -105,18 +105,18 @@ def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifi
 
 class _Stop(StoppingCriteria):
     """`generate`'s side of a task's `stop` callback: a row ends once its new tokens reach a stop
-    sequence, as it does in the engine (so the time baseline does not decode past it either)."""
+    sequence, as it does in the engine (so the time baseline does not decode past it either).
+    `cuts[i]` is how many new tokens row i keeps (None while it has not stopped)."""
 
-    def __init__(self, stop: Callable[[list[int], int], int | None], prompt_len: int) -> None:
+    def __init__(self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int) -> None:
         self.stop, self.prompt_len = stop, prompt_len
-        self.done: list[bool] = []
+        self.cuts: list[int | None] = [None] * batch
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
         rows = input_ids[:, self.prompt_len :].tolist()
-        self.done = self.done or [False] * len(rows)
         # one new token per row since the last call; a stopped row stays stopped
-        self.done = [d or self.stop(row, 1) is not None for d, row in zip(self.done, rows, strict=True)]
-        return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
+        self.cuts = [c if c is not None else self.stop(row, 1) for c, row in zip(self.cuts, rows, strict=True)]
+        return torch.tensor([c is not None for c in self.cuts], dtype=torch.bool, device=input_ids.device)
 
 
 def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int, stop=None):
@@ -129,11 +129,12 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
     if point["method"] == "autoregressive":
         torch.manual_seed(seed)
         kwargs = {"do_sample": True, "temperature": T, "top_k": 0, "top_p": 1.0} if sampling else {"do_sample": False}
+        stopped = _Stop(stop, ids.shape[1], ids.shape[0]) if stop is not None else None
         start = time.perf_counter()
         seqs = pair.target.generate(
             ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
-            stopping_criteria=StoppingCriteriaList([_Stop(stop, ids.shape[1])] if stop else []), **kwargs,
+            stopping_criteria=StoppingCriteriaList([stopped] if stopped else []), **kwargs,
         )  # fmt: skip
         if ids.device.type == "cuda":
             torch.cuda.synchronize(ids.device)
@@ -142,9 +143,9 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
         # tokens up to and including the first EOS
         is_eos = new == tok.eos_token_id
         n_new = torch.where(is_eos.any(1), is_eos.long().argmax(1) + 1, (new != tok.pad_token_id).sum(1))
-        if stop is not None:  # a row ended by `stop` is padded after it (and pad may be EOS)
-            cuts = [stop(row[:n], n) for row, n in zip(new.tolist(), n_new.tolist(), strict=True)]
-            n_new = torch.tensor([n if c is None else c for c, n in zip(cuts, n_new.tolist(), strict=True)])
+        if stopped is not None:  # a row ended by `stop` is padded after it (and pad may be EOS)
+            cuts = zip(stopped.cuts, n_new.tolist(), strict=True)
+            n_new = torch.tensor([n if c is None else min(c, n) for c, n in cuts])
         return seqs, n_new.cpu(), None, wall
     out = speculative_generate(
         pair.target, pair.draft, ids, mask, verifier=verifier, num_draft_tokens=point["num_draft_tokens"],

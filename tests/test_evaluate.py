@@ -102,18 +102,24 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
             stopped, rows = stopped + (text != kept), rows + 1
     assert rows == 6 * 3 * 2 and stopped >= rows // 3
 
-    # generate itself ends those rows (the time baseline does not decode past a stop either)
+    # generate itself ends those rows (the time baseline does not decode past a stop either), and
+    # the count of new tokens ends at the stop also where the padding after it is EOS
     pair = hydra.utils.instantiate(cfg.pair)
     tok = pair.tokenizer
-    ids, mask = left_pad(task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device)
-    point = {"method": "autoregressive", "temperature": 1.0}
-    free, n_free, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0)
-    seqs, n_new, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, task.stopper(tok))
-    P = ids.shape[1]
-    assert (n_new < n_free).any()
-    for r, n in enumerate(n_new.tolist()):
-        assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
-        assert (seqs[r, P + n :] == tok.pad_token_id).all()
+    for pad in (tok.pad_token_id, tok.eos_token_id):
+        tok.pad_token_id = pad
+        ids, mask = left_pad(task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device)
+        point = {"method": "autoregressive", "temperature": 1.0}
+        free, n_free, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0)
+        seqs, n_new, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, task.stopper(tok))
+        P = ids.shape[1]
+        assert (n_new < n_free).any()
+        for r, n in enumerate(n_new.tolist()):
+            assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
+            assert (seqs[r, P + n :] == tok.pad_token_id).all()
+            assert task.truncate(tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)) == tok.decode(
+                seqs[r, P : P + n - 1], skip_special_tokens=True
+            )  # the fewest tokens: one fewer has not reached the stop
 
 
 def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):
