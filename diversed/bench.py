@@ -59,6 +59,7 @@ from diversed.verify import (
     Lossless,
     StaticEnsemble,
     Verifier,
+    hidden_size,
     mix,
     probs_from_logits,
     sample,
@@ -475,10 +476,7 @@ class Bench:
             {b: make_batches(prompts[i : i + size], b, pad, self.device) for b in config.batch_sizes}
             for i in range(0, len(prompts), size)
         ]
-        sizes = {
-            "draft_hidden_size": draft.config.hidden_size,
-            "target_hidden_size": target.config.hidden_size,
-        }
+        sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
         head = (
             WeightHead.from_pretrained(config.head, **sizes) if config.head else WeightHead(*sizes.values())
         )
