@@ -275,7 +275,11 @@ def speculative_generate(
     hist = torch.zeros(B, num_draft_tokens + 1, dtype=torch.long, device=device)
     w_sum = torch.zeros(B, device=device)
     w_count = torch.zeros(B, dtype=torch.long, device=device)
-    ramps: dict[int, Tensor] = {}  # torch.arange(n + 1) by n
+    ramps: dict[int, Tensor] = {}
+
+    def ramp(n: int) -> Tensor:  # torch.arange(n + 1), made once per n
+        return ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
+
     rounds_n: list[int] = []
 
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
@@ -290,7 +294,7 @@ def speculative_generate(
         n = min(n_cap, max_new_tokens - fewest - 1)
         if ids.shape[1] < cur + n + 2:
             ids, mask, pos = (torch.cat([t, torch.full_like(t, f)], 1) for t, f in ((ids, pad_token_id), (mask, 0), (pos, 0)))
-        steps = ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
+        steps = ramp(n)
         n_new = counts[rows, 3]
         remaining = max_new_tokens - n_new  # [b], all >= 1
         pos[:, cur + 1 : cur + n + 2] = pos[:, cur : cur + 1] + (steps + 1)
@@ -321,7 +325,7 @@ def speculative_generate(
                 proposing &= ~unsure
                 if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
                     n = j + 1
-                    steps = ramps[n] if n in ramps else ramps.setdefault(n, torch.arange(n + 1, device=device))
+                    steps = ramp(n)
                     break
 
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
