@@ -68,7 +68,7 @@ def compose_run(config_name: str, output_dir, pair_dir, overrides: list[str], ex
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from diversed.train import CONFIG_DIR
+    from diversed import CONFIG_DIR
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(config_name, overrides=[*overrides, *pair_overrides(pair_dir), *extra])
