@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rouge_score import rouge_scorer
@@ -463,3 +464,107 @@ def test_stopper_keeps_the_fewest_tokens_that_hold_a_stop_sequence():
     # the completion the task scores is the same, stopped or not
     task = Plain([], stop=("Question:",))
     assert task.truncate(tok.decode(ids[: task.stopper(tok)(ids)])) == task.truncate(tok.decode(ids))
+
+
+# ---------------------------------------------------------------- stop triggers
+
+TOKENIZER_CORPUS = [
+    "Question: Tom has 3 apples and buys 4.\n\nAnswer: 3 + 4 = 7 apples. #### 7\n\nQuestion: next",
+    "Article: The café in Zürich opened.\nSummary: it opened.\n\nArticle: 日本の天気 ☀️ is sunny, naïve.",
+    "def f(x):\n    return x + 1\n\nassert f(1) == 2\nif __name__ == '__main__':\n    print('ok')",
+    "Ça va? Très bien! Façades, ½ done — “quotes” and ‘single’ ones… 🙂🙃 a b c. a  b\tc",
+]
+
+
+def corpus_tokenizer(kind: str):
+    """Small tokenizers of the kinds real models use, over TOKENIZER_CORPUS, nothing downloaded:
+    byte-level BPE (GPT-2, Llama 3, Qwen), SentencePiece-style pieces with byte fallback (Llama 2,
+    Mistral, Gemma: characters missing from the vocabulary become <0xNN> byte tokens), WordPiece
+    (BERT: "##" pieces), and the toy one. Vocabularies are built deterministically (the BPE trainer
+    is, on this corpus, for the byte-level one)."""
+    import re
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from diversed.toy import build_tokenizer
+
+    if kind == "toy":
+        return build_tokenizer()
+    text = "".join(TOKENIZER_CORPUS)
+    if kind == "byte-level":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        )
+        tok.train_from_iterator(TOKENIZER_CORPUS, trainer)
+        return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+    if kind == "sentencepiece":
+        words = sorted({"▁" + w for w in text.split() if w.isascii()})
+        chars = sorted({c for c in text if c.isascii() and c != " "} | {"▁"})
+        pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] + chars + words
+        vocab = [(p, 0.0 if i < 259 else -float(len(chars) + 1) + len(p)) for i, p in enumerate(pieces)]
+        tok = Tokenizer(models.Unigram(vocab, unk_id=0, byte_fallback=True))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    assert kind == "wordpiece"
+    words = sorted(set(re.findall(r"\w+|[^\w\s]", text)))
+    chars = sorted({c for c in text if not c.isspace()})
+    vocab = ["[UNK]", "[SEP]"] + chars + ["##" + c for c in chars] + [w for w in words if len(w) > 1]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]")
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "sentencepiece", "wordpiece", "toy"])
+def test_stop_triggers_hold_every_token_that_completes_a_stop_sequence(kind: str) -> None:
+    import random
+
+    from diversed.tasks.base import Task
+
+    tok = corpus_tokenizer(kind)
+    rng = random.Random(0)
+    text = "".join(TOKENIZER_CORPUS)
+    # encoded text (stop sequences where they occur) and random ids (odd byte mixes, special tokens)
+    seqs = [tok.encode(t, add_special_tokens=False) for t in TOKENIZER_CORPUS]
+    for _ in range(40):
+        start = rng.randrange(len(text))
+        seqs.append(tok.encode(text[start : start + rng.randrange(5, 60)], add_special_tokens=False))
+        seqs.append([rng.randrange(len(tok)) for _ in range(rng.randrange(2, 25))])
+    stops = [("\n\n", "\nArticle:"), ("Question:",), ("\nassert", "\nif __name__"), (".", "\n"), ("é",), ("🙂",)]
+    stops += [("a b",), ("Answer: ",)]  # a space inside, and at the end (SentencePiece's "▁" pieces)
+    completed = 0
+    for stop in stops:
+        stopper = Task([], stop=stop).stopper(tok)
+        mask = stopper.triggers
+        assert mask.dtype == torch.bool and mask.shape == (len(tok),)
+        for ids in seqs:
+            held = [stopper._stopped(ids[:n]) for n in range(len(ids) + 1)]
+            for n in range(1, len(ids) + 1):
+                if held[n] and not held[n - 1]:  # the n-th token made the text hold a stop sequence
+                    completed += 1
+                    assert mask[ids[n - 1]], (kind, stop, tok.decode(ids[:n]), tok.convert_ids_to_tokens(ids[n - 1]))
+    assert completed >= 60  # the check above ran on many completions
+    # and the mask leaves out most tokens for stop sequences that few tokens can end
+    assert Task([], stop=("Question:",)).stopper(tok).triggers.float().mean() < 0.5
+
+
+def test_stopper_is_built_once_per_tokenizer_and_has_triggers_only_with_the_base_truncate() -> None:
+    from diversed.tasks.base import Task
+
+    class Own(Task):
+        stop = ("\n",)
+
+        def truncate(self, completion: str) -> str:  # cuts its own way: every row must be asked
+            return completion[: completion.find("!")] if "!" in completion else completion
+
+    tok, other = corpus_tokenizer("toy"), corpus_tokenizer("toy")
+    task = Task([], stop=("\n",))
+    assert task.stopper(tok) is task.stopper(tok) and task.stopper(other) is not task.stopper(tok)
+    assert task.stopper(tok).triggers is not None and Own([]).stopper(tok).triggers is None

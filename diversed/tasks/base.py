@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlparse
 
+import torch
+
 HUB_PROBE_TIMEOUT_S = 3.0  # how long to wait for huggingface.co before calling it unreachable
 
 
@@ -191,8 +193,20 @@ class Task:
 
     def stopper(self, tokenizer: Any) -> StopAtText | None:
         """The engine's `stop` callback for this task (None without stop sequences): rows end
-        once their text holds a stop sequence, instead of running on to `max_new_tokens`."""
-        return StopAtText(tokenizer, self.truncate, self.stop) if self.stop else None
+        once their text holds a stop sequence, instead of running on to `max_new_tokens`.
+
+        Built once per tokenizer and kept (training asks for it every rollout). With the base
+        `truncate` it carries `triggers`, the tokens that can complete a stop sequence, so the
+        engine asks it only about rows that produced one; a task that cuts text its own way gets
+        no triggers and is asked about every row.
+        """
+        if not self.stop:
+            return None
+        cached = getattr(self, "_stopper", None)
+        if cached is None or cached.tokenizer is not tokenizer:
+            plain = type(self).truncate is Task.truncate
+            self._stopper = StopAtText(tokenizer, self.truncate, self.stop, triggers=plain)
+        return self._stopper
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
@@ -364,14 +378,22 @@ class StopAtText:
     of the longest stop sequence, enough for byte-level tokens): a stop sequence completed by them
     lies in that tail, so the whole text is decoded only when the tail holds one.
 
+    With `triggers=True` (valid when `truncate` cuts at the first of `stop`, as `Task.truncate`
+    does) it also holds `triggers`, a bool mask over the tokenizer's ids from `stop_triggers`:
+    a text can only come to hold a stop sequence with one of those tokens, so callers skip the
+    call for rows whose new tokens hold none (the engine tests this on the device).
+
     The completion the task scores is the same as without stopping (it is cut at the same place),
     as long as decoding a prefix gives a prefix of the text; the tokens after the stop are never
     generated. Text is decoded as `decode_completions` does (special tokens skipped).
     """
 
-    def __init__(self, tokenizer: Any, truncate: Callable[[str], str], stop: Sequence[str]) -> None:
+    def __init__(
+        self, tokenizer: Any, truncate: Callable[[str], str], stop: Sequence[str], *, triggers: bool = False
+    ) -> None:
         self.tokenizer, self.truncate, self.stop = tokenizer, truncate, tuple(stop)
         self.margin = 4 * max(len(s) for s in self.stop) + 4
+        self.triggers = stop_triggers(tokenizer, self.stop) if triggers else None
 
     def _stopped(self, tokens: Sequence[int]) -> bool:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -389,3 +411,34 @@ class StopAtText:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if self._stopped(tokens[:mid]) else (mid, hi)
         return hi
+
+
+def stop_triggers(tokenizer: Any, stop: Sequence[str]) -> torch.Tensor:
+    """Bool mask over `tokenizer`'s ids: True where appending the token can make a text hold one
+    of `stop` that it did not hold before. (One decode of every id, twice: about 1 s per 100k.)
+
+    A new occurrence ends in the appended token's text, so that text either contains the whole
+    stop sequence or starts with a suffix of it (`s[-j:]`, j >= 1). The token's text is read as
+    it decodes after an ordinary token ("a" + token, minus "a", which keeps the leading space
+    SentencePiece drops at the start of a text) and alone; a token whose text is not a clean
+    append (incomplete UTF-8 bytes decode to U+FFFD, an empty text, a decode that rewrites the
+    "a") counts as a trigger, and so does a suffix after leading spaces (decoders that clean up
+    spaces before punctuation). Anything unsure is True: a False must be certain.
+    """
+    n = len(tokenizer)
+    anchor = list(tokenizer.encode("a", add_special_tokens=False))[-1:]
+    base = tokenizer.decode(anchor, skip_special_tokens=True)
+    after = tokenizer.batch_decode([anchor + [t] for t in range(n)], skip_special_tokens=True)
+    alone = tokenizer.batch_decode([[t] for t in range(n)], skip_special_tokens=True)
+    suffixes = tuple({s[-j:] for s in stop for j in range(1, len(s) + 1)})
+
+    def can_complete(text: str) -> bool:
+        if "\ufffd" in text or any(s in text for s in stop):
+            return True
+        return text.startswith(suffixes) or text.lstrip(" ").startswith(suffixes)
+
+    mask = [
+        not a.startswith(base) or can_complete(a[len(base) :]) or can_complete(b)
+        for a, b in zip(after, alone, strict=True)
+    ]
+    return torch.tensor(mask, dtype=torch.bool)
