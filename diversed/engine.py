@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -230,7 +231,9 @@ def speculative_generate(
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
     them to keep (a stop string reached, see `Task.stopper`); the row then ends there like at EOS.
-    Its tokens come to the host with the round's one sync; the call itself is the only added cost.
+    Its tokens come to the host with the round's one sync. If `stop.triggers` is a bool mask over
+    token ids (True for the tokens that can complete a stop; ids past its end count as True), only
+    rows that kept such a token this round are asked.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(
@@ -267,8 +270,7 @@ def speculative_generate(
     pos[:, :P] = (mask[:, :P].cumsum(-1) - 1).clamp_min(0)
     out = torch.full((B, max_new_tokens + 1), int(pad_token_id), dtype=torch.long, device=device)  # last col: sink
     rows = torch.arange(B, device=device)  # original index of each row still in the batch
-    alive = list(range(B))  # the same on the host
-    texts: list[list[int]] = [[] for _ in range(B)]  # new tokens per original row, kept only for `stop`
+    host = _HostText(B, max_new_tokens, stop, vocab) if stop is not None else None
     # Statistics per original row stay on the device: rounds, proposed, accepted, new tokens; the
     # accepted-length histogram; Σ w and the count of positions that emitted a token.
     counts = torch.zeros(B, 4, dtype=torch.long, device=device)
@@ -373,8 +375,9 @@ def speculative_generate(
         fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
         # A bonus is due only where the token after the drafts is kept (no EOS among them, budget left).
         due = full & (keep > k)
+        tokens = emitted if host is not None else None  # the host's copy of the text needs them (`stop`)
         (k_h, full_h, due_h, done_h, keep_h, (fewest, *_)), tokens_h = _to_host(
-            [k, full.long(), due.long(), done.long(), keep, fewest_next.expand(b)], emitted if stop is not None else None
+            [k, full.long(), due.long(), done.long(), keep, fewest_next.expand(b)], tokens
         )
         if ensemble_bonus and any(due_h):
             # Bonus from v_{L+1} = w·p_{L+1} + (1 − w)·q_{L+1}. A row that stopped proposing early
@@ -397,9 +400,9 @@ def speculative_generate(
             emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
             fewest_next = torch.where(done, max_new_tokens, n_new + keep).min()
             (done_h, keep_h, (fewest, *_)), tokens_h = _to_host(
-                [done.long(), keep, fewest_next.expand(b)], emitted if stop is not None else None
+                [done.long(), keep, fewest_next.expand(b)], emitted if host is not None else None
             )
-        if stop is not None and _stop_rows(stop, texts, alive, tokens_h, keep_h, done_h):
+        if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
             # a row's text reached a stop sequence: it keeps the tokens up to it and leaves
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
 
@@ -431,7 +434,9 @@ def speculative_generate(
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]
             idx = torch.tensor(stay, dtype=torch.long, device=device)
-            rows, alive = rows[idx], [alive[i] for i in stay]
+            rows = rows[idx]
+            if host is not None:
+                host.select(stay)
             if rows.shape[0]:
                 ids, mask, pos = ids[idx], mask[idx], pos[idx]
                 T.select(idx)
@@ -455,30 +460,66 @@ def speculative_generate(
     return SpeculativeOutput(sequences, stats)
 
 
-def _to_host(columns: list[Tensor], tokens: Tensor | None) -> tuple[list[list[int]], list[list[int]] | None]:
-    """One host sync for per-row [b] columns (as lists) and, if given, the round's tokens [b, n+1]."""
+def _to_host(columns: list[Tensor], tokens: Tensor | None) -> tuple[list[list[int]], np.ndarray | None]:
+    """One host sync for per-row [b] columns (as lists) and, if given, more columns [b, m] (as an array)."""
     table = torch.stack(columns, 1)
     if tokens is not None:
         table = torch.cat([table, tokens], 1)
-    host = table.tolist()
+    host = table.cpu().numpy()
     c = len(columns)
-    return [list(col) for col in zip(*(r[:c] for r in host), strict=True)], None if tokens is None else [r[c:] for r in host]
+    return host[:, :c].T.tolist(), None if tokens is None else host[:, c:]
 
 
-def _stop_rows(stop, texts, alive, tokens_h, keep_h, done_h) -> bool:
-    """Append the round's kept tokens to each row's text and ask `stop`; a row that stops keeps
-    what `stop` says (never fewer tokens than it had before this round) and is done. Updates
-    `keep_h` and `done_h` in place; returns whether any row stopped."""
-    stopped = False
-    for i, row in enumerate(alive):
-        before = len(texts[row])
-        texts[row] += tokens_h[i][: keep_h[i]]
-        cut = stop(texts[row], keep_h[i])
-        if cut is not None:
-            keep_h[i] = min(keep_h[i], max(0, int(cut) - before))
-            del texts[row][before + keep_h[i] :]
-            done_h[i] = stopped = True
-    return stopped
+def trigger_mask(stop: Callable, vocab: int) -> Tensor | None:
+    """`stop.triggers` as a bool mask over `vocab` ids (None if `stop` has none); ids past the end
+    of `stop.triggers` (a vocabulary padded past the tokenizer's) count as True."""
+    triggers = getattr(stop, "triggers", None)
+    if triggers is None:
+        return None
+    triggers = torch.as_tensor(triggers, dtype=torch.bool).flatten().cpu()
+    mask = torch.ones(max(vocab, triggers.numel()), dtype=torch.bool)
+    mask[: triggers.numel()] = triggers
+    return mask
+
+
+class _HostText:
+    """The host's copy of each row's new tokens, for the `stop` callback, and the rows it asks.
+
+    Every round's kept tokens (which come with the round's sync) are written in with array ops,
+    no loop over the batch; `stop` is then called only for rows that kept one of `stop.triggers`
+    this round, or for every row if it has none.
+    """
+
+    def __init__(self, batch: int, max_new: int, stop: Callable, vocab: int) -> None:
+        self.stop = stop
+        self.text = np.zeros((batch, max_new + 1), dtype=np.int64)  # last column: sink
+        self.length = np.zeros(batch, dtype=np.int64)
+        self.rows = np.arange(batch)  # original index of each row still in the batch
+        mask = trigger_mask(stop, vocab)
+        self.triggers = None if mask is None else mask.numpy()
+
+    def stop_rows(self, tokens: np.ndarray, keep_h: list[int], done_h: list[int]) -> bool:
+        """Append each row's kept tokens ([b, n+1], garbage past keep) and ask `stop` about the
+        rows that kept a trigger; a row that stops keeps what `stop` says (never fewer tokens than
+        before this round) and is done. Updates `keep_h` and `done_h` in place; returns whether
+        any row stopped."""
+        keep = np.asarray(keep_h)
+        start = self.length[self.rows]
+        kept = np.arange(tokens.shape[1]) < keep[:, None]
+        cols = np.where(kept, start[:, None] + np.arange(tokens.shape[1]), self.text.shape[1] - 1)
+        self.text[self.rows[:, None], cols] = tokens
+        ask = kept if self.triggers is None else self.triggers[tokens] & kept
+        stopped = False
+        for i in np.flatnonzero(ask.any(1)).tolist():
+            cut = self.stop(self.text[self.rows[i], : start[i] + keep_h[i]].tolist(), keep_h[i])
+            if cut is not None:
+                keep_h[i] = min(keep_h[i], max(0, int(cut) - int(start[i])))
+                done_h[i] = stopped = True
+        self.length[self.rows] = start + np.asarray(keep_h)
+        return stopped
+
+    def select(self, stay: list[int]) -> None:
+        self.rows = self.rows[stay]
 
 
 def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -294,6 +294,48 @@ def test_stop_in_sampled_rows_with_the_ensemble_bonus(pair, prompts):
     assert (s.new_tokens < 40).sum() >= 3
 
 
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy-static", "sampled-dynamic"])
+def test_stop_triggers_ask_only_rows_that_kept_one_and_change_nothing(pair, prompts, sampled):
+    target, draft = pair
+    ids, mask = prompts
+    P = ids.shape[1]
+    verifier = DynamicEnsemble(random_head(target, draft)) if sampled else StaticEnsemble(0.4)
+    kwargs = {"verifier": verifier, "num_draft_tokens": 4, "max_new_tokens": 30, "do_sample": sampled}
+
+    def run(stop=None):
+        g = torch.Generator().manual_seed(5)
+        return speculative_generate(target, draft, ids, mask, generator=g, stop=stop, **kwargs)
+
+    full = run()
+    texts = [full.sequences[r, P : P + int(n)].tolist() for r, n in enumerate(full.stats.new_tokens)]
+    a, b = texts[0][3:5]
+    assert b < VOCAB - 2
+    bigram, asked = first_bigram(a, b), {"every row": [], "triggers": []}
+
+    def spy(key):
+        def stop(tokens, new):
+            asked[key].append(tokens[-new:])
+            return bigram(tokens, new)
+
+        return stop
+
+    plain, flagged = spy("every row"), spy("triggers")
+    # only b can complete the bigram; the mask is two ids short of the vocabulary: those count as triggers
+    flagged.triggers = torch.arange(VOCAB - 2) == b
+    out_plain, out = run(plain), run(flagged)
+    assert torch.equal(out.sequences, out_plain.sequences)
+    for f in ("new_tokens", "accepted", "proposed", "rounds", "w_sum", "w_count"):
+        assert torch.equal(getattr(out.stats, f), getattr(out_plain.stats, f)), f
+    assert (out.stats.new_tokens < full.stats.new_tokens).any()  # some row did stop
+    assert all(b in new or max(new) >= VOCAB - 2 for new in asked["triggers"])
+    assert 0 < len(asked["triggers"]) < len(asked["every row"]) / 2
+    # a mask with no trigger is never asked, and no row stops
+    never = spy("never")
+    never.triggers, asked["never"] = torch.zeros(VOCAB, dtype=torch.bool), []
+    out = run(never)
+    assert asked["never"] == [] and torch.equal(out.sequences, full.sequences)
+
+
 # ----------------------------------------------------------------------------- vocabularies and bad input
 
 
