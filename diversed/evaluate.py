@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from diversed import CONFIG_DIR
-from diversed.engine import left_pad, speculative_generate
+from diversed.engine import left_pad, speculative_generate, trigger_mask
 from diversed.heads import WeightHead
 from diversed.results import ResultStore, grid_key, mean_ci
 from diversed.tasks.base import Task, decode_completions
@@ -106,17 +106,27 @@ def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifi
 class _Stop(StoppingCriteria):
     """`generate`'s side of a task's `stop` callback: a row ends once its new tokens reach a stop
     sequence, as it does in the engine (so the time baseline does not decode past it either).
-    `cuts[i]` is how many new tokens row i keeps (None while it has not stopped)."""
+    `cuts[i]` is how many new tokens row i keeps (None while it has not stopped). With
+    `stop.triggers`, only rows whose newest token is one are asked (picked on the device), so the
+    baseline pays for the check about as the engine does."""
 
-    def __init__(self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int) -> None:
+    def __init__(
+        self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int, vocab: int, device
+    ) -> None:
         self.stop, self.prompt_len = stop, prompt_len
         self.cuts: list[int | None] = [None] * batch
+        self.triggers = None if (mask := trigger_mask(stop, vocab)) is None else mask.to(device)
+        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
 
     def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
-        rows = input_ids[:, self.prompt_len :].tolist()
         # one new token per row since the last call; a stopped row stays stopped
-        self.cuts = [c if c is not None else self.stop(row, 1) for c, row in zip(self.cuts, rows, strict=True)]
-        return torch.tensor([c is not None for c in self.cuts], dtype=torch.bool, device=input_ids.device)
+        ask = ~self.done if self.triggers is None else self.triggers[input_ids[:, -1]] & ~self.done
+        rows = ask.nonzero().flatten().tolist()
+        if rows:
+            for i, tokens in zip(rows, input_ids[rows, self.prompt_len :].tolist(), strict=True):
+                self.cuts[i] = self.stop(tokens, 1)
+            self.done[rows] = torch.tensor([self.cuts[i] is not None for i in rows], device=self.done.device)
+        return self.done.clone()
 
 
 def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int, stop=None):
@@ -129,7 +139,8 @@ def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, ma
     if point["method"] == "autoregressive":
         torch.manual_seed(seed)
         kwargs = {"do_sample": True, "temperature": T, "top_k": 0, "top_p": 1.0} if sampling else {"do_sample": False}
-        stopped = _Stop(stop, ids.shape[1], ids.shape[0]) if stop is not None else None
+        vocab = pair.target.get_output_embeddings().weight.shape[0]
+        stopped = _Stop(stop, ids.shape[1], ids.shape[0], vocab, ids.device) if stop is not None else None
         start = time.perf_counter()
         seqs = pair.target.generate(
             ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=tok.eos_token_id,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import hydra
 import pytest
+import torch
 from omegaconf import OmegaConf, open_dict
 from tiny_models import compose_run, pair_overrides
 
@@ -112,6 +113,10 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
         point = {"method": "autoregressive", "temperature": 1.0}
         free, n_free, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0)
         seqs, n_new, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, task.stopper(tok))
+        stopper = task.stopper(tok)
+        assert stopper.triggers is not None  # rows are asked only after a digit; asking every row is the same
+        every, n_every, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, stopper.__call__)  # no triggers
+        assert torch.equal(seqs, every) and torch.equal(n_new, n_every)
         P = ids.shape[1]
         assert (n_new < n_free).any()
         for r, n in enumerate(n_new.tolist()):
