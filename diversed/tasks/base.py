@@ -415,7 +415,7 @@ class StopAtText:
 
 def stop_triggers(tokenizer: Any, stop: Sequence[str]) -> torch.Tensor:
     """Bool mask over `tokenizer`'s ids: True where appending the token can make a text hold one
-    of `stop` that it did not hold before. (One decode of every id, twice: about 1 s per 100k.)
+    of `stop` that it did not hold before. (Every id decoded twice: 0.4–0.6 s for 32k ids, fast tokenizer.)
 
     A new occurrence ends in the appended token's text, so that text either contains the whole
     stop sequence or starts with a suffix of it (`s[-j:]`, j >= 1). The token's text is read as
