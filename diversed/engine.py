@@ -14,6 +14,10 @@ is re-encoded and no row waits for another. Finished rows leave the batch. Each 
 prompt in its first call of the first round (no separate prefill). How a model is called (and
 its cache kept) is `forward.py`'s business.
 
+On a CPU a round's drafting ends once every row has drafted EOS (the drafts after it would be cut);
+on a GPU it does not (that would take a host sync per draft step). Either way the statistics count
+a row's proposals only up to its first drafted EOS.
+
 The engine knows nothing about tokenizers, tasks or training; the maths is in `verify.py`.
 """
 
@@ -46,7 +50,7 @@ from diversed.verify import (
 class SpeculativeStats:
     """Acceptance statistics, per row (tensors of length B) and in total (properties)."""
 
-    proposed: Tensor  # draft tokens proposed
+    proposed: Tensor  # draft tokens proposed (up to a row's first drafted EOS in each round)
     accepted: Tensor  # draft tokens accepted by verification (before EOS / length cut-off)
     rounds: Tensor  # verification rounds = target calls the row took part in
     new_tokens: Tensor  # tokens in the output (after EOS / max_new_tokens cut-off)
@@ -257,6 +261,10 @@ def speculative_generate(
         pad_token_id = getattr(gen_config, "pad_token_id", None)
         pad_token_id = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else 0)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+    # Drafting stops once every row has drafted EOS (as transformers' does at batch 1). That needs
+    # the host to look after each draft step: microseconds on a CPU, but on a GPU a sync per step
+    # would stall the queue of kernels, so there the drafts past EOS are made and cut.
+    drafts_end_at_eos = device.type == "cpu" and eos.numel() > 0
 
     B, P = input_ids.shape
     if attention_mask is None:
@@ -309,6 +317,8 @@ def speculative_generate(
         if draft_confidence_threshold is not None:
             lengths = torch.full((b,), n, dtype=torch.long, device=device)
             proposing = torch.ones(b, dtype=torch.bool, device=device)
+        if drafts_end_at_eos:
+            drafted_eos = torch.zeros(b, dtype=torch.bool, device=device)
         for j in range(n):
             logits_q, h_d = D.forward(ids, mask, pos, cur + j + 1, keep=1)
             D.calls += 1
@@ -328,6 +338,13 @@ def speculative_generate(
                 if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
                     n = j + 1
                     steps = ramp(n)
+                    break
+            if drafts_end_at_eos:  # once every row has drafted EOS, later drafts would all be cut
+                drafted_eos |= torch.isin(ids[:, cur + j + 1], eos)
+                if j + 1 < n and bool(drafted_eos.all()):
+                    n = j + 1
+                    steps = ramp(n)
+                    lengths = lengths.clamp_max(n) if isinstance(lengths, Tensor) else n
                     break
 
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
@@ -408,11 +425,17 @@ def speculative_generate(
 
         # --- bookkeeping on the device: stats, output, slot mask, caches
         ones = torch.ones_like(k)
-        proposed = lengths if isinstance(lengths, Tensor) else ones * n
-        counts.index_add_(0, rows, torch.stack([ones, proposed, k, keep], 1))
+        proposed, k_stat = lengths if isinstance(lengths, Tensor) else ones * n, k
+        if eos.numel() and n > 0:
+            # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
+            # verdict, and drafting may stop there): α counts the same on every device and batch.
+            drafted_eos = torch.isin(x, eos)
+            upto = torch.where(drafted_eos.any(1), drafted_eos.long().argmax(1) + 1, n)
+            proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k, upto)
+        counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
         if n + 1 > hist.shape[1]:
             hist = torch.cat([hist, hist.new_zeros(B, n + 1 - hist.shape[1])], 1)
-        hist.index_put_((rows, k), ones, accumulate=True)
+        hist.index_put_((rows, k_stat), ones, accumulate=True)
         kept = steps < keep.unsqueeze(1)
         out[rows.unsqueeze(1), torch.where(kept, n_new.unsqueeze(1) + steps, max_new_tokens)] = emitted
         if dynamic:  # mean w over the positions that emitted a token

@@ -62,6 +62,44 @@ def test_lossless_greedy_exact_with_adaptive_drafting(pair, prompts):
     assert len(set(heuristic)) > 1  # the schedule moved
 
 
+def test_drafting_stops_once_every_row_has_drafted_eos(pair):
+    """On CPU a round's drafting ends once every row has drafted EOS (the drafts after it would be
+    cut anyway); outputs stay exact, and a batch where some row has not drafted EOS drafts on."""
+    target, draft = pair
+    ids, mask = ragged_prompts(lengths=(6,), seed=4)
+    drafts = draft.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6, eos_token_id=None,
+                            pad_token_id=PAD)[0, 6:].tolist()  # fmt: skip
+    eos = drafts[2]  # round 1 drafts x_1, x_2 and then this token (if it is not among them already)
+    j = drafts.index(eos)
+    for rows in ((ids, mask), (ids.repeat(2, 1), mask.repeat(2, 1))):
+        ref = target.generate(*rows[:1], attention_mask=rows[1], do_sample=False, max_new_tokens=24,
+                              pad_token_id=PAD, eos_token_id=eos)  # fmt: skip
+        out = speculative_generate(target, draft, *rows, num_draft_tokens=5, max_new_tokens=24, eos_token_id=eos)
+        assert torch.equal(out.sequences, ref)
+        assert out.stats.num_draft_tokens[0] == j + 1
+    # another row that does not draft EOS keeps the batch drafting; the first row's drafts after its
+    # EOS are not counted as proposals, so its statistics are those it has alone
+    other = ragged_prompts(lengths=(6, 6), seed=4)[0]
+    other[1] = torch.randint(3, VOCAB, (6,), generator=torch.Generator().manual_seed(9))
+    kwargs = {"verifier": StaticEnsemble(0.0), "num_draft_tokens": 5, "max_new_tokens": 24, "eos_token_id": eos}
+    out = speculative_generate(target, draft, other, **kwargs)  # w = 0 accepts every draft: row 0 ends at its EOS
+    alone = speculative_generate(target, draft, ids, mask, **kwargs)
+    assert out.stats.num_draft_tokens[0] == 5 and alone.stats.num_draft_tokens == [j + 1]
+    assert out.sequences[0, 6:].tolist() == drafts[: j + 1] + [PAD] * (out.sequences.shape[1] - 7 - j)
+    for f in ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist"):
+        assert getattr(out.stats, f)[0].tolist() == getattr(alone.stats, f)[0].tolist(), f
+    # with per-row proposal lengths (a confidence threshold that never fires) the same break gives
+    # the same outputs: rows that stopped at EOS count their proposals up to it
+    for v in (StaticEnsemble(0.4), Lossless()):
+        plain = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=5, max_new_tokens=24,
+                                     eos_token_id=eos)  # fmt: skip
+        thresh = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=5, max_new_tokens=24,
+                                      eos_token_id=eos, draft_confidence_threshold=0.0)  # fmt: skip
+        assert torch.equal(plain.sequences, thresh.sequences)
+        assert torch.equal(plain.stats.proposed, thresh.stats.proposed)
+        assert thresh.stats.num_draft_tokens[0] == j + 1
+
+
 @pytest.mark.parametrize("w", [0.3, 0.7])
 @pytest.mark.parametrize("n", [2, 5])
 def test_static_greedy_equals_transformers_assisted_ensemble(pair, w, n):
