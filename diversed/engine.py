@@ -429,8 +429,8 @@ def speculative_generate(
         if eos.numel() and n > 0:
             # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
             # verdict, and drafting may stop there): α counts the same on every device and batch.
-            drafted_eos = torch.isin(x, eos)
-            upto = torch.where(drafted_eos.any(1), drafted_eos.long().argmax(1) + 1, n)
+            eos_x = torch.isin(x, eos)
+            upto = torch.where(eos_x.any(1), eos_x.long().argmax(1) + 1, n)
             proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k, upto)
         counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
         if n + 1 > hist.shape[1]:

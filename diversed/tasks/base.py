@@ -381,7 +381,8 @@ class StopAtText:
     With `triggers=True` (valid when `truncate` cuts at the first of `stop`, as `Task.truncate`
     does) it also holds `triggers`, a bool mask over the tokenizer's ids from `stop_triggers`:
     a text can only come to hold a stop sequence with one of those tokens, so callers skip the
-    call for rows whose new tokens hold none (the engine tests this on the device).
+    call for rows whose new tokens hold none (the engine checks the round's tokens on the host
+    with array ops, `evaluate`'s `generate` baseline the newest token on the device).
 
     The completion the task scores is the same as without stopping (it is cut at the same place),
     as long as decoding a prefix gives a prefix of the text; the tokens after the stop are never
@@ -421,9 +422,10 @@ def stop_triggers(tokenizer: Any, stop: Sequence[str]) -> torch.Tensor:
     stop sequence or starts with a suffix of it (`s[-j:]`, j >= 1). The token's text is read as
     it decodes after an ordinary token ("a" + token, minus "a", which keeps the leading space
     SentencePiece drops at the start of a text) and alone; a token whose text is not a clean
-    append (incomplete UTF-8 bytes decode to U+FFFD, an empty text, a decode that rewrites the
-    "a") counts as a trigger, and so does a suffix after leading spaces (decoders that clean up
-    spaces before punctuation). Anything unsure is True: a False must be certain.
+    append (incomplete UTF-8 bytes decode to U+FFFD, a decode that rewrites the "a") counts as a
+    trigger, and so does a suffix after leading spaces (decoders that clean up spaces before
+    punctuation). Tokens that decode to nothing (special tokens, skipped as in `_stopped`) leave
+    the text as it was and are not triggers. Anything unsure is True: a False must be certain.
     """
     n = len(tokenizer)
     anchor = list(tokenizer.encode("a", add_special_tokens=False))[-1:]
