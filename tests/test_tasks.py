@@ -550,7 +550,7 @@ def test_stop_triggers_hold_every_token_that_completes_a_stop_sequence(kind: str
                 if held[n] and not held[n - 1]:  # the n-th token made the text hold a stop sequence
                     completed += 1
                     assert mask[ids[n - 1]], (kind, stop, tok.decode(ids[:n]), tok.convert_ids_to_tokens(ids[n - 1]))
-    assert completed >= 60  # the check above ran on many completions
+    assert completed >= 40  # the check above ran on many completions (61-89 per tokenizer)
     # and the mask leaves out most tokens for stop sequences that few tokens can end
     assert Task([], stop=("Question:",)).stopper(tok).triggers.float().mean() < 0.5
 
