@@ -568,3 +568,28 @@ def test_stopper_is_built_once_per_tokenizer_and_has_triggers_only_with_the_base
     task = Task([], stop=("\n",))
     assert task.stopper(tok) is task.stopper(tok) and task.stopper(other) is not task.stopper(tok)
     assert task.stopper(tok).triggers is not None and Own([]).stopper(tok).triggers is None
+
+
+def test_stopper_without_triggers_when_the_tokenizer_cannot_decode_every_id(caplog) -> None:
+    from diversed.tasks.base import Task
+
+    class Picky:  # decodes the ids it knows, raises on the rest (as some remote-code tokenizers do)
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __len__(self):
+            return len(self.tok) + 5
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+        def batch_decode(self, seqs, **kwargs):
+            if any(t >= len(self.tok) for s in seqs for t in s):
+                raise KeyError("unknown id")
+            return self.tok.batch_decode(seqs, **kwargs)
+
+    tok = Picky(corpus_tokenizer("toy"))
+    stopper = Task([], stop=(".",)).stopper(tok)
+    assert stopper.triggers is None and "stop triggers unavailable (KeyError" in caplog.text
+    ids = tok.tok.encode("so 12.", add_special_tokens=False)
+    assert stopper(ids) == len(ids)  # the stopper itself still works, for every row

@@ -15,6 +15,7 @@ and names the config key to set instead.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -24,6 +25,8 @@ from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import torch
+
+log = logging.getLogger(__name__)
 
 HUB_PROBE_TIMEOUT_S = 3.0  # how long to wait for huggingface.co before calling it unreachable
 
@@ -394,7 +397,13 @@ class StopAtText:
     ) -> None:
         self.tokenizer, self.truncate, self.stop = tokenizer, truncate, tuple(stop)
         self.margin = 4 * max(len(s) for s in self.stop) + 4
-        self.triggers = stop_triggers(tokenizer, self.stop) if triggers else None
+        self.triggers = None
+        if triggers:
+            try:
+                self.triggers = stop_triggers(tokenizer, self.stop)
+            except Exception as e:  # a tokenizer that cannot decode every id alone: ask every row
+                log.warning("stop triggers unavailable (%s: %s); every row is checked each round",
+                            type(e).__name__, e)  # fmt: skip
 
     def _stopped(self, tokens: Sequence[int]) -> bool:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
