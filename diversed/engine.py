@@ -335,17 +335,18 @@ def speculative_generate(
                 unsure = proposing & (top < draft_confidence_threshold)
                 lengths = torch.where(unsure, j + 1, lengths)
                 proposing &= ~unsure
-                if j + 1 < n and not bool(proposing.any()):  # the round ends when no row proposes
-                    n = j + 1
-                    steps = ramp(n)
-                    break
-            if drafts_end_at_eos:  # once every row has drafted EOS, later drafts would all be cut
+            if drafts_end_at_eos:
                 drafted_eos |= torch.isin(ids[:, cur + j + 1], eos)
-                if j + 1 < n and bool(drafted_eos.all()):
-                    n = j + 1
-                    steps = ramp(n)
-                    lengths = lengths.clamp_max(n) if isinstance(lengths, Tensor) else n
-                    break
+            # The round's drafting ends early when no row proposes any more, or once every row has
+            # drafted EOS (the drafts after it would all be cut).
+            if j + 1 < n and (
+                (draft_confidence_threshold is not None and not bool(proposing.any()))
+                or (drafts_end_at_eos and bool(drafted_eos.all()))
+            ):
+                n = j + 1
+                steps = ramp(n)
+                lengths = lengths.clamp_max(n) if isinstance(lengths, Tensor) else n
+                break
 
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
         logits_p, h_t = T.forward(ids, mask, pos, cur + n + 1, keep=n + 1)
@@ -429,8 +430,7 @@ def speculative_generate(
         if eos.numel() and n > 0:
             # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
             # verdict, and drafting may stop there): α counts the same on every device and batch.
-            eos_x = torch.isin(x, eos)
-            upto = torch.where(eos_x.any(1), eos_x.long().argmax(1) + 1, n)
+            upto = _first(torch.isin(x, eos), n)
             proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k, upto)
         counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
         if n + 1 > hist.shape[1]:
@@ -545,6 +545,11 @@ class _HostText:
         self.rows = self.rows[stay]
 
 
+def _first(flags: Tensor, default: Tensor | int) -> Tensor:
+    """1-based index of each row's first True in `flags` [b, m]; `default` where a row has none."""
+    return torch.where(flags.any(1), flags.long().argmax(1) + 1, default)
+
+
 def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """This round's tokens [x_1..x_k, nxt] ([b, n+1], garbage past k), how many to keep after
     cutting at the first EOS and at the length budget, and which rows are finished."""
@@ -554,7 +559,7 @@ def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) 
     first_eos = count + 1  # 1-based index of the first EOS; count + 1 if none
     if eos.numel():
         is_eos = torch.isin(emitted, eos) & (torch.arange(emitted.shape[1], device=x.device) < count.unsqueeze(1))
-        first_eos = torch.where(is_eos.any(1), is_eos.long().argmax(1) + 1, first_eos)
+        first_eos = _first(is_eos, first_eos)
     keep = torch.minimum(torch.minimum(count, first_eos), remaining)
     done = (first_eos <= keep) | (keep >= remaining)
     return emitted, keep, done
