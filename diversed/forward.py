@@ -3,17 +3,22 @@
 The engine keeps one slot layout for both models (slot s holds the token `ids[:, s]` at position
 `pos[:, s]`, `mask[:, s]` says whether it is text), so a forward is "feed slots [length, end)
 and return the logits and final hidden states of the last `keep`". `SlotModel` does that in one
-of two ways, chosen once per model by `plan`:
+of two ways (the forward path), chosen once per model by `plan`:
 
-- general: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM;
+- hf: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM;
 - direct: for the Llama family (Llama, Mistral, Qwen2, Qwen3) with full attention in every layer,
   the decoder maths written out on the model's own weights (small models on CPU: copies of them
   laid out for BLAS), with a preallocated KV buffer that is written in place, cropped by moving a
   length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends
   more time in module calls, cache bookkeeping and mask building than in arithmetic (measured in
   BENCHMARKS.md). The direct way is used only if `_direct_plan` finds it gives the same logits and
-  hidden states as `model(...)` on a ragged batch with a hole, so a model whose internals differ
-  silently gets the general way.
+  hidden states as `model(...)` on a ragged batch with a hole.
+
+Which path a model takes is asked with `use_forward(model, "auto" | "hf" | "direct")` (the pair
+option `forward`, see `pair.py`): "auto" takes the direct path on CPU only (it has never been
+measured on a GPU), "hf" always `model(...)`, "direct" the direct path or a ValueError saying why
+not. The choice and its reason are logged once per model (INFO; WARNING when the direct path
+raised or disagreed with `model(...)`), and `forward_path(model)` tells it afterwards.
 
 It does not sample, verify or know about tokenizers; it does not train (everything runs under
 the caller's no-grad/inference mode) and it does not support sliding windows in the direct way.
@@ -22,6 +27,7 @@ the caller's no-grad/inference mode) and it does not support sliding windows in 
 from __future__ import annotations
 
 import inspect
+import logging
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
@@ -31,6 +37,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 from transformers import DynamicCache
+
+log = logging.getLogger(__name__)
+FORWARD_PATHS = ("auto", "hf", "direct")
 
 # Architectures whose decoder layer is exactly: x + attn(rms_norm(x)), x + mlp(rms_norm(x)), with
 # rotary q/k (Qwen3: an RMS norm over the head dim first) and a gated MLP.
@@ -113,6 +122,8 @@ class Plan:
         self.key = _plan_key(model)
         self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.direct = direct
+        self.path = "direct" if direct else "hf"
+        self.reason = ""  # why this path (set by `plan`)
         if not direct:
             return
         # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
@@ -209,6 +220,22 @@ class Plan:
 
 
 _plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
+_requested: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+
+
+def use_forward(model: nn.Module, path: str = "auto") -> None:
+    """Ask for `model`'s forward path: "auto" (direct on CPU when the check passes, else hf),
+    "hf" (always `model(...)`) or "direct" (the direct path, or a ValueError at the first call)."""
+    if path not in FORWARD_PATHS:
+        raise ValueError(f"forward must be one of {FORWARD_PATHS}, got {path!r}")
+    if _requested.get(model, "auto") != path:
+        _requested[model] = path
+        _plans.pop(model, None)
+
+
+def forward_path(model: nn.Module) -> str:
+    """The path the engine takes for `model` ("direct" or "hf"), planning it if need be."""
+    return plan(model).path
 
 
 def _plan_key(model: nn.Module) -> tuple:
@@ -233,11 +260,36 @@ def _plan_key(model: nn.Module) -> tuple:
 
 
 def plan(model: nn.Module) -> Plan:
-    """The model's plan, checked once and cached (weakly) per model."""
+    """The model's plan, chosen (and logged) once and cached (weakly) per model."""
     found = _plans.get(model)
     if found is None or found.key != _plan_key(model):
-        found = _plans[model] = _direct_plan(model) or Plan(model, direct=False)
+        found = _plans[model] = _choose(model)
     return found
+
+
+def _name(model: nn.Module) -> str:
+    config = getattr(model, "config", None)
+    return getattr(config, "name_or_path", None) or type(model).__name__
+
+
+def _choose(model: nn.Module) -> Plan:
+    """The plan `use_forward` asked for, with its reason logged."""
+    want = _requested.get(model, "auto")
+    device = next(model.parameters()).device
+    chosen, level = None, logging.INFO
+    if want == "hf":
+        reason = "asked for (forward=hf)"
+    elif want == "auto" and device.type != "cpu":
+        reason = f"forward=auto takes the direct path on CPU only (it is unmeasured on {device.type})"
+    else:
+        chosen, reason, surprise = _direct_plan(model)
+        if chosen is None and want == "direct":
+            raise ValueError(f"forward=direct was asked for {_name(model)}, but {reason}; use forward=auto or hf")
+        level = logging.WARNING if surprise else logging.INFO
+    chosen = chosen or Plan(model, direct=False)
+    chosen.reason = reason
+    log.log(level, "%s: %s forward path: %s", _name(model), chosen.path, reason)
+    return chosen
 
 
 class SlotModel:
@@ -294,21 +346,27 @@ class SlotModel:
 
 
 @torch.no_grad()
-def _direct_plan(model: nn.Module) -> Plan | None:
-    """The direct plan for `model` if the direct way may run it (a known architecture, SDPA or
-    eager attention, no sliding windows, and the same outputs as `model(...)` on a ragged batch
-    with a hole), else None. The plan returned is the one checked, so it is built only once."""
+def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
+    """(the direct plan, why, whether that is a surprise): the plan if the direct way may run
+    `model` (a known architecture, SDPA or eager attention, no sliding windows, and the same
+    outputs as `model(...)` on a ragged batch with a hole), else None and the reason; a surprise
+    is a known architecture whose direct forward raised or disagreed. The plan returned is the
+    one checked, so it is built only once."""
     config = getattr(model, "config", None)
     base = getattr(model, "base_model", None)
-    if (
-        getattr(config, "model_type", None) not in DIRECT_TYPES
-        or getattr(config, "_attn_implementation", None) not in ("sdpa", "eager")
-        or getattr(config, "sliding_window", None) is not None
-        or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
-        or not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
-        or not isinstance(model.get_output_embeddings(), nn.Linear)
+    kind, attn = getattr(config, "model_type", None), getattr(config, "_attn_implementation", None)
+    if kind not in DIRECT_TYPES:
+        return None, f"model type {kind!r} is not one of {DIRECT_TYPES}", False
+    if attn not in ("sdpa", "eager"):
+        return None, f"attention implementation {attn!r} is not sdpa or eager", False
+    if getattr(config, "sliding_window", None) is not None or any(
+        t != "full_attention" for t in getattr(config, "layer_types", None) or ()
     ):
-        return None
+        return None, "it has sliding-window layers", False
+    if not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm")) or not isinstance(
+        model.get_output_embeddings(), nn.Linear
+    ):
+        return None, "its modules are not laid out as the Llama family's", False
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.arange(12, device=device).view(2, 6) % vocab
@@ -328,8 +386,10 @@ def _direct_plan(model: nn.Module) -> Plan | None:
             hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
                           past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
             pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
-    except Exception:  # any surprise in the model's internals: use the general way
-        return None
+    except Exception as e:  # any surprise in the model's internals: the general way, and say why
+        return None, f"the direct forward raised {type(e).__name__}: {e}", True
     tol = 1e-4 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
-    agree = all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs)
-    return direct.plan if agree else None
+    if not all(torch.allclose(a.float(), b.float(), rtol=tol, atol=tol) for a, b in pairs):
+        gap = max(float((a.float() - b.float()).abs().max()) for a, b in pairs)
+        return None, f"the direct forward differs from model(...) by up to {gap:.3g} (tolerance {tol:g})", True
+    return direct.plan, f"{kind} on {device.type}, checked against model(...)", False

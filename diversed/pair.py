@@ -5,22 +5,22 @@ eval mode, checks that target and draft tokenize identically, and gives the toke
 padding and a pad token. A name that is not a local directory is looked up in the local
 Hugging Face cache; if it is not there and the Hub cannot be reached (HF_HUB_OFFLINE=1, or
 huggingface.co:443 does not answer within 3 s) it fails at once with a message saying how to
-point the config at local copies, instead of waiting on retries.
+point the config at local copies, instead of waiting on retries (the rule and the probe are
+`hub.py`'s). `random_pair` builds random-initialised models with the shapes of public checkpoints
+(no download), for timing real sizes. The forward path the engine takes for both models is the
+pair option `forward` (see `forward.py`).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import torch
 
-PROBE_TIMEOUT_S = 3.0
+from diversed import hub
 
 # ----------------------------------------------------------------------------- the pair
 
@@ -35,6 +35,7 @@ class Pair:
     name: str
     target_name: str
     draft_name: str
+    forward: str = "auto"  # the engine's forward path asked for both models (forward.use_forward)
 
     @property
     def device(self) -> torch.device:
@@ -46,40 +47,6 @@ class Pair:
 
 class HubUnavailableError(OSError):
     """A model id is neither a local directory nor cached, and the Hub cannot be reached."""
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def hub_offline_by_env() -> str | None:
-    """The reason the environment forbids the Hub, if it does."""
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if _truthy(os.environ.get(var)):
-            return f"{var}={os.environ[var]} is set"
-    return None
-
-
-def probe_hub(timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """None if the Hub endpoint accepts a TCP connection within `timeout` s, else the reason.
-
-    Runs in a daemon thread so that a slow DNS lookup cannot stretch the wait past `timeout`.
-    """
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    result: list[str | None] = []
-
-    def connect() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(None)
-        except OSError as e:
-            result.append(f"{host}:{port}: {e or type(e).__name__}")
-
-    thread = threading.Thread(target=connect, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return result[0] if result else f"{host}:{port}: no answer within {timeout:.0f}s"
 
 
 def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
@@ -95,14 +62,15 @@ def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
 def resolve(name: str, role: str, *, revision: str | None = None, probe=None) -> dict[str, Any]:
     """Extra `from_pretrained` kwargs for `name`, or HubUnavailableError right away.
 
-    `probe` returns None when the Hub is reachable, else a reason (default: `probe_hub`).
+    `probe` returns None when the Hub is reachable, else a reason (default: `hub.probe`); the
+    environment's offline rule (`hub.offline_reason`) is asked first.
     """
     if Path(name).expanduser().is_dir():
         return {}
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an "org/name" id
         raise FileNotFoundError(f"the {role} model directory {name!r} does not exist")
     cached = in_hf_cache(name, revision)
-    reason = hub_offline_by_env() or (probe or probe_hub)()
+    reason = hub.unreachable_reason(probe)
     if reason is None:
         return {}
     if cached:  # offline but cached: load from the cache without touching the network
@@ -178,20 +146,27 @@ def load_pair(
     name: str | None = None,
     attn_implementation: str | None = None,
     revision: str | None = None,
+    forward: str = "auto",
     probe=None,
 ) -> Pair:
     """Load target and draft (Hub ids or local paths), frozen, on `device`, with one tokenizer.
 
     `dtype`: "auto" (bf16 on GPU, fp32 on CPU), "config" (the checkpoint's), or a torch dtype
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
+    `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from diversed.forward import FORWARD_PATHS, use_forward
+
+    if forward not in FORWARD_PATHS:
+        raise ValueError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
 
     probe_result: list[str | None] = []
 
     def probe_once() -> str | None:  # one network probe for the whole pair
         if not probe_result:
-            probe_result.append((probe or probe_hub)())
+            probe_result.append((probe or hub.probe)())
         return probe_result[0]
 
     names = {"target": target, "draft": draft}
@@ -216,6 +191,7 @@ def load_pair(
     for role, path in (("target", target), ("draft", draft)):
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra[role]).to(dev)
         model.eval().requires_grad_(False)
+        use_forward(model, forward)
         models[role] = model
 
     return Pair(
@@ -225,4 +201,82 @@ def load_pair(
         name=name or f"{Path(target).name}+{Path(draft).name}",
         target_name=target,
         draft_name=draft,
+        forward=forward,
     )
+
+
+# ----------------------------------------------------------------------------- random pairs
+
+# Random-initialised models with the shapes of public checkpoints (the values of their config.json),
+# to time real sizes where no weights can be downloaded: their outputs mean nothing, α is what two
+# independent random models give, and the toy tokenizer encodes the prompts (ids below its size).
+_LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192}  # fmt: skip
+RANDOM_SHAPES: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+                         rope_parameters={**_LLAMA3_ROPE, "factor": 8.0}),
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                         num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
+                         rope_parameters={**_LLAMA3_ROPE, "factor": 32.0}),
+}  # fmt: skip
+RANDOM_PAIRS = {"random-llama-8b-1b": ("llama-3.1-8b", "llama-3.2-1b")}  # pair name: (target, draft) shapes
+
+
+def random_pair(
+    pair: str = "random-llama-8b-1b", *, dtype: str = "auto", device: str = "auto", seed: int = 0,
+    forward: str = "auto", name: str | None = None,
+) -> Pair:  # fmt: skip
+    """A pair of `RANDOM_PAIRS` shapes, random-initialised (seeded) directly on `device` in `dtype`,
+    with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from diversed.forward import FORWARD_PATHS, use_forward
+    from diversed.toy_corpus import build_tokenizer
+
+    if pair not in RANDOM_PAIRS:
+        raise ValueError(f"random pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
+    if forward not in FORWARD_PATHS:
+        raise ValueError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
+    dev = _device(device)
+    torch_dtype = _dtype(dtype, dev)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
+    tokenizer = _prepare_tokenizer(build_tokenizer())
+    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                   pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    configs = [
+        LlamaConfig(**RANDOM_SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5, **special)
+        for shape in RANDOM_PAIRS[pair]
+    ]
+    with torch.device("meta"):  # sizes without allocating
+        sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
+    need, free = sum(sizes) * torch_dtype.itemsize, free_memory(dev)
+    if need > 0.9 * free:
+        raise ValueError(
+            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
+            f"{need / 2**30:.1f} GiB in {str(torch_dtype).removeprefix('torch.')} on {dev}, {free / 2**30:.1f} GiB "
+            f"free: use a GPU (--device cuda) and --dtype bfloat16"
+        )
+    models = []
+    for c in configs:
+        torch.manual_seed(seed)
+        with torch.device(dev):
+            model = AutoModelForCausalLM.from_config(c, dtype=torch_dtype).eval().requires_grad_(False)
+        generation = model.generation_config
+        generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
+        use_forward(model, forward)
+        models.append(model)
+    target, draft = RANDOM_PAIRS[pair]
+    return Pair(models[0], models[1], tokenizer, name or pair, f"random:{target}", f"random:{draft}", forward)
+
+
+def free_memory(device: torch.device) -> float:
+    """Bytes free on a GPU, or available RAM (MemAvailable) for the CPU; inf where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return float("inf")

@@ -28,9 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_results, pareto_front
 
-METHOD_ORDER = ("autoregressive", "lossless", "static", "dynamic")
 _SETTING = [
     "pair",
     "task",
@@ -57,23 +57,11 @@ def _mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
     return vals.groupby(cols, dropna=False, sort=False).mean().reset_index()
 
 
-def head_label(head: str) -> str:
-    """A short name for a head path: its last two path parts without the suffix."""
-    parts = Path(str(head)).with_suffix("").parts
-    return "/".join(parts[-2:]) if parts else str(head)
-
-
 def method_label(method: str, weight: float | None = None, head: str | None = None) -> str:
     """The row label of the summary table, e.g. "Static w=0.5", "DIVERSED (llama/head)"."""
-    if method == "autoregressive":
-        return "Autoregressive"
-    if method == "lossless":
-        return "Lossless SD"
-    if method == "static":
-        return f"Static w={weight:g}"
-    if method == "dynamic":
-        return f"DIVERSED ({head_label(head)})"
-    return str(method)
+    if method not in METHODS:
+        return str(method)
+    return METHODS[method].describe({"weight": weight, "head": head})
 
 
 def _safe(name: object) -> str:
@@ -228,7 +216,7 @@ def summary_table(
     d = d[(d["method"] == "autoregressive") | (d["num_draft_tokens"] == num_draft_tokens)]
     d = _mean_over_seeds(d)
 
-    d["order"] = d["method"].map({m: i for i, m in enumerate(METHOD_ORDER)})
+    d["order"] = d["method"].map({m: i for i, m in enumerate(METHOD_NAMES)})
     d["_w"] = -d["weight"].fillna(0.0)
     d = d.sort_values(["pair", "order", "_w", "head"], na_position="first")
     d["label"] = [method_label(m, w, h) for m, w, h in zip(d["method"], d["weight"], d["head"], strict=True)]

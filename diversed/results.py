@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-METHODS = ("autoregressive", "lossless", "static", "dynamic")
+from diversed.methods import check_record_fields
 
 # Fields that identify a grid point, in key order.
 GRID_FIELDS = (
@@ -53,7 +53,7 @@ RUN_FIELDS = (
     "pair",  # model pair name (configs/pair/*.yaml)
     "task",
     "metric",  # the task's headline metric, e.g. "accuracy", "rouge2", "pass@1"
-    "method",  # one of METHODS
+    "method",  # one of methods.METHODS
     "weight",  # w, the weight on the target in v = w·p + (1−w)·q; static only
     "head",  # path or name of the trained weighting head; dynamic only
     "num_draft_tokens",  # N drafts per round; None for autoregressive
@@ -132,15 +132,7 @@ def grid_key(**fields: Any) -> str:
 def run_record(**fields: Any) -> dict[str, Any]:
     """A checked run record: every `RUN_FIELDS` key present (None if not given), `key` filled
     in from the grid fields (and checked if given), extra fields kept."""
-    method = fields.get("method")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if _missing(fields.get("weight")) == (method == "static"):
-        raise ValueError("`weight` is set for method 'static' and only for it")
-    if _missing(fields.get("head")) == (method == "dynamic"):
-        raise ValueError("`head` is set for method 'dynamic' and only for it")
-    if method == "autoregressive" and not _missing(fields.get("num_draft_tokens")):
-        raise ValueError("autoregressive decoding has no `num_draft_tokens`")
+    check_record_fields(fields, _missing)
     record = {f: fields.get(f) for f in RUN_FIELDS}
     record.update({k: v for k, v in fields.items() if k not in RUN_FIELDS})
     for f in GRID_FIELDS:
@@ -224,7 +216,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _line(row: Mapping[str, Any]) -> bytes:
+def json_line(row: Mapping[str, Any]) -> bytes:
+    """One row as a strict JSON line (UTF-8 bytes, newline-terminated), as the results files hold it."""
     return (json.dumps(_jsonable(row), allow_nan=False, ensure_ascii=False) + "\n").encode()
 
 
@@ -323,7 +316,7 @@ class ResultStore:
         tmp = final.with_name(f"{_TMP_PREFIX}{os.getpid()}-{final.name}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, b"".join(_line(r) for r in rows))
+            _write_all(fd, b"".join(json_line(r) for r in rows))
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -334,7 +327,7 @@ class ResultStore:
         new_file = not self.results_path.exists()
         fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            _write_all(fd, _line(record))
+            _write_all(fd, json_line(record))
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -32,11 +32,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
-from torchmetrics import SumMetric
 
 from diversed import CONFIG_DIR
-from diversed.engine import left_pad, speculative_generate
-from diversed.tasks.base import decode_completions
+from diversed.engine import speculative_generate
+from diversed.inputs import left_pad
+from diversed.stats import Totals
+from diversed.stopping import decode_completions
 from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,7 @@ class DiversedModule(L.LightningModule):
         self._pair = pair  # not a submodule: never trained, moved by us, absent from checkpoints
         self.register_buffer("baseline_value", torch.zeros(()))
         self.register_buffer("baseline_steps", torch.zeros((), dtype=torch.long))
-        keys = ("score", "n", "accepted", "proposed", "tokens", "rounds", "w_sum", "w_count")
-        self.val_sums = nn.ModuleDict({k: SumMetric() for k in keys})
+        self.val_totals, self.val_scores = Totals(), [0.0, 0]  # this process's validation sums
 
     # --------------------------------------------------------------------- plumbing
 
@@ -272,32 +272,28 @@ class DiversedModule(L.LightningModule):
         hp = self.hparams
         task = self._task("val")
         out, _, completions = self.rollout(task, batch, do_sample=hp.val_do_sample, temperature=hp.val_temperature)
-        s = out.stats
         scores = task.score_batch(batch, completions)
-        values = {
-            "score": sum(scores), "n": len(scores), "accepted": s.accepted.sum(), "proposed": s.proposed.sum(),
-            "tokens": s.new_tokens.sum(), "rounds": s.rounds.sum(), "w_sum": s.w_sum.sum(), "w_count": s.w_count.sum(),
-        }
-        for k, v in values.items():
-            self.val_sums[k].update(torch.as_tensor(v, dtype=torch.float32, device=self.device))
+        self.val_totals.add(out.stats)
+        self.val_scores = [self.val_scores[0] + sum(scores), self.val_scores[1] + len(scores)]
 
     def on_validation_epoch_end(self) -> None:
-        v = {k: m.compute() for k, m in self.val_sums.items()}
-        for m in self.val_sums.values():
-            m.reset()
-        if float(v["n"]) == 0:
+        # summed over processes (a no-op on one): the statistics, the score sum and the count
+        local = torch.cat([self.val_totals.to_vector(self.device), torch.tensor(self.val_scores, dtype=torch.float64, device=self.device)])
+        summed = self.trainer.strategy.reduce(local, reduce_op="sum") if self._trainer is not None else local
+        self.val_totals, self.val_scores = Totals(), [0.0, 0]
+        totals, (score_sum, n) = Totals.from_vector(summed[:-2]), summed[-2:].tolist()
+        if n == 0:
             return
-        score = v["score"] / v["n"]
-        acceptance = v["accepted"] / v["proposed"].clamp_min(1)
+        score = score_sum / n
         metrics = {
             "val/score": score,
-            "val/acceptance_rate": acceptance,
-            "val/tokens_per_target_call": v["tokens"] / v["rounds"].clamp_min(1),
-            "val/mean_w": v["w_sum"] / v["w_count"].clamp_min(1),
+            "val/acceptance_rate": totals.acceptance_rate,
+            "val/tokens_per_target_call": totals.tokens_per_target_call,
+            "val/mean_w": totals.mean_w,
             # what training maximises: task score, plus λ times the acceptance rate
-            "val/objective": score + self.hparams.reg_scale * acceptance,
+            "val/objective": score + self.hparams.reg_scale * totals.acceptance_rate,
         }
-        self.log_dict(metrics, prog_bar=True, sync_dist=True)
+        self.log_dict({k: float(v) for k, v in metrics.items()}, prog_bar=True)
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -1,17 +1,30 @@
-"""Verification maths and the three verifiers: lossless, static ensemble, dynamic ensemble.
+"""Verification: the maths as pure tensor functions, and verifiers as pluggable acceptance rules.
 
 Notation (the paper's): p is the target distribution, q the draft distribution at a position,
-both after temperature; w in [0, 1] is the weight on the TARGET and the verifier checks draft
-tokens against the blend
+both after temperature; a drafted token x ~ q. A verification rule decides three things:
+  1. the accept test for each drafted token (the engine keeps the longest accepted prefix);
+  2. the distribution sampled at the first rejection;
+  3. the distribution of the bonus token after a fully accepted round;
+and their greedy counterparts (tokens instead of distributions). `Verifier` is that interface.
+
+The ensemble family is one implementation: w in [0, 1] is the weight on the TARGET and drafts are
+checked against the blend
 
     v = w·p + (1 − w)·q          (w = 1: lossless, w = 0: every draft token is accepted)
 
-Everything here is a pure tensor function or a tiny module returning w; the decoding loop that
-calls them lives in `engine.py`. All probabilities are float32 whatever the models' dtype, so the
-accept test never sees bf16 rounding. This module does not touch models or caches.
+accepting x with probability min(1, 1 − w + w·p(x)/q(x)), sampling normalize(max(0, p − q)) at a
+rejection, and drawing the bonus from v ("ensemble" bonus) or p ("target" bonus). `Lossless`,
+`StaticEnsemble` and `DynamicEnsemble` (DIVERSED: w from a head over both models' last hidden
+states) differ only in where w comes from.
+
+Everything here is a pure tensor function or a small module; the decoding loop that calls them
+lives in `engine.py`. All probabilities are float32 whatever the models' dtype, so the accept
+test never sees bf16 rounding. This module does not touch models or caches.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -50,7 +63,7 @@ def total_variation(p: Tensor, q: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------- accept / reject
 
 
-def accept(p_x: Tensor, q_x: Tensor, w: Tensor | float, u: Tensor) -> Tensor:
+def ensemble_accept(p_x: Tensor, q_x: Tensor, w: Tensor | float, u: Tensor) -> Tensor:
     """Accept draft token x ~ q with probability min(1, v(x)/q(x)) = min(1, 1 − w + w·p(x)/q(x)).
 
     With u ~ U[0, 1): accept iff u < v(x)/q(x)  <=>  u·q(x) < v(x). Written without the division,
@@ -77,35 +90,132 @@ def acceptance_probability(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
     return 1.0 - w * total_variation(p, q)
 
 
-# ----------------------------------------------------------------------------- verifiers
+# ----------------------------------------------------------------------------- the interface
 
 
 class Verifier(nn.Module):
-    """Maps a position's p, q and the models' last hidden states to the target weight w [B, T]."""
+    """A verification rule (see the module docstring). Per round the engine calls, at the n drafted
+    positions (p, q: [b, n, V]; x: [b, n]; hidden states [b, n, H] if `needs_hidden`):
 
-    needs_hidden: bool = False
+        w = weights(p, q, h_draft, h_target)    a per-position parameter ([b, n], a float or None),
+                                                computed once and passed to the methods below
+        accept(p, q, x, w, generator)           [b, n] bool: the accept test of each draft
+        rejection(p_k, q_k, w_k)                [b, V]: what is sampled at the first rejection k
+        bonus(p_L, q_L, w_L)                    [b, V]: what is sampled after a fully accepted round;
+                                                q_L and w_L are None unless `bonus_needs_draft`
+
+    and, greedy, `greedy_accept`, `greedy_rejection` and `greedy_bonus` (token ids). The defaults
+    are standard speculative decoding (accept with probability min(1, p(x)/q(x)), the residual
+    normalize(max(0, p − q)) at a rejection, the bonus from p; greedy: accept while x = argmax p),
+    so a rule overrides only what it changes. Greedy methods take an argmax of what they are given:
+    logits where `probs_needed(greedy)` is False, and the target's logits for the bonus without the
+    draft (argmax is the same, and it is what `generate` takes). With `records_w`, the statistics
+    keep the mean of w over emitted tokens (a bonus drawn from p counts as w = 1).
+    """
+
     kind: str = "verifier"
+    needs_hidden: bool = False  # gets both models' last hidden states in `weights`
+    records_w: bool = False
 
-    def weights(self, p: Tensor, q: Tensor, h_draft: Tensor | None, h_target: Tensor | None) -> Tensor:
-        raise NotImplementedError
+    def probs_needed(self, greedy: bool) -> bool:
+        """Whether p and q must be probabilities (else logits are enough)."""
+        return True
+
+    def bonus_needs_draft(self, bonus_token: str) -> bool:
+        """Whether the bonus distribution depends on q after the last draft (the engine then runs
+        the draft once more on x_n, which it needs next round anyway)."""
+        return False
 
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         """Raise ValueError if this verifier cannot be used with the pair (before any model call)."""
 
+    def weights(self, p: Tensor, q: Tensor, h_draft: Tensor | None, h_target: Tensor | None) -> Tensor | float | None:
+        return None
 
-class Lossless(Verifier):
+    def accept(self, p: Tensor, q: Tensor, x: Tensor, w: Any, generator: torch.Generator | None) -> Tensor:
+        # accept x with probability min(1, p(x)/q(x)): u·q(x) < p(x), u ~ U[0, 1)
+        return ensemble_accept(_at_token(p, x), _at_token(q, x), 1.0, _uniform(x, generator))
+
+    def rejection(self, p: Tensor, q: Tensor, w: Any) -> Tensor:
+        return residual(p, q)
+
+    def bonus(self, p: Tensor, q: Tensor | None, w: Any) -> Tensor:
+        return p
+
+    def greedy_accept(self, p: Tensor, q: Tensor, x: Tensor, w: Any) -> Tensor:
+        return x == p.argmax(-1)
+
+    def greedy_rejection(self, p: Tensor, q: Tensor, w: Any) -> Tensor:
+        return p.argmax(-1)
+
+    def greedy_bonus(self, p: Tensor, q: Tensor | None, w: Any) -> Tensor:
+        return p.argmax(-1)
+
+
+def _at_token(probs: Tensor, x: Tensor) -> Tensor:
+    """probs[..., x] for each position: [b, n, V], [b, n] -> [b, n]."""
+    return probs.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+
+
+def _uniform(x: Tensor, generator: torch.Generator | None) -> Tensor:
+    """u ~ U[0, 1) per drafted token."""
+    return torch.rand(x.shape, device=x.device, generator=generator)
+
+
+# ----------------------------------------------------------------------------- the ensemble family
+
+
+class Ensemble(Verifier):
+    """Verification against v = w·p + (1 − w)·q; subclasses say where w comes from (`weights`)."""
+
+    def bonus_needs_draft(self, bonus_token: str) -> bool:
+        return bonus_token == "ensemble"  # the bonus from v needs q after the last draft
+
+    def accept(self, p, q, x, w, generator) -> Tensor:
+        # accept with probability min(1, 1 − w + w·p(x)/q(x))
+        return ensemble_accept(_at_token(p, x), _at_token(q, x), w, _uniform(x, generator))
+
+    def rejection(self, p, q, w) -> Tensor:
+        return residual(p, q)  # normalize(max(0, v − q)) = normalize(max(0, p − q))
+
+    def bonus(self, p, q, w) -> Tensor:
+        return p if q is None else mix(p, q, w)  # "target" bonus: p; "ensemble" bonus: v
+
+    def greedy_accept(self, p, q, x, w) -> Tensor:
+        return x == mix(p, q, w).argmax(-1)  # accept x_i while x_i == argmax v_i
+
+    def greedy_rejection(self, p, q, w) -> Tensor:
+        return mix(p, q, w).argmax(-1)
+
+    def greedy_bonus(self, p, q, w) -> Tensor:
+        return p.argmax(-1) if q is None else mix(p, q, w).argmax(-1)
+
+
+class Lossless(Ensemble):
     """Standard speculative decoding: v = p (w = 1); the output is distributed exactly as the target."""
 
     kind = "lossless"
 
-    def weights(self, p, q, h_draft, h_target) -> Tensor:
-        return torch.ones(p.shape[:-1], dtype=torch.float32, device=p.device)
+    def probs_needed(self, greedy: bool) -> bool:
+        return not greedy  # greedy lossless only ever compares argmaxes of logits
+
+    def bonus_needs_draft(self, bonus_token: str) -> bool:
+        return False  # at w = 1, v = p: nothing to blend
+
+    def weights(self, p, q, h_draft, h_target) -> float:
+        return 1.0
+
+    def greedy_accept(self, p, q, x, w) -> Tensor:
+        return x == p.argmax(-1)
+
+    def greedy_rejection(self, p, q, w) -> Tensor:
+        return p.argmax(-1)
 
     def extra_repr(self) -> str:
         return "w=1"
 
 
-class StaticEnsemble(Verifier):
+class StaticEnsemble(Ensemble):
     """The training-free static ensemble: one fixed target weight w for every position."""
 
     kind = "static"
@@ -127,7 +237,7 @@ class StaticEnsemble(Verifier):
         return f"w={self.weight}"
 
 
-class DynamicEnsemble(Verifier):
+class DynamicEnsemble(Ensemble):
     """DIVERSED: w_i = head(h_draft_i, h_target_i), the models' final hidden states at position i.
 
     A head is any module mapping (draft_hidden [B,T,Hd], target_hidden [B,T,Ht]) to w [B,T] in
@@ -136,6 +246,7 @@ class DynamicEnsemble(Verifier):
 
     kind = "dynamic"
     needs_hidden = True
+    records_w = True
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()

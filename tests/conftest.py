@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import torch
+
+# The test models are tiny: a second torch thread gains nothing and, on a busy 2-core machine,
+# threads competing for a core made the suite ten times slower.
+torch.set_num_threads(1)
 
 # ----------------------------------------------------------------------------- toy pair (diversed/toy.py)
 

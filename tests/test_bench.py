@@ -5,27 +5,26 @@ No timing is asserted: only that every setting ran and reports consistent number
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
-from diversed.bench import (
-    RANDOM_PAIRS,
-    RANDOM_SHAPES,
-    BenchConfig,
-    autoregressive,
-    count_new_tokens,
-    goals,
-    main,
-    run_bench,
-    table,
-    theoretical_speedup,
-    tokens_per_call_bound,
-)
+from diversed.autoregressive import autoregressive_generate
+from diversed.bench import BenchConfig, main, run_bench, table
+from diversed.pair import RANDOM_PAIRS, RANDOM_SHAPES
+from diversed.stats import theoretical_speedup, tokens_per_call_bound
+from diversed.stopping import generated_lengths
 from diversed.verify import Lossless
+
+_spec = importlib.util.spec_from_file_location("bench_goals", Path(__file__).parents[1] / "scripts" / "bench_goals.py")
+bench_goals = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_goals)
+goals = bench_goals.goals
 
 REQUIRED = {
     "engine", "verifier", "weight", "num_draft_tokens", "batch_size", "temperature",
@@ -46,8 +45,9 @@ def test_bounds_on_known_numbers():
 
 def test_count_new_tokens_stops_at_the_first_eos():
     new = torch.tensor([[5, EOS, 7, EOS], [5, 6, 7, 8], [EOS, PAD, PAD, PAD]])
-    assert count_new_tokens(new, [EOS]).tolist() == [2, 4, 1]
-    assert count_new_tokens(new, []).tolist() == [4, 4, 4]
+    assert generated_lengths(new, [EOS]).tolist() == [2, 4, 1]
+    assert generated_lengths(new, []).tolist() == [4, 4, 4]
+    assert generated_lengths(new, [EOS], [None, 3, 0]).tolist() == [2, 3, 0]  # stop cuts
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +61,18 @@ def test_our_greedy_loop_equals_generate(pair):
     ref = target.generate(
         ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS
     )
-    new = autoregressive(
-        target, None, ids, mask, max_new_tokens=12, temperature=0.0, eos_token_id=[EOS], pad_token_id=PAD
-    )
+    new = autoregressive_generate(
+        target, ids, mask, max_new_tokens=12, temperature=0.0, eos_token_id=[EOS], pad_token_id=PAD
+    ).sequences[:, ids.shape[1] :]
     assert torch.equal(new[:, : ref.shape[1] - ids.shape[1]], ref[:, ids.shape[1] :])
     # w = 1 is the target alone: sampling from v = p with the draft along gives the same tokens
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    alone = autoregressive(target, None, ids, mask, max_new_tokens=8, eos_token_id=[], generator=g1)
-    with_v = autoregressive(
-        target, pair[1], ids, mask, Lossless(), max_new_tokens=8, eos_token_id=[], generator=g2
+    alone = autoregressive_generate(target, ids, mask, max_new_tokens=8, eos_token_id=[], generator=g1, do_sample=True)
+    with_v = autoregressive_generate(
+        target, ids, mask, draft=pair[1], verifier=Lossless(), max_new_tokens=8, eos_token_id=[], generator=g2,
+        do_sample=True,
     )
-    assert torch.equal(alone, with_v)
+    assert torch.equal(alone.sequences, with_v.sequences)
 
 
 def test_records_on_the_tiny_pair(pair):
@@ -238,6 +239,6 @@ def test_cli_runs_a_random_pair(monkeypatch, tmp_path, capsys):
 
 def test_a_random_pair_too_large_for_memory_is_refused_before_allocating(monkeypatch):
     """Sizes are counted on the meta device; 17.3 GiB of bf16 weights do not fit in 8 GiB."""
-    monkeypatch.setattr("diversed.bench.free_memory", lambda device: 8 * 2**30)
+    monkeypatch.setattr("diversed.pair.free_memory", lambda device: 8 * 2**30)
     with pytest.raises(ValueError, match=r"needs 17\.3 GiB in bfloat16 on cpu, 8\.0 GiB free.*--device cuda"):
         main(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])

@@ -13,7 +13,7 @@ from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
-from diversed.engine import left_pad
+from diversed.inputs import left_pad
 from diversed.results import load_results
 from diversed.tasks.toy import ToyTask
 

@@ -13,7 +13,9 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 import diversed.pair as pair_mod
-from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, probe_hub, resolve
+from diversed import hub
+from diversed.hub import probe as probe_hub
+from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, resolve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "pair"
 MISSING = "no-such-org-diversed/no-such-model"
@@ -80,7 +82,7 @@ def test_offline_env_fails_fast_with_a_hint(monkeypatch):
 def test_unreachable_hub_fails_fast(monkeypatch, toy_tiny_dir):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(pair_mod, "probe_hub", lambda: "huggingface.co:443: simulated outage")
+    monkeypatch.setattr(hub, "probe", lambda: "huggingface.co:443: simulated outage")
     start = time.perf_counter()
     with pytest.raises(HubUnavailableError, match="simulated outage") as err:
         load_pair(str(toy_tiny_dir / "target"), MISSING, device="cpu")  # a local target is fine

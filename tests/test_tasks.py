@@ -17,10 +17,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rouge_score import rouge_scorer
 
+from diversed import hub
 from diversed.tasks import TASKS, load_task
-from diversed.tasks import base as task_base
-from diversed.tasks.base import DatasetUnavailable, subset
 from diversed.tasks.cnndm import CNNDailyMail
+from diversed.tasks.data import DatasetUnavailable, subset
 from diversed.tasks.gsm8k import GSM8K, extract_answer
 from diversed.tasks.mbpp import MBPP, extract_code
 from diversed.tasks.xsum import XSum
@@ -214,9 +214,9 @@ def test_hub_probe_has_a_short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.update(address=address, timeout=timeout)
         raise TimeoutError
 
-    monkeypatch.setattr(task_base.socket, "create_connection", fake_connect)
+    monkeypatch.setattr(hub.socket, "create_connection", fake_connect)
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    assert not task_base.hub_reachable()
+    assert hub.probe() is not None  # unreachable
     assert seen == {"address": ("huggingface.co", 443), "timeout": 3.0}
 
 
@@ -487,7 +487,7 @@ def corpus_tokenizer(kind: str):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from diversed.toy import build_tokenizer
+    from diversed.toy_corpus import build_tokenizer
 
     if kind == "toy":
         return build_tokenizer()

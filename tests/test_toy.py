@@ -13,21 +13,21 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from diversed import toy
+from diversed import toy, toy_corpus
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.toy import ToyTask
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-COMPLETION = re.compile(rf"^ ({'|'.join(toy.OPENERS)}) ({'|'.join(toy.PHRASES)}) (\d+)\.$")
+COMPLETION = re.compile(rf"^ ({'|'.join(toy_corpus.OPENERS)}) ({'|'.join(toy_corpus.PHRASES)}) (\d+)\.$")
 
 
 # ----------------------------------------------------------------------------- corpus
 
 
 def test_corpus_is_deterministic_and_has_wording_then_answer():
-    a = toy.corpus(300, style="target", seed=0)
-    assert a == toy.corpus(300, style="target", seed=0)
-    assert a != toy.corpus(300, style="target", seed=1)
+    a = toy_corpus.corpus(300, style="target", seed=0)
+    assert a == toy_corpus.corpus(300, style="target", seed=0)
+    assert a != toy_corpus.corpus(300, style="target", seed=1)
     for prompt, completion in a:
         x, y = map(int, re.fullmatch(r"Q: (\d+)\+(\d+)=", prompt).groups())
         m = COMPLETION.match(completion)
@@ -40,27 +40,27 @@ def test_corpus_is_deterministic_and_has_wording_then_answer():
 
 def test_target_and_draft_styles_disagree_on_the_wording():
     for slot in range(2):
-        p, q = toy.STYLES["target"][slot], toy.STYLES["draft"][slot]
+        p, q = toy_corpus.STYLES["target"][slot], toy_corpus.STYLES["draft"][slot]
         assert min(p) > 0 and min(q) > 0  # every phrasing is plausible to both
         assert 0.2 < 0.5 * sum(abs(x - y) for x, y in zip(p, q, strict=True)) < 0.6
-    target = [c.split()[0] for _, c in toy.corpus(2000, style="target")]
-    draft = [c.split()[0] for _, c in toy.corpus(2000, style="draft")]
-    assert target.count(toy.OPENERS[0]) > 2 * draft.count(toy.OPENERS[0])
+    target = [c.split()[0] for _, c in toy_corpus.corpus(2000, style="target")]
+    draft = [c.split()[0] for _, c in toy_corpus.corpus(2000, style="draft")]
+    assert target.count(toy_corpus.OPENERS[0]) > 2 * draft.count(toy_corpus.OPENERS[0])
 
 
 def test_splits_are_disjoint_and_seeded():
-    splits = {s: toy.problems(s, seed=0) for s in toy.SPLITS}
+    splits = {s: toy_corpus.problems(s, seed=0) for s in toy_corpus.SPLITS}
     assert [len(splits[s]) for s in ("train", "validation", "test")] == [7100, 500, 500]
     union = set().union(*map(set, splits.values()))
     assert len(union) == 8100
-    assert toy.problems("test", seed=0) == splits["test"]
-    assert toy.problems("test", seed=1) != splits["test"]
+    assert toy_corpus.problems("test", seed=0) == splits["test"]
+    assert toy_corpus.problems("test", seed=1) != splits["test"]
     with pytest.raises(ValueError, match="unknown toy split"):
-        toy.problems("dev")
+        toy_corpus.problems("dev")
 
 
 def test_tokenizer_round_trips_and_keeps_digits_apart():
-    tok = toy.build_tokenizer()
+    tok = toy_corpus.build_tokenizer()
     text = "Q: 37+48= so that makes 85."
     ids = tok(text)["input_ids"]
     assert ids[0] == tok.bos_token_id
@@ -165,11 +165,11 @@ def test_toy_task_is_registered_and_configured():
     cfg = OmegaConf.load(CONFIGS / "task" / "toy.yaml")
     task = instantiate(cfg, n_examples=7)
     assert isinstance(task, ToyTask) and len(task) == 7
-    assert [e["id"] for e in task] == [e["id"] for e in toy.examples("test")[:7]]
+    assert [e["id"] for e in task] == [e["id"] for e in toy_corpus.examples("test")[:7]]
 
 
 def test_toy_task_reads_data_files(tmp_path):
-    rows = toy.examples("validation")[:3]
+    rows = toy_corpus.examples("validation")[:3]
     path = tmp_path / "toy.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = ToyTask.load(data_files=str(path))

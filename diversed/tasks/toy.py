@@ -1,6 +1,6 @@
 """The toy task: two-digit addition with free wording, the task the toy pair is trained on.
 
-A row (built by `diversed.toy.examples`, deterministic from the seed)::
+A row (built by `diversed.toy_corpus.examples`, deterministic from the seed)::
 
     {"id": "toy-37+48", "a": 37, "b": 48, "prompt": "Q: 37+48=", "answer": "85",
      "reference": " so we get 85."}
@@ -47,7 +47,7 @@ class ToyTask(Task):
                 json.loads(line) for f in files for line in Path(f).read_text().splitlines() if line.strip()
             ]
         else:
-            from diversed.toy import examples
+            from diversed.toy_corpus import examples
 
             rows = examples(split or "test", seed)
         if n_examples is not None:

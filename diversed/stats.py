@@ -1,0 +1,278 @@
+"""Acceptance statistics: counted per row during decoding, summed over batches, summarised once.
+
+- `RowCounter` counts on the device while a decoding loop runs (no host sync): per original row,
+  rounds (target calls it took part in), drafts proposed and accepted, new tokens kept, the
+  accepted-length histogram, and Σ w / count over the positions that emitted a token (for
+  verifiers with a per-position weight). `finish` hands back a `SpeculativeStats`.
+- `SpeculativeStats`: one generation's statistics, per row (tensors) and in total (properties).
+- `Totals`: sums over many generations (batches, repeats, processes) with the same summary;
+  `SpeculativeStats.summary()` is `Totals().add(stats).summary()`, so every caller (the engine,
+  `evaluate`, training's validation, the bench) reports the same numbers the same way.
+
+`tokens_per_call_bound` and `theoretical_speedup` are what i.i.d. acceptance α predicts.
+
+Definitions: acceptance rate = accepted / proposed drafts (a row's drafts count only up to its
+first drafted EOS); mean accepted length = accepted / rounds; tokens per target call = new tokens /
+rounds (1 for plain decoding); tokens/s = new tokens / wall time; mean w = Σ w / emitted tokens.
+
+It does not time anything (callers pass wall times) and knows nothing about models or tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def ratio(a: Any, b: Any) -> float:
+    """a / b as a float, 0.0 when b is 0."""
+    b = float(b)
+    return float(a) / b if b > 0 else 0.0
+
+
+# ----------------------------------------------------------------------------- one generation
+
+
+@dataclass
+class SpeculativeStats:
+    """Acceptance statistics, per row (tensors of length B) and in total (properties)."""
+
+    proposed: Tensor  # draft tokens proposed (up to a row's first drafted EOS in each round)
+    accepted: Tensor  # draft tokens accepted by verification (before EOS / length cut-off)
+    rounds: Tensor  # verification rounds = target calls the row took part in
+    new_tokens: Tensor  # tokens in the output (after EOS / max_new_tokens cut-off)
+    accepted_hist: Tensor  # [B, N_max+1]: rounds in which 0..N_max drafts were accepted
+    w_sum: Tensor  # Σ w over the positions that emitted a token (verifiers with a weight)
+    w_count: Tensor
+    target_calls: int = 0  # batched target forwards, prefill excluded
+    draft_calls: int = 0  # batched draft forwards, prefill excluded
+    wall_time_s: float = 0.0
+    verifier: str = "lossless"
+    num_draft_tokens: list[int] = field(default_factory=list)  # n used in each round
+    records_w: bool = False  # the verifier has a per-position weight w (mean_w is defined)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return ratio(self.accepted.sum(), self.proposed.sum())
+
+    @property
+    def row_acceptance_rate(self) -> Tensor:
+        return self.accepted / self.proposed.clamp_min(1)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return ratio(self.accepted.sum(), self.rounds.sum())
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        """Mean tokens emitted per verification round of a sequence (1 for plain decoding)."""
+        return ratio(self.new_tokens.sum(), self.rounds.sum())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return ratio(self.new_tokens.sum(), self.wall_time_s)
+
+    @property
+    def mean_w(self) -> float | None:
+        return ratio(self.w_sum.sum(), self.w_count.sum()) if self.records_w else None
+
+    @property
+    def row_mean_w(self) -> Tensor | None:
+        return self.w_sum / self.w_count.clamp_min(1) if self.records_w else None
+
+    def summary(self) -> dict[str, Any]:
+        """Totals as plain numbers (what a results file or a log line wants)."""
+        return Totals().add(self).summary()
+
+    def ordinary(self) -> SpeculativeStats:
+        """The same statistics with ordinary tensors: copies made outside inference mode (inference
+        tensors refuse autograd). In place; returns self."""
+        with torch.inference_mode(False):
+            for f in fields(self):
+                if isinstance(value := getattr(self, f.name), Tensor):
+                    setattr(self, f.name, value.clone())
+        return self
+
+
+# ----------------------------------------------------------------------------- many generations
+
+
+@dataclass
+class Totals:
+    """Statistics summed over generations; `add` a `SpeculativeStats`, read the same summary."""
+
+    proposed: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    new_tokens: int = 0
+    w_sum: float = 0.0
+    w_count: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    wall_time_s: float = 0.0
+    accepted_hist: list[int] = field(default_factory=list)
+    records_w: bool = False
+
+    def add(self, stats: SpeculativeStats) -> Totals:
+        """Add one generation's statistics (in place); returns self."""
+        self.proposed += int(stats.proposed.sum())
+        self.accepted += int(stats.accepted.sum())
+        self.rounds += int(stats.rounds.sum())
+        self.new_tokens += int(stats.new_tokens.sum())
+        self.w_sum += float(stats.w_sum.sum())
+        self.w_count += int(stats.w_count.sum())
+        self.target_calls += stats.target_calls
+        self.draft_calls += stats.draft_calls
+        self.wall_time_s += stats.wall_time_s
+        hist = stats.accepted_hist.sum(0).tolist()
+        width = max(len(hist), len(self.accepted_hist))
+        self.accepted_hist = [
+            (self.accepted_hist[i] if i < len(self.accepted_hist) else 0) + (hist[i] if i < len(hist) else 0)
+            for i in range(width)
+        ]
+        self.records_w = self.records_w or stats.records_w
+        return self
+
+    def merge(self, other: Totals) -> Totals:
+        """Add another `Totals` (in place); returns self."""
+        for f in ("proposed", "accepted", "rounds", "new_tokens", "w_sum", "w_count", "target_calls",
+                  "draft_calls", "wall_time_s"):  # fmt: skip
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        width = max(len(self.accepted_hist), len(other.accepted_hist))
+        pad = lambda h: h + [0] * (width - len(h))  # noqa: E731
+        self.accepted_hist = [a + b for a, b in zip(pad(self.accepted_hist), pad(other.accepted_hist), strict=True)]
+        self.records_w = self.records_w or other.records_w
+        return self
+
+    # A fixed layout as a float64 vector, for summing across processes (`from_vector` reverses it).
+    _SCALARS = ("proposed", "accepted", "rounds", "new_tokens", "w_sum", "w_count", "target_calls",
+                "draft_calls", "wall_time_s")  # fmt: skip
+
+    def to_vector(self, device: torch.device | str = "cpu") -> Tensor:
+        """The scalar totals (not the histogram) as one float64 vector."""
+        values = [float(getattr(self, f)) for f in self._SCALARS] + [float(self.records_w)]
+        return torch.tensor(values, dtype=torch.float64, device=device)
+
+    @classmethod
+    def from_vector(cls, vector: Tensor) -> Totals:
+        values = vector.double().cpu().tolist()
+        floats = {"w_sum", "wall_time_s"}
+        kwargs = {f: (v if f in floats else int(round(v))) for f, v in zip(cls._SCALARS, values, strict=False)}
+        return cls(**kwargs, records_w=values[-1] > 0)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return ratio(self.accepted, self.proposed)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return ratio(self.accepted, self.rounds)
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return ratio(self.new_tokens, self.rounds)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return ratio(self.new_tokens, self.wall_time_s)
+
+    @property
+    def mean_w(self) -> float | None:
+        return ratio(self.w_sum, self.w_count) if self.records_w else None
+
+    def summary(self) -> dict[str, Any]:
+        """The totals and the rates as plain numbers."""
+        return {
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "accepted_length_histogram": list(self.accepted_hist),
+            "rounds": self.rounds,
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "new_tokens": self.new_tokens,
+            "wall_time_s": self.wall_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mean_w": self.mean_w,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- what the statistics predict
+
+
+def tokens_per_call_bound(alpha: float, n: int) -> float:
+    """Expected tokens per target call, n drafts each accepted with probability α: (1 − α^(n+1)) / (1 − α)."""
+    if alpha >= 1.0:
+        return float(n + 1)
+    return (1.0 - alpha ** (n + 1)) / (1.0 - alpha)
+
+
+def theoretical_speedup(alpha: float, n: int, c: float) -> float:
+    """Speedup over autoregressive decoding: (1 − α^(n+1)) / ((1 − α)(n·c + 1)), c = draft/target time."""
+    return tokens_per_call_bound(alpha, n) / (n * c + 1.0)
+
+
+# ----------------------------------------------------------------------------- during decoding
+
+
+def first_true(flags: Tensor, default: Tensor | int) -> Tensor:
+    """1-based index of each row's first True in `flags` [b, m]; `default` where a row has none."""
+    return torch.where(flags.any(1), flags.long().argmax(1) + 1, default)
+
+
+class RowCounter:
+    """Statistics per original row, kept on the device while a decoding loop runs."""
+
+    def __init__(self, batch: int, num_draft_tokens: int, device: torch.device, records_w: bool) -> None:
+        # rounds, proposed, accepted, new tokens
+        self.counts = torch.zeros(batch, 4, dtype=torch.long, device=device)
+        self.hist = torch.zeros(batch, num_draft_tokens + 1, dtype=torch.long, device=device)
+        self.w_sum = torch.zeros(batch, device=device)
+        self.w_count = torch.zeros(batch, dtype=torch.long, device=device)
+        self.records_w = records_w
+        self.rounds_n: list[int] = []
+
+    def new_tokens(self, rows: Tensor) -> Tensor:
+        """Tokens emitted so far by these original rows."""
+        return self.counts[rows, 3]
+
+    def round(
+        self, rows: Tensor, n: int, proposed: Tensor, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
+        w: Tensor | float | None, w_next: Tensor | None, kept: Tensor,
+    ) -> None:  # fmt: skip
+        """Count one round of the rows still in the batch: `n` drafts x (proposed per row), `k`
+        accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the token after them."""
+        ones = torch.ones_like(k)
+        k_stat = k
+        if eos.numel() and n > 0:
+            # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
+            # verdict, and drafting may stop there): α counts the same on every device and batch.
+            upto = first_true(torch.isin(x, eos), n)
+            proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k, upto)
+        self.counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
+        if n + 1 > self.hist.shape[1]:
+            self.hist = torch.cat([self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1)
+        self.hist.index_put_((rows, k_stat), ones, accumulate=True)
+        if self.records_w:  # mean w over the positions that emitted a token
+            b = k.shape[0]
+            w_tok = torch.cat([w if n > 0 else w_next.new_zeros(b, 0), w_next.new_zeros(b, 1)], 1)
+            w_tok = w_tok.scatter(1, k.view(b, 1), w_next.view(b, 1))
+            self.w_sum.index_add_(0, rows, (w_tok * kept).sum(1))
+            self.w_count.index_add_(0, rows, keep)
+        self.rounds_n.append(n)
+
+    def finish(self, *, target_calls: int, draft_calls: int, verifier: str) -> SpeculativeStats:
+        counts, hist = self.counts.cpu(), self.hist.cpu()
+        return SpeculativeStats(
+            proposed=counts[:, 1], accepted=counts[:, 2], rounds=counts[:, 0], new_tokens=counts[:, 3],
+            accepted_hist=hist, w_sum=self.w_sum.cpu(), w_count=self.w_count.cpu(), target_calls=target_calls,
+            draft_calls=draft_calls, verifier=verifier, num_draft_tokens=self.rounds_n, records_w=self.records_w,
+        )  # fmt: skip

@@ -1,0 +1,120 @@
+"""Where a task's examples come from: local files or the Hugging Face Hub, and a seed-stable subset.
+
+`load_rows` reads a split either from local files (`data_files`: JSONL, JSON or parquet rows with
+the dataset's fields, for air-gapped clusters) or from the Hub through `datasets`. It never waits
+on an unreachable Hub: offline (`diversed.hub`'s rule and probe), it fails within seconds and
+names the config key to set instead. `subset` keeps a seed-stable part of the rows.
+
+It knows nothing about prompts, scores or any particular dataset (the tasks do).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from diversed import hub
+
+
+class DatasetUnavailable(RuntimeError):
+    """The dataset is neither in local files nor reachable on the Hugging Face Hub."""
+
+
+def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows of one local file: JSONL, JSON (a list of rows, or JSONL under a .json name) or parquet."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return list(json.loads(text))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_rows(
+    dataset: str,
+    config: str | None,
+    split: str,
+    data_files: Any = None,
+    *,
+    revision: str | None = None,
+    fields: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Rows of `split`: from `data_files` if given, else from the Hub (failing fast when offline)."""
+    if data_files is None:
+        return _rows_from_hub(dataset, config, split, revision, fields)
+    if isinstance(data_files, Mapping):
+        if split not in data_files:
+            raise KeyError(f"task.data_files has no {split!r} split (it has {sorted(data_files)})")
+        data_files = data_files[split]
+    files = [data_files] if isinstance(data_files, str | os.PathLike) else list(data_files)
+    return [row for f in files for row in read_rows(f)]
+
+
+def subset(rows: Sequence[Any], n: int | None, seed: int, *, keep_order: bool = True) -> list[Any]:
+    """`n` rows drawn by `seed`: the same seed gives the same rows, and a larger `n` only adds rows.
+
+    Rows keep their dataset order unless `keep_order` is False (then they come in drawn order).
+    """
+    if n is None or n >= len(rows):
+        return list(rows)
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    picked = order[: int(n)]
+    return [rows[i] for i in (sorted(picked) if keep_order else picked)]
+
+
+def _rows_from_hub(
+    dataset: str, config: str | None, split: str, revision: str | None, fields: Sequence[str]
+) -> list[dict[str, Any]]:
+    what = f"{dataset!r}" + (f" (config {config!r})" if config else "") + f", split {split!r}"
+    hint = (
+        f"Point the task at local files instead: task.data_files=<JSONL or parquet file with the "
+        f"fields {', '.join(fields) or 'of the dataset'}> (or a mapping such as "
+        f"task.data_files={{{split}: ..., train: ...}})"
+    )
+    offline = hub.offline_reason()
+    if offline:
+        import datasets
+
+        # The environment variable is read when `datasets` is imported; if it was set later the
+        # library would still try the network (and retry for minutes), so only trust the cache
+        # when `datasets` itself agrees it is offline.
+        if not datasets.config.HF_HUB_OFFLINE:
+            raise DatasetUnavailable(f"cannot load {what}: offline mode is set ({offline}). {hint}.")
+        try:
+            return datasets.load_dataset(dataset, config, split=split, revision=revision).to_list()
+        except Exception as e:
+            raise DatasetUnavailable(
+                f"cannot load {what}: offline mode is set ({offline}) and it is not in the Hugging "
+                f"Face cache. {hint}."
+            ) from e
+    unreachable = hub.probe()
+    if unreachable:
+        raise DatasetUnavailable(
+            f"cannot load {what}: the Hugging Face Hub is not reachable from this machine ({unreachable}). "
+            f"{hint}, or set HF_HUB_OFFLINE=1 to use a copy already in the Hugging Face cache."
+        )
+    import datasets
+
+    download = datasets.DownloadConfig(max_retries=1)
+    return datasets.load_dataset(
+        dataset, config, split=split, revision=revision, download_config=download
+    ).to_list()
+
+
+def as_plain(value: Any) -> Any:
+    """Paths and Hydra containers as plain JSON-able values, for `Task.source`."""
+    if isinstance(value, Mapping):
+        return {str(k): as_plain(v) for k, v in value.items()}
+    if isinstance(value, str | os.PathLike):
+        return str(value)
+    if isinstance(value, Sequence):
+        return [as_plain(v) for v in value]
+    return value
