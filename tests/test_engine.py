@@ -479,3 +479,105 @@ def test_mlp_head_with_free_features_runs_and_round_trips(pair, prompts, tmp_pat
     again = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(loaded), max_new_tokens=12,
                                  do_sample=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(out.sequences, again.sequences)
+
+
+# ----------------------------------------------------------------------------- the verifier interface
+
+
+def test_a_verifier_with_only_the_defaults_is_standard_speculative_decoding(pair, prompts):
+    """`Verifier`'s defaults are lossless speculative decoding: the same tokens as `Lossless`."""
+    from diversed import Verifier
+
+    class Plain(Verifier):
+        kind = "plain"
+
+    target, draft = pair
+    ids, mask = prompts
+    for do_sample in (False, True):
+        kwargs = {"num_draft_tokens": 4, "max_new_tokens": 20, "do_sample": do_sample}
+        a = speculative_generate(target, draft, ids, mask, verifier=Plain(), generator=torch.Generator().manual_seed(4), **kwargs)
+        b = speculative_generate(target, draft, ids, mask, verifier=Lossless(), generator=torch.Generator().manual_seed(4), **kwargs)
+        assert torch.equal(a.sequences, b.sequences), do_sample
+        assert torch.equal(a.stats.accepted, b.stats.accepted) and a.stats.verifier == "plain"
+
+
+def test_a_new_rule_runs_through_the_engine_unchanged(pair, prompts):
+    """A rule that overrides only its accept test: accept every draft. Every round then emits its
+    N drafts and a bonus from p, in both modes, and the statistics say so."""
+    from diversed import Verifier
+
+    class AcceptAll(Verifier):
+        def accept(self, p, q, x, w, generator):
+            return torch.ones_like(x, dtype=torch.bool)
+
+        def greedy_accept(self, p, q, x, w):
+            return torch.ones_like(x, dtype=torch.bool)
+
+    target, draft = pair
+    ids, mask = prompts
+    for do_sample in (False, True):
+        out = speculative_generate(target, draft, ids, mask, verifier=AcceptAll(), num_draft_tokens=3, max_new_tokens=16,
+                                   do_sample=do_sample, eos_token_id=[], generator=torch.Generator().manual_seed(0))
+        s = out.stats
+        assert s.acceptance_rate == 1.0 and (s.new_tokens == 16).all()
+        assert (s.rounds == 4).all() and s.tokens_per_target_call == 4.0  # 4 rounds of 3 drafts + 1 bonus
+    # greedy: the drafts are the draft's argmax, the bonus the target's argmax after them
+    ref = speculative_generate(target, draft, ids[:1], mask[:1], verifier=AcceptAll(), num_draft_tokens=3,
+                               max_new_tokens=4, eos_token_id=[])
+    new = ref.sequences[0, ids.shape[1] :].tolist()
+    assert new[:3] == ar_greedy(draft, ids[:1], mask[:1], 3)[0, ids.shape[1] :].tolist()
+    with torch.no_grad():
+        seq = ref.sequences[:, :-1]
+        after = target(seq, attention_mask=torch.cat([mask[:1], torch.ones(1, 3, dtype=torch.long)], 1)).logits[0, -1]
+    assert new[3] == int(after.argmax())
+
+
+def count_syncs(monkeypatch):
+    """Calls of the engine's one host-sync function, and every other host read of a tensor."""
+    import diversed.engine as engine
+
+    counts = {"sync": 0, "other": 0}
+    real = engine._sync
+
+    def sync(*a, **k):
+        counts["sync"] += 1
+        saved, counts["other"] = counts["other"], 0
+        try:
+            return real(*a, **k)
+        finally:
+            counts["other"] = saved
+
+    monkeypatch.setattr(engine, "_sync", sync)
+    for name in ("cpu", "tolist", "item", "__bool__", "__int__"):
+        fn = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _fn=fn, **k):
+            counts["other"] += 1
+            return _fn(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("verifier", ["lossless", "static", "dynamic"])
+def test_one_host_sync_per_round_and_a_second_only_for_an_ensemble_bonus(pair, prompts, verifier, monkeypatch):
+    """Without EOS (as on a GPU: drafting never asks the host) the host reads tensors once per
+    round, twice in rounds where an ensemble bonus is drawn, and a fixed few times at the end."""
+    target, draft = pair
+    ids, mask = prompts
+    v = {"lossless": Lossless(), "static": StaticEnsemble(0.0), "dynamic": DynamicEnsemble(random_head(target, draft))}
+    counts = count_syncs(monkeypatch)
+    out = speculative_generate(target, draft, ids, mask, verifier=v[verifier], num_draft_tokens=3, max_new_tokens=17,
+                               do_sample=True, eos_token_id=[], generator=torch.Generator().manual_seed(1))
+    monkeypatch.undo()
+    rounds = len(out.stats.num_draft_tokens)
+    bonus_rounds = counts["sync"] - rounds
+    if verifier == "lossless":
+        assert bonus_rounds == 0
+    else:  # w = 0 accepts everything: every round but the budget-capped last has a bonus
+        assert 0 < bonus_rounds <= rounds
+        if verifier == "static":
+            assert bonus_rounds >= rounds - 1
+    # before the loop the prompts' padding is checked (2 reads); after it the statistics come to the
+    # host (4 tensors) with the longest row's length (1): nothing per round or per draft step
+    assert counts["other"] == 7, counts

@@ -183,3 +183,55 @@ def test_hooks_on_the_embeddings_and_lm_head_still_fire():
     assert seen["embed"] == seen["head"] == out.stats.target_calls > 0
     for h in handles:
         h.remove()
+
+
+# ----------------------------------------------------------------------------- choosing the path
+
+
+def test_the_forward_path_is_asked_for_and_logged(caplog):
+    """`use_forward` picks the path; each choice is logged once with its reason; "direct" on a model
+    the direct way cannot run is an error naming why, not a silent fallback."""
+    import logging
+
+    from diversed.forward import forward_path, use_forward
+
+    caplog.set_level(logging.INFO, logger="diversed.forward")
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    assert forward_path(target) == "direct" and "direct forward path: llama on cpu" in caplog.text
+    use_forward(target, "hf")
+    assert forward_path(target) == "hf" and "asked for (forward=hf)" in caplog.text
+    assert_exact(target, draft, 3, 12)  # the hf path is exact too
+    use_forward(target, "direct")
+    assert forward_path(target) == "direct"
+    with pytest.raises(ValueError, match="forward must be one of"):
+        use_forward(target, "fast")
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_layer=1, n_embd=32, n_head=2)).eval()
+    assert forward_path(gpt2) == "hf" and "model type 'gpt2' is not one of" in caplog.text
+    use_forward(gpt2, "direct")
+    with pytest.raises(ValueError, match=r"forward=direct was asked for .*model type 'gpt2'"):
+        forward_path(gpt2)
+
+
+def test_a_surprise_in_the_direct_check_is_a_warning_with_its_cause(caplog, monkeypatch):
+    from diversed.forward import forward_path
+
+    def broken(self, *a, **k):
+        raise RuntimeError("kernel went missing")
+
+    monkeypatch.setattr(Plan, "run", broken)
+    model = tiny(transformers.LlamaConfig, 1, 2)
+    assert forward_path(model) == "hf"
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "diversed.forward"]
+    assert warned and "raised RuntimeError: kernel went missing" in warned[0].getMessage()
+
+
+def test_auto_takes_the_direct_path_on_cpu_only(caplog):
+    """Off the CPU (here the meta device stands in for a GPU), auto takes the hf path and says why."""
+    import logging
+
+    from diversed.forward import forward_path
+
+    caplog.set_level(logging.INFO, logger="diversed.forward")
+    model = tiny(transformers.LlamaConfig, 1, 3).to("meta")
+    assert forward_path(model) == "hf" and "direct path on CPU only" in caplog.text

@@ -1,0 +1,95 @@
+"""The package's shape: no import cycles, no private names imported across modules, modules that
+can be read in one sitting. Read from the source with `ast` (nothing is imported)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "diversed"
+MAX_LINES = 450
+LONGER = {"bench.py": 600}  # measurement and reporting, well under 600
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports(path: Path, name: str) -> list[tuple[str, list[str]]]:
+    """(module imported, names taken from it) for every import in the file, function-level too."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.append((base, [a.name for a in node.names]))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        for target, names in imports(path, name):
+            for candidate in [f"{target}.{n}" for n in names] + [target]:
+                if candidate in mods and candidate != name:
+                    edges[name].add(candidate)
+                    break
+    return edges
+
+
+def test_no_import_cycles():
+    edges = graph()
+    # the package's own __init__ only names its exports lazily (importlib), no edges there
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if nxt == "diversed":
+                continue
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_no_private_names_imported_across_modules():
+    bad = []
+    for name, path in modules().items():
+        for target, names in imports(path, name):
+            if target.startswith("diversed"):
+                bad += [f"{name} imports {target}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_modules_can_be_read_in_one_sitting(name):
+    path = modules()[name]
+    lines = len(path.read_text().splitlines())
+    assert lines <= LONGER.get(path.name, MAX_LINES), f"{path.name} has {lines} lines"
+
+
+def test_the_graph_sees_the_imports():
+    """The checks above can fail: the graph has the engine's own imports."""
+    edges = graph()
+    assert {"diversed.forward", "diversed.verify", "diversed.stats"} <= edges["diversed.engine"]
+    assert "diversed.engine" in edges["diversed.autoregressive"]
