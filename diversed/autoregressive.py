@@ -105,7 +105,7 @@ def autoregressive_generate(
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
         kept = keep.unsqueeze(1) > 0
         w_next = None if not counter.records_w else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
-        counter.round(rows, 0, zero[:b], zero[:b], keep, x[:, None][:, :0], eos, None, w_next, kept)
+        counter.round(rows, 0, 0, zero[:b], keep, x[:, None][:, :0], eos, None, w_next, kept)
         out[rows, torch.where(keep > 0, step, max_new_tokens)] = x
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]
@@ -121,11 +121,4 @@ def autoregressive_generate(
     calls = {"target": models[0].calls, "draft": models[1].calls if draft is not None else 0}
     stats = counter.finish(target_calls=calls["target"], draft_calls=calls["draft"],
                            verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}")  # fmt: skip
-    sequences = torch.cat([input_ids, out[:, : int(stats.new_tokens.max())]], 1)
-    with torch.inference_mode(False):  # ordinary tensors, as the engine hands back
-        sequences = sequences.clone()
-    stats.ordinary()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    stats.wall_time_s = time.perf_counter() - t_start
-    return SpeculativeOutput(sequences, stats)
+    return SpeculativeOutput.of(input_ids, out, stats, t_start)

@@ -49,6 +49,20 @@ class SpeculativeOutput(NamedTuple):
     sequences: Tensor  # [B, P + max new]: input ids then new tokens, padded with pad_token_id
     stats: SpeculativeStats
 
+    @classmethod
+    def of(cls, input_ids: Tensor, out: Tensor, stats: SpeculativeStats, t_start: float) -> SpeculativeOutput:
+        """A decoding loop's result: the prompts then each row's new tokens from `out` (up to the
+        longest row), as ordinary tensors, with the wall time since `t_start` once the device's
+        queued work is done."""
+        sequences = torch.cat([input_ids, out[:, : int(stats.new_tokens.max())]], 1)
+        with torch.inference_mode(False):  # ordinary tensors (inference tensors refuse autograd)
+            sequences = sequences.clone()
+        stats.ordinary()
+        if input_ids.device.type == "cuda":
+            torch.cuda.synchronize(input_ids.device)
+        stats.wall_time_s = time.perf_counter() - t_start
+        return cls(sequences, stats)
+
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -366,9 +380,8 @@ def speculative_generate(
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
 
         # --- bookkeeping on the device: statistics, output, slot mask, caches
-        proposed = d.lengths if isinstance(d.lengths, Tensor) else torch.ones_like(k) * n
         kept = steps < keep.unsqueeze(1)
-        counter.round(s.rows, n, proposed, k, keep, x, eos, w, w_next, kept)
+        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept)
         s.emit(emitted, kept, n_new, steps)
         new_cur = s.commit(k, max(k_h), nxt, n, steps)
         T.crop(new_cur)
@@ -386,14 +399,7 @@ def speculative_generate(
                 D.select(idx)
 
     stats = counter.finish(target_calls=T.calls, draft_calls=D.calls, verifier=verifier.kind)
-    sequences = torch.cat([input_ids, s.out[:, : int(stats.new_tokens.max())]], 1)
-    with torch.inference_mode(False):  # hand back ordinary tensors (inference tensors refuse autograd)
-        sequences = sequences.clone()
-    stats.ordinary()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    stats.wall_time_s = time.perf_counter() - t_start
-    return SpeculativeOutput(sequences, stats)
+    return SpeculativeOutput.of(input_ids, s.out, stats, t_start)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -245,13 +245,14 @@ class RowCounter:
         return self.counts[rows, 3]
 
     def round(
-        self, rows: Tensor, n: int, proposed: Tensor, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
+        self, rows: Tensor, n: int, lengths: Tensor | int, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
         w: Tensor | float | None, w_next: Tensor | None, kept: Tensor,
     ) -> None:  # fmt: skip
-        """Count one round of the rows still in the batch: `n` drafts x (proposed per row), `k`
-        accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the token after them."""
+        """Count one round of the rows still in the batch: `n` drafts x (`lengths` of them proposed
+        per row, or all n), `k` accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the
+        token after them."""
         ones = torch.ones_like(k)
-        k_stat = k
+        proposed, k_stat = lengths if isinstance(lengths, Tensor) else ones * lengths, k
         if eos.numel() and n > 0:
             # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
             # verdict, and drafting may stop there): α counts the same on every device and batch.
