@@ -381,7 +381,7 @@ def speculative_generate(
 
         # --- bookkeeping on the device: statistics, output, slot mask, caches
         kept = steps < keep.unsqueeze(1)
-        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept)
+        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept, budget=remaining - 1)
         s.emit(emitted, kept, n_new, steps)
         new_cur = s.commit(k, max(k_h), nxt, n, steps)
         T.crop(new_cur)

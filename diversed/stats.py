@@ -246,18 +246,22 @@ class RowCounter:
 
     def round(
         self, rows: Tensor, n: int, lengths: Tensor | int, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
-        w: Tensor | float | None, w_next: Tensor | None, kept: Tensor,
+        w: Tensor | float | None, w_next: Tensor | None, kept: Tensor, budget: Tensor | None = None,
     ) -> None:  # fmt: skip
         """Count one round of the rows still in the batch: `n` drafts x (`lengths` of them proposed
         per row, or all n), `k` accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the
-        token after them."""
+        token after them; `budget`, the drafts each row would have been given alone."""
         ones = torch.ones_like(k)
         proposed, k_stat = lengths if isinstance(lengths, Tensor) else ones * lengths, k
+        # A row's proposals stop at its first drafted EOS (the drafts after it are cut whatever the
+        # verdict, and drafting may stop there) and at its own budget (the batch drafts for the row
+        # with the most tokens left; alone a row with r left gets r − 1): α, the histogram and the
+        # accepted count of a row are the same on every device and whatever its batch-mates.
         if eos.numel() and n > 0:
-            # Drafts after a row's first drafted EOS are not proposals (they are cut whatever the
-            # verdict, and drafting may stop there): α counts the same on every device and batch.
             upto = first_true(torch.isin(x, eos), n)
-            proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k, upto)
+            proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k_stat, upto)
+        if budget is not None and n > 0:
+            proposed, k_stat = torch.minimum(proposed, budget), torch.minimum(k_stat, budget)
         self.counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
         if n + 1 > self.hist.shape[1]:
             self.hist = torch.cat([self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1)

@@ -1,0 +1,54 @@
+"""Statistics: one summary whether counted in one batch or summed over many, and across processes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import ragged_prompts, tiny_pair
+
+from diversed import StaticEnsemble, Totals, speculative_generate
+from diversed.stats import theoretical_speedup, tokens_per_call_bound
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+def test_totals_over_rows_equal_the_batch(pair):
+    """A batch decodes each row as it would alone, so the rows' statistics summed with `Totals`
+    give the batch's summary (counts exactly; rates from them)."""
+    target, draft = pair
+    ids, mask = ragged_prompts()
+    kwargs = {"verifier": StaticEnsemble(0.5), "num_draft_tokens": 3, "max_new_tokens": 14}
+    batch = speculative_generate(target, draft, ids, mask, **kwargs).stats
+    rows = Totals()
+    for i in range(ids.shape[0]):
+        keep = mask[i].bool()
+        rows.add(speculative_generate(target, draft, ids[i : i + 1, keep], **kwargs).stats)
+    whole = batch.summary()
+    for key in ("proposed", "accepted", "rounds", "new_tokens", "acceptance_rate", "mean_accepted_length",
+                "tokens_per_target_call", "accepted_length_histogram"):  # fmt: skip
+        assert rows.summary()[key] == whole[key], key
+    assert rows.target_calls > batch.target_calls  # one call per round per batch, not per row
+    assert Totals().add(batch).summary() == whole
+
+
+def test_totals_travel_as_a_vector_and_merge():
+    t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, w_sum=2.5, w_count=5, target_calls=4,
+               draft_calls=12, wall_time_s=0.25, records_w=True)  # fmt: skip
+    back = Totals.from_vector(t.to_vector())
+    assert back.summary() | {"accepted_length_histogram": []} == t.summary() | {"accepted_length_histogram": []}
+    doubled = Totals.from_vector(t.to_vector() * 2)  # what a sum over two processes gives
+    assert doubled.acceptance_rate == t.acceptance_rate == 0.7 and doubled.new_tokens == 22
+    merged = Totals(accepted_hist=[1, 2]).merge(Totals(accepted_hist=[0, 1, 5]))
+    assert merged.accepted_hist == [1, 3, 5]
+    assert Totals().mean_w is None and t.mean_w == 0.5
+    assert Totals().acceptance_rate == 0.0  # nothing proposed
+
+
+def test_bounds_on_known_numbers():
+    assert tokens_per_call_bound(0.5, 3) == pytest.approx(1.875)
+    assert theoretical_speedup(0.5, 3, 0.1) == pytest.approx(1.875 / 1.3)
+    assert tokens_per_call_bound(1.0, 4) == 5.0
+    assert torch.isfinite(torch.tensor(tokens_per_call_bound(1 - 1e-12, 4)))
