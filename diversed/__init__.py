@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # Hydra's config directory for the entry points (`diversed.train`, `diversed.evaluate`).
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+CONFIG_DIR = str(Path(__file__).resolve().parent / "configs")
 
 _EXPORTS = {
     "speculative_generate": "diversed.engine",

@@ -17,7 +17,7 @@ from diversed import hub
 from diversed.hub import probe as probe_hub
 from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, resolve
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "pair"
+CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs" / "pair"
 MISSING = "no-such-org-diversed/no-such-model"
 
 

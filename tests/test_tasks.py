@@ -25,7 +25,7 @@ from diversed.tasks.gsm8k import GSM8K, extract_answer
 from diversed.tasks.mbpp import MBPP, extract_code
 from diversed.tasks.xsum import XSum
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "task"
+CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs" / "task"
 
 GSM8K_ROWS = [
     {

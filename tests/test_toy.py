@@ -17,7 +17,7 @@ from diversed import toy, toy_corpus
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.toy import ToyTask
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs"
 COMPLETION = re.compile(rf"^ ({'|'.join(toy_corpus.OPENERS)}) ({'|'.join(toy_corpus.PHRASES)}) (\d+)\.$")
 
 
@@ -119,7 +119,9 @@ def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(toy, "build", no_build)
     assert toy.ensure_toy_pair(config, cache_dir=tmp_path) == path
     assert toy.main(["--tiny", "--cache-dir", str(tmp_path)]) == path
-    assert capsys.readouterr().out.strip().splitlines()[-1] == str(path)
+    said = capsys.readouterr()
+    assert said.out.strip().splitlines()[-1] == str(path)
+    assert "loaded from the cache" in said.err and ": built in" not in said.err  # it says what it did
 
 
 def test_default_cache_location(monkeypatch, tmp_path):
