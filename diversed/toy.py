@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from diversed.toy_corpus import build_tokenizer, corpus, examples
 
-FORMAT_VERSION = 1  # bump when the corpus, tokenizer or training code changes the artefacts
+FORMAT_VERSION = 2  # bump when the corpus, tokenizer or training code changes the artefacts (2: one build thread)
 
 # ----------------------------------------------------------------------------- build config
 
@@ -250,13 +250,11 @@ def evaluate(
 # ----------------------------------------------------------------------------- build and cache
 
 
-def build_threads() -> int:
-    """All cores if the machine is idle, else fewer: these models are so small that torch
-    threads competing with other processes for a core are many times slower than one thread.
-    (The thread count does not change the trained weights.)"""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, min(cores, round(cores - busy)))
+# One torch thread, always: the thread count changes the reduction order of some kernels and with
+# it the trained draft (measured: 1 vs 2 threads give different draft weights), and these models
+# are so small that a second thread barely helps on an idle machine (default build: 66 s on one
+# thread of 2 cores) and makes a busy one many times slower.
+BUILD_THREADS = 1
 
 
 def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
@@ -264,7 +262,7 @@ def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True)
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
-    torch.set_num_threads(build_threads())
+    torch.set_num_threads(BUILD_THREADS)
     try:
         tokenizer = build_tokenizer(config.max_position_embeddings)
         models = {}
@@ -340,10 +338,14 @@ def ensure_toy_pair(
     return path
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
+    """The build report; `cached`: the pair was found in the cache, not built now."""
     m = report["metrics"]
+    how = f"loaded from the cache (it was built in {report['build_seconds']:.0f}s)" if cached else (
+        f"built in {report['build_seconds']:.0f}s"
+    )
     return (
-        f"toy pair {report['key']}: built in {report['build_seconds']:.0f}s "
+        f"toy pair {report['key']}: {how} "
         f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})\n"
         f"  test exact match  target {m['target_accuracy']:.3f}  draft {m['draft_accuracy']:.3f}\n"
         f"  lossless acceptance rate at T=1: {m['acceptance_rate']:.3f}"
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> Path:
     built = is_built(pair_dir(config, args.cache_dir)) and not args.force
     path = ensure_toy_pair(config, cache_dir=args.cache_dir, force=args.force)
     if built:  # a fresh build has printed its report already
-        print(format_report(json.loads((path / "build.json").read_text())), file=sys.stderr)
+        print(format_report(json.loads((path / "build.json").read_text()), cached=True), file=sys.stderr)
     print(path)
     return path
 
