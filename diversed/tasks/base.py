@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from diversed.stopping import StopAtText
-from diversed.tasks.data import as_plain, load_rows, subset
+from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
 
 
 class Task:
@@ -32,6 +32,7 @@ class Task:
     dataset_config: ClassVar[str | None] = None
     revision: ClassVar[str | None] = None
     fields: ClassVar[tuple[str, ...]] = ()
+    required_fields: ClassVar[tuple[str, ...] | None] = None  # what scoring needs (default: `fields`)
     default_split: ClassVar[str] = "test"
     few_shot_split: ClassVar[str] = "train"
     # How few-shot examples are joined: prompt + target_delimiter + target + fewshot_delimiter.
@@ -62,6 +63,7 @@ class Task:
             self.stop = tuple(stop)
         self.few_shot = list(few_shot)
         self.source: dict[str, Any] = {}  # where the examples came from; `load` fills it in
+        self.indices: list[int] = list(range(len(self.examples)))  # each example's row in its split
 
     @classmethod
     def load(
@@ -86,7 +88,12 @@ class Task:
         hub_config = hub_config or cls.dataset_config
         revision = revision or cls.revision
         rows = load_rows(cls.dataset, hub_config, split, data_files, revision=revision, fields=cls.fields)
-        examples = subset(rows, n_examples, seed)
+        where = f"task.data_files ({as_plain(data_files)}), split {split!r}" if data_files else f"{cls.dataset} {split!r}"
+        if not rows:
+            raise DataFileError(f"{cls.name}: {where} has no rows; give a file with the dataset's rows")
+        check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
+        indices = subset_indices(len(rows), n_examples, seed)
+        examples = [rows[i] for i in indices]
         few_shot: list[dict[str, Any]] = []
         if num_few_shot:
             if data_files is not None and not isinstance(data_files, Mapping):
@@ -101,6 +108,7 @@ class Task:
             # A different stream from the subset's, so changing n_examples never changes the shots.
             few_shot = subset(pool, num_few_shot, seed + 1, keep_order=False)
         task = cls(examples, few_shot=few_shot, **options)
+        task.indices = indices
         task.source = {
             "dataset": cls.dataset,
             "dataset_config": hub_config,
@@ -124,11 +132,22 @@ class Task:
         return self.examples[i]
 
     def example_id(self, example: dict[str, Any], index: int) -> str:
-        """A stable id for results files: the dataset's own id field where it has one."""
+        """A stable id for results files: the dataset's own id field where it has one, else the
+        example's row number in its split (`index` is its place among the loaded examples)."""
         for key in ("id", "task_id", "example_id"):
             if key in example:
                 return str(example[key])
-        return str(index)
+        return str(self.indices[index]) if index < len(self.indices) else str(index)
+
+    @classmethod
+    def missing_fields(cls, row: dict[str, Any]) -> list[str]:
+        """The fields this task needs that `row` lacks (tasks with several schemas override it)."""
+        needed = cls.fields if cls.required_fields is None else cls.required_fields
+        return [f for f in needed if f not in row]
+
+    @classmethod
+    def needed_fields(cls) -> str:
+        return ", ".join(cls.fields if cls.required_fields is None else cls.required_fields)
 
     # ---------------------------------------------------------------- prompts
 
@@ -202,6 +221,14 @@ class Task:
     def score(self, example: dict[str, Any], completion: str) -> float:
         """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
         raise NotImplementedError
+
+    def reference(self, example: dict[str, Any]) -> str:
+        """The reference shown beside a completion (results rows, `diversed.show`)."""
+        return self.target(example)
+
+    def extract(self, example: dict[str, Any], completion: str) -> Any:
+        """What `score` judges in a completion (the number, the program, the summary), as JSON."""
+        return self.truncate(completion)
 
     def metrics(self, example: dict[str, Any], completion: str) -> dict[str, float]:
         """All metrics of one completion; `metrics()[self.metric] == score()`."""

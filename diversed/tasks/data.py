@@ -24,17 +24,69 @@ class DatasetUnavailable(RuntimeError):
     """The dataset is neither in local files nor reachable on the Hugging Face Hub."""
 
 
+class DataFileError(ValueError):
+    """A local data file is missing or unreadable; the message names the file (and line) and the fix."""
+
+
+class MissingSplit(DataFileError, KeyError):
+    """`task.data_files` is a mapping without the split asked for."""
+
+    def __str__(self) -> str:  # not KeyError's quoted repr
+        return str(self.args[0])
+
+
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Rows of one local file: JSONL, JSON (a list of rows, or JSONL under a .json name) or parquet."""
-    path = Path(path)
+    """Rows of one local file: JSONL, JSON (a list of rows, or JSONL under a .json name) or parquet.
+    A missing file, a line that is not JSON, or a row that is not an object is a DataFileError
+    naming the file and the line."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataFileError(f"task.data_files: {path} does not exist (or is not a file); point task.data_files at "
+                            "a JSONL, JSON or parquet file of the dataset's rows")  # fmt: skip
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as e:
+            raise DataFileError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFileError(f"{path}: not UTF-8 text at byte {e.start}; save it as UTF-8 JSONL") from None
     if text.lstrip().startswith("["):
-        return list(json.loads(text))
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+        lines = [None] * len(rows)
+    else:
+        rows, lines = [], []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataFileError(f"{path}:{number}: not a JSON row ({e.msg}, column {e.colno}); each line of a "
+                                    "JSONL file is one JSON object") from None  # fmt: skip
+            lines.append(number)
+    for row, number in zip(rows, lines, strict=True):
+        if not isinstance(row, dict):
+            where = f"{path}:{number}" if number else f"{path}"
+            raise DataFileError(f"{where}: a row must be a JSON object with the dataset's fields, got {type(row).__name__}")
+    return rows
+
+
+def check_fields(rows: Sequence[dict[str, Any]], missing: Any, needed: str, where: str) -> None:
+    """DataFileError at the first row for which `missing(row)` names fields, with the fields it has."""
+    for i, row in enumerate(rows):
+        gone = missing(row)
+        if gone:
+            raise DataFileError(
+                f"{where}: row {i + 1} lacks {sorted(gone)} (it has {sorted(row)}); this task needs the fields "
+                f"{needed}"
+            )
 
 
 def load_rows(
@@ -51,23 +103,30 @@ def load_rows(
         return _rows_from_hub(dataset, config, split, revision, fields)
     if isinstance(data_files, Mapping):
         if split not in data_files:
-            raise KeyError(f"task.data_files has no {split!r} split (it has {sorted(data_files)})")
+            raise MissingSplit(f"task.data_files has no {split!r} split (it has {sorted(data_files)}); add "
+                                f"{split}: <file> to the mapping")  # fmt: skip
         data_files = data_files[split]
     files = [data_files] if isinstance(data_files, str | os.PathLike) else list(data_files)
     return [row for f in files for row in read_rows(f)]
 
 
-def subset(rows: Sequence[Any], n: int | None, seed: int, *, keep_order: bool = True) -> list[Any]:
-    """`n` rows drawn by `seed`: the same seed gives the same rows, and a larger `n` only adds rows.
-
-    Rows keep their dataset order unless `keep_order` is False (then they come in drawn order).
-    """
-    if n is None or n >= len(rows):
-        return list(rows)
-    order = list(range(len(rows)))
+def subset_indices(size: int, n: int | None, seed: int, *, keep_order: bool = True) -> list[int]:
+    """Which of `size` rows `subset` keeps: `n` drawn by `seed` (all if n is None or >= size);
+    the same seed gives the same rows, and a larger `n` only adds rows. Dataset order unless
+    `keep_order` is False (then drawn order)."""
+    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
+        raise ValueError(f"n_examples must be an integer >= 1 or None (all), got {n!r}")
+    if n is None or n >= size:
+        return list(range(size))
+    order = list(range(size))
     random.Random(seed).shuffle(order)
     picked = order[: int(n)]
-    return [rows[i] for i in (sorted(picked) if keep_order else picked)]
+    return sorted(picked) if keep_order else picked
+
+
+def subset(rows: Sequence[Any], n: int | None, seed: int, *, keep_order: bool = True) -> list[Any]:
+    """`n` rows drawn by `seed` (see `subset_indices`)."""
+    return [rows[i] for i in subset_indices(len(rows), n, seed, keep_order=keep_order)]
 
 
 def _rows_from_hub(

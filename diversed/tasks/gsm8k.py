@@ -41,6 +41,11 @@ def extract_answer(text: str) -> Decimal | None:
     return _value(numbers[-1]) if numbers else None
 
 
+def _plain(value: Decimal | None) -> str | None:
+    """A number as it is compared: "1000" for 1,000 and 1000.0."""
+    return None if value is None else format(value.normalize(), "f")
+
+
 class GSM8K(Task):
     name: ClassVar[str] = "gsm8k"
     metric: ClassVar[str] = "accuracy"
@@ -58,6 +63,13 @@ class GSM8K(Task):
 
     def target(self, example: dict[str, Any]) -> str:
         return example["answer"]
+
+    def reference(self, example: dict[str, Any]) -> str:
+        return _plain(extract_answer(example["answer"]))
+
+    def extract(self, example: dict[str, Any], completion: str) -> str | None:
+        predicted = extract_answer(self.truncate(completion))
+        return None if predicted is None else _plain(predicted)
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         predicted = extract_answer(self.truncate(completion))

@@ -83,6 +83,15 @@ class MBPP(Task):
             raise ValueError(f"mbpp subset must be 'full' or 'sanitized', not {subset!r}")
         return super().load(hub_config=subset, subset=subset, allow_code_execution=True, **kwargs)
 
+    @classmethod
+    def missing_fields(cls, row: dict[str, Any]) -> list[str]:
+        """Either schema: full (text, test_list, ...) or sanitized (prompt, test_list, ...)."""
+        return [f for f in ("test_list",) if f not in row] + ([] if "text" in row or "prompt" in row else ["text"])
+
+    @classmethod
+    def needed_fields(cls) -> str:
+        return "text (or prompt, as in the sanitized set), test_list; code for few-shot examples"
+
     def prompt(self, example: dict[str, Any]) -> str:
         tests = "\n".join(example["test_list"])
         return (
@@ -92,6 +101,12 @@ class MBPP(Task):
 
     def target(self, example: dict[str, Any]) -> str:
         return example["code"].replace("\r\n", "\n")
+
+    def reference(self, example: dict[str, Any]) -> str:
+        return "\n".join(example["test_list"])  # what the program must pass
+
+    def extract(self, example: dict[str, Any], completion: str) -> str:
+        return extract_code(self.truncate(completion))
 
     def program(self, example: dict[str, Any], completion: str) -> str:
         """What runs: the extracted code, the setup code, then the tests."""

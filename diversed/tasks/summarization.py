@@ -51,6 +51,9 @@ class SummarizationTask(Task):
             text = " ".join(text.split()[: self.max_summary_words])
         return text
 
+    def extract(self, example: dict[str, Any], completion: str) -> str:
+        return self.summary(completion)
+
     def metrics(self, example: dict[str, Any], completion: str) -> dict[str, float]:
         scores = self.scorer.score(self.target(example), self.summary(completion))
         return {name: scores[name].fmeasure for name in self.rouge_types}

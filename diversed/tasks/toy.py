@@ -13,13 +13,12 @@ for test problems to be unseen by the pair.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from diversed.tasks.base import Task
+from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset_indices
+from diversed.toy_corpus import examples
 
 _INT = re.compile(r"-?\d+")
 
@@ -30,29 +29,37 @@ class ToyTask(Task):
     stop = (".", "\n")
     max_new_tokens = 16
 
+    fields: ClassVar[tuple[str, ...]] = ("prompt", "answer", "reference")
+    required_fields: ClassVar[tuple[str, ...] | None] = ("prompt", "answer")
+
     @classmethod
     def load(
         cls,
         *,
         split: str | None = None,
-        data_files: str | Sequence[str] | None = None,
+        data_files: Any = None,
         n_examples: int | None = None,
         seed: int = 0,
         **options: Any,
     ) -> ToyTask:
-        """Examples of `split` (default test), generated from `seed`, or read from JSONL `data_files`."""
+        """The first `n_examples` of `split` (default test), generated from `seed`, or read from
+        local `data_files` (a path, paths, or a split mapping, as for every task)."""
+        split = split or "test"
         if data_files is not None:
-            files = [data_files] if isinstance(data_files, str | Path) else list(data_files)
-            rows = [
-                json.loads(line) for f in files for line in Path(f).read_text().splitlines() if line.strip()
-            ]
+            rows = load_rows("toy", None, split, data_files)
+            where = f"task.data_files ({as_plain(data_files)}), split {split!r}"
+            if not rows:
+                raise DataFileError(f"toy: {where} has no rows")
+            check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
         else:
-            from diversed.toy_corpus import examples
-
-            rows = examples(split or "test", seed)
-        if n_examples is not None:
-            rows = rows[: int(n_examples)]
-        return cls(rows, **options)
+            rows = examples(split, seed)
+        indices = subset_indices(len(rows), n_examples, seed)[: len(rows)]
+        indices = list(range(len(indices)))  # the first n (the split is shuffled by the seed already)
+        task = cls([rows[i] for i in indices], **options)
+        task.indices = indices
+        task.source = {"dataset": "toy", "split": split, "data_files": as_plain(data_files),
+                       "n_examples": n_examples, "seed": seed}  # fmt: skip
+        return task
 
     def prompt(self, example: dict[str, Any]) -> str:
         return example["prompt"]
@@ -65,6 +72,12 @@ class ToyTask(Task):
         """The last integer in the text (call on a truncated completion)."""
         found = _INT.findall(completion)
         return found[-1] if found else None
+
+    def reference(self, example: dict[str, Any]) -> str:
+        return str(example["answer"])
+
+    def extract(self, example: dict[str, Any], completion: str) -> str | None:
+        return self.extract_answer(self.truncate(completion))
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         answer = self.extract_answer(self.truncate(completion))

@@ -30,6 +30,7 @@ class XSum(SummarizationTask):
     dataset_config: ClassVar[str | None] = None  # the conversion's only config
     revision: ClassVar[str | None] = "refs/convert/parquet"
     fields: ClassVar[tuple[str, ...]] = ("document", "summary", "id")
+    required_fields: ClassVar[tuple[str, ...] | None] = ("document", "summary")  # the id is optional
 
     def prompt(self, example: dict[str, Any]) -> str:
         return (
