@@ -86,15 +86,18 @@ def autoregressive_generate(
         for m in models:
             m.calls += 1
         logits_p, h_t = outs[0][0][:, -1], outs[0][1]
+        # noise for every row of the batch as it started, rows that left included: a row's draws do
+        # not depend on when the others end
+        noise = None if greedy else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[rows]
         w = None
         if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
-            x = logits_p.argmax(-1) if greedy else sample(probs_from_logits(logits_p, tau), generator)
+            x = logits_p.argmax(-1) if greedy else sample(probs_from_logits(logits_p, tau), noise=noise)
         else:  # from v = w·p + (1 − w)·q
             (logits_q, h_d) = outs[1]
             p, q = probs_from_logits(logits_p, tau), probs_from_logits(logits_q[:, -1], tau)
             w = verifier.weights(p.unsqueeze(1), q.unsqueeze(1), h_d, h_t)
             w = w.squeeze(1) if isinstance(w, Tensor) else w
-            x = verifier.greedy_bonus(p, q, w) if greedy else sample(verifier.bonus(p, q, w), generator)
+            x = verifier.greedy_bonus(p, q, w) if greedy else sample(verifier.bonus(p, q, w), noise=noise)
         ids[:, P + step] = x
         keep = torch.ones_like(x)
         done = torch.isin(x, eos) | (step + 1 == max_new_tokens)

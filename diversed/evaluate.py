@@ -1,20 +1,33 @@
-"""The evaluation grid: methods × weight w × draft length N × temperature, for one pair and task.
+"""The evaluation grid: methods × knob (w, head, ...) × draft length N × temperature, for one pair and task.
 
-`python -m diversed.evaluate +experiment=toy` loads the pair once and, for each temperature in
-`sweep.temperatures` and each N in `sweep.draft_lengths`, decodes the task's prompts in batches
-with: the autoregressive target (`model.generate`, the time baseline), lossless speculative
-decoding, the static ensemble at each w in `sweep.weights`, and the dynamic ensemble with each
-head in `sweep.heads`; every method ends a row at EOS or at the task's stop sequences (`Task.stopper`).
-Every grid point becomes one record in `<run dir>/results.jsonl` (through
-`results.ResultStore`, so a re-run skips finished points and a killed run leaves nothing partial)
-and its per-example rows; the resolved config is saved beside them.
+`python -m diversed.evaluate +experiment=toy` checks every setting, then loads the task's
+examples and describes the pair from its files (`preflight.py`: prompts fit the context, heads fit
+the pair) before any weights are read. Each grid point is keyed by a fingerprint of everything
+that determines its output (task settings and prompt texts, the pair's identity, engine options,
+batch size, seed, a head's files): re-running the same command skips finished points without even
+loading the pair, and a changed setting gives new points. Records from before fingerprints are
+read (plots) but never resumed into. Each fingerprint's settings and resolved config are kept in
+`settings/` and `configs/` beside the results; nothing is overwritten.
 
-Coarse axes (task, experiment, cluster fan-out) are Hydra multirun's job, not this module's.
+A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
+`timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput: the median and
+the runs are recorded, with the time per generated token), and, with `timing.latency`, each
+example alone at batch 1 (the paper's mean wall time per sample). The time baseline
+`autoregressive` decodes with the target alone on the engine's own forward path; transformers'
+`generate` is the separate reference method `hf_generate`. Times are normalised by the
+autoregressive point of the same temperature and settings.
+
+Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
+partial), their per-example rows (dataset id, prompt, reference, completion, what the task
+extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
+cluster fan-out) are Hydra multirun's job, not this module's.
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +35,22 @@ from typing import Any
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from diversed import CONFIG_DIR
+from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead
 from diversed.inputs import left_pad
 from diversed.methods import METHOD_NAMES, METHODS
+from diversed.pair import describe_pair
+from diversed.preflight import check_context, check_heads, describe
+from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
 from diversed.results import ResultStore, grid_key, mean_ci
+from diversed.runtime import finish, make_loggers, quiet, set_threads
+from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
@@ -37,11 +58,10 @@ from diversed.verify import Verifier, hidden_size
 
 log = logging.getLogger(__name__)
 
-
 # ----------------------------------------------------------------------------- the grid
 
 
-def grid(sweep: DictConfig | dict, heads: dict[str, WeightHead]) -> Iterator[dict[str, Any]]:
+def grid(sweep: DictConfig | dict, heads: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Grid points in run order: per temperature, the non-speculative methods first, then per N
     each speculative method at each value of its knob (`sweep.<Method.sweep>`; heads by path)."""
     methods = [m for m in METHOD_NAMES if m in set(sweep["methods"])]
@@ -63,95 +83,72 @@ def grid(sweep: DictConfig | dict, heads: dict[str, WeightHead]) -> Iterator[dic
                     yield {"method": name, m.knobs[0]: value, **base}
 
 
-def check_sweep(sweep: DictConfig | dict) -> None:
-    """Bad sweep settings fail here, before the pair is loaded."""
-    unknown = set(sweep["methods"]) - set(METHOD_NAMES)
-    if unknown:
-        raise ValueError(f"sweep.methods has unknown {sorted(unknown)}; choose from {METHOD_NAMES}")
-    bad_w = [w for w in sweep["weights"] if not 0.0 <= float(w) <= 1.0]
-    if bad_w:
-        raise ValueError(f"sweep.weights must lie in [0, 1] (the weight on the TARGET), got {bad_w}")
-    bad_n = [n for n in sweep["draft_lengths"] if int(n) < 1]
-    if bad_n:
-        raise ValueError(f"sweep.draft_lengths must be >= 1, got {bad_n}")
-    bad_t = [t for t in sweep["temperatures"] if float(t) < 0]
-    if bad_t:
-        raise ValueError(f"sweep.temperatures must be >= 0 (0 = greedy), got {bad_t}")
-    if "dynamic" in sweep["methods"]:
-        for h in sweep["heads"]:
-            if not (Path(h) / "head_config.json").is_file():
-                raise ValueError(f"sweep.heads entry {h} is not a saved head (no head_config.json); train one first")
-
-
-def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
-    """Each head, checked against the pair's hidden sizes, keyed by its path."""
-    heads = {}
-    for path in paths:
-        head = WeightHead.from_pretrained(
-            path, draft_hidden_size=hidden_size(pair.draft), target_hidden_size=hidden_size(pair.target)
-        )
-        heads[str(path)] = head.to(pair.device).eval()
-    return heads
-
-
-# ----------------------------------------------------------------------------- one grid point
-
-
 def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifier | None:
     """The engine's verifier for a grid point (None: a method without one, e.g. autoregressive)."""
     build = METHODS[point["method"]].verifier
     return None if build is None else build(point, heads)
 
 
-def _decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, max_new: int, seed: int, stop=None):
-    """One batch through the engine (or transformers' `generate` for the autoregressive baseline);
+def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
+    """Each head, checked against the pair's hidden sizes, keyed by its path."""
+    sizes = {"draft_hidden_size": hidden_size(pair.draft), "target_hidden_size": hidden_size(pair.target)}
+    return {str(p): WeightHead.from_pretrained(p, **sizes).to(pair.device).eval() for p in paths}
+
+
+# ----------------------------------------------------------------------------- one grid point
+
+
+def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, *, max_new: int, seed: int,
+           stop=None, engine: dict[str, Any] | None = None):  # fmt: skip
+    """One batch by the point's method: the engine, our autoregressive loop, or transformers;
     rows end at EOS, at `max_new` tokens, or where `stop` (a task's `stopper`) says."""
-    tok = pair.tokenizer
-    T = point["temperature"]
-    sampling = T > 0
-    common = {"max_new_tokens": max_new, "do_sample": sampling, "temperature": T if sampling else 1.0,
+    tok, T = pair.tokenizer, point["temperature"]
+    common = {"max_new_tokens": max_new, "do_sample": T > 0, "temperature": T if T > 0 else 1.0,
               "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "stop": stop}  # fmt: skip
-    if point["method"] == "autoregressive":
-        torch.manual_seed(seed)  # transformers samples from the global generator
-        out = transformers_generate(pair.target, ids, mask, **common)
-        return out.sequences, out.stats.new_tokens, None, out.stats.wall_time_s
     generator = torch.Generator(device=ids.device).manual_seed(seed)
-    out = speculative_generate(pair.target, pair.draft, ids, mask, verifier=verifier,
-                               num_draft_tokens=point["num_draft_tokens"], generator=generator, **common)  # fmt: skip
-    return out.sequences, out.stats.new_tokens, out.stats, out.stats.wall_time_s
+    decoder = METHODS[point["method"]].decoder
+    if decoder == "transformers":
+        torch.manual_seed(seed)  # transformers samples from the global generator
+        return transformers_generate(pair.target, ids, mask, **common)
+    if decoder == "autoregressive":
+        return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
+    return speculative_generate(pair.target, pair.draft, ids, mask, verifier=verifier, generator=generator,
+                                num_draft_tokens=point["num_draft_tokens"], **(engine or {}), **common)  # fmt: skip
 
 
-def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int, seed: int):
-    """Decode and score every example; returns (record fields, per-example rows)."""
+def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
+              seed: int, engine: dict[str, Any] | None = None):  # fmt: skip
+    """Decode every example once and score it; returns (record fields, per-example rows)."""
     tok = pair.tokenizer
     examples = list(task)
     prompts = task.encode(tok, examples)
-    max_new = task.max_new_tokens
     stop = task.stopper(tok)
-    rows, totals = [], Totals()
-    wall, new_tokens = 0.0, 0
+    rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
     metric_sums: dict[str, float] = {}
     scores: list[float] = []
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
-        seqs, n_new, stats, t = _decode(pair, point, verifier, ids, mask, max_new, seed + start, stop)
-        wall += t
-        P = ids.shape[1]
-        completions = decode_completions(tok, seqs, P, n_new)
+        out = decode(pair, point, verifier, ids, mask, max_new=task.max_new_tokens, seed=seed + start, stop=stop,
+                     engine=engine)  # fmt: skip
+        stats, n_new = out.stats, out.stats.new_tokens
+        wall += stats.wall_time_s
+        completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
         batch_scores = task.score_batch(batch, completions)
         scores += batch_scores
         if type(task).metrics is not Task.metrics:  # tasks with several metrics (ROUGE-1/2/L)
-            for ex, c in zip(batch, completions, strict=False):
+            for ex, c in zip(batch, completions, strict=True):
                 for k, v in task.metrics(ex, c).items():
                     metric_sums[k] = metric_sums.get(k, 0.0) + v
         new_tokens += int(n_new.sum())
-        if stats is not None:
-            totals.add(stats)
+        totals.add(stats)
+        speculative = METHODS[point["method"]].speculative
         for i, ex in enumerate(batch):
             rows.append({
-                "example_id": task.example_id(ex, start + i), "completion": completions[i], "score": batch_scores[i],
-                "new_tokens": int(n_new[i]), "accepted_drafts": int(stats.accepted[i]) if stats is not None else None,
+                "example_id": task.example_id(ex, start + i), "prompt": task.full_prompt(ex),
+                "reference": task.reference(ex), "completion": completions[i],
+                "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
+                "accepted_drafts": int(stats.accepted[i]) if speculative else None,
             })  # fmt: skip
     score, low, high = mean_ci(scores)
     spec = METHODS[point["method"]].speculative
@@ -160,58 +157,147 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         "acceptance_rate": totals.acceptance_rate if spec else None,
         "mean_accepted_length": totals.mean_accepted_length if spec else None,
         "tokens_per_target_call": totals.tokens_per_target_call if spec else 1.0,
-        "tokens_per_s": new_tokens / wall if wall > 0 else None,
-        "wall_time_s": wall,
-        "mean_w": totals.mean_w,
-        "new_tokens": new_tokens,
+        "mean_w": totals.mean_w, "new_tokens": new_tokens, "scored_wall_time_s": wall,
         **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
     }  # fmt: skip
     return fields, rows
 
 
+def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
+               seed: int, timing: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
+    Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
+    each of the first `latency_examples` alone at batch 1, the mean per sample, as often."""
+    tok = pair.tokenizer
+    prompts = task.encode(tok, list(task))
+    stop = task.stopper(tok)
+    kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine}
+
+    def passes(batches: list[list[list[int]]], count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start = time.perf_counter()
+            for i, batch in enumerate(batches):
+                ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
+                decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs)
+            times.append(time.perf_counter() - start)
+        return times
+
+    out: dict[str, Any] = {}
+    batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
+    passes(batches[:1], timing["warmup"])
+    runs = passes(batches, timing["repeats"])
+    if runs:
+        out.update(wall_time_s=statistics.median(runs), wall_time_runs=runs)
+    if timing.get("latency"):
+        alone = [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
+        passes(alone[:1], timing["warmup"])
+        lat = [t / len(alone) for t in passes(alone, max(1, timing["repeats"]))]
+        out.update(latency_s=statistics.median(lat), latency_runs=lat, latency_examples=len(alone))
+    return out
+
+
 # ----------------------------------------------------------------------------- the runner
+
+
+def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, Any]:
+    """Everything that determines a grid point's output, but the point itself and its head."""
+    pair = describe(card) or {"config": OmegaConf.to_container(cfg.pair, resolve=True)}
+    return {"task": task_settings(task), "pair": pair, "engine": OmegaConf.to_container(cfg.engine, resolve=True),
+            "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
+
+
+def _keep_settings(run_dir: Path, key: str, settings: dict[str, Any], cfg: DictConfig) -> None:
+    """Write settings/<key>.json and configs/<key>.yaml once: never replaced by another run's."""
+    import json
+
+    for sub, text in (("settings", lambda: json.dumps(settings, indent=1, default=str) + "\n"),
+                      ("configs", lambda: OmegaConf.to_yaml(cfg, resolve=True))):  # fmt: skip
+        path = run_dir / sub / f"{key}.{'json' if sub == 'settings' else 'yaml'}"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text())
 
 
 def evaluate(cfg: DictConfig) -> Path:
     """Run every grid point not yet in the run directory; returns the directory."""
-    sweep = cfg.sweep
-    check_sweep(sweep)
+    check_evaluate(cfg)  # every setting, before anything is read
+    set_threads(cfg.get("runtime", {}).get("threads"))
+    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
+    sweep, timing = cfg.sweep, OmegaConf.to_container(cfg.timing, resolve=True)
+    engine = OmegaConf.to_container(cfg.engine, resolve=True)
     run_dir = Path(cfg.paths.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     store = ResultStore(run_dir)
 
-    log.info(f"Instantiating task <{cfg.task.name}>")
+    log.info(f"Loading task <{cfg.task.name}>")
     task = hydra.utils.instantiate(cfg.task)
-    log.info(f"Instantiating pair <{cfg.pair._target_}>")
-    pair = hydra.utils.instantiate(cfg.pair)
-    heads = load_heads(list(sweep.heads) if "dynamic" in sweep.methods else [], pair)
-    meta = {"pair": pair.name, "task": task.name, "seed": int(cfg.seed), "n_examples": len(task), "metric": task.metric}
+    card = describe_pair(cfg.pair)  # the pair's files, no weights
+    check_context(card, task, task.max_new_tokens)
+    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
+    if "dynamic" in sweep.methods and not head_digests:
+        log.warning("sweep.methods has dynamic but sweep.heads is empty: no dynamic points")
+    common = settings_fingerprint(cfg, task, card)
+    name = card.name if card is not None else str(cfg.pair.get("name"))
+    meta = {"pair": name, "task": task.name, "seed": int(cfg.seed), "n_examples": len(task), "metric": task.metric}
     extras = {k: getattr(task, k) for k in ("use_stemmer", "max_summary_words") if hasattr(task, k)}
 
-    ar_wall: dict[float, float] = {
-        r["temperature"]: r["wall_time_s"] for r in store.records() if r["method"] == "autoregressive"
-    }
-    points = list(grid(sweep, heads))
+    def settings_of(point: dict[str, Any]) -> dict[str, Any]:
+        return {**common, "head": head_digests[point["head"]]} if point.get("head") else common
+
+    points = [{**p, "settings": digest(settings_of(p))} for p in grid(sweep, head_digests)]
     done = store.done_keys()
-    log.info(f"{len(points)} grid points, {sum(grid_key(**meta, **p) in done for p in points)} already done")
-    for point in points:
-        key = grid_key(**meta, **point)
-        if key in done:
-            continue
-        verifier = make_verifier(point, heads)
-        fields, rows = run_point(pair, task, point, verifier, batch_size=int(sweep.batch_size), seed=int(cfg.seed))
-        if point["method"] == "autoregressive":
-            ar_wall[point["temperature"]] = fields["wall_time_s"]
-        base = ar_wall.get(point["temperature"])
-        fields["normalized_time"] = fields["wall_time_s"] / base if base else None
-        record = store.write({**meta, **point, **fields, **extras}, rows)
-        log.info(
-            f"{point['method']:>14} T={point['temperature']} N={point.get('num_draft_tokens')} "
-            f"w={point.get('weight')} score={record['score']:.3f} acc={record['acceptance_rate']} "
-            f"time={record['normalized_time']}"
-        )
+    todo = [p for p in points if grid_key(**meta, **p) not in done]
+    legacy = sum(1 for r in store.records() if not r.get("settings"))
+    if legacy:
+        log.warning(f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
+                    "resumed: their points run again")  # fmt: skip
+    log.info(f"{len(points)} grid points, {len(points) - len(todo)} already done")
+    if not todo:
+        return run_dir
+
+    log.info(f"Loading pair <{cfg.pair._target_}>")
+    pair = hydra.utils.instantiate(cfg.pair)
+    heads = load_heads(list(head_digests), pair)
+    loggers = make_loggers(cfg)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    base = {(r["temperature"], r.get("settings")): r for r in store.records() if r["method"] == "autoregressive"}
+    bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not cfg.get("runtime", {}).get("progress", True))
+    with logging_redirect_tqdm():
+        for index, point in enumerate(bar):
+            bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
+            _keep_settings(run_dir, point["settings"], settings_of(point), cfg)
+            verifier = make_verifier(point, heads)
+            args = {"batch_size": int(sweep.batch_size), "seed": int(cfg.seed), "engine": engine}
+            fields, rows = run_point(pair, task, point, verifier, **args)
+            fields |= time_point(pair, task, point, verifier, timing=timing, **args)
+            fields.setdefault("wall_time_s", fields["scored_wall_time_s"])  # repeats = 0: the scored pass
+            fields["tokens_per_s"] = fields["new_tokens"] / fields["wall_time_s"] if fields["wall_time_s"] else None
+            fields["time_per_token_s"] = fields["wall_time_s"] / max(fields["new_tokens"], 1)
+            if point["method"] == "autoregressive":
+                base[(point["temperature"], point["settings"])] = fields
+            ar = base.get((point["temperature"], point["settings"]))
+            for what in ("wall_time_s", "latency_s", "time_per_token_s"):
+                norm = {"wall_time_s": "normalized_time", "latency_s": "normalized_latency"}.get(what, f"normalized_{what}")
+                fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
+            fields["timing"] = {**timing, "batch_size": int(sweep.batch_size), "threads": torch.get_num_threads(),
+                                "device": str(pair.device)}  # fmt: skip
+            record = store.write({**meta, **point, **fields, **extras}, rows)
+            for lg in loggers:
+                lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
+            log.info(_line(record))
+    finish(loggers)
     return run_dir
+
+
+def _line(r: dict[str, Any]) -> str:
+    """One record as a rounded log line."""
+    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={Path(str(r[k])).parent.name or r[k]}"
+                   for k in ("weight", "head") if r.get(k) is not None)  # fmt: skip
+    n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
+    acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
+    norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""
+    return f"{r['method']:>14} T={r['temperature']:g}{n}{knob}: score {r['score']:.3f}{acc}, {r['wall_time_s']:.3g} s{norm}"
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")

@@ -19,19 +19,27 @@ def device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def shared_vocab_size(target: nn.Module, draft: nn.Module) -> int:
-    """Vocabulary compared on: the smaller one when the larger is only padded (as in Qwen pairs)."""
-    vt, vd = target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0]
+def shared_vocab(vt: int, vd: int) -> int:
+    """Vocabulary compared on, from the two output-embedding sizes: the smaller one when the larger
+    is only padded (as in Qwen pairs); ValueError otherwise."""
     small, large = min(vt, vd), max(vt, vd)
     # An embedding matrix padded for efficiency rounds the vocabulary up (to a multiple of 64 or
-    # 128, or by well under 10%); anything else is a different tokenizer.
+    # 128, or by well under 10%); anything else is another vocabulary.
     padded = large - small < 0.1 * large or any(-(-small // m) * m == large for m in (64, 128, 256))
     if not padded:
+        larger = "draft" if vd > vt else "target"
         raise ValueError(
-            f"target and draft have different vocabularies (target {vt} tokens, draft {vd}); "
-            "speculative decoding needs a draft that shares the target's tokenizer"
+            f"the target's output embedding has {vt} rows and the draft's {vd}: the {larger}'s is larger "
+            "by more than padding, so p and q are not over one vocabulary; speculative decoding needs a "
+            f"draft with the target's vocabulary (or the {larger}'s embeddings resized to "
+            f"{small}: model.resize_token_embeddings({small}))"
         )
     return small
+
+
+def shared_vocab_size(target: nn.Module, draft: nn.Module) -> int:
+    """`shared_vocab` of two loaded models."""
+    return shared_vocab(target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0])
 
 
 def token_ids(value: Any) -> list[int]:

@@ -1,7 +1,8 @@
 """The method registry: every decoding method a sweep compares, defined once.
 
 A method has a name (the `method` field of a results record), a label for tables and legends,
-whether it is speculative (it has a draft length N and an acceptance rate), the record fields
+whether it is speculative (it has a draft length N and an acceptance rate), which decoding loop
+runs it (the engine, our autoregressive loop, or transformers' own), the record fields
 that hold its knob (static: `weight`; dynamic: `head`), the `sweep.<key>` that lists the knob's
 values, and how to build its verifier for a grid point. `evaluate` expands its grid from here,
 `results` checks records against it, and `plot` orders and labels rows by it; a new method is
@@ -23,6 +24,7 @@ class Method:
     name: str
     label: str  # table row / legend label, formatted with the record's knob fields
     speculative: bool  # has num_draft_tokens and an acceptance rate
+    decoder: str = "engine"  # engine (speculative_generate) | autoregressive (our loop) | transformers
     knobs: tuple[str, ...] = ()  # record fields set for this method, and only for it
     sweep: str | None = None  # the sweep config key listing the knob values, one grid point each
     verifier: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None  # (point, heads) -> Verifier
@@ -62,7 +64,10 @@ def _dynamic(point, heads):
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("autoregressive", "Autoregressive", speculative=False),
+        # the time baseline: the target alone on the engine's own forward path (autoregressive.py)
+        Method("autoregressive", "Autoregressive", speculative=False, decoder="autoregressive"),
+        # a reference: transformers' `generate` with the target alone (another forward path)
+        Method("hf_generate", "transformers generate", speculative=False, decoder="transformers"),
         Method("lossless", "Lossless SD", speculative=True, verifier=_lossless),
         Method("static", "Static w={weight:g}", speculative=True, knobs=("weight",), sweep="weights", verifier=_static),
         Method("dynamic", "DIVERSED ({head})", speculative=True, knobs=("head",), sweep="heads", verifier=_dynamic),

@@ -205,6 +205,121 @@ def load_pair(
     )
 
 
+# ----------------------------------------------------------------------------- before loading
+
+
+@dataclass
+class PairCard:
+    """What a pair's files say before any weights are read: who the models are (for keying
+    results), the shared tokenizer, vocabulary and context sizes, and the hidden sizes."""
+
+    name: str
+    identity: dict[str, Any]  # per role: path and weight digest, or Hub id, revision and commit; dtype...
+    tokenizer: Any
+    vocab: dict[str, int]  # output-embedding rows of target and draft, and tokens of the tokenizer
+    positions: int | None  # the shorter context of the two models (max_position_embeddings)
+    hidden: dict[str, int | None]  # last hidden size of target and draft
+
+
+def describe_pair(cfg: Any) -> PairCard | None:
+    """The card of a pair config (`configs/pair/*.yaml`) from its files, weights unread; None for a
+    loader this does not know (a loader function with a `pair_files(**cfg)` attribute returning
+    ({"target": dir, "draft": dir}, name) is known). Raises what loading would (offline, missing directory, different
+    tokenizers or vocabularies), before any weights are read."""
+    from diversed.inputs import shared_vocab
+
+    cfg = dict(cfg)
+    loader = cfg.get("_target_")
+    common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
+    if loader == "diversed.pair.random_pair":
+        from transformers import LlamaConfig
+
+        from diversed.toy_corpus import build_tokenizer
+
+        pair = cfg.get("pair", "random-llama-8b-1b")
+        if pair not in RANDOM_PAIRS:
+            raise ValueError(f"pair.pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
+        configs = {role: LlamaConfig(**RANDOM_SHAPES[shape]) for role, shape in zip(("target", "draft"), RANDOM_PAIRS[pair], strict=True)}
+        tok = build_tokenizer()
+        identity = {"random": pair, "seed": cfg.get("seed", 0)}
+        name = cfg.get("name") or pair
+    else:
+        if loader == "diversed.pair.load_pair":
+            names = {"target": str(cfg["target"]), "draft": str(cfg["draft"])}
+            name = cfg.get("name") or f"{Path(names['target']).name}+{Path(names['draft']).name}"
+        else:  # another loader (the toy pair's) says where its files are through `loader.pair_files`
+            from hydra.utils import get_method
+
+            try:
+                files = getattr(get_method(loader), "pair_files", None)
+            except Exception:
+                files = None
+            if files is None:
+                return None
+            names, name = files(**{k: v for k, v in cfg.items() if not str(k).startswith("_")})
+        configs, tok, identity = _read_files(names, cfg.get("tokenizer"), cfg.get("revision"))
+    text = {role: c.get_text_config() if hasattr(c, "get_text_config") else c for role, c in configs.items()}
+    vocab = {role: int(t.vocab_size) for role, t in text.items()}
+    shared = shared_vocab(vocab["target"], vocab["draft"])
+    if len(tok) > shared:
+        raise ValueError(
+            f"the tokenizer has {len(tok)} tokens but the models' output embeddings only {shared} rows "
+            f"(target {vocab['target']}, draft {vocab['draft']}): ids past {shared - 1} have no logits; "
+            "use the models' own tokenizer"
+        )
+    positions = [getattr(t, "max_position_embeddings", None) for t in text.values()]
+    known = [p for p in positions if p]
+    return PairCard(
+        name=name, identity={**identity, **common}, tokenizer=_prepare_tokenizer(tok),
+        vocab={**vocab, "tokenizer": len(tok)}, positions=min(known) if known else None,
+        hidden={role: getattr(t, "hidden_size", None) for role, t in text.items()},
+    )  # fmt: skip
+
+
+def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | None):
+    """Configs, the checked tokenizer and the identity of each model, from config and tokenizer
+    files only."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from diversed.provenance import model_digest
+
+    result: list[str | None] = []
+
+    def probe_once() -> str | None:
+        if not result:
+            result.append(hub.probe())
+        return result[0]
+
+    roles = {**names, **({"tokenizer": tokenizer} if tokenizer else {})}
+    extra = {role: resolve(n, role, revision=revision, probe=probe_once) for role, n in roles.items()}
+    configs = {role: AutoConfig.from_pretrained(names[role], revision=revision, **extra[role]) for role in names}
+    toks = {role: AutoTokenizer.from_pretrained(n, revision=revision, **extra[role]) for role, n in roles.items()}
+    check_tokenizers(toks["target"], toks["draft"], f"target {names['target']!r}", f"draft {names['draft']!r}")
+    identity = {}
+    for role, n in names.items():
+        local = Path(n).expanduser()
+        if local.is_dir():
+            identity[role] = {"path": str(local.resolve()), "weights": model_digest(local)}
+        else:
+            identity[role] = {"id": n, "revision": revision, "commit": _hub_commit(n, revision, extra[role])}
+    return configs, toks.get("tokenizer", toks["target"]), identity
+
+
+def _hub_commit(repo_id: str, revision: str | None, extra: dict[str, Any]) -> str | None:
+    """The commit a Hub id resolves to: from the cache offline, from the Hub otherwise."""
+    try:
+        if extra.get("local_files_only"):
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+            return Path(found).parent.name if isinstance(found, str) else None
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(repo_id, revision=revision, timeout=10).sha
+    except Exception:  # a private or vanished repo: loading will say why
+        return None
+
+
 # ----------------------------------------------------------------------------- random pairs
 
 # Random-initialised models with the shapes of public checkpoints (the values of their config.json),

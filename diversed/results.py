@@ -47,6 +47,9 @@ GRID_FIELDS = (
     "seed",
     "n_examples",
 )
+# Fields that join the key only when set, so that keys written before they existed stay the same
+# (such records are read, never resumed into: their key lacks the settings digest).
+OPTIONAL_GRID_FIELDS = ("settings",)
 
 # Every run record has these (missing measurements are None); extra fields are kept as they are.
 RUN_FIELDS = (
@@ -67,9 +70,13 @@ RUN_FIELDS = (
     "mean_accepted_length",  # mean accepted drafts per round
     "tokens_per_target_call",
     "tokens_per_s",
-    "wall_time_s",
-    "normalized_time",  # wall_time_s / autoregressive wall_time_s, same pair/task/T/n
+    "wall_time_s",  # median of the timed passes over all examples (throughput, at the sweep's batch size)
+    "time_per_token_s",  # wall_time_s / new tokens (lossy methods change output lengths)
+    "latency_s",  # mean wall time per sample at batch 1 (timing.latency), median over passes
+    "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings
+    "normalized_latency",  # latency_s / the autoregressive point's
     "mean_w",  # mean w the head chose; dynamic only
+    "settings",  # digest of everything else that determined the output (settings/<digest>.json)
     "key",  # grid_key(...) of the fields above
 )
 
@@ -78,7 +85,8 @@ EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "acc
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
     "weight", "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
-    "tokens_per_target_call", "tokens_per_s", "wall_time_s", "normalized_time", "mean_w",
+    "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
+    "normalized_latency", "mean_w",
 )  # fmt: skip
 _RESULTS_NAME = "results.jsonl"
 _TMP_PREFIX = ".tmp-"
@@ -118,7 +126,8 @@ def grid_key(**fields: Any) -> str:
     `pair=tiny|task=gsm8k|method=static|weight=0.5|head=null|num_draft_tokens=4|temperature=0.0|seed=0|n_examples=50`.
 
     Uses the fields of `GRID_FIELDS` (pair, task and method are required, the others default
-    to None) and ignores any others, so `grid_key(**record)` works. Values are normalised
+    to None), then those of `OPTIONAL_GRID_FIELDS` that are set (`|settings=<digest>`), and
+    ignores any others, so `grid_key(**record)` works. Values are normalised
     (ints; floats rounded to 6 decimals; strings) and written as JSON, strings without quotes
     where they hold no `|`, space or quote and are not "null"; so the key is injective:
     different grid points never share a key.
@@ -126,7 +135,8 @@ def grid_key(**fields: Any) -> str:
     missing = [f for f in ("pair", "task", "method") if _missing(fields.get(f))]
     if missing:
         raise ValueError(f"grid_key needs {missing}")
-    return "|".join(f"{f}={_key_value(_norm(f, fields.get(f)))}" for f in GRID_FIELDS)
+    names = GRID_FIELDS + tuple(f for f in OPTIONAL_GRID_FIELDS if not _missing(fields.get(f)))
+    return "|".join(f"{f}={_key_value(_norm(f, fields.get(f)))}" for f in names)
 
 
 def run_record(**fields: Any) -> dict[str, Any]:
@@ -135,7 +145,7 @@ def run_record(**fields: Any) -> dict[str, Any]:
     check_record_fields(fields, _missing)
     record = {f: fields.get(f) for f in RUN_FIELDS}
     record.update({k: v for k, v in fields.items() if k not in RUN_FIELDS})
-    for f in GRID_FIELDS:
+    for f in GRID_FIELDS + OPTIONAL_GRID_FIELDS:
         record[f] = _norm(f, record[f])
     key = grid_key(**record)
     if not _missing(fields.get("key")) and fields["key"] != key:

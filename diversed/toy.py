@@ -374,6 +374,17 @@ def load_toy_pair(
     )  # fmt: skip
 
 
+def toy_pair_files(*, seed: int = 0, cache_dir: str | None = None, name: str = "toy",
+                   config: ToyBuildConfig | None = None, **_: Any) -> tuple[dict[str, str], str]:  # fmt: skip
+    """Where `load_toy_pair` with these arguments finds target and draft (built first if missing),
+    for `pair.describe_pair`, which checks a pair's files before any weights are read."""
+    path = ensure_toy_pair(config or ToyBuildConfig(seed=seed), cache_dir=cache_dir)
+    return {"target": str(path / "target"), "draft": str(path / "draft")}, name
+
+
+load_toy_pair.pair_files = toy_pair_files  # type: ignore[attr-defined]
+
+
 # ----------------------------------------------------------------------------- CLI
 
 

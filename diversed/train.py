@@ -36,6 +36,10 @@ from torch.utils.data import DataLoader
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
+from diversed.pair import describe_pair
+from diversed.preflight import check_context
+from diversed.runtime import finish, make_loggers, quiet, set_threads
+from diversed.schema import check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
@@ -309,26 +313,35 @@ def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Instantiate pair, data, head, module, loggers, callbacks and trainer; fit; export the head."""
+    """Check the settings, load the data and describe the pair (no weights yet), then instantiate
+    pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
+    check_train(cfg)  # every setting, before anything is read
+    set_threads(cfg.get("runtime", {}).get("threads"))
+    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     L.seed_everything(cfg.seed, workers=True)
-    log.info(f"Instantiating pair <{cfg.pair._target_}>")
-    pair = hydra.utils.instantiate(cfg.pair)
-    log.info(f"Instantiating datamodule <{cfg.data._target_}> for task {cfg.task.name}")
+    log.info(f"Loading data for task {cfg.task.name}")
     datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
+    datamodule.setup("fit")  # data errors (files, fields, no rows) before the pair loads
+    card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
+    max_new = cfg.model.get("max_new_tokens") or datamodule.train_task.max_new_tokens
+    for what, task in (("task", datamodule.train_task), ("task", datamodule.val_task)):
+        check_context(card, task, max_new, what)
+    log.info(f"Loading pair <{cfg.pair._target_}>")
+    pair = hydra.utils.instantiate(cfg.pair)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
-    log.info(f"Instantiating model <{cfg.model._target_}>")
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
-    loggers = [hydra.utils.instantiate(c) for c in (cfg.get("logger") or {}).values() if c and "_target_" in c]
-    log.info(f"Instantiating trainer <{cfg.trainer._target_}>")
+    loggers = make_loggers(cfg)
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
 
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    ckpt_dir = Path(cfg.paths.output_dir) / "checkpoints"
+    trainer.save_checkpoint(ckpt_dir / "last.ckpt", weights_only=False)  # the latest state, optimizer too
 
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
     if best:
         state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
         model.head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
@@ -336,6 +349,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if trainer.is_global_zero:
         model.head.save_pretrained(out_dir, reg_scale=cfg.model.reg_scale, checkpoint=best or None)
         log.info(f"Exported the head to {out_dir}")
+    finish(loggers)
     return {"metrics": metrics, "head_dir": str(out_dir), "best_checkpoint": best}
 
 

@@ -46,12 +46,14 @@ def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
     return w * p + (1.0 - w) * q
 
 
-def sample(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def sample(probs: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None) -> Tensor:
     """One categorical sample per row of `probs` ([..., V] -> [...]), without a host sync.
 
     argmax_x p(x) / E_x with E_x ~ Exp(1) i.i.d. is distributed as p (the exponential race).
+    `noise` holds the E_x if the caller drew them (e.g. for rows that left a batch too, so that
+    the others' draws do not depend on them); else they are drawn here.
     """
-    e = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    e = torch.empty_like(probs).exponential_(1.0, generator=generator) if noise is None else noise
     return (probs / e).argmax(dim=-1)
 
 

@@ -31,6 +31,7 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
     small = [
         "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
         "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
+        "timing.warmup=0", "timing.repeats=1", "runtime.progress=false",
     ]  # fmt: skip
     return compose_run("evaluate", out, pair_dir, small, overrides)
 
@@ -61,7 +62,11 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     df = load_results(tmp_path)
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert len(df) == len(lines) == n_points
-    assert (tmp_path / "config.yaml").is_file()
+    # every settings fingerprint keeps the config and the settings that produced its records
+    digests = set(df.settings)
+    assert len(digests) == 2  # one for the pair's points, one for the head's (its files are part of it)
+    assert {p.stem for p in (tmp_path / "configs").glob("*.yaml")} == digests
+    assert {p.stem for p in (tmp_path / "settings").glob("*.json")} == digests
 
     ran = {"n": 0}
     monkeypatch.setattr(ev, "run_point", lambda *a, **k: ran.__setitem__("n", ran["n"] + 1))
@@ -84,6 +89,7 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     assert len(examples) == n_points
     row = json.loads(examples[0].read_text().splitlines()[0])
     assert {"example_id", "completion", "score", "new_tokens", "accepted_drafts"} <= set(row)
+    assert {"prompt", "reference", "extracted"} <= set(row) and row["prompt"].startswith("Q: ")
 
 
 def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
@@ -110,21 +116,27 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
     for pad in (tok.pad_token_id, tok.eos_token_id):
         tok.pad_token_id = pad
         ids, mask = left_pad(task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device)
-        point = {"method": "autoregressive", "temperature": 1.0}
-        free, n_free, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0)
-        seqs, n_new, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, task.stopper(tok))
-        stopper = task.stopper(tok)
-        assert stopper.triggers is not None  # rows are asked only after a digit; asking every row is the same
-        every, n_every, _, _ = ev._decode(pair, point, None, ids, mask, 16, 0, stopper.__call__)  # no triggers
-        assert torch.equal(seqs, every) and torch.equal(n_new, n_every)
-        P = ids.shape[1]
-        assert (n_new < n_free).any()
-        for r, n in enumerate(n_new.tolist()):
-            assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
-            assert (seqs[r, P + n :] == tok.pad_token_id).all()
-            assert task.truncate(tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)) == tok.decode(
-                seqs[r, P : P + n - 1], skip_special_tokens=True
-            )  # the fewest tokens: one fewer has not reached the stop
+        for method in ("autoregressive", "hf_generate"):  # the time baseline and transformers' reference
+            point = {"method": method, "temperature": 1.0}
+
+            def run(stop=None):
+                out = ev.decode(pair, point, None, ids, mask, max_new=16, seed=0, stop=stop)
+                return out.sequences, out.stats.new_tokens
+
+            free, n_free = run()
+            seqs, n_new = run(task.stopper(tok))
+            stopper = task.stopper(tok)
+            assert stopper.triggers is not None  # rows are asked only after a digit; asking every row is the same
+            every, n_every = run(stopper.__call__)  # no triggers
+            assert torch.equal(seqs, every) and torch.equal(n_new, n_every)
+            P = ids.shape[1]
+            assert (n_new < n_free).any()
+            for r, n in enumerate(n_new.tolist()):
+                assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
+                assert (seqs[r, P + n :] == tok.pad_token_id).all()
+                assert task.truncate(tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)) == tok.decode(
+                    seqs[r, P : P + n - 1], skip_special_tokens=True
+                )  # the fewest tokens: one fewer has not reached the stop
 
 
 def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):
@@ -145,7 +157,7 @@ def test_head_for_another_pair_is_refused(tmp_path, toy_tiny_dir):
     wrong = tmp_path / "wrong_head"
     WeightHead(7, 9).save_pretrained(wrong)
     cfg = compose_eval(tmp_path / "run", toy_tiny_dir, f"sweep.heads=[{wrong}]")
-    with pytest.raises(ValueError, match="hidden_size"):
+    with pytest.raises(ValueError, match="hidden sizes"):
         ev.evaluate(cfg)
 
 
@@ -159,6 +171,7 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
         sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",
         "seed=0,1", "task.n_examples=4", "task.max_new_tokens=4", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
         "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]", f"hydra.sweep.dir={tmp_path}",
+        "timing.repeats=1",
         *pair_overrides(toy_tiny_dir),
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=900)

@@ -1,0 +1,263 @@
+"""The entry points' settings as typed schemas (pydantic), checked before anything is loaded.
+
+`check_evaluate(cfg)` and `check_train(cfg)` validate a composed Hydra config: types (an N of
+2.7 is not an int), ranges (n_examples >= 1, w in [0, 1], reg_scale >= 0, ...), known names
+(methods, tasks, dtypes, forward paths) and combinations (a group baseline needs two samples per
+prompt; a CUDA device needs a GPU). Every problem is reported at once in a `ConfigError` that
+names the config key, the value given and what to set instead. Unknown extra keys are allowed
+(Hydra already refuses keys that are not in the config without a `+`).
+
+It checks settings only: data files, the pair's files and the context length are checked by
+`preflight.py`, still before any model weights are read.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from diversed.methods import METHOD_NAMES
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names each bad key and the fix."""
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Weight = Annotated[float, Field(ge=0.0, le=1.0)]
+Temperature = Annotated[float, Field(ge=0.0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=False)
+
+
+# ----------------------------------------------------------------------------- shared groups
+
+
+class TaskSettings(_Model):
+    name: str
+    split: str | None = None
+    n_examples: PositiveInt | None = Field(None, description="null keeps every example")
+    seed: int = 0
+    data_files: str | list[str] | dict[str, str | list[str]] | None = None
+    num_few_shot: NonNegativeInt = 0
+    chat_template: bool = False
+    max_prompt_tokens: PositiveInt | None = None
+    max_new_tokens: PositiveInt = 128
+    stop: list[Annotated[str, Field(min_length=1)]] | None = None
+    max_summary_words: NonNegativeInt | None = None
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    subset: Literal["full", "sanitized"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        from diversed.tasks import TASKS
+
+        if name not in TASKS:
+            raise ValueError(f"unknown task; choose from {sorted(TASKS)}")
+        return name
+
+
+class PairSettings(_Model):
+    dtype: Literal["auto", "config", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    forward: Literal["auto", "hf", "direct"] = "auto"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        import torch
+
+        kind = device.split(":")[0]
+        if kind not in ("auto", "cpu", "cuda", "mps"):
+            raise ValueError("use auto, cpu, cuda, cuda:N or mps")
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ValueError("torch sees no GPU on this machine; use pair.device=cpu (or auto)")
+        if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError("MPS is not available on this machine; use pair.device=cpu (or auto)")
+        return device
+
+
+class RuntimeSettings(_Model):
+    threads: PositiveInt | None = Field(None, description="null leaves torch's default")
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+
+class SweepSettings(_Model):
+    methods: Annotated[list[str], Field(min_length=1)]
+    draft_lengths: Annotated[list[PositiveInt], Field(min_length=1)]
+    weights: list[Weight] = []
+    temperatures: Annotated[list[Temperature], Field(min_length=1)]
+    heads: list[str] = []
+    batch_size: PositiveInt = 16
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, methods: list[str]) -> list[str]:
+        unknown = [m for m in methods if m not in METHOD_NAMES]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; choose from {list(METHOD_NAMES)}")
+        return methods
+
+
+class EngineSettings(_Model):
+    bonus_token: Literal["ensemble", "target"] = "ensemble"
+    num_draft_tokens_schedule: Literal["constant", "heuristic"] = "constant"
+    draft_confidence_threshold: Weight | None = None
+
+
+class TimingSettings(_Model):
+    warmup: NonNegativeInt = 1
+    repeats: NonNegativeInt = 3
+    latency: bool = False
+    latency_examples: PositiveInt | None = None
+
+
+class EvaluateSettings(_Model):
+    task: TaskSettings
+    pair: PairSettings
+    sweep: SweepSettings
+    engine: EngineSettings = EngineSettings()
+    timing: TimingSettings = TimingSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- train
+
+
+class TrainerSettings(_Model):
+    max_steps: int = -1
+    max_epochs: int | None = None
+    val_check_interval: Annotated[float, Field(gt=0)] | None = None
+    gradient_clip_val: Annotated[float, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _length(self) -> TrainerSettings:
+        if self.max_steps == -1 and not (self.max_epochs or 0) >= 1:
+            raise ValueError("training has no length: set trainer.max_steps >= 1 (or max_epochs >= 1 with max_steps=-1)")
+        if self.max_steps != -1 and self.max_steps < 1:
+            raise ValueError(f"trainer.max_steps={self.max_steps} trains nothing and would export an untrained "
+                             "head: set trainer.max_steps >= 1")  # fmt: skip
+        return self
+
+
+class OptimizerSettings(_Model):
+    lr: Annotated[float, Field(gt=0)] = 1e-3
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+
+
+class ModelSettings(_Model):
+    optimizer: OptimizerSettings = OptimizerSettings()
+    reg_scale: Annotated[float, Field(ge=0)] = 0.1
+    reg_mode: Literal["fixed", "adaptive"] = "fixed"
+    baseline: Literal["running", "group"] = "running"
+    baseline_momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    num_samples: PositiveInt = 1
+    temperature: Annotated[float, Field(gt=0)] = 1.0
+    num_draft_tokens: PositiveInt = 5
+    max_new_tokens: PositiveInt | None = None
+    val_temperature: Annotated[float, Field(gt=0)] = 1.0
+
+    @model_validator(mode="after")
+    def _group(self) -> ModelSettings:
+        if self.baseline == "group" and self.num_samples < 2:
+            raise ValueError("model.baseline=group needs model.num_samples >= 2 completions per prompt")
+        return self
+
+
+class DataSettings(_Model):
+    train_split: str = "train"
+    val_split: str = "validation"
+    n_train: PositiveInt | None = None
+    n_val: PositiveInt | None = None
+    batch_size: PositiveInt = 16
+    val_batch_size: PositiveInt = 64
+
+
+class HeadSettings(_Model):
+    hidden_sizes: list[PositiveInt] = []
+    features: list[Literal["entropy_p", "entropy_q", "tv"]] = []
+
+
+class TrainSettings(_Model):
+    task: TaskSettings
+    pair: PairSettings
+    trainer: TrainerSettings
+    model: ModelSettings
+    data: DataSettings
+    head: HeadSettings = HeadSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def _container(cfg: Any, schema: type[BaseModel]) -> dict[str, Any]:
+    """The schema's top-level keys of `cfg` as plain values, resolved where they can be (paths that
+    need Hydra's runtime, such as the output directory, are left as they are)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(cfg, DictConfig):
+        return dict(cfg)
+    out = {}
+    for key in schema.model_fields:
+        if key not in cfg:
+            continue
+        node = cfg[key]
+        if not isinstance(node, DictConfig):
+            out[key] = OmegaConf.to_container(OmegaConf.create({"v": node}), resolve=True)["v"]
+            continue
+        try:
+            out[key] = OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException:
+            out[key] = OmegaConf.to_container(node, resolve=False)
+    return out
+
+
+def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
+    values = _container(cfg, schema)
+    try:
+        return schema.model_validate(values)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+            value = err.get("input")
+            message = err["msg"].removeprefix("Value error, ")
+            hint = _description(schema, err["loc"])
+            if isinstance(value, dict):  # a check across keys of a group: its message names them
+                lines.append(f"  {message}")
+            else:
+                lines.append(f"  {key}={value!r}: {message}" + (f" ({hint})" if hint else ""))
+        raise ConfigError(f"bad settings for {entry}, nothing was loaded:\n" + "\n".join(lines)) from None
+
+
+def _description(schema: type[BaseModel], loc: tuple) -> str | None:
+    """The `description` of the field at `loc`, if the schema has one."""
+    model: Any = schema
+    description = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        model, description = fields[part].annotation, fields[part].description
+    return description
+
+
+def check_evaluate(cfg: Any) -> EvaluateSettings:
+    """Validate `python -m diversed.evaluate`'s config; ConfigError listing every problem."""
+    return _check(EvaluateSettings, cfg, "diversed.evaluate")  # type: ignore[return-value]
+
+
+def check_train(cfg: Any) -> TrainSettings:
+    """Validate `python -m diversed.train`'s config; ConfigError listing every problem."""
+    return _check(TrainSettings, cfg, "diversed.train")  # type: ignore[return-value]
