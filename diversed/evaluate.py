@@ -49,7 +49,7 @@ from diversed.preflight import check_context, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
 from diversed.results import ResultStore, grid_key, mean_ci
-from diversed.runtime import finish, make_loggers, quiet, set_threads
+from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -230,7 +230,7 @@ def evaluate(cfg: DictConfig) -> Path:
     store = ResultStore(run_dir)
 
     log.info(f"Loading task <{cfg.task.name}>")
-    task = hydra.utils.instantiate(cfg.task)
+    task = instantiate(cfg.task)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
     head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
@@ -256,7 +256,7 @@ def evaluate(cfg: DictConfig) -> Path:
         return run_dir
 
     log.info(f"Loading pair <{cfg.pair._target_}>")
-    pair = hydra.utils.instantiate(cfg.pair)
+    pair = instantiate(cfg.pair)
     heads = load_heads(list(head_digests), pair)
     loggers = make_loggers(cfg)
     for lg in loggers:

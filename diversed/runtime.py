@@ -5,6 +5,7 @@
   beside another instead of 13 s alone, and 14.5 s with one thread each.
 - `quiet()`: third-party start-up noise (transformers' weight-loading bars and advice, Lightning's
   tips, known harmless warnings) off unless `runtime.verbose` is true; our own log lines stay.
+- `instantiate(cfg)`: Hydra's, with our errors unwrapped (the message says what to set).
 - `make_loggers(cfg)` / `finish(loggers)`: the configured Lightning loggers (CSV, wandb offline),
   each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
   closed at the end of the job.
@@ -30,6 +31,21 @@ _NOISE = (
     r".*`torch_dtype` is deprecated.*",
     r".*GPU available but not used.*",
 )
+
+
+def instantiate(cfg: Any, **kwargs: Any) -> Any:
+    """`hydra.utils.instantiate`, but our own errors (a bad data file, a missing model) come out as
+    they were raised, not wrapped in Hydra's InstantiationException with the message repeated."""
+    import hydra
+    from hydra.errors import InstantiationException
+
+    try:
+        return hydra.utils.instantiate(cfg, **kwargs)
+    except InstantiationException as e:
+        cause = e.__cause__
+        if isinstance(cause, ValueError | OSError | RuntimeError | KeyError):
+            raise cause from None
+        raise
 
 
 def set_threads(threads: int | None) -> None:

@@ -38,7 +38,7 @@ from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
 from diversed.pair import describe_pair
 from diversed.preflight import check_context
-from diversed.runtime import finish, make_loggers, quiet, set_threads
+from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
 from diversed.schema import check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -327,7 +327,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     for what, task in (("task", datamodule.train_task), ("task", datamodule.val_task)):
         check_context(card, task, max_new, what)
     log.info(f"Loading pair <{cfg.pair._target_}>")
-    pair = hydra.utils.instantiate(cfg.pair)
+    pair = instantiate(cfg.pair)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import hydra
@@ -119,7 +120,7 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
         for method in ("autoregressive", "hf_generate"):  # the time baseline and transformers' reference
             point = {"method": method, "temperature": 1.0}
 
-            def run(stop=None):
+            def run(stop=None, point=point, ids=ids, mask=mask):
                 out = ev.decode(pair, point, None, ids, mask, max_new=16, seed=0, stop=stop)
                 return out.sequences, out.stats.new_tokens
 
@@ -191,3 +192,104 @@ def test_the_runner_does_not_import_lightning():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- settings, timing, reading
+
+
+def small_eval(out, pair_dir, *overrides):
+    base = ["sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
+            "sweep.temperatures=[1.0]"]  # fmt: skip
+    return compose_eval(out, pair_dir, *base, *overrides)
+
+
+def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without_the_pair(tmp_path, toy_tiny_dir, monkeypatch):
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    first = load_results(tmp_path)
+    assert len(first) == 3 and first.settings.nunique() == 1
+    # the same command again: nothing runs, and the pair is not even loaded
+    from transformers import PreTrainedModel
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded")))
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    monkeypatch.undo()
+    # each setting that changes outputs gives new points; the old records stay
+    for i, override in enumerate(["task.max_new_tokens=4", "sweep.batch_size=3", "engine.bonus_token=target",
+                                  "task.stop=['+']", "seed=1"]):  # fmt: skip
+        ev.evaluate(small_eval(tmp_path, toy_tiny_dir, override))
+        df = load_results(tmp_path)
+        assert len(df) == 3 * (i + 2) and df.settings.nunique() == i + 2, override
+    assert len(list((tmp_path / "configs").glob("*.yaml"))) == 6  # every configuration that made records
+    settings = json.loads(next((tmp_path / "settings").glob("*.json")).read_text())
+    assert {"task", "pair", "engine", "batch_size", "seed"} <= set(settings)
+    assert settings["pair"]["target"]["weights"] and settings["task"]["prompts"]
+
+
+def test_another_pair_under_the_same_name_is_not_resumed(tmp_path, toy_tiny_dir):
+    """`pair=local` names every pair 'local'... the weights' digest tells them apart."""
+    ev.evaluate(small_eval(tmp_path / "run", toy_tiny_dir))
+    other = tmp_path / "other"
+    shutil.copytree(toy_tiny_dir, other)
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(other / "draft" / "model.safetensors")
+    save_file({k: v * 1.01 for k, v in state.items()}, other / "draft" / "model.safetensors", metadata={"format": "pt"})
+    ev.evaluate(small_eval(tmp_path / "run", other))
+    df = load_results(tmp_path / "run")
+    assert len(df) == 6 and df.settings.nunique() == 2 and set(df.pair) == {"tiny-toy"}
+
+
+def test_records_from_before_fingerprints_are_read_but_not_resumed(tmp_path, toy_tiny_dir, caplog):
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    old = []
+    for line in lines:  # as an older version wrote them: no settings, the key without it
+        r = json.loads(line)
+        r.pop("settings")
+        r["key"] = r["key"].rsplit("|settings=", 1)[0]
+        old.append(json.dumps(r))
+    (tmp_path / "results.jsonl").write_text("\n".join(old) + "\n")
+    assert len(load_results(tmp_path)) == 3  # plots read them
+    with caplog.at_level("WARNING"):
+        ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    assert "3 records from before settings fingerprints" in caplog.text
+    df = load_results(tmp_path)
+    assert len(df) == 6 and df.settings.isna().sum() == 3  # re-run beside the old ones
+
+
+def test_points_are_timed_apart_from_scoring(tmp_path, toy_tiny_dir):
+    cfg = small_eval(tmp_path, toy_tiny_dir, "timing.repeats=3", "timing.warmup=1", "timing.latency=true",
+                     "timing.latency_examples=2", "sweep.methods=[autoregressive,hf_generate,lossless]")  # fmt: skip
+    ev.evaluate(cfg)
+    df = load_results(tmp_path).set_index("method")
+    for method, r in df.iterrows():
+        assert len(r.wall_time_runs) == 3 and r.wall_time_s == pytest.approx(sorted(r.wall_time_runs)[1]), method
+        assert len(r.latency_runs) == 3 and r.latency_examples == 2 and r.latency_s > 0
+        assert r.time_per_token_s == pytest.approx(r.wall_time_s / r.new_tokens)
+        assert r.timing["repeats"] == 3 and r.timing["batch_size"] == 4
+    ar = df.loc["autoregressive"]
+    assert ar.normalized_time == 1.0 and ar.normalized_latency == 1.0
+    lossless = df.loc["lossless"]
+    assert lossless.normalized_time == pytest.approx(lossless.wall_time_s / ar.wall_time_s)
+    assert df.loc["hf_generate"].acceptance_rate is None or pd_isna(df.loc["hf_generate"].acceptance_rate)
+
+
+def pd_isna(value) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def test_show_prints_examples_side_by_side(tmp_path, toy_tiny_dir, capsys):
+    from diversed.show import main as show
+
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.weights=[0.0,1.0]"))
+    text = show([str(tmp_path), "--all", "--n", "2"])
+    rows = load_results(tmp_path)
+    ids = [json.loads(line)["example_id"] for line in next((tmp_path / "examples").glob("*.jsonl")).read_text().splitlines()]
+    assert f"== example {ids[0]}" in text and f"== example {ids[1]}" in text and f"== example {ids[2]}" not in text
+    for label in ("Autoregressive", "Lossless SD, N=2", "Static w=0, N=2", "Static w=1, N=2"):
+        assert label in text
+    assert text.count("reference ") == 2 and "prompt    …Q: " in text and len(rows) == 4
+    one = show([str(tmp_path), "--examples", ids[2]])
+    assert f"== example {ids[2]}" in one and "== example" in capsys.readouterr().out

@@ -143,3 +143,49 @@ def test_multirun_over_reg_scale(tmp_path, toy_tiny_dir):
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=900)
     assert len(list(tmp_path.glob("*/head/head.safetensors"))) == 2
+
+
+def test_last_checkpoint_is_the_latest_state_and_resume_continues_there(tmp_path, toy_tiny_dir, monkeypatch):
+    """Validation every 2 steps of 5: last.ckpt holds step 5 (not the last validation's), and a
+    resumed run trains only the steps after it."""
+    cfg = compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=5", "trainer.val_check_interval=2")
+    train(cfg)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 5
+    steps = []
+    real = DiversedModule.training_step
+
+    def counting(self, batch, batch_idx):
+        steps.append(self.global_step)
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(DiversedModule, "training_step", counting)
+    train(compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=7", "trainer.val_check_interval=2",
+                        f"ckpt_path={last}"))  # fmt: skip
+    assert steps == [5, 6]  # steps 6 and 7 (0-based global steps 5, 6), nothing retrained
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 7
+
+
+def test_each_multirun_job_gets_its_own_logger_run(tmp_path, monkeypatch):
+    """wandb reuses a process's open run unless it is finished: jobs of one multirun (the basic
+    launcher runs them in one process) are named apart and each run is finished at its end."""
+    from omegaconf import OmegaConf
+
+    from diversed import runtime
+
+    cfg = OmegaConf.create({"logger": {"wandb": {"_target_": "lightning.pytorch.loggers.WandbLogger", "name": "toy",
+                                                 "save_dir": str(tmp_path), "offline": True, "project": "t"},
+                                       "csv": {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)}}})  # fmt: skip
+    monkeypatch.setattr(runtime, "_job_suffix", lambda: "-3")
+    loggers = runtime.make_loggers(cfg)
+    wandb_logger = next(lg for lg in loggers if type(lg).__name__ == "WandbLogger")
+    assert wandb_logger._wandb_init["name"] == "toy-3"
+    monkeypatch.setattr(runtime, "_job_suffix", lambda: None)
+    assert next(lg for lg in runtime.make_loggers(cfg) if type(lg).__name__ == "WandbLogger")._wandb_init["name"] == "toy"
+    finished = []
+    import wandb
+
+    monkeypatch.setattr(wandb, "run", object())
+    monkeypatch.setattr(wandb, "finish", lambda: finished.append(True))
+    runtime.finish(loggers)
+    assert finished == [True]

@@ -1,0 +1,125 @@
+"""Bad settings fail before any model weights are read, with the key and the fix in the message."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tiny_models import compose_run
+
+import diversed.evaluate as ev
+from diversed.train import train
+
+EVAL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=2", "sweep.draft_lengths=[2]",
+        "sweep.weights=[0.5]", "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]",
+        "timing.warmup=0", "timing.repeats=0", "runtime.progress=false"]  # fmt: skip
+TRAIN = ["+experiment=toy", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2",
+         "trainer.enable_progress_bar=false", "data.batch_size=2", "data.n_val=2", "data.val_batch_size=2",
+         "data.n_train=4", "model.max_new_tokens=4"]  # fmt: skip
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Any attempt to read model weights fails the test."""
+    from transformers import PreTrainedModel
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("model weights were read before the settings were checked")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    good = {"prompt": "Q: 1+2=", "answer": "3", "reference": " so 3."}
+    return {
+        "empty": write(tmp_path / "empty.jsonl", ""),
+        "fields": write(tmp_path / "fields.jsonl", json.dumps({"question": "1+2?", "answer": "3"}) + "\n"),
+        "broken": write(tmp_path / "broken.jsonl", json.dumps(good) + "\n" + json.dumps(good) + "\n{'prompt': 'Q'}\n"),
+        "long": write(tmp_path / "long.jsonl", json.dumps({**good, "prompt": "Q: " + "1+" * 400 + "1="}) + "\n"),
+        "missing": tmp_path / "nowhere" / "test.jsonl",
+    }
+
+
+@pytest.fixture
+def wide_draft(tmp_path, toy_tiny_dir):
+    """A pair whose draft's config has an output embedding far larger than the tokenizer."""
+    pair = tmp_path / "wide"
+    shutil.copytree(toy_tiny_dir, pair)
+    config = json.loads((pair / "draft" / "config.json").read_text())
+    config["vocab_size"] = 4 * config["vocab_size"]
+    (pair / "draft" / "config.json").write_text(json.dumps(config))
+    return pair
+
+
+EVAL_CASES = {
+    "negative n": (["task.n_examples=-1"], r"task\.n_examples=-1.*greater than or equal to 1.*null keeps every"),
+    "zero n": (["task.n_examples=0"], r"task\.n_examples=0"),
+    "fractional N": (["sweep.draft_lengths=[2.7]"], r"sweep\.draft_lengths\[0\]=2\.7.*integer"),
+    "zero batch": (["sweep.batch_size=0"], r"sweep\.batch_size=0"),
+    "weight": (["sweep.weights=[1.5]"], r"sweep\.weights\[0\]=1\.5"),
+    "unknown method": (["sweep.methods=[lossless,beam]"], r"unknown methods \['beam'\]"),
+    "no GPU": (["pair.device=cuda"], r"pair\.device='cuda'.*no GPU.*pair\.device=cpu"),
+    "forward": (["pair.forward=fast"], r"pair\.forward='fast'"),
+    "not a head": (["sweep.heads=[/nonexistent/head]", "sweep.methods=[dynamic]"], "not a saved head"),
+    "empty data": (["task.data_files={data[empty]}"], r"empty\.jsonl.*has no rows"),
+    "wrong fields": (["task.data_files={data[fields]}"], r"row 1 lacks \['prompt'\].*needs the fields prompt, answer"),
+    "missing file": (["task.data_files={data[missing]}"], r"nowhere/test\.jsonl does not exist"),
+    "broken line": (["task.data_files={data[broken]}"], r"broken\.jsonl:3: not a JSON row"),
+    "too long": (["task.data_files={data[long]}"], r"longest prompt has \d+ tokens.*512 positions.*task\.max_prompt_tokens=508"),
+}
+
+
+@pytest.mark.parametrize("case", EVAL_CASES)
+def test_evaluate_refuses_bad_settings_before_reading_weights(case, tmp_path, toy_tiny_dir, data, no_weights):
+    overrides, message = EVAL_CASES[case]
+    if case == "no GPU":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    overrides = [o.format(data={k: str(v) for k, v in data.items()}) for o in overrides]
+    cfg = compose_run("evaluate", tmp_path / "run", toy_tiny_dir, EVAL, overrides)
+    with pytest.raises(ValueError, match=message):
+        ev.evaluate(cfg)
+
+
+def test_a_draft_wider_than_the_tokenizer_is_named_before_loading(tmp_path, wide_draft, no_weights):
+    cfg = compose_run("evaluate", tmp_path / "run", wide_draft, EVAL)
+    with pytest.raises(ValueError, match=r"draft's .* larger by more than padding.*resize_token_embeddings"):
+        ev.evaluate(cfg)
+
+
+TRAIN_CASES = {
+    "no steps": (["trainer.max_steps=0"], r"trainer\.max_steps=0 trains nothing.*untrained head"),
+    "negative reg": (["model.reg_scale=-1"], r"model\.reg_scale=-1"),
+    "zero batch": (["data.batch_size=0"], r"data\.batch_size=0"),
+    "group baseline": (["model.baseline=group"], r"needs model\.num_samples >= 2"),
+    "bad lr": (["model.optimizer.lr=0"], r"model\.optimizer\.lr=0"),
+    "empty data": (["task.data_files={{train: {data[empty]}, validation: {data[empty]}}}"], "has no rows"),
+}
+
+
+@pytest.mark.parametrize("case", TRAIN_CASES)
+def test_train_refuses_bad_settings_before_reading_weights(case, tmp_path, toy_tiny_dir, data, no_weights):
+    overrides, message = TRAIN_CASES[case]
+    overrides = [o.format(data={k: str(v) for k, v in data.items()}) for o in overrides]
+    cfg = compose_run("train", tmp_path / "run", toy_tiny_dir, TRAIN, overrides)
+    with pytest.raises(ValueError, match=message):
+        train(cfg)
+
+
+def test_every_problem_is_named_at_once(tmp_path, toy_tiny_dir, no_weights):
+    cfg = compose_run("evaluate", tmp_path, toy_tiny_dir, EVAL, ["task.n_examples=-1", "sweep.batch_size=0", "seed=x"])
+    with pytest.raises(ValueError) as err:
+        ev.evaluate(cfg)
+    text = str(err.value)
+    assert "task.n_examples=-1" in text and "sweep.batch_size=0" in text and "seed='x'" in text
+    assert "nothing was loaded" in text
