@@ -244,6 +244,8 @@ def evaluate(cfg: DictConfig) -> Path:
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:
         return {**common, "head": head_digests[point["head"]]} if point.get("head") else common
 
+    # one group for every seed of these settings: plots average over seeds within a group only
+    group = digest({k: v for k, v in common.items() if k != "seed"})
     points = [{**p, "settings": digest(settings_of(p))} for p in grid(sweep, head_digests)]
     done = store.done_keys()
     todo = [p for p in points if grid_key(**meta, **p) not in done]
@@ -282,7 +284,7 @@ def evaluate(cfg: DictConfig) -> Path:
                 fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
             fields["timing"] = {**timing, "batch_size": int(sweep.batch_size), "threads": torch.get_num_threads(),
                                 "device": str(pair.device)}  # fmt: skip
-            record = store.write({**meta, **point, **fields, **extras}, rows)
+            record = store.write({**meta, **point, **fields, **extras, "settings_group": group}, rows)
             for lg in loggers:
                 lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
             log.info(_line(record))

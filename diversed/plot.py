@@ -41,6 +41,7 @@ _SETTING = [
     "num_draft_tokens",
     "temperature",
     "n_examples",
+    "settings_group",  # settings apart from the seed: never averaged together
 ]
 _VALUES = ["score", "score_ci_low", "score_ci_high", "acceptance_rate", "normalized_time", "mean_w"]
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
@@ -160,8 +161,11 @@ def plot_pareto(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     d = _mean_over_seeds(df)
+    d["settings_group"] = d["settings_group"].fillna("")
     paths: list[Path] = []
-    for (pair, task, temp), g in d.groupby(["pair", "task", "temperature"], sort=True):
+    groups = d.groupby(["pair", "task", "temperature"])["settings_group"].nunique()
+    for (pair, task, temp, settings), g in d.groupby(["pair", "task", "temperature", "settings_group"], sort=True):
+        several = groups[(pair, task, temp)] > 1  # settings that differ: one figure each, named apart
         ns = sorted(int(n) for n in g["num_draft_tokens"].dropna().unique())
         colors = {n: f"C{i % 10}" for i, n in enumerate(ns)}
         head_names = sorted(str(h) for h in g["head"].dropna().unique())
@@ -179,14 +183,14 @@ def plot_pareto(
             ylabel="time / autoregressive time (lower is better)",
         )
         mode = "greedy" if temp == 0 else "sampling"
-        fig.suptitle(f"{pair} · {task} · temperature {temp:g} ({mode})")
+        fig.suptitle(f"{pair} · {task} · temperature {temp:g} ({mode})" + (f" · settings {settings[:6] or 'old'}" if several else ""))
         fig.legend(
             handles=_legend(colors, heads, set(g["method"])),
             loc="outside right upper",
             fontsize=8,
             frameon=False,
         )
-        stem = f"pareto_{_safe(pair)}_{_safe(task)}_T{temp:g}"
+        stem = f"pareto_{_safe(pair)}_{_safe(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
         for fmt in formats:
             path = out_dir / f"{stem}.{fmt}"
             fig.savefig(path, dpi=150)
@@ -220,6 +224,9 @@ def summary_table(
     d["_w"] = -d["weight"].fillna(0.0)
     d = d.sort_values(["pair", "order", "_w", "head"], na_position="first")
     d["label"] = [method_label(m, w, h) for m, w, h in zip(d["method"], d["weight"], d["head"], strict=True)]
+    groups = d["settings_group"].fillna("")
+    if d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1:  # settings that differ: rows apart
+        d["label"] = [f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)]
 
     columns: list[tuple[str, str]] = []
     for task, metric in d[["task", "metric"]].drop_duplicates().itertuples(index=False):

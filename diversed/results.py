@@ -77,6 +77,7 @@ RUN_FIELDS = (
     "normalized_latency",  # latency_s / the autoregressive point's
     "mean_w",  # mean w the head chose; dynamic only
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
+    "settings_group",  # the same without the seed: records averaged over seeds share it
     "key",  # grid_key(...) of the fields above
 )
 
@@ -369,10 +370,12 @@ def _result_files(path: Path) -> list[Path]:
 
 def fill_normalized_time(df: pd.DataFrame) -> pd.DataFrame:
     """Fill missing `normalized_time` with wall_time_s / the mean autoregressive wall_time_s of
-    the same pair, task, temperature and n_examples (over seeds); values already set are kept."""
-    cols = ["pair", "task", "temperature", "n_examples"]
-    ar = df[df["method"] == "autoregressive"].groupby(cols, dropna=False)["wall_time_s"].mean()
-    base = df[cols].merge(ar.rename("_ar").reset_index(), on=cols, how="left")["_ar"].to_numpy()
+    the same pair, task, temperature, n_examples and settings group (over seeds); values already
+    set are kept."""
+    cols = ["pair", "task", "temperature", "n_examples", "settings_group"]
+    keys = df[cols].astype(object).where(df[cols].notna(), "")  # None and NaN alike, one dtype
+    ar = df.assign(**keys)[df["method"] == "autoregressive"].groupby(cols)["wall_time_s"].mean()
+    base = keys.merge(ar.rename("_ar").reset_index(), on=cols, how="left")["_ar"].to_numpy()
     df = df.copy()
     df["normalized_time"] = df["normalized_time"].fillna(
         pd.Series(df["wall_time_s"].to_numpy() / base, df.index)

@@ -293,3 +293,15 @@ def test_show_prints_examples_side_by_side(tmp_path, toy_tiny_dir, capsys):
     assert text.count("reference ") == 2 and "prompt    …Q: " in text and len(rows) == 4
     one = show([str(tmp_path), "--examples", ids[2]])
     assert f"== example {ids[2]}" in one and "== example" in capsys.readouterr().out
+
+
+def test_plots_keep_different_settings_apart(tmp_path, toy_tiny_dir):
+    from diversed.plot import plot_pareto, summary_table
+
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "task.max_new_tokens=4"))
+    df = load_results(tmp_path)
+    paths = plot_pareto(df, tmp_path / "plots", formats=("png",))
+    assert len(paths) == 2 and all("_s" in p.stem for p in paths)  # one figure per settings, not averaged
+    table = summary_table(df)
+    assert len(table) == 6 and all("[settings " in label for _, label in table.index)
