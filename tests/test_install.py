@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,13 @@ with initialize_config_dir(config_dir=diversed.CONFIG_DIR, version_base="1.3"):
 
 
 def test_a_wheel_ships_the_configs_and_every_entry_point_composes(tmp_path):
-    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    wheels, target, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "source"
+    # built from a copy: setuptools leaves build/ beside the sources, which later wheels would reuse
+    shutil.copytree(ROOT / "diversed", source / "diversed", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)  # noqa: E731
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT))
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(source))
     wheel = next(wheels.glob("diversed-*.whl"))
     run(sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel))
     configs = sorted(p.relative_to(target).as_posix() for p in (target / "diversed" / "configs").rglob("*.yaml"))
