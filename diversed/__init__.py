@@ -27,6 +27,9 @@ _EXPORTS = {
     "Lossless": "diversed.verify",
     "StaticEnsemble": "diversed.verify",
     "DynamicEnsemble": "diversed.verify",
+    "LossySD": "diversed.rules",
+    "Cascade": "diversed.rules",
+    "TypicalAcceptance": "diversed.rules",
 }
 __all__ = sorted(_EXPORTS)
 

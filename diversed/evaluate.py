@@ -45,7 +45,7 @@ from diversed.heads import WeightHead
 from diversed.inputs import left_pad
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.pair import describe_pair
-from diversed.preflight import check_context, check_heads, describe
+from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
 from diversed.results import ResultStore, grid_key, mean_ci
@@ -61,9 +61,13 @@ log = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- the grid
 
 
-def grid(sweep: DictConfig | dict, heads: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def grid(sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
     """Grid points in run order: per temperature, the non-speculative methods first, then per N
-    each speculative method at each value of its knob (`sweep.<Method.sweep>`; heads by path)."""
+    each speculative method at each combination of its knobs' values (`sweep.<key>` per knob;
+    heads and fine-tuned drafts by path), skipping combinations the method does not have."""
+    import itertools
+
+    lists = {"heads": list(heads), "draft_models": list(drafts or {})}
     methods = [m for m in METHOD_NAMES if m in set(sweep["methods"])]
     for temperature in sweep["temperatures"]:
         for name in methods:
@@ -75,12 +79,11 @@ def grid(sweep: DictConfig | dict, heads: dict[str, Any]) -> Iterator[dict[str, 
                 m = METHODS[name]
                 if not m.speculative:
                     continue
-                if not m.knobs:
-                    yield {"method": name, **base}
-                    continue
-                values = list(heads) if m.sweep == "heads" else [float(v) for v in sweep[m.sweep]]
-                for value in values:
-                    yield {"method": name, m.knobs[0]: value, **base}
+                values = [lists[key] if key in lists else list(sweep[key]) for key in m.sweeps]
+                for combination in itertools.product(*values):
+                    point = {"method": name, **dict(zip(m.knobs, combination, strict=True)), **base}
+                    if m.valid is None or m.valid(point):
+                        yield point
 
 
 def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifier | None:
@@ -95,29 +98,50 @@ def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
     return {str(p): WeightHead.from_pretrained(p, **sizes).to(pair.device).eval() for p in paths}
 
 
+def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
+    """Each fine-tuned draft (a `save_pretrained` directory) in the pair's dtype, on its device,
+    frozen, on the pair's forward path; keyed by its path."""
+    from transformers import AutoModelForCausalLM
+
+    from diversed.forward import use_forward
+
+    drafts = {}
+    for path in paths:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype).to(pair.device)
+        model.eval().requires_grad_(False)
+        use_forward(model, pair.forward)
+        drafts[str(path)] = model
+    return drafts
+
+
 # ----------------------------------------------------------------------------- one grid point
 
 
 def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, *, max_new: int, seed: int,
-           stop=None, engine: dict[str, Any] | None = None):  # fmt: skip
-    """One batch by the point's method: the engine, our autoregressive loop, or transformers;
-    rows end at EOS, at `max_new` tokens, or where `stop` (a task's `stopper`) says."""
+           stop=None, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None):  # fmt: skip
+    """One batch by the point's method: the engine, our autoregressive loop, or transformers (alone,
+    or assisted with its static ensemble); rows end at EOS, at `max_new` tokens, or where `stop`
+    (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's."""
     tok, T = pair.tokenizer, point["temperature"]
     common = {"max_new_tokens": max_new, "do_sample": T > 0, "temperature": T if T > 0 else 1.0,
               "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "stop": stop}  # fmt: skip
     generator = torch.Generator(device=ids.device).manual_seed(seed)
-    decoder = METHODS[point["method"]].decoder
-    if decoder == "transformers":
+    method = METHODS[point["method"]]
+    draft = (drafts or {}).get(point.get("draft_model"), pair.draft)
+    if method.decoder == "transformers":
         torch.manual_seed(seed)  # transformers samples from the global generator
-        return transformers_generate(pair.target, ids, mask, **common)
-    if decoder == "autoregressive":
+        if not method.speculative:
+            return transformers_generate(pair.target, ids, mask, **common)
+        return transformers_generate(pair.target, ids, mask, draft=draft, ensemble_weight=point.get("weight"),
+                                     num_draft_tokens=point["num_draft_tokens"], **common)  # fmt: skip
+    if method.decoder == "autoregressive":
         return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
-    return speculative_generate(pair.target, pair.draft, ids, mask, verifier=verifier, generator=generator,
+    return speculative_generate(pair.target, draft, ids, mask, verifier=verifier, generator=generator,
                                 num_draft_tokens=point["num_draft_tokens"], **(engine or {}), **common)  # fmt: skip
 
 
 def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
-              seed: int, engine: dict[str, Any] | None = None):  # fmt: skip
+              seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None):  # fmt: skip
     """Decode every example once and score it; returns (record fields, per-example rows)."""
     tok = pair.tokenizer
     examples = list(task)
@@ -130,7 +154,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
         out = decode(pair, point, verifier, ids, mask, max_new=task.max_new_tokens, seed=seed + start, stop=stop,
-                     engine=engine)  # fmt: skip
+                     engine=engine, drafts=drafts)  # fmt: skip
         stats, n_new = out.stats, out.stats.new_tokens
         wall += stats.wall_time_s
         completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
@@ -164,14 +188,15 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
 
 
 def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
-               seed: int, timing: dict[str, Any], engine: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+               seed: int, timing: dict[str, Any], engine: dict[str, Any] | None = None,
+               drafts: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
     Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
     each of the first `latency_examples` alone at batch 1, the mean per sample, as often."""
     tok = pair.tokenizer
     prompts = task.encode(tok, list(task))
     stop = task.stopper(tok)
-    kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine}
+    kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
 
     def passes(batches: list[list[list[int]]], count: int) -> list[float]:
         times = []
@@ -234,19 +259,22 @@ def evaluate(cfg: DictConfig) -> Path:
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
     head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
-    if "dynamic" in sweep.methods and not head_digests:
-        log.warning("sweep.methods has dynamic but sweep.heads is empty: no dynamic points")
+    draft_digests = check_drafts(card, list(sweep.draft_models) if "finetuned_draft" in sweep.methods else [])
+    for method, key, found in (("dynamic", "heads", head_digests), ("finetuned_draft", "draft_models", draft_digests)):
+        if method in sweep.methods and not found:
+            log.warning(f"sweep.methods has {method} but sweep.{key} is empty: no {method} points")
     common = settings_fingerprint(cfg, task, card)
     name = card.name if card is not None else str(cfg.pair.get("name"))
     meta = {"pair": name, "task": task.name, "seed": int(cfg.seed), "n_examples": len(task), "metric": task.metric}
     extras = {k: getattr(task, k) for k in ("use_stemmer", "max_summary_words") if hasattr(task, k)}
 
-    def settings_of(point: dict[str, Any]) -> dict[str, Any]:
-        return {**common, "head": head_digests[point["head"]]} if point.get("head") else common
+    def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
+        extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}
+        return {**common, **{k: v for k, v in extra.items() if v}}
 
     # one group for every seed of these settings: plots average over seeds within a group only
-    group = digest({k: v for k, v in common.items() if k != "seed"})
-    points = [{**p, "settings": digest(settings_of(p))} for p in grid(sweep, head_digests)]
+    group, baseline = digest({k: v for k, v in common.items() if k != "seed"}), digest(common)
+    points = [{**p, "settings": digest(settings_of(p))} for p in grid(sweep, head_digests, draft_digests)]
     done = store.done_keys()
     todo = [p for p in points if grid_key(**meta, **p) not in done]
     legacy = sum(1 for r in store.records() if not r.get("settings"))
@@ -259,7 +287,7 @@ def evaluate(cfg: DictConfig) -> Path:
 
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)
-    heads = load_heads(list(head_digests), pair)
+    heads, drafts = load_heads(list(head_digests), pair), load_drafts(list(draft_digests), pair)
     loggers = make_loggers(cfg)
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
@@ -270,19 +298,20 @@ def evaluate(cfg: DictConfig) -> Path:
             bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
             _keep_settings(run_dir, point["settings"], settings_of(point), cfg)
             verifier = make_verifier(point, heads)
-            args = {"batch_size": int(sweep.batch_size), "seed": int(cfg.seed), "engine": engine}
+            batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
+            args = {"batch_size": batch, "seed": int(cfg.seed), "engine": engine, "drafts": drafts}
             fields, rows = run_point(pair, task, point, verifier, **args)
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields.setdefault("wall_time_s", fields["scored_wall_time_s"])  # repeats = 0: the scored pass
             fields["tokens_per_s"] = fields["new_tokens"] / fields["wall_time_s"] if fields["wall_time_s"] else None
             fields["time_per_token_s"] = fields["wall_time_s"] / max(fields["new_tokens"], 1)
             if point["method"] == "autoregressive":
-                base[(point["temperature"], point["settings"])] = fields
-            ar = base.get((point["temperature"], point["settings"]))
+                base[(point["temperature"], baseline)] = fields
+            ar = base.get((point["temperature"], baseline))
             for what in ("wall_time_s", "latency_s", "time_per_token_s"):
                 norm = {"wall_time_s": "normalized_time", "latency_s": "normalized_latency"}.get(what, f"normalized_{what}")
                 fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
-            fields["timing"] = {**timing, "batch_size": int(sweep.batch_size), "threads": torch.get_num_threads(),
+            fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
                                 "device": str(pair.device)}  # fmt: skip
             record = store.write({**meta, **point, **fields, **extras, "settings_group": group}, rows)
             for lg in loggers:
@@ -294,8 +323,8 @@ def evaluate(cfg: DictConfig) -> Path:
 
 def _line(r: dict[str, Any]) -> str:
     """One record as a rounded log line."""
-    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={Path(str(r[k])).parent.name or r[k]}"
-                   for k in ("weight", "head") if r.get(k) is not None)  # fmt: skip
+    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={Path(str(r[k])).name or r[k]}"
+                   for k in METHODS[r["method"]].knobs if r.get(k) is not None)  # fmt: skip
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
     norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""

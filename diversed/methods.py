@@ -26,19 +26,24 @@ class Method:
     speculative: bool  # has num_draft_tokens and an acceptance rate
     decoder: str = "engine"  # engine (speculative_generate) | autoregressive (our loop) | transformers
     knobs: tuple[str, ...] = ()  # record fields set for this method, and only for it
-    sweep: str | None = None  # the sweep config key listing the knob values, one grid point each
+    sweeps: tuple[str, ...] = ()  # per knob, the sweep config key listing its values (grid: their product)
     verifier: Callable[[Mapping[str, Any], Mapping[str, Any]], Any] | None = None  # (point, heads) -> Verifier
+    family: str | None = None  # the knob drawn as a line (a front); the other knobs name the line
+    batch_one: bool = False  # decoded one example at a time whatever sweep.batch_size (transformers' assisted)
+    valid: Callable[[Mapping[str, Any]], bool] | None = None  # which knob values exist for it
+    summary: str = ""  # what the method is, in one sentence (README, legends)
 
     def describe(self, record: Mapping[str, Any]) -> str:
         """The label of one record, e.g. "Static w=0.5"."""
         values = {k: record.get(k) for k in self.knobs}
-        if "head" in values and values["head"] is not None:
-            values["head"] = head_label(values["head"])
+        for k in ("head", "draft_model"):
+            if values.get(k) is not None:
+                values[k] = head_label(values[k])
         return self.label.format(**values)
 
 
 def head_label(head: Any) -> str:
-    """A short name for a head path: its last two path parts without the suffix."""
+    """A short name for a head or model path: its last two path parts without the suffix."""
     parts = Path(str(head)).with_suffix("").parts
     return "/".join(parts[-2:]) if parts else str(head)
 
@@ -61,18 +66,58 @@ def _dynamic(point, heads):
     return DynamicEnsemble(heads[point["head"]])
 
 
+def _lossy(point, heads):
+    from diversed.rules import LossySD
+
+    return LossySD(point["lenience"])
+
+
+def _cascade(point, heads):
+    from diversed.rules import Cascade
+
+    return Cascade(point["cascade_rule"], point["cascade_alpha"])
+
+
+def _typical(point, heads):
+    from diversed.rules import TypicalAcceptance
+
+    return TypicalAcceptance(point["typical_epsilon"], point["typical_delta"])
+
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        # the time baseline: the target alone on the engine's own forward path (autoregressive.py)
-        Method("autoregressive", "Autoregressive", speculative=False, decoder="autoregressive"),
-        # a reference: transformers' `generate` with the target alone (another forward path)
-        Method("hf_generate", "transformers generate", speculative=False, decoder="transformers"),
-        Method("lossless", "Lossless SD", speculative=True, verifier=_lossless),
-        Method("static", "Static w={weight:g}", speculative=True, knobs=("weight",), sweep="weights", verifier=_static),
-        Method("dynamic", "DIVERSED ({head})", speculative=True, knobs=("head",), sweep="heads", verifier=_dynamic),
+        Method("autoregressive", "Autoregressive", speculative=False, decoder="autoregressive",
+               summary="the target alone, one token per step on the engine's own forward path: the time baseline"),
+        Method("hf_generate", "transformers generate", speculative=False, decoder="transformers",
+               summary="the target alone through transformers' `generate` (another forward path): a reference"),
+        Method("lossless", "Lossless SD", speculative=True, verifier=_lossless,
+               summary="standard speculative decoding: accept with min(1, p/q), output distributed as the target"),
+        Method("finetuned_draft", "SD, fine-tuned draft ({draft_model})", speculative=True, verifier=_lossless,
+               knobs=("draft_model",), sweeps=("draft_models",),
+               summary="lossless SD with a draft distilled towards the target (`python -m diversed.distill`)"),
+        Method("static", "Static w={weight:g}", speculative=True, knobs=("weight",), sweeps=("weights",),
+               verifier=_static, family="weight",
+               summary="the static ensemble: verify against v = w·p + (1 − w)·q with one w everywhere"),
+        Method("hf_static", "transformers static w={weight:g}", speculative=True, decoder="transformers",
+               knobs=("weight",), sweeps=("weights",), family="weight", batch_one=True,
+               valid=lambda point: 0.0 < point["weight"] < 1.0,
+               summary="transformers' own static ensemble (`assistant_ensemble_weight`, batch 1): an outside reference"),
+        Method("lossy", "Lossy SD l={lenience:g}", speculative=True, knobs=("lenience",), sweeps=("lenience",),
+               verifier=_lossy, family="lenience",
+               summary="Leviathan et al.'s lenience: accept with min(1, p/(l·q)), residual max(0, p − l·q)"),
+        Method("cascade", "Cascade {cascade_rule} α={cascade_alpha:g}", speculative=True,
+               knobs=("cascade_rule", "cascade_alpha"), sweeps=("cascade_rules", "cascade_alphas"),
+               verifier=_cascade, family="cascade_alpha",
+               summary="token-level speculative cascades: a deferral rule picks p or q per position, SD against it"),
+        Method("typical", "Typical ε={typical_epsilon:g} δ={typical_delta:g}", speculative=True,
+               knobs=("typical_epsilon", "typical_delta"), sweeps=("typical_epsilons", "typical_deltas"),
+               verifier=_typical, family="typical_epsilon",
+               summary="Medusa's typical acceptance: accept x if p(x) > min(ε, δ·exp(−H(p)))"),
+        Method("dynamic", "DIVERSED ({head})", speculative=True, knobs=("head",), sweeps=("heads",),
+               verifier=_dynamic, summary="a learned, context-dependent w from both models' hidden states"),
     )
-}
+}  # fmt: skip
 METHOD_NAMES = tuple(METHODS)  # also the order of rows in tables
 KNOB_FIELDS = tuple(dict.fromkeys(k for m in METHODS.values() for k in m.knobs))
 
@@ -81,6 +126,9 @@ def method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; choose from {METHOD_NAMES}")
     return METHODS[name]
+
+
+FLOAT_KNOBS = ("weight", "lenience", "cascade_alpha", "typical_epsilon", "typical_delta")
 
 
 def check_record_fields(fields: Mapping[str, Any], missing: Callable[[Any], bool]) -> None:

@@ -57,6 +57,32 @@ def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
     return digests
 
 
+def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
+    """Each fine-tuned draft's digest, after checking it is a saved model whose vocabulary (and
+    tokenizer, if it has one) is the pair's."""
+    from diversed.inputs import shared_vocab
+    from diversed.provenance import model_digest
+
+    digests = {}
+    for draft in drafts:
+        path = Path(draft)
+        if not (path / "config.json").is_file():
+            raise ValueError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
+                             "with python -m diversed.distill")  # fmt: skip
+        if card is not None:
+            from transformers import AutoConfig, AutoTokenizer
+
+            from diversed.pair import check_tokenizers
+
+            config = AutoConfig.from_pretrained(path)
+            text = config.get_text_config() if hasattr(config, "get_text_config") else config
+            shared_vocab(card.vocab["target"], int(text.vocab_size))
+            if (path / "tokenizer_config.json").is_file():
+                check_tokenizers(card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}")
+        digests[str(draft)] = model_digest(path)
+    return digests
+
+
 def describe(card: Any) -> dict[str, Any]:
     """The card as a plain dict for logs and settings files."""
     if card is None:

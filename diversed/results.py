@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diversed.methods import check_record_fields
+from diversed.methods import FLOAT_KNOBS, check_record_fields
 
 # Fields that identify a grid point, in key order.
 GRID_FIELDS = (
@@ -49,7 +49,8 @@ GRID_FIELDS = (
 )
 # Fields that join the key only when set, so that keys written before they existed stay the same
 # (such records are read, never resumed into: their key lacks the settings digest).
-OPTIONAL_GRID_FIELDS = ("settings",)
+OPTIONAL_GRID_FIELDS = ("lenience", "cascade_rule", "cascade_alpha", "typical_epsilon", "typical_delta",
+                        "draft_model", "settings")  # fmt: skip
 
 # Every run record has these (missing measurements are None); extra fields are kept as they are.
 RUN_FIELDS = (
@@ -59,6 +60,12 @@ RUN_FIELDS = (
     "method",  # one of methods.METHODS
     "weight",  # w, the weight on the target in v = w·p + (1−w)·q; static only
     "head",  # path or name of the trained weighting head; dynamic only
+    "lenience",  # lossy SD's l
+    "cascade_rule",  # chow | diff | opt
+    "cascade_alpha",
+    "typical_epsilon",  # typical acceptance's ε and δ
+    "typical_delta",
+    "draft_model",  # the fine-tuned draft (finetuned_draft)
     "num_draft_tokens",  # N drafts per round; None for autoregressive
     "temperature",  # 0.0 is greedy
     "seed",
@@ -75,7 +82,7 @@ RUN_FIELDS = (
     "latency_s",  # mean wall time per sample at batch 1 (timing.latency), median over passes
     "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings
     "normalized_latency",  # latency_s / the autoregressive point's
-    "mean_w",  # mean w the head chose; dynamic only
+    "mean_w",  # mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
     "settings_group",  # the same without the seed: records averaged over seeds share it
     "key",  # grid_key(...) of the fields above
@@ -85,7 +92,7 @@ EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "acc
 
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
-    "weight", "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
+    "weight", "lenience", "cascade_alpha", "typical_epsilon", "typical_delta", "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
     "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
     "normalized_latency", "mean_w",
 )  # fmt: skip
@@ -107,7 +114,7 @@ def _norm(name: str, value: Any) -> Any:
         return None
     if name in _INT_FIELDS:
         return int(value)
-    if name in ("weight", "temperature"):
+    if name == "temperature" or name in FLOAT_KNOBS:
         return round(float(value), 6) + 0.0  # + 0.0 turns -0.0 into 0.0
     return str(value)
 

@@ -96,6 +96,12 @@ class SweepSettings(_Model):
     temperatures: Annotated[list[Temperature], Field(min_length=1)]
     heads: list[str] = []
     batch_size: PositiveInt = 16
+    lenience: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
+    cascade_rules: list[Literal["chow", "diff", "opt"]] = []
+    cascade_alphas: list[Annotated[float, Field(ge=0.0)]] = []
+    typical_epsilons: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
+    typical_deltas: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
+    draft_models: list[str] = []
 
     @field_validator("methods")
     @classmethod

@@ -136,7 +136,7 @@ class Verifier(nn.Module):
 
     def accept(self, p: Tensor, q: Tensor, x: Tensor, w: Any, generator: torch.Generator | None) -> Tensor:
         # accept x with probability min(1, p(x)/q(x)): u·q(x) < p(x), u ~ U[0, 1)
-        return ensemble_accept(_at_token(p, x), _at_token(q, x), 1.0, _uniform(x, generator))
+        return ensemble_accept(at_token(p, x), at_token(q, x), 1.0, uniform(x, generator))
 
     def rejection(self, p: Tensor, q: Tensor, w: Any) -> Tensor:
         return residual(p, q)
@@ -154,12 +154,12 @@ class Verifier(nn.Module):
         return p.argmax(-1)
 
 
-def _at_token(probs: Tensor, x: Tensor) -> Tensor:
+def at_token(probs: Tensor, x: Tensor) -> Tensor:
     """probs[..., x] for each position: [b, n, V], [b, n] -> [b, n]."""
     return probs.gather(-1, x.unsqueeze(-1)).squeeze(-1)
 
 
-def _uniform(x: Tensor, generator: torch.Generator | None) -> Tensor:
+def uniform(x: Tensor, generator: torch.Generator | None) -> Tensor:
     """u ~ U[0, 1) per drafted token."""
     return torch.rand(x.shape, device=x.device, generator=generator)
 
@@ -175,7 +175,7 @@ class Ensemble(Verifier):
 
     def accept(self, p, q, x, w, generator) -> Tensor:
         # accept with probability min(1, 1 − w + w·p(x)/q(x))
-        return ensemble_accept(_at_token(p, x), _at_token(q, x), w, _uniform(x, generator))
+        return ensemble_accept(at_token(p, x), at_token(q, x), w, uniform(x, generator))
 
     def rejection(self, p, q, w) -> Tensor:
         return residual(p, q)  # normalize(max(0, v − q)) = normalize(max(0, p − q))

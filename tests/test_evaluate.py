@@ -33,6 +33,7 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
         "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
         "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
         "timing.warmup=0", "timing.repeats=1", "runtime.progress=false",
+        "sweep.methods=[autoregressive,lossless,static,dynamic]",
     ]  # fmt: skip
     return compose_run("evaluate", out, pair_dir, small, overrides)
 
