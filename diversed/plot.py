@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import load_results, pareto_front
+from diversed.results import best_at_quality, load_results, pareto_front
 
 _SETTING = [
     "pair",
@@ -38,6 +38,12 @@ _SETTING = [
     "method",
     "weight",
     "head",
+    "lenience",
+    "cascade_rule",
+    "cascade_alpha",
+    "typical_epsilon",
+    "typical_delta",
+    "draft_model",
     "num_draft_tokens",
     "temperature",
     "n_examples",
@@ -58,11 +64,11 @@ def _mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
     return vals.groupby(cols, dropna=False, sort=False).mean().reset_index()
 
 
-def method_label(method: str, weight: float | None = None, head: str | None = None) -> str:
+def method_label(method: str, weight: float | None = None, head: str | None = None, **knobs: object) -> str:
     """The row label of the summary table, e.g. "Static w=0.5", "DIVERSED (llama/head)"."""
     if method not in METHODS:
         return str(method)
-    return METHODS[method].describe({"weight": weight, "head": head})
+    return METHODS[method].describe({"weight": weight, "head": head, **knobs})
 
 
 def _safe(name: object) -> str:
@@ -80,8 +86,38 @@ def _most_rows(values: pd.Series) -> object:
 # ---------------------------------------------------------------------------- Pareto figures
 
 
+# How each knob family is drawn: a marker and a line style (the color is the draft length N).
+_FAMILY_STYLE = {"static": ("o", "-"), "hf_static": ("h", (0, (1, 1))), "lossy": ("^", "--"),
+                 "cascade": ("v", ":"), "typical": ("d", "-.")}  # fmt: skip
+_KNOB_NAME = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
+_SINGLE_STYLE = {"lossless": ("s", 8), "hf_generate": ("P", 9), "finetuned_draft": ("D", 8)}
+
+
+def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]:
+    """Each family line of a frame: (method, the other knobs' values, its rows in knob order)."""
+    out = []
+    for name, m in METHODS.items():
+        rows = d[d["method"] == name]
+        if m.family is None or rows.empty:
+            continue
+        others = [k for k in m.knobs if k != m.family]
+        groups = rows.groupby(others, dropna=False, sort=True) if others else [((), rows)]
+        for values, g in groups:
+            values = values if isinstance(values, tuple) else (values,)
+            out.append((name, dict(zip(others, values, strict=True)), g.sort_values(m.family)))
+    return out
+
+
+def _line_label(name: str, others: dict[str, object]) -> str:
+    m = METHODS[name]
+    knobs = ", ".join(f"{k.removeprefix('cascade_').removeprefix('typical_')}={v}" for k, v in others.items())
+    return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {_KNOB_NAME.get(m.family, m.family)} labelled"
+
+
 def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minimize: bool) -> None:
-    """One panel: quality (x) against `y` for every method of one (pair, task, temperature)."""
+    """One panel: quality (x) against `y` for every method of one (pair, task, temperature): each
+    knob family as a line over its knob (values labelled) with its Pareto front drawn thick, the
+    other methods as markers."""
     ar = d[d["method"] == "autoregressive"]
     for _, r in ar.iterrows():
         if y == "acceptance_rate" or pd.isna(r[y]):  # no acceptance rate: mark its quality
@@ -90,27 +126,23 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
             ax.plot(r["score"], r[y], "X", color="black", ms=10, zorder=4)
     if y == "normalized_time":
         ax.axhline(1.0, color="0.7", ls=":", lw=1, zorder=0)
+        for _, r in d[(d["method"] == "hf_generate") & d[y].notna()].iterrows():
+            ax.plot(r["score"], r[y], "P", color="0.3", ms=9, zorder=4)
 
     for n, color in colors.items():
         dn = d[(d["num_draft_tokens"] == n) & d[y].notna()]
-        st = dn[dn["method"] == "static"].sort_values("weight")
-        if len(st):
-            ax.plot(st["score"], st[y], "o-", color=color, ms=4, lw=1, alpha=0.8, zorder=3)
-            for _, r in st.iterrows():
-                ax.annotate(
-                    f"{r['weight']:g}",
-                    (r["score"], r[y]),
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                    fontsize=6.5,
-                    color=color,
-                )
-            front = pareto_front(st, "score", y, maximize=(True, not minimize))
-            ax.plot(
-                front["score"], front[y], "-", color=color, lw=5, alpha=0.25, solid_capstyle="round", zorder=2
-            )
-        for _, r in dn[dn["method"] == "lossless"].iterrows():
-            ax.plot(r["score"], r[y], "s", color=color, mec="black", ms=8, zorder=4)
+        for name, _, line in _lines(dn):
+            marker, style = _FAMILY_STYLE.get(name, ("o", "-"))
+            family = METHODS[name].family
+            ax.plot(line["score"], line[y], marker=marker, ls=style, color=color, ms=4, lw=1, alpha=0.8, zorder=3)
+            for _, r in line.iterrows():
+                ax.annotate(f"{r[family]:g}", (r["score"], r[y]), xytext=(3, 3), textcoords="offset points",
+                            fontsize=6, color=color)  # fmt: skip
+            front = pareto_front(line, "score", y, maximize=(True, not minimize))
+            ax.plot(front["score"], front[y], "-", color=color, lw=5, alpha=0.2, solid_capstyle="round", zorder=2)
+        for name, (marker, size) in _SINGLE_STYLE.items():
+            for _, r in dn[dn["method"] == name].iterrows():
+                ax.plot(r["score"], r[y], marker, color=color, mec="black", ms=size, zorder=4)
         for _, r in dn[dn["method"] == "dynamic"].iterrows():
             ax.plot(r["score"], r[y], heads[r["head"]], color=color, mec="black", ms=12, zorder=5)
 
@@ -126,20 +158,28 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
     ax.grid(alpha=0.3)
 
 
-def _legend(colors: dict, heads: dict, methods: set[str]) -> list[Line2D]:
-    """Legend entries for the draft lengths and the methods present in the figure."""
+def _legend(colors: dict, heads: dict, d: pd.DataFrame) -> list[Line2D]:
+    """Legend entries for the draft lengths and the methods present in the figure; a family's
+    entry names its knob."""
 
     def handle(marker: str, color: str, label: str, **kw) -> Line2D:
         return Line2D([], [], marker=marker, color=color, label=label, **kw)
 
+    methods = set(d["method"])
     out = [handle("", c, f"N = {n}", lw=4) for n, c in colors.items()]
-    if "static" in methods:
-        out += [
-            handle("o", "0.3", "static, w labelled", ms=4, lw=1),
-            handle("", "0.3", "static Pareto front", lw=5, alpha=0.25),
-        ]
-    if "lossless" in methods:
-        out.append(handle("s", "0.5", "lossless SD", ls="", mec="black", ms=8))
+    seen = set()
+    for name, others, _ in _lines(d):
+        label = _line_label(name, others)
+        if label not in seen:
+            seen.add(label)
+            marker, style = _FAMILY_STYLE.get(name, ("o", "-"))
+            out.append(handle(marker, "0.3", label, ms=4, lw=1, ls=style))
+    if seen:
+        out.append(handle("", "0.3", "each line's Pareto front", lw=5, alpha=0.2))
+    labels = {"lossless": "lossless SD", "hf_generate": "transformers generate", "finetuned_draft": "SD, fine-tuned draft"}
+    for name, (marker, size) in _SINGLE_STYLE.items():
+        if name in methods:
+            out.append(handle(marker, "0.5", labels[name], ls="", mec="black", ms=size))
     out += [
         handle(m, "0.5", method_label("dynamic", head=h), ls="", mec="black", ms=11) for h, m in heads.items()
     ]
@@ -185,7 +225,7 @@ def plot_pareto(
         mode = "greedy" if temp == 0 else "sampling"
         fig.suptitle(f"{pair} · {task} · temperature {temp:g} ({mode})" + (f" · settings {settings[:6] or 'old'}" if several else ""))
         fig.legend(
-            handles=_legend(colors, heads, set(g["method"])),
+            handles=_legend(colors, heads, g),
             loc="outside right upper",
             fontsize=8,
             frameon=False,
@@ -202,28 +242,35 @@ def plot_pareto(
 
 
 def summary_table(
-    df: pd.DataFrame, *, num_draft_tokens: int | None = None, temperature: float | None = None
+    df: pd.DataFrame, *, num_draft_tokens: int | None = None, temperature: float | None = None, best: bool = False
 ) -> pd.DataFrame:
     """The paper's Table 1: rows (pair, method label), columns (task, "acceptance_rate") and
     (task, <metric>), each the mean over seeds.
 
     One draft length and temperature per table: by default the temperature with the most rows,
     then the N with the most rows at that temperature (autoregressive rows have no N and are
-    kept). The choice is stored in `table.attrs`. Rows: Autoregressive, Lossless SD, Static
-    from w = 1 down to w = 0, then the DIVERSED heads.
+    kept). The choice is stored in `table.attrs`. Rows in `methods.METHOD_NAMES` order, a
+    family's settings from the largest knob down. With `best`, each knob family keeps only its
+    best setting at the quality of autoregressive decoding (`results.best_at_quality`).
     """
     if temperature is None:
         temperature = _most_rows(df["temperature"])
     d = df[np.isclose(df["temperature"].astype(float), float(temperature))]
     if num_draft_tokens is None:
         num_draft_tokens = _most_rows(d.loc[d["method"] != "autoregressive", "num_draft_tokens"])
-    d = d[(d["method"] == "autoregressive") | (d["num_draft_tokens"] == num_draft_tokens)]
+    d = d[~d["method"].map(lambda m: METHODS[m].speculative if m in METHODS else True) | (d["num_draft_tokens"] == num_draft_tokens)]
     d = _mean_over_seeds(d)
+    if best:
+        d = best_at_quality(d)
 
     d["order"] = d["method"].map({m: i for i, m in enumerate(METHOD_NAMES)})
-    d["_w"] = -d["weight"].fillna(0.0)
-    d = d.sort_values(["pair", "order", "_w", "head"], na_position="first")
-    d["label"] = [method_label(m, w, h) for m, w, h in zip(d["method"], d["weight"], d["head"], strict=True)]
+    knobs = [k for k in ("cascade_rule", "typical_delta") if k in d]
+    d["_w"] = -d[["weight", "lenience", "cascade_alpha", "typical_epsilon"]].bfill(axis=1).iloc[:, 0].fillna(0.0)
+    d = d.sort_values(["pair", "order", *knobs, "_w", "head", "draft_model"], na_position="first")
+    fields = [c for c in ("weight", "head", "lenience", "cascade_rule", "cascade_alpha", "typical_epsilon",
+                          "typical_delta", "draft_model") if c in d]  # fmt: skip
+    d["label"] = [method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
+                  for _, r in d.iterrows()]  # fmt: skip
     groups = d["settings_group"].fillna("")
     if d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1:  # settings that differ: rows apart
         d["label"] = [f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)]
@@ -244,6 +291,7 @@ def summary_table(
     table.attrs.update(
         num_draft_tokens=None if num_draft_tokens is None else int(num_draft_tokens),
         temperature=float(temperature),
+        best=best,
     )
     return table
 
@@ -260,17 +308,18 @@ def _markdown(table: pd.DataFrame, digits: int = 3) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write a `summary_table` as `table.md` (with a caption line) and `table.csv`."""
+def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -> list[Path]:
+    """Write a `summary_table` as `<name>.md` (with a caption line) and `<name>.csv`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     n, t = table.attrs.get("num_draft_tokens"), table.attrs.get("temperature")
+    best = " Each knob family: its best setting at the quality of autoregressive decoding." if table.attrs.get("best") else ""
     caption = (
-        f"N = {n} draft tokens, temperature {t:g}; acceptance rate and quality, mean over seeds.\n\n"
+        f"N = {n} draft tokens, temperature {t:g}; acceptance rate and quality, mean over seeds.{best}\n\n"
         if t is not None
         else ""
     )
-    md, csv = out_dir / "table.md", out_dir / "table.csv"
+    md, csv = out_dir / f"{name}.md", out_dir / f"{name}.csv"
     md.write_text(caption + _markdown(table))
     flat = table.copy()
     flat.columns = [f"{task} {q}" for task, q in table.columns]
@@ -298,9 +347,9 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     if df.empty:
         parser.error(f"no run records found in {args.results}")
     paths = plot_pareto(df, args.out, formats=args.formats)
-    paths += write_table(
-        summary_table(df, num_draft_tokens=args.num_draft_tokens, temperature=args.temperature), args.out
-    )
+    slice_ = {"num_draft_tokens": args.num_draft_tokens, "temperature": args.temperature}
+    paths += write_table(summary_table(df, **slice_, best=True), args.out)  # each family's best at AR quality
+    paths += write_table(summary_table(df, **slice_), args.out, name="table_all")  # every setting
     for p in paths:
         print(p)
     return paths
