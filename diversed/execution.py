@@ -1,83 +1,67 @@
 """Run generated Python programs (MBPP completions plus their tests) and report which pass.
 
-How a program runs. `run_program` writes the program into a fresh scratch directory and starts
-this file as a script (`python -I -B`), inside bubblewrap where it can. That process, the
-*monitor*, forks once: the child locks itself down, runs the program and, only if the program's
-last line ran, writes a random sentinel (the monitor read it from stdin) to stdout. A program
-passes when it exits 0 *and* its output ends with the sentinel, so `os._exit(0)` or `sys.exit(0)`
-before the tests does not pass. The monitor enforces the timeout itself: it kills and reaps the
-child, and everything the child left behind, before it exits, and says on a pipe that the program
-never holds whether it timed out. So when `run_program` returns nothing the program started is
-still running. The caller kills the monitor's process group only as a backstop.
+`run_program` writes the program into a fresh scratch directory and starts this file as a script
+(`python -I -B`), inside bubblewrap where it can. That process, the *monitor*, forks once: the
+child locks itself down, runs the program and, only if its last line ran, writes a random sentinel
+to stdout. A program passes when it exits 0 *and* its output ends with the sentinel, so exiting
+early with status 0 does not pass. The monitor enforces the timeout: it kills and reaps the child,
+and whatever the child left behind, before it exits, and tells the caller on a pipe the program
+never holds whether it timed out; so when `run_program` returns, nothing the program started runs.
 
-Three kernel layers stack; each is on where the machine has it (DIVERSED_SANDBOX, a comma list
-such as `landlock,seccomp` or `none`, or the `layers` argument, picks a subset):
+Three kernel layers stack, each where the machine has it (DIVERSED_SANDBOX=`bwrap,landlock,seccomp`
+by default, any subset, or `none`; or the `layers` argument):
+- bwrap (bubblewrap; unprivileged, through a user namespace): new PID, network, IPC, UTS, cgroup,
+  mount and user namespaces, no capability, no further user namespace, `--die-with-parent`. The
+  program sees read-only /usr, /lib*, /bin, the /etc files in _ETC and the Python installation; its
+  own /proc (without /proc/sys), /dev, /dev/shm and /tmp; a 64 MiB tmpfs as scratch directory.
+- Landlock (Linux >= 5.13, through ctypes): reading only those paths and /proc/self, writing only
+  in scratch and to /dev/null, /dev/zero, /dev/full, executing nothing. A Landlock domain cannot
+  ptrace outside itself, so the /proc/<pid>/mem, environ, maps, fd of the caller, the monitor and
+  other programs stay closed, for root too. ABI >= 3 also stops truncation, >= 4 TCP, >= 6 signals
+  to and abstract unix sockets of processes outside.
+- seccomp (Linux x86_64 and aarch64): EPERM for the calls in _DENY (new processes and threads,
+  exec, setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts, sockets,
+  SysV and POSIX IPC, io_uring, bpf, keyrings, modules, clocks, link, mknod, truncate by path, the
+  chmod, chown, utime and xattr families; unlink and rename unless bwrap or Landlock keeps writes in
+  scratch) and for prlimit, setpriority, sched_set*, ioprio_set on any process but itself.
 
-- bwrap (bubblewrap, Debian package `bubblewrap`; unprivileged, through a user namespace): new
-  PID, network, IPC, UTS, cgroup, mount and user namespaces, every capability dropped, no further
-  user namespaces, `--die-with-parent`. The program sees read-only /usr, /lib*, /bin, a few /etc
-  files and the Python installation; its own /proc (with /proc/sys hidden), /dev, /dev/shm and
-  /tmp; and a 64 MiB tmpfs as its scratch directory. Nothing of the caller (memory, environment,
-  files, the project, $HOME), no other process and no network interface but its own `lo`.
-- Landlock (Linux >= 5.13, through ctypes): the program may read only the paths above (and its
-  own /proc/self), read and write only its scratch directory and /dev/null, /dev/zero, /dev/full,
-  and execute nothing. A Landlock domain cannot ptrace processes outside it, so /proc/<pid>/mem,
-  environ, maps, fd, ... of the caller, the monitor and other programs are closed, for root too.
-  ABI >= 3 also stops truncating, >= 4 TCP bind/connect, >= 6 signals to and abstract unix
-  sockets of processes outside.
-- seccomp (Linux x86_64 and aarch64): EPERM for new processes and threads, execve/execveat,
-  setsid/setpgid, kill and every other signalling call, ptrace, process_vm_readv/writev, pidfd_*,
-  kcmp, unshare/setns, mount and the new mount API, chroot, pivot_root, socket/socketpair,
-  io_uring, bpf, perf_event_open, keyrings, modules, reboot, clocks, unlink/rmdir/rename/link/
-  mknod, chmod/chown/utime/xattr families, truncate by path, open_by_handle_at; prlimit,
-  setpriority, sched_set* and ioprio_set on any process but itself; prctl(PR_SET_PDEATHSIG).
+Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_CORE 0,
+RLIMIT_CPU, RLIMIT_NPROC 0; 64 KiB of output read back; a minimal environment; a Python guard that
+makes os.kill, os.fork, posix.execv, subprocess.Popen, socket.socket, ... raise (clear messages;
+ctypes gets round it). On Linux also: no_new_privs; no capability in the child (root cannot mount,
+override permissions or ptrace a non-dumpable process); the monitor non-dumpable, a subreaper that
+kills what the program leaves, and the program dying with it (PR_SET_PDEATHSIG).
 
-Always, whatever the layers: the monitor's timeout (default 10 s); RLIMIT_AS 2 GiB, RLIMIT_FSIZE
-16 MiB per file (stdout included), RLIMIT_CORE 0, RLIMIT_CPU, RLIMIT_NPROC 0; at most 64 KiB of
-output read back; a minimal environment (no inherited tokens) with HOME and TMPDIR in scratch; a
-Python guard that replaces os.kill, os.fork, posix.execv, subprocess.Popen, socket.socket, ...
-with functions that raise (clear messages; ctypes gets round it); at most `os.cpu_count()`
-programs at a time. On Linux also: no_new_privs; every capability dropped in the child (root
-cannot mount, override file permissions or ptrace a non-dumpable process); the monitor
-non-dumpable and the program dying with it (PR_SET_PDEATHSIG); the monitor a child subreaper that
-kills whatever the program left when it ends.
+Which layer closes an escape on its own:
+    escape                                    bwrap     Landlock    seccomp
+    read or write the caller's memory          yes       yes         [1]
+    read the caller's environ, files, project  yes       yes         environ [1], files no
+    write or truncate files outside scratch    yes       yes         no (unlink, rename: yes)
+    chmod, chown, utime, xattrs outside        yes       no          yes
+    run a binary                               inside    yes         yes
+    mount                                      yes       [2]         yes
+    network, IPC                               yes       TCP only    yes
+    signal or ptrace other processes           yes       yes (ABI 6) yes
+    change the caller's limits or priority     yes       no          yes
+    outlive the timeout (setsid, fork)         yes       [3]         yes
+    files left in /tmp, /dev/shm, $HOME        yes       yes         no
+    fill the disk                              yes       no          no
+[1] Without bwrap and Landlock the caller makes itself non-dumpable at its first run (it warns):
+    with no capability in the child, that closes its memory and environ for root and non-root.
+[2] Closed in every configuration: the child has no capability.
+[3] Closed in every configuration by the monitor (kill by pid, subreaper).
 
-Which layer closes which escape on its own ("-": not that layer):
+Left open: the verdict is decided inside the program's process, so a program written to cheat can
+find the sentinel (in the calling frame or its own memory) and print it: the sentinel stops early
+exits, not forgery. Kernel exploits and side channels; contention for CPU and memory. Reading the
+Python installation, /usr and the /etc files in _ETC. Without bwrap: metadata (stat) of any path,
+other processes and their command lines in /proc, and a scratch directory on disk whose files are
+bounded one by one (RLIMIT_FSIZE), not in number. With seccomp alone, root programs can write every
+file root can (/etc, /proc/sys): the warning says so.
 
-    escape                                  bwrap      Landlock     seccomp
-    read/write the caller's memory          yes        yes          no [1]
-    read the caller's /proc/<pid>/environ   yes        yes          no [1]
-    read the caller's files, the project    yes        yes          no
-    write, truncate files outside scratch   yes        yes          no (unlink, rename: yes)
-    chmod/chown/utime files outside         yes        no           yes
-    run a binary (execve)                   no         yes          yes
-    mount                                   yes        no           yes (and no capability)
-    network (TCP, UDP, unix sockets)        yes        TCP only     yes
-    signal or ptrace other processes        yes        yes          yes
-    outlive the timeout (setsid, fork)      yes        no [2]       yes
-    files left in /tmp, /dev/shm, $HOME     yes        yes          no
-    fill the disk                           yes        no           no
-
-[1] Without bwrap and Landlock the caller makes itself non-dumpable at its first run (the warning
-    says so): with the child's capabilities dropped that closes these two for root and non-root.
-[2] Without seccomp a program can fork and leave its session, but the monitor, as subreaper,
-    kills every process left under it when the program ends or times out.
-
-What is left open:
-- The verdict is decided inside the program's own process. A program written to cheat can find
-  the sentinel (in the frame that runs it, or in its own memory) and print it: the sentinel stops
-  programs that end early by accident, not forgery. Use a reward that does not trust the program.
-- Kernel exploits, side channels, and contention for CPU, memory and disk bandwidth.
-- Reading the Python installation, /usr and the few /etc files listed in `_ETC` (a secret kept
-  there is readable); seeing metadata (stat) of any path under Landlock without bwrap; under
-  Landlock alone, listing other processes and their command lines in /proc.
-- Without bwrap, the scratch directory is on disk and only RLIMIT_FSIZE bounds each file, not
-  their number.
-
-Degrading. At the first run in a process, each layer that is not enforced (not installed, not
-supported by the kernel or CPU, not on Linux, or switched off) gets one RuntimeWarning naming what
-it would have closed; nothing is downgraded silently. A layer that was found to work but then
-fails in the child fails the program (exit status 125) instead of running it with less.
+Degrading: at the first run in a process, every layer that is not enforced (not installed, not in
+this kernel, other CPU, not Linux, or switched off) gets one RuntimeWarning saying what is then
+open. A layer probed to work that then fails in the child fails the program (status 125).
 
 This file must stay runnable as a script with the standard library only (`-I` does not put the
 package on the path): the sandbox side imports nothing from `diversed`.
@@ -106,17 +90,22 @@ MEMORY_BYTES = 2 << 30  # RLIMIT_AS
 FILE_BYTES = 16 << 20  # RLIMIT_FSIZE: also the most output a program can write
 OUTPUT_BYTES = 64 << 10  # how much of the output is read back
 SCRATCH_BYTES = 64 << 20  # the scratch tmpfs under bwrap
-BACKSTOP_S = 5.0  # after the timeout, for the monitor's start-up and exit
+BACKSTOP_S = 5.0  # the caller kills the monitor this long after the timeout, if it still runs
 PROGRAM_FILE = "program.py"
-LOCKDOWN_FAILED = 125  # exit status of a child that could not apply a layer it was given
+LOCKDOWN_FAILED = 125  # exit status of a child that could not apply a layer
 
 _LINUX = sys.platform.startswith("linux")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_ETC = (  # nothing secret: what glibc and the standard library may read
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
-    "passwd", "group", "hosts", "mime.types",
-)  # fmt: skip
+_ETC = "ld.so.cache ld.so.conf ld.so.conf.d localtime timezone nsswitch.conf passwd group hosts mime.types"
 _DEVICES = {"/dev/null": "rw", "/dev/zero": "rw", "/dev/full": "rw", "/dev/random": "r", "/dev/urandom": "r"}
+_MISSING = {  # what is open when the layer is not enforced
+    "bwrap": "no PID/mount/network/IPC namespaces: programs see the host's processes and file system, "
+    "and their scratch directory is on disk",
+    "landlock": "programs can read every file their user can read and, without bwrap, write every file "
+    "it can write",
+    "seccomp": "no kernel block on new processes, exec, setsid, signals, sockets, ptrace, mount, chmod: "
+    "only the Python guard (which ctypes gets round) and the other layers",
+}
 
 
 class CodeExecutionNotAllowed(RuntimeError):
@@ -147,16 +136,8 @@ class ExecutionResult:
     seconds: float
 
 
-# ---------------------------------------------------------------- which layers this machine has
+# ---------------------------------------------------------------- the layers this machine has
 
-_MISSING = {  # what a program can do when the layer is not enforced
-    "bwrap": "no PID/mount/network/IPC namespaces: programs see the host's processes and "
-    "file system, and the scratch directory is on disk",
-    "landlock": "programs can read every file their user can read and, without bwrap, write "
-    "every file it can write, and run binaries unless seccomp stops them",
-    "seccomp": "no kernel block on new processes, execve, setsid, signals, sockets, ptrace, mount, "
-    "chmod; only the Python guard (which ctypes gets round) and the other layers",
-}
 _probed: dict[str, str | None] = {}  # layer -> None if it works here, else why not
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -184,22 +165,21 @@ def probe_layers() -> dict[str, str | None]:
 
 def sandbox_layers(layers: Iterable[str] | None = None) -> dict[str, str | None]:
     """For each layer: None if it will be enforced, else why not. Warns once per layer and process."""
-    asked = requested_layers(layers)
-    probed = probe_layers()
+    asked, probed = requested_layers(layers), probe_layers()
     state = {name: probed[name] if name in asked else f"switched off by {LAYERS_ENV}" for name in LAYERS}
     with _lock:
         for name, why in state.items():
             if why is not None and name not in _warned:
                 _warned.add(name)
-                warnings.warn(
-                    f"diversed sandbox: {name} not enforced ({why}): {_MISSING[name]}.", RuntimeWarning, 3
-                )
+                message = f"diversed sandbox: {name} not enforced ({why}): {_MISSING[name]}."
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
     return state
 
 
 def _probe_landlock() -> str | None:
-    abi = _landlock_abi()
-    return None if abi > 0 else "not on Linux" if not _LINUX else "Landlock unavailable in this kernel"
+    if not _LINUX:
+        return "not on Linux"
+    return None if _landlock_abi() > 0 else "Landlock unavailable in this kernel"
 
 
 def _probe_seccomp() -> str | None:
@@ -222,18 +202,16 @@ def _probe_bwrap() -> str | None:
             done = subprocess.run(cmd, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bubblewrap cannot start here: {e}"
-    if done.returncode != 0:
-        return f"bubblewrap cannot start here: {done.stderr.decode(errors='replace').strip()[:300]}"
-    return None
+    why = done.stderr.decode(errors="replace").strip()[:300]
+    return None if done.returncode == 0 else f"bubblewrap cannot start here: {why}"
 
 
 def _readable_paths() -> list[str]:
-    """What a program may read: the system, a few /etc files and the Python installation."""
-    paths = [p for p in _SYSTEM_DIRS if os.path.exists(p)] + [f"/etc/{name}" for name in _ETC]
+    """What a program may read: the system, the /etc files in _ETC and the Python installation."""
+    paths = [p for p in _SYSTEM_DIRS if os.path.exists(p)] + [f"/etc/{name}" for name in _ETC.split()]
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     prefixes |= {os.path.realpath(p) for p in prefixes} | {os.path.realpath(sys.executable)}
-    paths += sorted(p for p in prefixes if p != "/")
-    paths = [p for p in paths if os.path.lexists(p)]
+    paths = [p for p in paths + sorted(prefixes - {"/"}) if os.path.lexists(p)]
     return [p for p in paths if not any(p.startswith(q + "/") for q in paths if not os.path.islink(q))]
 
 
@@ -241,47 +219,35 @@ def _bwrap_command(workdir: str) -> list[str]:
     """bwrap and its options up to `--`: the view of the file system described above."""
     cmd = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
     cmd += ["--new-session", "--cap-drop", "ALL"]
-    for path in _readable_paths():
-        if os.path.islink(path) and path in _SYSTEM_DIRS:  # merged /usr: /bin -> usr/bin
-            cmd += ["--symlink", os.readlink(path), path]
-        else:
-            cmd += ["--ro-bind-try", path, path]
-    script = os.path.abspath(__file__)
-    cmd += ["--ro-bind", script, script]
     # Root keeps uid 0 in the sandbox: hide the sysctls a uid-0 process may write without capabilities.
     cmd += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys"]
     if os.path.exists("/proc/sysrq-trigger"):
         cmd += ["--ro-bind", "/dev/null", "/proc/sysrq-trigger"]
     cmd += ["--dev", "/dev", "--size", str(FILE_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    cmd += ["--size", str(FILE_BYTES), "--tmpfs", "/tmp", "--size", str(SCRATCH_BYTES), "--tmpfs", workdir]
-    program = os.path.join(workdir, PROGRAM_FILE)
-    cmd += ["--ro-bind", program, program, "--chdir", workdir, "--remount-ro", "/", "--"]
-    return cmd
+    cmd += ["--size", str(FILE_BYTES), "--tmpfs", "/tmp"]  # before the binds: Python may live under /tmp
+    for path in _readable_paths():
+        if os.path.islink(path) and path in _SYSTEM_DIRS:  # merged /usr: /bin -> usr/bin
+            cmd += ["--symlink", os.readlink(path), path]
+        else:
+            cmd += ["--ro-bind-try", path, path]
+    script, program = os.path.abspath(__file__), os.path.join(workdir, PROGRAM_FILE)
+    cmd += ["--ro-bind", script, script, "--size", str(SCRATCH_BYTES), "--tmpfs", workdir]
+    return cmd + ["--ro-bind", program, program, "--chdir", workdir, "--remount-ro", "/", "--"]
 
 
 def _protect_caller() -> None:
     """Without bwrap and Landlock: make this process non-dumpable, so that a program without
-    capabilities cannot open its /proc/<pid>/mem or environ. Side effects: no core dumps, and
-    debuggers running as the same non-root user cannot attach."""
-    import ctypes
-
+    capabilities cannot open its /proc/<pid>/mem or environ (and no core dumps, no debugger
+    attaching as the same non-root user)."""
     with _lock:
         if not _LINUX or "caller" in _warned:
             return
         _warned.add("caller")
-    ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    root = (
-        " As root, programs can write every file root can (/etc, /proc/sys, ...): run them "
-        "as root only with bwrap or Landlock."
-        if os.geteuid() == 0
-        else ""
-    )
-    warnings.warn(
-        "diversed sandbox: neither bwrap nor Landlock is enforced: this process made itself "
-        f"non-dumpable to keep programs out of its memory and environment.{root}",
-        RuntimeWarning,
-        3,
-    )
+    _prctl(4, 0)  # PR_SET_DUMPABLE
+    root = " As root, programs can write every file root can (/etc, /proc/sys): use bwrap or Landlock."
+    message = "diversed sandbox: neither bwrap nor Landlock is enforced: this process made itself "
+    message += "non-dumpable to keep programs out of its memory and environment."
+    warnings.warn(message + (root if os.geteuid() == 0 else ""), RuntimeWarning, stacklevel=3)
 
 
 # ---------------------------------------------------------------- caller side
@@ -297,8 +263,7 @@ def run_program(
     layers: Iterable[str] | None = None,
 ) -> ExecutionResult:
     """Run one program in the sandbox; it passes if it runs to its end and exits 0."""
-    state = sandbox_layers(layers)
-    use = {name for name, why in state.items() if why is None}
+    use = {name for name, why in sandbox_layers(layers).items() if why is None}
     if not use & {"bwrap", "landlock"}:
         _protect_caller()
     sentinel = os.urandom(16).hex()
@@ -319,18 +284,16 @@ def run_program(
             "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
         }
         cmd = [sys.executable, "-I", "-B", os.path.abspath(__file__), json.dumps(config)]
-        if "bwrap" in use:
-            cmd = _bwrap_command(workdir) + cmd
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                cmd,
+                _bwrap_command(workdir) + cmd if "bwrap" in use else cmd,
                 cwd=workdir,
                 env=_environment(workdir),
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, for the backstop kill
+                start_new_session=True,  # its own process group, for the backstop
                 preexec_fn=_rlimits(memory_bytes, file_bytes),
                 pass_fds=(status_w,),
             )
@@ -433,19 +396,26 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+def _prctl(option: int, arg: int) -> int:
+    import ctypes
+
+    ulong = ctypes.c_ulong
+    return ctypes.CDLL(None, use_errno=True).prctl(option, ulong(arg), ulong(0), ulong(0), ulong(0))
+
+
 # ---------------------------------------------------------------- sandbox side: the monitor
 
 
 def _sandbox_main() -> None:
-    """The monitor: read the sentinel, fork the child, enforce the timeout, report, exit with its status."""
+    """The monitor: fork the child, enforce the timeout, kill what is left, report, exit with its status."""
     config = json.loads(sys.argv[1])
     status_fd = config["status_fd"]
     if _LINUX:
         _prctl(4, 0)  # PR_SET_DUMPABLE 0: the program cannot read or write this process's memory
         _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: what the program leaves behind comes back here
-        if not config["bwrap"]:  # (under bwrap, --die-with-parent does this)
-            _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the caller...
-            if os.getppid() != config["caller"]:  # ...even if it is already gone
+        if not config["bwrap"]:  # (bwrap's --die-with-parent does the same)
+            _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the caller, even if already gone
+            if os.getppid() != config["caller"]:
                 os._exit(1)
     sentinel = sys.stdin.readline().strip()
     pid = os.fork()
@@ -460,10 +430,10 @@ def _sandbox_main() -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, config["timeout"])
-    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped: the alarm cannot hit another pid
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped yet: the alarm cannot hit another pid
     signal.setitimer(signal.ITIMER_REAL, 0)
     _, status = os.waitpid(pid, 0)
-    if _LINUX and not config["seccomp"]:
+    if _LINUX and not config["seccomp"]:  # (with seccomp, the program cannot start processes)
         _kill_descendants()
     os.write(status_fd, b"timeout\n" if timed_out else b"done\n")
     code = os.waitstatus_to_exitcode(status)
@@ -472,36 +442,21 @@ def _sandbox_main() -> None:
 
 def _kill_descendants() -> None:
     """Kill and reap every child; as subreaper, orphaned grandchildren become children in turn."""
-    me = str(os.getpid())
     while True:
         children = []
-        for entry in os.listdir("/proc"):
+        for entry in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{entry}/stat", "rb") as f:
-                    ppid = f.read().rsplit(b")", 1)[1].split()[1]
+                    if int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid():
+                        children.append(int(entry))
             except (OSError, IndexError, ValueError):
                 continue
-            if ppid.decode() == me:
-                children.append(int(entry))
         if not children:
             return
-        for child in children:  # unreaped children: their pids cannot have been reused
-            try:
-                os.kill(child, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for child in children:  # not reaped yet: their pids cannot have been reused
+            os.kill(child, signal.SIGKILL)
         for child in children:
-            try:
-                os.waitpid(child, 0)
-            except ChildProcessError:
-                pass
-
-
-def _prctl(option: int, arg: int) -> int:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+            os.waitpid(child, 0)
 
 
 # ---------------------------------------------------------------- sandbox side: the child
@@ -515,7 +470,7 @@ def _run_child(sentinel: str, config: dict) -> None:
     write, exit_ = os.write, os._exit  # kept before the guard and the program can touch them
     try:
         _lock_down(config)
-    except Exception as e:  # a layer found to work did not: run nothing rather than run with less
+    except Exception as e:  # a layer probed to work did not: run nothing rather than run with less
         write(2, f"diversed sandbox: could not lock the program down: {e!r}\n".encode())
         exit_(LOCKDOWN_FAILED)
     with open(PROGRAM_FILE, encoding="utf-8") as f:
@@ -532,6 +487,7 @@ def _run_child(sentinel: str, config: dict) -> None:
         exec(code, main.__dict__)
         sys.stdout.flush()
         sys.stderr.flush()
+        write(1, f"\n{sentinel}\n".encode())
     except BaseException:  # SystemExit too: exiting early is not passing
         try:
             sys.stdout.flush()
@@ -539,10 +495,6 @@ def _run_child(sentinel: str, config: dict) -> None:
             sys.stderr.flush()
         finally:
             exit_(1)
-    try:
-        write(1, f"\n{sentinel}\n".encode())
-    except OSError:  # it closed its stdout
-        exit_(1)
     exit_(0)
 
 
@@ -554,10 +506,8 @@ def _lock_down(config: dict) -> None:
         return
     monitor = os.getppid()
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the monitor
-    if os.getppid() != monitor:
-        os._exit(1)
-    if _prctl(38, 1):  # PR_SET_NO_NEW_PRIVS: needed by Landlock and seccomp without privileges
-        raise OSError("PR_SET_NO_NEW_PRIVS failed")
+    if os.getppid() != monitor or _prctl(38, 1):  # PR_SET_NO_NEW_PRIVS, for Landlock and seccomp
+        raise OSError("the monitor is gone, or no_new_privs failed")
     _drop_capabilities()
     if config["landlock"]:
         _install_landlock(**config["landlock"])
@@ -566,64 +516,55 @@ def _lock_down(config: dict) -> None:
 
 
 def _drop_capabilities() -> None:
-    """Root keeps uid 0 but loses every capability: no mount, no DAC override, no ptrace of the
-    non-dumpable monitor or caller, no raw sockets."""
+    """Root keeps uid 0 but no capability: no mount, no permission override, no raw socket, no
+    ptrace of the non-dumpable monitor or caller."""
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
     if os.geteuid() == 0:
         for cap in range(64):
             if _prctl(24, cap):  # PR_CAPBSET_DROP, until EINVAL past the last capability
                 break
-        _prctl(47, 4)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+        _prctl(47, 4)  # PR_CAP_AMBIENT_CLEAR_ALL
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable (x2): all empty
-    if libc.capset(header, data):
+    if ctypes.CDLL(None, use_errno=True).capset(header, (ctypes.c_uint32 * 6)()):  # all sets empty
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-# Landlock (include/uapi/linux/landlock.h). File-system rights by bit: 0 execute, 1 write_file,
-# 2 read_file, 3 read_dir, 4-12 remove and make, 13 refer (ABI 2), 14 truncate (ABI 3), 15
-# ioctl_dev (ABI 5). Network (ABI 4): bind and connect TCP. Scopes (ABI 6): abstract unix
-# sockets and signals.
-_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446  # the same number on every architecture
+# Landlock (<linux/landlock.h>): file-system rights by bit: 0 execute, 1 write_file, 2 read_file,
+# 3 read_dir, 4-12 remove and make, 13 refer (ABI 2), 14 truncate (ABI 3), 15 ioctl_dev (ABI 5).
+# Network (ABI 4): bind and connect TCP. Scopes (ABI 6): abstract unix sockets, signals.
+_LL_CREATE, _LL_ADD_RULE, _LL_RESTRICT = 444, 445, 446  # the same numbers on every architecture
 _LL_EXECUTE, _LL_WRITE, _LL_READ, _LL_READ_DIR, _LL_TRUNCATE, _LL_IOCTL = 1, 2, 4, 8, 1 << 14, 1 << 15
 _LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE | _LL_READ | _LL_TRUNCATE | _LL_IOCTL
 
 
 def _landlock_abi() -> int:
-    if not _LINUX:
-        return 0
     import ctypes
 
+    if not _LINUX:
+        return 0
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return max(0, libc.syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))  # _VERSION
 
 
 def _install_landlock(read: list[str], write: str) -> None:
-    """Read-only `read`, read-write `write`, the devices in _DEVICES; nothing else, no execution."""
+    """Read-only `read` and /proc/self, read-write `write`, the devices in _DEVICES; no execution."""
     import ctypes
     import stat
 
-    abi = _landlock_abi()
-    if abi < 1:
-        raise OSError("Landlock is not available")
-    libc = ctypes.CDLL(None, use_errno=True)
+    abi, libc = _landlock_abi(), ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     every = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
     every |= _LL_IOCTL if abi >= 5 else 0
-
-    class RulesetAttr(ctypes.Structure):
-        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 
     class PathBeneath(ctypes.Structure):
         _pack_ = 1
         _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
 
-    attr = RulesetAttr(every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
+    attr = (ctypes.c_uint64 * 3)(every, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # fs, net, scoped
     size = 8 if abi < 4 else 16 if abi < 6 else 24
-    ruleset = libc.syscall(_LL_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = libc.syscall(_LL_CREATE, attr, ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     rules = [(p, _LL_READ | _LL_READ_DIR) for p in [*read, "/proc/self"]]
@@ -649,86 +590,72 @@ def _install_landlock(read: list[str], write: str) -> None:
         os.close(ruleset)
 
 
-# seccomp: system call numbers from <asm/unistd.h>, (x86_64, aarch64); None where it does not exist.
-_NR = {
-    # processes, threads, exec, sessions, signals, tracing, namespaces
-    "clone": (56, 220), "fork": (57, None), "vfork": (58, None), "clone3": (435, 435),
-    "execve": (59, 221), "execveat": (322, 281), "setsid": (112, 157), "setpgid": (109, 154),
-    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138),
-    "rt_tgsigqueueinfo": (297, 240), "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434),
-    "pidfd_getfd": (438, 438), "ptrace": (101, 117), "process_vm_readv": (310, 270),
-    "process_vm_writev": (311, 271), "kcmp": (312, 272), "process_madvise": (440, 440),
-    "process_mrelease": (448, 448), "unshare": (272, 97), "setns": (308, 268),
-    "migrate_pages": (256, 238), "move_pages": (279, 239), "get_robust_list": (274, 100),
-    # mounts and the machine
-    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
-    "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
-    "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
-    "open_tree_attr": (467, 467), "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142),
-    "sethostname": (170, 161), "setdomainname": (171, 162), "iopl": (172, None), "ioperm": (173, None),
-    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
-    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "acct": (163, 89), "quotactl": (179, 60),
-    "quotactl_fd": (443, 443), "settimeofday": (164, 170), "clock_settime": (227, 112),
-    "clock_adjtime": (305, 266), "adjtimex": (159, 171), "syslog": (103, 116), "bpf": (321, 280),
-    "perf_event_open": (298, 241), "userfaultfd": (323, 282), "keyctl": (250, 219),
-    "add_key": (248, 217), "request_key": (249, 218), "vhangup": (153, 58), "fanotify_init": (300, 262),
-    "open_by_handle_at": (304, 265), "name_to_handle_at": (303, 264), "io_uring_setup": (425, 425),
-    "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
-    # files: link, device nodes, truncate by path, owner, mode, times, xattrs
-    "link": (86, None), "linkat": (265, 37),
-    "mknod": (133, None), "mknodat": (259, 33), "truncate": (76, 45), "chmod": (90, None),
-    "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452), "chown": (92, None),
-    "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54), "utime": (132, None),
-    "utimes": (235, None), "futimesat": (261, None), "utimensat": (280, 88), "setxattr": (188, 5),
-    "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14), "lremovexattr": (198, 15),
-    "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
-    # sockets
-    "socket": (41, 198), "socketpair": (53, 199),
-    # allowed only on the program itself (below)
-    "prctl": (157, 167), "prlimit64": (302, 261), "setpriority": (141, 140),
-    "sched_setaffinity": (203, 122), "sched_setscheduler": (144, 119), "sched_setparam": (142, 118),
-    "sched_setattr": (314, 274), "ioprio_set": (251, 30),
-}  # fmt: skip
-# Deleting and renaming: denied unless Landlock or bwrap keeps them inside the scratch directory.
-_NR_DELETE = {
-    "unlink": (87, None), "unlinkat": (263, 35), "rmdir": (84, None), "rename": (82, None),
-    "renameat": (264, 38), "renameat2": (316, 276),
-}  # fmt: skip
-# Allowed only when each (argument, value) holds (==), or fails (!=): the low 32 bits compared.
-_CONDITIONAL = {
-    "prctl": [(0, 1, "!=")],  # no PR_SET_PDEATHSIG: the program dies with the monitor
-    "prlimit64": [(0, 0, "==")],  # pid 0: itself
-    "setpriority": [(0, 0, "=="), (1, 0, "==")],  # PRIO_PROCESS, who 0: itself
-    "sched_setaffinity": [(0, 0, "==")],
-    "sched_setscheduler": [(0, 0, "==")],
-    "sched_setparam": [(0, 0, "==")],
-    "sched_setattr": [(0, 0, "==")],
-    "ioprio_set": [(0, 1, "=="), (1, 0, "==")],  # IOPRIO_WHO_PROCESS, who 0: itself
+# seccomp: "name x86_64 aarch64" from <asm/unistd.h> ("-": no such call on that CPU).
+_DENY = """
+clone 56 220 fork 57 - vfork 58 - clone3 435 435 execve 59 221 execveat 322 281 setsid 112 157
+setpgid 109 154 kill 62 129 tkill 200 130 tgkill 234 131 rt_sigqueueinfo 129 138 rt_tgsigqueueinfo 297 240
+pidfd_send_signal 424 424 pidfd_open 434 434 pidfd_getfd 438 438 ptrace 101 117 process_vm_readv 310 270
+process_vm_writev 311 271 kcmp 312 272 process_madvise 440 440 process_mrelease 448 448 unshare 272 97
+setns 308 268 migrate_pages 256 238 move_pages 279 239 get_robust_list 274 100
+mount 165 40 umount2 166 39 pivot_root 155 41 chroot 161 51 open_tree 428 428 move_mount 429 429
+fsopen 430 430 fsconfig 431 431 fsmount 432 432 fspick 433 433 mount_setattr 442 442 open_tree_attr 467 467
+swapon 167 224 swapoff 168 225 reboot 169 142 sethostname 170 161 setdomainname 171 162 iopl 172 -
+ioperm 173 - init_module 175 105 finit_module 313 273 delete_module 176 106 kexec_load 246 104
+kexec_file_load 320 294 acct 163 89 quotactl 179 60 quotactl_fd 443 443 settimeofday 164 170
+clock_settime 227 112 clock_adjtime 305 266 adjtimex 159 171 syslog 103 116 bpf 321 280
+perf_event_open 298 241 userfaultfd 323 282 keyctl 250 219 add_key 248 217 request_key 249 218
+vhangup 153 58 fanotify_init 300 262 open_by_handle_at 304 265 name_to_handle_at 303 264
+io_uring_setup 425 425 io_uring_enter 426 426 io_uring_register 427 427
+socket 41 198 socketpair 53 199 shmget 29 194 shmat 30 196 shmctl 31 195 semget 64 190 semop 65 193
+semtimedop 220 192 semctl 66 191 msgget 68 186 msgsnd 69 189 msgrcv 70 188 msgctl 71 187
+mq_open 240 180 mq_unlink 241 181 mq_timedsend 242 182 mq_timedreceive 243 183 mq_notify 244 184
+mq_getsetattr 245 185
+link 86 - linkat 265 37 mknod 133 - mknodat 259 33 truncate 76 45 chmod 90 - fchmod 91 52
+fchmodat 268 53 fchmodat2 452 452 chown 92 - fchown 93 55 lchown 94 - fchownat 260 54 utime 132 -
+utimes 235 - futimesat 261 - utimensat 280 88 setxattr 188 5 lsetxattr 189 6 fsetxattr 190 7
+removexattr 197 14 lremovexattr 198 15 fremovexattr 199 16 setxattrat 463 463 removexattrat 466 466
+"""
+# Deleting and renaming: denied unless bwrap or Landlock keeps them inside the scratch directory.
+_DELETE = "unlink 87 - unlinkat 263 35 rmdir 84 - rename 82 - renameat 264 38 renameat2 316 276"
+# Allowed only on the program itself: (number, [(argument, value, "==" or "!=")]), low 32 bits.
+_ONLY_ITSELF = {
+    "prctl": (157, 167, [(0, 1, "!=")]),  # not PR_SET_PDEATHSIG: it dies with the monitor
+    "prlimit64": (302, 261, [(0, 0, "==")]),  # pid 0
+    "setpriority": (141, 140, [(0, 0, "=="), (1, 0, "==")]),  # PRIO_PROCESS, who 0
+    "sched_setaffinity": (203, 122, [(0, 0, "==")]),
+    "sched_setscheduler": (144, 119, [(0, 0, "==")]),
+    "sched_setparam": (142, 118, [(0, 0, "==")]),
+    "sched_setattr": (314, 274, [(0, 0, "==")]),
+    "ioprio_set": (251, 30, [(0, 1, "=="), (1, 0, "==")]),  # IOPRIO_WHO_PROCESS, who 0
 }
 _SECCOMP_ARCHES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}  # AUDIT_ARCH_*, column
 
 
+def _syscalls(table: str, column: int) -> dict[str, int]:
+    words = table.split()
+    rows = zip(words[::3], words[1::3], words[2::3], strict=True)
+    return {row[0]: int(row[1 + column]) for row in rows if row[1 + column] != "-"}
+
+
 def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, int, int]]:
-    """The BPF program: deny (EPERM) every call in _NR (and _NR_DELETE unless `allow_delete`)
-    outside _CONDITIONAL, allow the rest."""
+    """The BPF program: EPERM for _DENY (and _DELETE unless `allow_delete`), _ONLY_ITSELF checked."""
     arch, column = _SECCOMP_ARCHES[machine]
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
     # (code, jt, jf, k); "deny" and "allow" as jump targets are resolved at the end.
-    prog: list[tuple[int, int | str, int | str, int]] = [(ld, 0, 0, 4), (jeq, 0, "deny", arch), (ld, 0, 0, 0)]
+    prog: list[tuple] = [(ld, 0, 0, 4), (jeq, 0, "deny", arch), (ld, 0, 0, 0)]  # .arch, then .nr
     if machine == "x86_64":
         prog.append((jge, "deny", 0, 0x40000000))  # x32 system calls: another way in
-    for name, numbers in (_NR if allow_delete else {**_NR, **_NR_DELETE}).items():
-        if numbers[column] is not None and name not in _CONDITIONAL:
-            prog.append((jeq, "deny", 0, numbers[column]))
-    for name, checks in _CONDITIONAL.items():
-        body: list[tuple[int, int | str, int | str, int]] = []
-        for arg, value, op in checks:  # seccomp_data.args[arg], low 32 bits (little-endian)
+    denied = _syscalls(_DENY, column) | ({} if allow_delete else _syscalls(_DELETE, column))
+    prog += [(jeq, "deny", 0, nr) for nr in denied.values()]
+    for numbers_and_checks in _ONLY_ITSELF.values():
+        body = []
+        for arg, value, op in numbers_and_checks[2]:  # seccomp_data.args[arg], low half (little-endian)
             body += [
                 (ld, 0, 0, 16 + 8 * arg),
                 (jeq, 0, "deny", value) if op == "==" else (jeq, "deny", 0, value),
             ]
-        prog += [(jeq, 0, len(body) + 1, _NR[name][column]), *body, (ret, 0, 0, allow)]
+        prog += [(jeq, 0, len(body) + 1, numbers_and_checks[column]), *body, (ret, 0, 0, allow)]
     prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
     labels = {"allow": len(prog) - 2, "deny": len(prog) - 1}
 
@@ -741,7 +668,7 @@ def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, in
 
 
 def _install_seccomp(allow_delete: bool) -> None:
-    """Make the calls in _NR fail with EPERM from now on (no_new_privs is already set)."""
+    """Install _seccomp_filter for this CPU (no_new_privs is already set)."""
     import ctypes
 
     class SockFilter(ctypes.Structure):
@@ -756,8 +683,7 @@ def _install_seccomp(allow_delete: bool) -> None:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
     prog = _seccomp_filter(os.uname().machine, allow_delete)
-    filters = (SockFilter * len(prog))(*(SockFilter(*ins) for ins in prog))
-    fprog = SockFprog(len(prog), filters)
+    fprog = SockFprog(len(prog), (SockFilter * len(prog))(*(SockFilter(*ins) for ins in prog)))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)):
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP failed")  # (SECCOMP_MODE_FILTER)
@@ -775,15 +701,14 @@ def _guard(allow_delete: bool) -> None:
 
         return disabled
 
-    processes_and_files = (
-        "kill killpg fork forkpty setsid setpgid system popen posix_spawn posix_spawnp "
-        "execv execve execvp execvpe execl execle execlp execlpe spawnv spawnve spawnvp spawnvpe "
-        "truncate chmod chown lchown lchmod fchmod fchown link mknod utime setxattr removexattr pidfd_open"
-    )
-    delete = "" if allow_delete else " remove unlink rmdir removedirs rename renames replace"
+    posix = (
+        "kill killpg fork forkpty setsid setpgid system popen posix_spawn posix_spawnp execv execve "
+        "execvp execvpe execl execle execlp execlpe spawnv spawnve spawnvp spawnvpe truncate chmod chown "
+        "lchown lchmod fchmod fchown link mknod utime setxattr removexattr pidfd_open"
+    ) + ("" if allow_delete else " remove unlink rmdir removedirs rename renames replace")
     for module, names in (
-        (os, processes_and_files + delete),
-        (sys.modules.get("posix") or os, processes_and_files + delete),  # the same functions, another name
+        (os, posix),
+        (sys.modules.get("posix") or os, posix),  # the same functions under another name
         (shutil, "chown" if allow_delete else "chown rmtree move"),
         (subprocess, "Popen call run check_call check_output getoutput getstatusoutput"),
         (socket, "socket socketpair create_connection create_server fromfd"),
