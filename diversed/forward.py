@@ -17,8 +17,9 @@ of two ways (the forward path), chosen once per model by `plan`:
 Which path a model takes is asked with `use_forward(model, "auto" | "hf" | "direct")` (the pair
 option `forward`, see `pair.py`): "auto" takes the direct path on CPU only (it has never been
 measured on a GPU), "hf" always `model(...)`, "direct" the direct path or a ValueError saying why
-not. The choice and its reason are logged once per model (INFO; WARNING when the direct path
-raised or disagreed with `model(...)`), and `forward_path(model)` tells it afterwards.
+not. The choice and its reason are logged once per model and again when they change (INFO; WARNING
+when the direct path raised or disagreed with `model(...)`), and `forward_path(model)` tells it
+afterwards.
 
 It does not sample, verify or know about tokenizers; it does not train (everything runs under
 the caller's no-grad/inference mode) and it does not support sliding windows in the direct way.
@@ -221,6 +222,7 @@ class Plan:
 
 _plans: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
 _requested: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+_told: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()  # the path last logged
 
 
 def use_forward(model: nn.Module, path: str = "auto") -> None:
@@ -288,7 +290,9 @@ def _choose(model: nn.Module) -> Plan:
         level = logging.WARNING if surprise else logging.INFO
     chosen = chosen or Plan(model, direct=False)
     chosen.reason = reason
-    log.log(level, "%s: %s forward path: %s", _name(model), chosen.path, reason)
+    if _told.get(model) != (said := f"{chosen.path}: {reason}"):  # once per model, and when it changes
+        _told[model] = said
+        log.log(level, "%s: %s forward path: %s", _name(model), chosen.path, reason)
     return chosen
 
 

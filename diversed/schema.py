@@ -203,6 +203,38 @@ class TrainSettings(_Model):
     seed: int = 0
 
 
+class DistillModelSettings(_Model):
+    optimizer: OptimizerSettings = OptimizerSettings()
+    divergence: Literal["forward_kl", "tvd", "reverse_kl"] = "forward_kl"
+    rollout: Literal["draft", "target", "mixed"] = "draft"
+    mixed_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    temperature: Annotated[float, Field(gt=0)] = 1.0
+    max_new_tokens: PositiveInt | None = None
+    num_draft_tokens: PositiveInt = 5
+    val_temperature: Temperature = 1.0
+    lora: dict[str, Any] | None = None
+
+    @field_validator("lora")
+    @classmethod
+    def _peft(cls, lora: dict[str, Any] | None) -> dict[str, Any] | None:
+        if lora:
+            import importlib.util
+
+            if importlib.util.find_spec("peft") is None:
+                raise ValueError("LoRA needs peft: pip install peft (or drop distill.lora to train the whole draft)")
+        return lora
+
+
+class DistillSettings(_Model):
+    task: TaskSettings
+    pair: PairSettings
+    trainer: TrainerSettings
+    distill: DistillModelSettings
+    data: DataSettings
+    runtime: RuntimeSettings = RuntimeSettings()
+    seed: int = 0
+
+
 # ----------------------------------------------------------------------------- checking
 
 
@@ -262,6 +294,11 @@ def _description(schema: type[BaseModel], loc: tuple) -> str | None:
 def check_evaluate(cfg: Any) -> EvaluateSettings:
     """Validate `python -m diversed.evaluate`'s config; ConfigError listing every problem."""
     return _check(EvaluateSettings, cfg, "diversed.evaluate")  # type: ignore[return-value]
+
+
+def check_distill(cfg: Any) -> DistillSettings:
+    """Validate `python -m diversed.distill`'s config; ConfigError listing every problem."""
+    return _check(DistillSettings, cfg, "diversed.distill")  # type: ignore[return-value]
 
 
 def check_train(cfg: Any) -> TrainSettings:

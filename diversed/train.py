@@ -19,7 +19,6 @@ nothing here launches processes or moves gradients by hand.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -31,7 +30,6 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
@@ -64,55 +62,6 @@ def policy_loss(
     pg = -(advantage * (log_v * m).sum(1)).mean()
     reg = ((w * tv) * m).sum(1).mean()
     return pg + reg_scale * reg, pg, reg
-
-
-# ----------------------------------------------------------------------------- data
-
-
-class PromptDataModule(L.LightningDataModule):
-    """Serves task examples (dicts) in batches: train split for rollouts, held-out for validation."""
-
-    def __init__(
-        self,
-        task: Callable[..., Any],
-        *,
-        train_split: str = "train",
-        val_split: str = "validation",
-        n_train: int | None = None,
-        n_val: int | None = 128,
-        batch_size: int = 16,
-        val_batch_size: int = 64,
-        num_workers: int = 0,
-    ) -> None:
-        super().__init__()
-        self.task_factory = task
-        self.train_split, self.val_split = train_split, val_split
-        self.n_train, self.n_val = n_train, n_val
-        self.batch_size, self.val_batch_size, self.num_workers = batch_size, val_batch_size, num_workers
-        self.train_task = self.val_task = None
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_task is None and stage in (None, "fit"):
-            self.train_task = self.task_factory(split=self.train_split, n_examples=self.n_train)
-        if self.val_task is None:
-            self.val_task = self.task_factory(split=self.val_split, n_examples=self.n_val)
-        if self.train_task is not None and self.train_split != self.val_split:
-            train_rows = {json.dumps(e, sort_keys=True, default=str) for e in self.train_task}
-            if all(json.dumps(e, sort_keys=True, default=str) in train_rows for e in self.val_task):
-                raise ValueError(
-                    f"the {self.val_split!r} examples are all in the {self.train_split!r} split: a single "
-                    "task.data_files path serves every split; give a mapping instead, e.g. "
-                    "task.data_files='{train: train.jsonl, validation: val.jsonl}'"
-                )
-
-    def _loader(self, task: Any, batch_size: int, shuffle: bool) -> DataLoader:
-        return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_task, self.batch_size, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_task, self.val_batch_size, shuffle=False)
 
 
 # ----------------------------------------------------------------------------- the module

@@ -131,6 +131,17 @@ class Task:
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.examples[i]
 
+    def select(self, positions: Sequence[int], note: str) -> Task:
+        """A copy holding only the examples at `positions` (their rows in the split kept); `note`
+        says what the selection is, in `source`."""
+        import copy
+
+        task = copy.copy(self)
+        task.examples = [self.examples[i] for i in positions]
+        task.indices = [self.indices[i] for i in positions]
+        task.source = {**self.source, "selection": note, "n_examples": len(positions)}
+        return task
+
     def example_id(self, example: dict[str, Any], index: int) -> str:
         """A stable id for results files: the dataset's own id field where it has one, else the
         example's row number in its split (`index` is its place among the loaded examples)."""

@@ -1,0 +1,259 @@
+"""Fine-tune the DRAFT towards the frozen target, so lossless speculative decoding accepts more.
+
+`python -m diversed.distill +experiment=distill_toy` composes `configs/distill.yaml` and calls
+`distill(cfg)`: on-policy distillation in the style of DistillSpec (Zhou et al., ICLR 2024). Per
+batch of the task's training prompts:
+  1. completions are sampled at `temperature` from the draft (on-policy, DistillSpec's default),
+     the target, or either at random per batch (`rollout: draft | target | mixed`), by the
+     token-by-token loop on the engine's forward path;
+  2. one no-grad forward of the target gives p_t over prompt + completion, one forward of the
+     draft with gradients gives q_t;
+  3. loss = the mean over completion tokens of D(p_t, q_t): forward KL Σ p log(p/q) (default),
+     total variation ½Σ|p − q| (1 − TV is a draft token's acceptance probability, so this
+     maximises acceptance directly), or reverse KL Σ q log(q/p).
+Validation decodes held-out prompts with lossless speculative decoding and logs the acceptance
+rate (`val/acceptance_rate`, also `val/objective`, which the checkpoint callback keeps the best
+of). The whole draft trains by default; with `distill.lora` (r, alpha, dropout, target_modules)
+only LoRA adapters train, through `peft`, merged into the weights at the end. The best draft is
+saved with `save_pretrained` (safetensors) and the tokenizer in `<run dir>/draft`, loadable as
+`pair.draft=<run dir>/draft` or `sweep.draft_models=[<run dir>/draft]`.
+
+The target is held outside the module's parameters and never in a checkpoint. It does not
+change the target, and it does not tune the draft for anything but agreeing with the target.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import Tensor, nn
+
+from diversed import CONFIG_DIR
+from diversed.autoregressive import autoregressive_generate
+from diversed.engine import speculative_generate
+from diversed.inputs import left_pad
+from diversed.pair import describe_pair
+from diversed.preflight import check_context
+from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
+from diversed.stats import Totals
+from diversed.verify import Lossless
+
+log = logging.getLogger(__name__)
+DIVERGENCES = ("forward_kl", "tvd", "reverse_kl")
+ROLLOUTS = ("draft", "target", "mixed")
+
+# ----------------------------------------------------------------------------- the loss (pure)
+
+
+def divergence(p_logits: Tensor, q_logits: Tensor, kind: str, temperature: float = 1.0) -> Tensor:
+    """D(p, q) per position ([..., V] logits -> [...]), in float32; p the target, q the draft.
+
+    forward_kl = Σ p (log p − log q);  tvd = ½ Σ |p − q|;  reverse_kl = Σ q (log q − log p).
+    """
+    log_p = torch.log_softmax(p_logits.float() / temperature, -1)
+    log_q = torch.log_softmax(q_logits.float() / temperature, -1)
+    if kind == "forward_kl":
+        return (log_p.exp() * (log_p - log_q)).sum(-1)
+    if kind == "reverse_kl":
+        return (log_q.exp() * (log_q - log_p)).sum(-1)
+    if kind == "tvd":
+        return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
+    raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {kind!r}")
+
+
+# ----------------------------------------------------------------------------- the module
+
+
+class DistillModule(L.LightningModule):
+    """The trainable draft beside the frozen target."""
+
+    def __init__(
+        self,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        *,
+        pair: Any = None,
+        divergence: str = "forward_kl",
+        rollout: str = "draft",
+        mixed_fraction: float = 0.5,
+        temperature: float = 1.0,
+        max_new_tokens: int | None = None,
+        num_draft_tokens: int = 5,
+        val_temperature: float = 1.0,
+        lora: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if lora is not None and not isinstance(lora, dict):  # a DictConfig from Hydra: plain, for checkpoints
+            lora = OmegaConf.to_container(lora, resolve=True)
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {divergence!r}")
+        if rollout not in ROLLOUTS:
+            raise ValueError(f"distill.rollout must be one of {ROLLOUTS}, got {rollout!r}")
+        self.save_hyperparameters(ignore=["pair", "optimizer"])
+        self.optimizer_factory = optimizer
+        self._pair = pair  # not a submodule: the target is frozen and absent from checkpoints
+        self.draft = pair.draft if pair is not None else None
+        if self.draft is not None:
+            self.draft.train().requires_grad_(True)
+            if lora:
+                self.draft = with_lora(self.draft, lora)
+        self.val_totals = Totals()
+        self.rng = random.Random(0)
+
+    @property
+    def pair(self) -> Any:
+        if self._pair is None:
+            raise RuntimeError("DistillModule needs the (target, draft) pair: pass pair=")
+        return self._pair
+
+    def on_fit_start(self) -> None:
+        target = self.pair.target
+        if next(target.parameters()).device != self.device:
+            target.to(self.device)
+        target.eval().requires_grad_(False)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return self.optimizer_factory(params=[p for p in self.draft.parameters() if p.requires_grad])
+
+    def _task(self, stage: str) -> Any:
+        dm = self.trainer.datamodule
+        return dm.train_task if stage == "train" else dm.val_task
+
+    # --------------------------------------------------------------------- training
+
+    def rollout(self, task: Any, examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
+        """Completions of `examples` from the draft or the target; (sequences, prompt mask, new tokens)."""
+        hp, tok = self.hparams, self.pair.tokenizer
+        ids, mask = left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
+        source = hp.rollout if hp.rollout != "mixed" else ("draft" if self.rng.random() < hp.mixed_fraction else "target")
+        model = self.draft if source == "draft" else self.pair.target
+        out = autoregressive_generate(
+            model, ids, mask, max_new_tokens=hp.max_new_tokens or task.max_new_tokens, do_sample=True,
+            temperature=hp.temperature, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            stop=task.stopper(tok),
+        )  # fmt: skip
+        return out.sequences, mask, out.stats.new_tokens.to(self.device)
+
+    def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
+        hp = self.hparams
+        sequences, prompt_mask, new_tokens = self.rollout(self._task("train"), batch)
+        B, P = prompt_mask.shape
+        steps = torch.arange(sequences.shape[1] - P, device=self.device)
+        comp_mask = steps < new_tokens.unsqueeze(1)
+        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
+        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+        inputs = {"input_ids": sequences, "attention_mask": attn, "position_ids": position_ids}
+        with torch.no_grad():
+            p_logits = self.pair.target(**inputs).logits[:, P - 1 : -1]  # predicting the completion tokens
+        q_logits = self.draft(**inputs).logits[:, P - 1 : -1]
+        vocab = min(p_logits.shape[-1], q_logits.shape[-1])
+        d = divergence(p_logits[..., :vocab], q_logits[..., :vocab], hp.divergence, hp.temperature)
+        m = comp_mask.float()
+        loss = (d * m).sum() / m.sum().clamp_min(1)
+        tv = divergence(p_logits[..., :vocab].detach(), q_logits[..., :vocab].detach(), "tvd", hp.temperature)
+        self.log_dict({"train/loss": loss, "train/acceptance": 1 - (tv * m).sum() / m.sum().clamp_min(1)},
+                      prog_bar=True, batch_size=B)  # fmt: skip
+        return loss
+
+    # --------------------------------------------------------------------- validation
+
+    def validation_step(self, batch: list[dict], batch_idx: int) -> None:
+        hp, tok, task = self.hparams, self.pair.tokenizer, self._task("val")
+        ids, mask = left_pad(task.encode(tok, batch), tok.pad_token_id, self.device)
+        out = speculative_generate(
+            self.pair.target, self.draft, ids, mask, verifier=Lossless(), num_draft_tokens=hp.num_draft_tokens,
+            max_new_tokens=hp.max_new_tokens or task.max_new_tokens, do_sample=hp.val_temperature > 0,
+            temperature=hp.val_temperature or 1.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            stop=task.stopper(tok), generator=torch.Generator(device=self.device).manual_seed(batch_idx),
+        )  # fmt: skip
+        self.val_totals.add(out.stats)
+
+    def on_validation_epoch_end(self) -> None:
+        vector = self.val_totals.to_vector(self.device)
+        summed = self.trainer.strategy.reduce(vector, reduce_op="sum") if self._trainer is not None else vector
+        totals, self.val_totals = Totals.from_vector(summed), Totals()
+        if totals.proposed == 0:
+            return
+        metrics = {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call,
+                   "val/objective": totals.acceptance_rate}  # fmt: skip
+        self.log_dict(metrics, prog_bar=True)
+
+
+def with_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
+    """`model` with LoRA adapters (peft) on `lora["target_modules"]`; only the adapters train."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ImportError("distill.lora needs peft: pip install peft (or pip install 'diversed[lora]')") from None
+    config = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
+                        lora_dropout=float(lora.get("dropout", 0.0)),
+                        target_modules=list(lora.get("target_modules", ("q_proj", "k_proj", "v_proj", "o_proj"))),
+                        task_type="CAUSAL_LM")  # fmt: skip
+    return get_peft_model(model, config)
+
+
+def merged(model: nn.Module) -> nn.Module:
+    """The plain model: LoRA adapters merged into its weights (a plain model as it is)."""
+    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def distill(cfg: DictConfig) -> dict[str, Any]:
+    """Check the data and the pair's files, fit, and save the best draft; returns its directory
+    and the last metrics."""
+    from diversed.schema import check_distill
+
+    check_distill(cfg)
+    set_threads(cfg.get("runtime", {}).get("threads"))
+    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
+    datamodule.setup("fit")  # data errors before the pair loads
+    card = describe_pair(cfg.pair)
+    max_new = cfg.distill.get("max_new_tokens") or datamodule.train_task.max_new_tokens
+    for task in (datamodule.train_task, datamodule.val_task):
+        check_context(card, task, max_new)
+    pair = instantiate(cfg.pair)
+    model = hydra.utils.instantiate(cfg.distill, pair=pair)
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+    loggers = make_loggers(cfg)
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=False)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
+    if best:
+        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
+        model.load_state_dict(state)
+    out_dir = Path(cfg.paths.output_dir) / "draft"
+    if trainer.is_global_zero:
+        draft = merged(model.draft).eval().requires_grad_(False)
+        draft.save_pretrained(out_dir, safe_serialization=True)
+        pair.tokenizer.save_pretrained(out_dir)
+        log.info(f"Saved the distilled draft to {out_dir} (use it as pair.draft={out_dir} or sweep.draft_models=[{out_dir}])")
+    finish(loggers)
+    return {"metrics": metrics, "draft_dir": str(out_dir), "best_checkpoint": best}
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="distill")
+def main(cfg: DictConfig) -> float | None:
+    result = distill(cfg)
+    print(result["draft_dir"])
+    value = result["metrics"].get("val/acceptance_rate", math.nan)
+    return None if math.isnan(value) else value
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""Task examples in batches for the training loops (heads in `train.py`, drafts in `distill.py`).
+
+`PromptDataModule` serves the train split for rollouts and a validation set for model selection.
+The validation set is another split of the dataset (`val_split: validation`), or, for datasets
+without one (GSM8K has train and test only), `val_split: holdout`: `n_val` examples drawn by the
+seed from the TRAIN split and left out of training. Either way no test example ever selects a
+checkpoint, and the held-out examples never appear among the training ones.
+
+It does not decode or score (the training modules do).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+from torch.utils.data import DataLoader
+
+HOLDOUT = "holdout"
+
+
+class PromptDataModule(L.LightningDataModule):
+    """Serves task examples (dicts) in batches: train split for rollouts, held-out for validation."""
+
+    def __init__(
+        self,
+        task: Callable[..., Any],
+        *,
+        train_split: str = "train",
+        val_split: str = "validation",
+        n_train: int | None = None,
+        n_val: int | None = 128,
+        batch_size: int = 16,
+        val_batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if val_split == HOLDOUT and not n_val:
+            raise ValueError("data.val_split=holdout needs data.n_val >= 1 examples to hold out of the train split")
+        self.task_factory = task
+        self.train_split, self.val_split = train_split, val_split
+        self.n_train, self.n_val, self.seed = n_train, n_val, seed
+        self.batch_size, self.val_batch_size, self.num_workers = batch_size, val_batch_size, num_workers
+        self.train_task = self.val_task = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_task is not None or self.val_task is not None:
+            return
+        if self.val_split == HOLDOUT:
+            self.train_task, self.val_task = self._held_out()
+            return
+        if stage in (None, "fit"):
+            self.train_task = self.task_factory(split=self.train_split, n_examples=self.n_train)
+        self.val_task = self.task_factory(split=self.val_split, n_examples=self.n_val)
+        if self.train_task is not None and self.train_split != self.val_split:
+            train_rows = {json.dumps(e, sort_keys=True, default=str) for e in self.train_task}
+            if all(json.dumps(e, sort_keys=True, default=str) in train_rows for e in self.val_task):
+                raise ValueError(
+                    f"the {self.val_split!r} examples are all in the {self.train_split!r} split: a single "
+                    "task.data_files path serves every split; give a mapping instead, e.g. "
+                    "task.data_files='{train: train.jsonl, validation: val.jsonl}', or data.val_split=holdout"
+                )
+
+    def _held_out(self) -> tuple[Any, Any]:
+        """(train, validation): `n_val` examples of the train split drawn by the seed, and up to
+        `n_train` of the others."""
+        full = self.task_factory(split=self.train_split, n_examples=None)
+        order = list(range(len(full)))
+        random.Random(f"holdout-{self.seed}").shuffle(order)
+        if len(order) <= self.n_val:
+            raise ValueError(
+                f"data.val_split=holdout: the {self.train_split!r} split has {len(order)} examples, not more than "
+                f"data.n_val={self.n_val}; lower data.n_val"
+            )
+        val, rest = sorted(order[: self.n_val]), order[self.n_val :]
+        train = sorted(rest if self.n_train is None else rest[: self.n_train])
+        return full.select(train, "train, without the held-out examples"), full.select(val, "held out of train")
+
+    def _loader(self, task: Any, batch_size: int, shuffle: bool) -> DataLoader:
+        return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_task, self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_task, self.val_batch_size, shuffle=False)
