@@ -15,7 +15,7 @@ from tiny_models import compose_run, pair_overrides
 import diversed.evaluate as ev
 from diversed import WeightHead
 from diversed.inputs import left_pad
-from diversed.results import load_results
+from diversed.results import ResultStore, load_results
 from diversed.tasks.toy import ToyTask
 
 
@@ -306,3 +306,38 @@ def test_plots_keep_different_settings_apart(tmp_path, toy_tiny_dir):
     assert len(paths) == 2 and all("_s" in p.stem for p in paths)  # one figure per settings, not averaged
     table = summary_table(df)
     assert len(table) == 6 and all("[settings " in label for _, label in table.index)
+
+
+def test_the_sweep_runs_every_baseline(tmp_path, toy_tiny_dir):
+    """Lossy SD, cascades, typical acceptance, a fine-tuned draft and transformers' static ensemble
+    in one sweep, each point with its knobs in its own fields; a 'fine-tuned' draft that is the pair's
+    own draft gives lossless's very tokens, and transformers' static ensemble (greedy, target bonus)
+    gives ours."""
+    ft = tmp_path / "ft-draft"
+    shutil.copytree(toy_tiny_dir / "draft", ft)
+    cfg = small_eval(
+        tmp_path / "run", toy_tiny_dir,
+        "sweep.methods=[autoregressive,lossless,finetuned_draft,static,hf_static,lossy,cascade,typical]",
+        f"sweep.draft_models=[{ft}]", "sweep.weights=[0.0,0.5]", "sweep.lenience=[0.5]", "sweep.cascade_rules=[chow,opt]",
+        "sweep.cascade_alphas=[0.2]", "sweep.typical_epsilons=[0.09]", "sweep.typical_deltas=[0.3]",
+        "sweep.temperatures=[0.0]", "engine.bonus_token=target",
+    )  # fmt: skip
+    ev.evaluate(cfg)
+    df = load_results(tmp_path / "run")
+    counts = df.method.value_counts().to_dict()
+    assert counts == {"autoregressive": 1, "lossless": 1, "finetuned_draft": 1, "static": 2, "hf_static": 1, "lossy": 1,
+                      "cascade": 2, "typical": 1}  # fmt: skip (hf_static: 0 < w < 1 only)
+    r = df.set_index("method")
+    assert r.loc["lossy", "lenience"] == 0.5 and r.loc["typical", "typical_epsilon"] == 0.09
+    assert sorted(df[df.method == "cascade"].cascade_rule) == ["chow", "opt"]
+    assert r.loc["finetuned_draft", "draft_model"] == str(ft) and r.loc["hf_static", "weight"] == 0.5
+    assert r.loc["hf_static", "timing"]["batch_size"] == 1  # transformers' assisted generation: batch 1
+    store = ResultStore(tmp_path / "run")
+
+    def completions(method, weight=None):
+        rec = next(x for x in store.records() if x["method"] == method and x.get("weight") == weight)
+        return [e["completion"] for e in store.examples(rec["key"])]
+
+    assert completions("finetuned_draft") == completions("lossless")
+    assert completions("hf_static", 0.5) == completions("static", 0.5)
+    assert abs(r.loc["hf_static", "acceptance_rate"] - df[(df.method == "static") & (df.weight == 0.5)].acceptance_rate.iloc[0]) < 0.15
