@@ -69,6 +69,7 @@ package on the path): the sandbox side imports nothing from `diversed`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
@@ -396,11 +397,20 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-def _prctl(option: int, arg: int) -> int:
-    import ctypes
+_LIBC: ctypes.CDLL | None = None
 
+
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.syscall.restype = ctypes.c_long
+    return _LIBC
+
+
+def _prctl(option: int, arg: int) -> int:
     ulong = ctypes.c_ulong
-    return ctypes.CDLL(None, use_errno=True).prctl(option, ulong(arg), ulong(0), ulong(0), ulong(0))
+    return _libc().prctl(option, ulong(arg), ulong(0), ulong(0), ulong(0))
 
 
 # ---------------------------------------------------------------- sandbox side: the monitor
@@ -518,15 +528,13 @@ def _lock_down(config: dict) -> None:
 def _drop_capabilities() -> None:
     """Root keeps uid 0 but no capability: no mount, no permission override, no raw socket, no
     ptrace of the non-dumpable monitor or caller."""
-    import ctypes
-
     if os.geteuid() == 0:
         for cap in range(64):
             if _prctl(24, cap):  # PR_CAPBSET_DROP, until EINVAL past the last capability
                 break
         _prctl(47, 4)  # PR_CAP_AMBIENT_CLEAR_ALL
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    if ctypes.CDLL(None, use_errno=True).capset(header, (ctypes.c_uint32 * 6)()):  # all sets empty
+    if _libc().capset(header, (ctypes.c_uint32 * 6)()):  # all sets empty
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
@@ -539,22 +547,16 @@ _LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE | _LL_READ | _LL_TRUNCATE | _LL_IOCTL
 
 
 def _landlock_abi() -> int:
-    import ctypes
-
     if not _LINUX:
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return max(0, libc.syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))  # _VERSION
+    return max(0, _libc().syscall(_LL_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))  # _VERSION
 
 
 def _install_landlock(read: list[str], write: str) -> None:
     """Read-only `read` and /proc/self, read-write `write`, the devices in _DEVICES; no execution."""
-    import ctypes
     import stat
 
-    abi, libc = _landlock_abi(), ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    abi, libc = _landlock_abi(), _libc()
     every = (1 << 13) - 1 | (1 << 13 if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
     every |= _LL_IOCTL if abi >= 5 else 0
 
@@ -669,7 +671,6 @@ def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, in
 
 def _install_seccomp(allow_delete: bool) -> None:
     """Install _seccomp_filter for this CPU (no_new_privs is already set)."""
-    import ctypes
 
     class SockFilter(ctypes.Structure):
         _fields_ = [
@@ -684,8 +685,7 @@ def _install_seccomp(allow_delete: bool) -> None:
 
     prog = _seccomp_filter(os.uname().machine, allow_delete)
     fprog = SockFprog(len(prog), (SockFilter * len(prog))(*(SockFilter(*ins) for ins in prog)))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)):
+    if _libc().prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)):
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP failed")  # (SECCOMP_MODE_FILTER)
 
 

@@ -118,6 +118,7 @@ def test_hostile_case(reports: dict, config: str, name: str) -> None:
     assert name not in report["alive"], "the program still runs after execute() returned"
     assert f"hb-{tag}" not in report["heartbeats"], "heartbeats after execute() returned"
     assert f"ran-{tag}" not in report["changed"] and not [p for p in report["leftovers"] if p.endswith(tag)]
+    assert name not in report["sysv"], "a shared-memory segment outlived the program"
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -132,6 +133,7 @@ def test_the_caller_is_untouched(reports: dict, config: str) -> None:
     )
     assert report["nofile"] and report["nice"], "a program changed the caller's limits or priority"
     assert not report["mounted"], "a program mounted a file system"
+    assert report["sysv"] == [], "a shared-memory segment outlived its program"
     assert report["alive"] == [] and report["heartbeats"] == []
 
 

@@ -165,6 +165,13 @@ def main() -> None:
     mounted = Path("/proc/self/mountinfo").read_text() != mounts
     if mounted:  # an escape mounted something: undo it before the temporary directory is removed
         ctypes.CDLL(None).umount2(str(out).encode(), 2)
+    keys = {hostile.ipc_key(f"{config}-{c.name}"): c.name for c in cases}
+    sysv = []
+    for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]:
+        key, shmid = int(line.split()[0]), int(line.split()[1])
+        if key in keys:  # an escape left a segment in the host's IPC namespace: remove it
+            sysv.append(keys[key])
+            ctypes.CDLL(None).shmctl(shmid, 0, None)  # IPC_RMID
     leftovers = sorted(str(p) for d in ("/tmp", "/dev/shm") for p in Path(d).glob(f"dvx-{config}-*"))
     for path in leftovers:
         os.unlink(path)
@@ -198,6 +205,7 @@ def main() -> None:
         "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)) == list(nofile),
         "nice": os.getpriority(os.PRIO_PROCESS, 0) == nice,
         "mounted": mounted,
+        "sysv": sysv,
     }
     victim.kill()
     victim.wait()

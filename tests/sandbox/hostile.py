@@ -87,6 +87,11 @@ def _escape(body: str) -> str:
     return "def escape():\n" + "".join(f"    {line}\n" for line in body.strip("\n").splitlines())
 
 
+def ipc_key(tag: str) -> int:
+    """The SysV key sysv_shared_memory creates (the same computation as in the program)."""
+    return int.from_bytes(hashlib.sha1(tag.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
 def _tmp_verdict(active: frozenset[str]) -> str:
     # Under bwrap alone /tmp and /dev/shm are the sandbox's own: the write works, and stays there.
     return "failed" if "landlock" in active else "passed"
@@ -247,6 +252,11 @@ s = libc.socket(1, 1, 0)
 ok(s)
 address = sockaddr_un(b"\\0@ABSTRACT@")[:-1]
 return ok(libc.connect(s, address, len(address)))"""), abi=6),
+    Case("sysv_shared_memory", _escape("""
+import hashlib
+key = int.from_bytes(hashlib.sha1(b"@TAG@").digest()[:4], "little") & 0x7FFFFFFF
+return ok(libc.shmget(key, 4096, 0o1600))"""), layers=NOT_LANDLOCK,
+         verdict=lambda active: "failed" if "seccomp" in active else "passed"),  # bwrap: its own IPC namespace
     # -- outliving the run
     Case("setsid_ctypes", "libc.syscall(NR['setsid'])\nheartbeat('@OUT@/hb-@TAG@')\n", tests=(),
          verdict="timeout"),
