@@ -76,7 +76,7 @@ def autoregressive_generate(
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
     out = torch.full((B, max_new_tokens + 1), pad, dtype=torch.long, device=device)  # last col: sink
     rows = torch.arange(B, device=device)
-    counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w)
+    counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     zero = torch.zeros(B, dtype=torch.long, device=device)
 
@@ -108,8 +108,9 @@ def autoregressive_generate(
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
         kept = keep.unsqueeze(1) > 0
         w_next = None if not counter.records_w else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
-        counter.round(rows, 0, 0, zero[:b], keep, x[:, None][:, :0], eos, None, w_next, kept)
-        out[rows, torch.where(keep > 0, step, max_new_tokens)] = x
+        cols = torch.where(keep > 0, step, max_new_tokens)
+        out[rows, cols] = x
+        counter.round(rows, 0, 0, zero[:b], keep, x[:, None][:, :0], eos, None, w_next, kept, cols=cols[:, None])
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]
             if not stay:

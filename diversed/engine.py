@@ -40,7 +40,7 @@ from diversed.forward import SlotModel
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
 from diversed.stats import RowCounter, SpeculativeStats, first_true
 from diversed.stopping import HostStopCheck
-from diversed.verify import Lossless, Verifier, probs_from_logits, sample
+from diversed.verify import Lossless, Verifier, probs_from_logits, sample, total_variation
 
 __all__ = ["SpeculativeOutput", "SpeculativeStats", "speculative_generate"]
 
@@ -143,10 +143,12 @@ class _Slots:
         self.pos[:, cur + 1 : cur + n + 2] = self.pos[:, cur : cur + 1] + (self.ramp(n) + 1)
         self.mask[:, cur + 1 : cur + n + 1] = 1  # tentative: the target reads the drafts causally
 
-    def emit(self, emitted: Tensor, kept: Tensor, n_new: Tensor, steps: Tensor) -> None:
-        """Write each row's kept tokens after its `n_new` earlier ones (the rest goes to the sink)."""
+    def emit(self, emitted: Tensor, kept: Tensor, n_new: Tensor, steps: Tensor) -> Tensor:
+        """Write each row's kept tokens after its `n_new` earlier ones (the rest goes to the sink);
+        returns the columns written."""
         cols = torch.where(kept, n_new.unsqueeze(1) + steps, self.max_new)
         self.out[self.rows.unsqueeze(1), cols] = emitted
+        return cols
 
     def commit(self, k: Tensor, longest: int, nxt: Tensor, n: int, steps: Tensor) -> int:
         """Keep the accepted drafts and the next token; returns the new `cur` (the caches' length):
@@ -338,7 +340,7 @@ def speculative_generate(
     B = input_ids.shape[0]
     mask0 = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     s = _Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
-    counter = RowCounter(B, num_draft_tokens, device, verifier.records_w)
+    counter = RowCounter(B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     n_cap = num_draft_tokens
@@ -359,6 +361,7 @@ def speculative_generate(
         w, k = _verify(verifier, mode, p, q, d, x, h_t, steps, generator)
         full = k == d.lengths  # every proposal accepted: the next token is the bonus
         nxt, w_next = _next_token(verifier, mode, logits_p, p, q, n, w, k, full, generator)
+        tv = total_variation(p[:, :n], q) if not mode.greedy and n > 0 else None  # for Proposition 1
 
         # --- the round's host sync (a second one only when a bonus needs the draft): the longest
         # accepted prefix, whether a bonus is due, finished rows, and the next budget
@@ -381,8 +384,8 @@ def speculative_generate(
 
         # --- bookkeeping on the device: statistics, output, slot mask, caches
         kept = steps < keep.unsqueeze(1)
-        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept, budget=remaining - 1)
-        s.emit(emitted, kept, n_new, steps)
+        cols = s.emit(emitted, kept, n_new, steps)
+        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept, budget=remaining - 1, tv=tv, cols=cols)
         new_cur = s.commit(k, max(k_h), nxt, n, steps)
         T.crop(new_cur)
         D.crop(new_cur)

@@ -141,8 +141,10 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
 
 
 def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
-              seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None):  # fmt: skip
-    """Decode every example once and score it; returns (record fields, per-example rows)."""
+              seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None,
+              token_w: bool = False):  # fmt: skip
+    """Decode every example once and score it; returns (record fields, per-example rows). With
+    `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens."""
     tok = pair.tokenizer
     examples = list(task)
     prompts = task.encode(tok, examples)
@@ -174,11 +176,16 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
                 "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
                 "accepted_drafts": int(stats.accepted[i]) if speculative else None,
             })  # fmt: skip
+            if token_w and stats.token_w is not None:
+                n = int(n_new[i])
+                rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
+                rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
     score, low, high = mean_ci(scores)
     spec = METHODS[point["method"]].speculative
     fields = {
         "score": score, "score_ci_low": low, "score_ci_high": high,
         "acceptance_rate": totals.acceptance_rate if spec else None,
+        "alpha": totals.alpha if spec else None, "mean_tv": totals.mean_tv if spec else None,
         "mean_accepted_length": totals.mean_accepted_length if spec else None,
         "tokens_per_target_call": totals.tokens_per_target_call if spec else 1.0,
         "mean_w": totals.mean_w, "new_tokens": new_tokens, "scored_wall_time_s": wall,
@@ -300,7 +307,7 @@ def evaluate(cfg: DictConfig) -> Path:
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
             args = {"batch_size": batch, "seed": int(cfg.seed), "engine": engine, "drafts": drafts}
-            fields, rows = run_point(pair, task, point, verifier, **args)
+            fields, rows = run_point(pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False)))
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields.setdefault("wall_time_s", fields["scored_wall_time_s"])  # repeats = 0: the scored pass
             fields["tokens_per_s"] = fields["new_tokens"] / fields["wall_time_s"] if fields["wall_time_s"] else None

@@ -74,6 +74,8 @@ RUN_FIELDS = (
     "score_ci_low",  # 95% t-interval of the mean (see mean_ci)
     "score_ci_high",
     "acceptance_rate",  # accepted drafts / proposed drafts
+    "alpha",  # accepted drafts / verified drafts (up to and including a round's first rejection)
+    "mean_tv",  # mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv
     "mean_accepted_length",  # mean accepted drafts per round
     "tokens_per_target_call",
     "tokens_per_s",
@@ -94,7 +96,7 @@ _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
     "weight", "lenience", "cascade_alpha", "typical_epsilon", "typical_delta", "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
     "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
-    "normalized_latency", "mean_w",
+    "normalized_latency", "mean_w", "alpha", "mean_tv",
 )  # fmt: skip
 _RESULTS_NAME = "results.jsonl"
 _TMP_PREFIX = ".tmp-"

@@ -102,6 +102,7 @@ class SweepSettings(_Model):
     typical_epsilons: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
     typical_deltas: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
     draft_models: list[str] = []
+    token_w: bool = False
 
     @field_validator("methods")
     @classmethod

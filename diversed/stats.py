@@ -47,6 +47,9 @@ class SpeculativeStats:
     accepted_hist: Tensor  # [B, N_max+1]: rounds in which 0..N_max drafts were accepted
     w_sum: Tensor  # Σ w over the positions that emitted a token (verifiers with a weight)
     w_count: Tensor
+    verified: Tensor | None = None  # drafts the target tested: up to and including the first rejection
+    tv_sum: Tensor | None = None  # Σ TV(p, q) over the verified drafts (sampled decoding only)
+    token_w: Tensor | None = None  # [B, max new]: w at each emitted token (NaN past a row's end; with a weight)
     target_calls: int = 0  # batched target forwards, prefill excluded
     draft_calls: int = 0  # batched draft forwards, prefill excluded
     wall_time_s: float = 0.0
@@ -83,6 +86,19 @@ class SpeculativeStats:
     def row_mean_w(self) -> Tensor | None:
         return self.w_sum / self.w_count.clamp_min(1) if self.records_w else None
 
+    @property
+    def alpha(self) -> float | None:
+        """Accepted drafts over verified ones (those the target tested: up to and including a
+        round's first rejection): the probability that a tested draft is accepted (Leviathan et
+        al.'s α). `acceptance_rate` divides by every proposal, tested or not."""
+        return None if self.verified is None else ratio(self.accepted.sum(), self.verified.sum())
+
+    @property
+    def mean_tv(self) -> float | None:
+        """Mean TV(p, q) over the verified drafts: Proposition 1 predicts an ensemble's α as
+        1 − w·mean_tv (None in greedy decoding, where acceptance is an argmax match)."""
+        return None if self.tv_sum is None else ratio(self.tv_sum.sum(), self.verified.sum())
+
     def summary(self) -> dict[str, Any]:
         """Totals as plain numbers (what a results file or a log line wants)."""
         return Totals().add(self).summary()
@@ -115,6 +131,8 @@ class Totals:
     wall_time_s: float = 0.0
     accepted_hist: list[int] = field(default_factory=list)
     records_w: bool = False
+    verified: int = 0
+    tv_sum: float | None = None  # None: never measured (greedy)
 
     def add(self, stats: SpeculativeStats) -> Totals:
         """Add one generation's statistics (in place); returns self."""
@@ -134,26 +152,32 @@ class Totals:
             for i in range(width)
         ]
         self.records_w = self.records_w or stats.records_w
+        if stats.verified is not None:
+            self.verified += int(stats.verified.sum())
+        if stats.tv_sum is not None:
+            self.tv_sum = (self.tv_sum or 0.0) + float(stats.tv_sum.sum())
         return self
 
     def merge(self, other: Totals) -> Totals:
         """Add another `Totals` (in place); returns self."""
-        for f in ("proposed", "accepted", "rounds", "new_tokens", "w_sum", "w_count", "target_calls",
-                  "draft_calls", "wall_time_s"):  # fmt: skip
+        for f in self._SCALARS:
             setattr(self, f, getattr(self, f) + getattr(other, f))
         width = max(len(self.accepted_hist), len(other.accepted_hist))
         pad = lambda h: h + [0] * (width - len(h))  # noqa: E731
         self.accepted_hist = [a + b for a, b in zip(pad(self.accepted_hist), pad(other.accepted_hist), strict=True)]
         self.records_w = self.records_w or other.records_w
+        if other.tv_sum is not None:
+            self.tv_sum = (self.tv_sum or 0.0) + other.tv_sum
         return self
 
     # A fixed layout as a float64 vector, for summing across processes (`from_vector` reverses it).
     _SCALARS = ("proposed", "accepted", "rounds", "new_tokens", "w_sum", "w_count", "target_calls",
-                "draft_calls", "wall_time_s")  # fmt: skip
+                "draft_calls", "wall_time_s", "verified")  # fmt: skip
 
     def to_vector(self, device: torch.device | str = "cpu") -> Tensor:
         """The scalar totals (not the histogram) as one float64 vector."""
         values = [float(getattr(self, f)) for f in self._SCALARS] + [float(self.records_w)]
+        values += [self.tv_sum or 0.0, float(self.tv_sum is not None)]
         return torch.tensor(values, dtype=torch.float64, device=device)
 
     @classmethod
@@ -161,7 +185,8 @@ class Totals:
         values = vector.double().cpu().tolist()
         floats = {"w_sum", "wall_time_s"}
         kwargs = {f: (v if f in floats else int(round(v))) for f, v in zip(cls._SCALARS, values, strict=False)}
-        return cls(**kwargs, records_w=values[-1] > 0)
+        n = len(cls._SCALARS)
+        return cls(**kwargs, records_w=values[n] > 0, tv_sum=values[n + 1] if values[n + 2] > 0 else None)
 
     @property
     def acceptance_rate(self) -> float:
@@ -183,6 +208,14 @@ class Totals:
     def mean_w(self) -> float | None:
         return ratio(self.w_sum, self.w_count) if self.records_w else None
 
+    @property
+    def alpha(self) -> float | None:
+        return ratio(self.accepted, self.verified) if self.verified else None
+
+    @property
+    def mean_tv(self) -> float | None:
+        return None if self.tv_sum is None else ratio(self.tv_sum, self.verified)
+
     def summary(self) -> dict[str, Any]:
         """The totals and the rates as plain numbers."""
         return {
@@ -199,6 +232,8 @@ class Totals:
             "wall_time_s": self.wall_time_s,
             "tokens_per_s": self.tokens_per_s,
             "mean_w": self.mean_w,
+            "alpha": self.alpha,
+            "mean_tv": self.mean_tv,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -231,13 +266,16 @@ def first_true(flags: Tensor, default: Tensor | int) -> Tensor:
 class RowCounter:
     """Statistics per original row, kept on the device while a decoding loop runs."""
 
-    def __init__(self, batch: int, num_draft_tokens: int, device: torch.device, records_w: bool) -> None:
-        # rounds, proposed, accepted, new tokens
-        self.counts = torch.zeros(batch, 4, dtype=torch.long, device=device)
+    def __init__(self, batch: int, num_draft_tokens: int, device: torch.device, records_w: bool,
+                 max_new: int = 0, measures_tv: bool = False) -> None:  # fmt: skip
+        # rounds, proposed, accepted, new tokens, emitted tokens with a w, verified drafts
+        self.counts = torch.zeros(batch, 6, dtype=torch.long, device=device)
         self.hist = torch.zeros(batch, num_draft_tokens + 1, dtype=torch.long, device=device)
-        self.w_sum = torch.zeros(batch, device=device)
-        self.w_count = torch.zeros(batch, dtype=torch.long, device=device)
-        self.records_w = records_w
+        # Σ w, Σ TV at proposed positions, then w of each emitted token (NaN elsewhere; last column: sink)
+        self.floats = torch.zeros(batch, 2 + (max_new + 1 if records_w else 0), device=device)
+        if records_w:
+            self.floats[:, 2:] = float("nan")
+        self.records_w, self.measures_tv = records_w, measures_tv
         self.rounds_n: list[int] = []
 
     def new_tokens(self, rows: Tensor) -> Tensor:
@@ -247,10 +285,12 @@ class RowCounter:
     def round(
         self, rows: Tensor, n: int, lengths: Tensor | int, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
         w: Tensor | float | None, w_next: Tensor | None, kept: Tensor, budget: Tensor | None = None,
+        tv: Tensor | None = None, cols: Tensor | None = None,
     ) -> None:  # fmt: skip
         """Count one round of the rows still in the batch: `n` drafts x (`lengths` of them proposed
         per row, or all n), `k` accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the
-        token after them; `budget`, the drafts each row would have been given alone."""
+        token after them; `budget`, the drafts each row would have been given alone; `tv` [b, n],
+        TV(p, q) at the drafts; `cols` [b, n + 1], where the round's tokens went in the output."""
         ones = torch.ones_like(k)
         proposed, k_stat = lengths if isinstance(lengths, Tensor) else ones * lengths, k
         # A row's proposals stop at its first drafted EOS (the drafts after it are cut whatever the
@@ -262,22 +302,37 @@ class RowCounter:
             proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k_stat, upto)
         if budget is not None and n > 0:
             proposed, k_stat = torch.minimum(proposed, budget), torch.minimum(k_stat, budget)
-        self.counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep], 1))
+        verified = torch.minimum(k_stat + 1, proposed)  # tested: the accepted and the first rejected
+        with_w = keep if self.records_w else 0 * keep
+        self.counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep, with_w, verified], 1))
         if n + 1 > self.hist.shape[1]:
             self.hist = torch.cat([self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1)
         self.hist.index_put_((rows, k_stat), ones, accumulate=True)
-        if self.records_w:  # mean w over the positions that emitted a token
+        sums = []
+        if self.records_w:  # mean w over the positions that emitted a token, and w at each of them
             b = k.shape[0]
             w_tok = torch.cat([w if n > 0 else w_next.new_zeros(b, 0), w_next.new_zeros(b, 1)], 1)
             w_tok = w_tok.scatter(1, k.view(b, 1), w_next.view(b, 1))
-            self.w_sum.index_add_(0, rows, (w_tok * kept).sum(1))
-            self.w_count.index_add_(0, rows, keep)
+            sums.append((w_tok * kept).sum(1))
+            if cols is not None:
+                self.floats[rows.unsqueeze(1), 2 + cols] = w_tok
+        else:
+            sums.append(ones.new_zeros(ones.shape, dtype=self.floats.dtype))
+        if tv is not None and n > 0:  # TV(p, q) at the verified drafts
+            sums.append((tv * (torch.arange(n, device=tv.device) < verified.unsqueeze(1))).sum(1))
+        else:
+            sums.append(sums[0].new_zeros(sums[0].shape))
+        self.floats[:, :2].index_add_(0, rows, torch.stack(sums, 1))
         self.rounds_n.append(n)
 
     def finish(self, *, target_calls: int, draft_calls: int, verifier: str) -> SpeculativeStats:
-        counts, hist = self.counts.cpu(), self.hist.cpu()
+        """The statistics on the host: two reads, the integer counts and the float sums."""
+        ints, floats = torch.cat([self.counts, self.hist], 1).cpu(), self.floats.cpu()
+        counts, hist = ints[:, :6], ints[:, 6:]
         return SpeculativeStats(
             proposed=counts[:, 1], accepted=counts[:, 2], rounds=counts[:, 0], new_tokens=counts[:, 3],
-            accepted_hist=hist, w_sum=self.w_sum.cpu(), w_count=self.w_count.cpu(), target_calls=target_calls,
-            draft_calls=draft_calls, verifier=verifier, num_draft_tokens=self.rounds_n, records_w=self.records_w,
+            accepted_hist=hist, w_sum=floats[:, 0], w_count=counts[:, 4], target_calls=target_calls, verified=counts[:, 5],
+            tv_sum=floats[:, 1] if self.measures_tv else None, draft_calls=draft_calls, verifier=verifier,
+            token_w=floats[:, 2:-1] if self.records_w else None, num_draft_tokens=self.rounds_n,
+            records_w=self.records_w,
         )  # fmt: skip

@@ -52,3 +52,34 @@ def test_bounds_on_known_numbers():
     assert theoretical_speedup(0.5, 3, 0.1) == pytest.approx(1.875 / 1.3)
     assert tokens_per_call_bound(1.0, 4) == 5.0
     assert torch.isfinite(torch.tensor(tokens_per_call_bound(1 - 1e-12, 4)))
+
+
+def test_mean_tv_predicts_the_ensembles_acceptance_and_w_is_kept_per_token(pair):
+    """Proposition 1: a static ensemble accepts a tested draft with probability 1 − w·TV(p, q); over a
+    sampled generation, α (accepted over verified drafts) ≈ 1 − w·mean_tv (over the same drafts)."""
+    import math
+
+    from diversed import DynamicEnsemble, WeightHead
+
+    target, draft = pair
+    ids, mask = ragged_prompts()
+    ids, mask = ids.repeat(40, 1), mask.repeat(40, 1)
+    for w in (1.0, 0.6, 0.3):
+        s = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(w), num_draft_tokens=3,
+                                 max_new_tokens=12, do_sample=True, generator=torch.Generator().manual_seed(3)).stats
+        predicted = 1 - w * s.mean_tv
+        n = int(s.verified.sum())
+        assert abs(s.alpha - predicted) < 4 * math.sqrt(predicted * (1 - predicted) / n), (w, s.alpha, predicted)
+        assert s.acceptance_rate < s.alpha  # untested drafts count against the acceptance rate
+        assert Totals().add(s).mean_tv == pytest.approx(s.mean_tv)
+    greedy = speculative_generate(target, draft, ids[:4], mask[:4], max_new_tokens=5).stats
+    assert greedy.mean_tv is None and greedy.summary()["mean_tv"] is None
+    head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
+    with torch.no_grad():
+        head.net[-1].weight.normal_(0, 0.05)
+    out = speculative_generate(target, draft, ids[:4], mask[:4], verifier=DynamicEnsemble(head), max_new_tokens=9,
+                               do_sample=True, generator=torch.Generator().manual_seed(1))
+    tw = out.stats.token_w
+    for i, n in enumerate(out.stats.new_tokens.tolist()):
+        assert not tw[i, :n].isnan().any() and tw[i, n:].isnan().all()  # one w per emitted token
+        assert float(tw[i, :n].sum()) == pytest.approx(float(out.stats.w_sum[i]), rel=1e-5)
