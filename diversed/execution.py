@@ -23,12 +23,13 @@ by default, any subset, or `none`; or the `layers` argument):
   exec, setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts, sockets,
   SysV and POSIX IPC, io_uring, bpf, keyrings, modules, clocks, link, mknod, truncate by path, the
   chmod, chown, utime and xattr families; unlink and rename unless bwrap or Landlock keeps writes in
-  scratch) and for prlimit, setpriority, sched_set*, ioprio_set on any process but itself.
+  scratch); prlimit, setpriority, sched_set*, ioprio_set on any process but itself; F_SETOWN,
+  F_SETSIG, FIOSETOWN (signals sent through a file) and TIOCSTI.
 
-Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_CORE 0,
-RLIMIT_CPU, RLIMIT_NPROC 0; 64 KiB of output read back; a minimal environment; a Python guard that
-makes os.kill, os.fork, posix.execv, subprocess.Popen, socket.socket, ... raise (clear messages;
-ctypes gets round it). On Linux also: no_new_privs; no capability in the child (root cannot mount,
+Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_CPU,
+RLIMIT_CORE/NPROC/RTPRIO/NICE 0; 64 KiB of output read back; a minimal environment; a Python guard
+that makes os.kill, os.fork, posix.execv, subprocess.Popen, socket.socket, ... raise (clear
+messages; ctypes gets round it). On Linux also: no_new_privs; no capability in the child (root cannot mount,
 override permissions or ptrace a non-dumpable process); the monitor non-dumpable, a subreaper that
 kills what the program leaves, and the program dying with it (PR_SET_PDEATHSIG).
 
@@ -41,7 +42,7 @@ Which layer closes an escape on its own:
     run a binary                               inside    yes         yes
     mount                                      yes       [2]         yes
     network, IPC                               yes       TCP only    yes
-    signal or ptrace other processes           yes       yes (ABI 6) yes
+    signal or ptrace other processes           yes       yes [4]     yes
     change the caller's limits or priority     yes       no          yes
     outlive the timeout (setsid, fork)         yes       [3]         yes
     files left in /tmp, /dev/shm, $HOME        yes       yes         no
@@ -50,6 +51,7 @@ Which layer closes an escape on its own:
     with no capability in the child, that closes its memory and environ for root and non-root.
 [2] Closed in every configuration: the child has no capability.
 [3] Closed in every configuration by the monitor (kill by pid, subreaper).
+[4] Signals from ABI 6 on (kernel 6.12); ptrace (and so /proc/<pid>/mem) from ABI 1.
 
 Left open: the verdict is decided inside the program's process, so a program written to cheat can
 find the sentinel (in the calling frame or its own memory) and print it: the sentinel stops early
@@ -512,6 +514,9 @@ def _lock_down(config: dict) -> None:
     cpu = int(config["timeout"]) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE"):  # no real-time scheduling, no higher priority
+        if hasattr(resource, name):
+            resource.setrlimit(getattr(resource, name), (0, 0))
     if not _LINUX:
         return
     monitor = os.getppid()
@@ -619,8 +624,9 @@ removexattr 197 14 lremovexattr 198 15 fremovexattr 199 16 setxattrat 463 463 re
 """
 # Deleting and renaming: denied unless bwrap or Landlock keeps them inside the scratch directory.
 _DELETE = "unlink 87 - unlinkat 263 35 rmdir 84 - rename 82 - renameat 264 38 renameat2 316 276"
-# Allowed only on the program itself: (number, [(argument, value, "==" or "!=")]), low 32 bits.
-_ONLY_ITSELF = {
+# Allowed only if every (argument, value, "==" or "!=") holds, low 32 bits: acting on the program
+# itself, and no signal sent to another process through a file (F_SETOWN, F_SETSIG, FIOSETOWN).
+_CHECKED = {  # name: (x86_64, aarch64, checks)
     "prctl": (157, 167, [(0, 1, "!=")]),  # not PR_SET_PDEATHSIG: it dies with the monitor
     "prlimit64": (302, 261, [(0, 0, "==")]),  # pid 0
     "setpriority": (141, 140, [(0, 0, "=="), (1, 0, "==")]),  # PRIO_PROCESS, who 0
@@ -629,6 +635,12 @@ _ONLY_ITSELF = {
     "sched_setparam": (142, 118, [(0, 0, "==")]),
     "sched_setattr": (314, 274, [(0, 0, "==")]),
     "ioprio_set": (251, 30, [(0, 1, "=="), (1, 0, "==")]),  # IOPRIO_WHO_PROCESS, who 0
+    "fcntl": (72, 25, [(1, 8, "!="), (1, 10, "!="), (1, 15, "!=")]),  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+    "ioctl": (
+        16,
+        29,
+        [(1, 0x8901, "!="), (1, 0x8902, "!="), (1, 0x5412, "!=")],
+    ),  # FIOSETOWN, SIOCSPGRP, TIOCSTI
 }
 _SECCOMP_ARCHES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}  # AUDIT_ARCH_*, column
 
@@ -640,7 +652,8 @@ def _syscalls(table: str, column: int) -> dict[str, int]:
 
 
 def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, int, int]]:
-    """The BPF program: EPERM for _DENY (and _DELETE unless `allow_delete`), _ONLY_ITSELF checked."""
+    """The BPF program: EPERM for _DENY (and _DELETE unless `allow_delete`), and for _CHECKED
+    where its arguments fail the checks."""
     arch, column = _SECCOMP_ARCHES[machine]
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
@@ -650,7 +663,7 @@ def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, in
         prog.append((jge, "deny", 0, 0x40000000))  # x32 system calls: another way in
     denied = _syscalls(_DENY, column) | ({} if allow_delete else _syscalls(_DELETE, column))
     prog += [(jeq, "deny", 0, nr) for nr in denied.values()]
-    for numbers_and_checks in _ONLY_ITSELF.values():
+    for numbers_and_checks in _CHECKED.values():
         body = []
         for arg, value, op in numbers_and_checks[2]:  # seccomp_data.args[arg], low half (little-endian)
             body += [

@@ -171,6 +171,14 @@ return True""")),
 pidfd = libc.syscall(NR["pidfd_open"], @VICTIM@, 0)
 ok(pidfd)
 return ok(libc.syscall(NR["pidfd_send_signal"], pidfd, 9, None, 0))"""), abi=6),
+    Case("sigio_caller", _escape("""
+r, w = os.pipe()
+ok(libc.fcntl(r, 8, @CALLER@))  # F_SETOWN: I/O on r signals the caller
+ok(libc.fcntl(r, 10, 10))  # F_SETSIG: SIGUSR1
+ok(libc.fcntl(r, 4, libc.fcntl(r, 3) | 0o20000))  # F_SETFL: O_ASYNC
+os.write(w, b"x")
+time.sleep(0.2)
+return True"""), abi=6, verdict=lambda active: "failed" if active & {"bwrap", "seccomp"} else "passed"),
     Case("kill_monitor", _escape("ok(libc.kill(os.getppid(), 9))\ntime.sleep(1)\nreturn True")),
     Case("prlimit_caller", _escape("""
 limit = (ctypes.c_uint64 * 2)(16, 16)
