@@ -28,8 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import best_at_quality, load_results, pareto_front
+from diversed.results import load_results
 
 _SETTING = [
     "pair",
@@ -251,7 +252,7 @@ def summary_table(
     then the N with the most rows at that temperature (autoregressive rows have no N and are
     kept). The choice is stored in `table.attrs`. Rows in `methods.METHOD_NAMES` order, a
     family's settings from the largest knob down. With `best`, each knob family keeps only its
-    best setting at the quality of autoregressive decoding (`results.best_at_quality`).
+    best setting at the quality of autoregressive decoding (`fronts.best_at_quality`).
     """
     if temperature is None:
         temperature = _most_rows(df["temperature"])

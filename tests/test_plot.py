@@ -208,7 +208,7 @@ def families_frame() -> pd.DataFrame:
 
 
 def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quality(tmp_path):
-    from diversed.results import best_at_quality
+    from diversed.fronts import best_at_quality
 
     df = families_frame()
     best = best_at_quality(df).set_index("method")

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from diversed import results as R
+from diversed.fronts import pareto_front
 from diversed.results import (
     GRID_FIELDS,
     RUN_FIELDS,
@@ -22,7 +23,6 @@ from diversed.results import (
     grid_key,
     load_results,
     mean_ci,
-    pareto_front,
     run_record,
 )
 
