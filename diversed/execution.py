@@ -1,7 +1,7 @@
 """Run generated Python programs (MBPP completions plus their tests) and report which pass.
 
 `run_program` writes the program into a fresh scratch directory and starts this file as a script
-(`python -I -B`), inside bubblewrap where it can. That process, the *monitor*, forks once: the
+(`python -I -B -S`, site-packages on the path but no .pth file run), inside bubblewrap where it can. That process, the *monitor*, forks once: the
 child locks itself down, runs the program and, only if its last line ran, writes a random sentinel
 to stdout. A program passes when it exits 0 *and* its output ends with the sentinel, so exiting
 early with status 0 does not pass. The monitor enforces the timeout: it kills and reaps the child,
@@ -13,7 +13,7 @@ by default, any subset, or `none`; or the `layers` argument):
 - bwrap (bubblewrap; unprivileged, through a user namespace): new PID, network, IPC, UTS, cgroup,
   mount and user namespaces, no capability, no further user namespace, `--die-with-parent`. The
   program sees read-only /usr, /lib*, /bin, the /etc files in _ETC and the Python installation; its
-  own /proc (without /proc/sys), /dev, /dev/shm and /tmp; a 64 MiB tmpfs as scratch directory.
+  own /proc (without /proc/sys), read-only /dev and a 16 MiB /tmp; a 64 MiB tmpfs as scratch.
 - Landlock (Linux >= 5.13, through ctypes): reading only those paths and /proc/self, writing only
   in scratch and to /dev/null, /dev/zero, /dev/full, executing nothing. A Landlock domain cannot
   ptrace outside itself, so the /proc/<pid>/mem, environ, maps, fd of the caller, the monitor and
@@ -99,7 +99,7 @@ LOCKDOWN_FAILED = 125  # exit status of a child that could not apply a layer
 
 _LINUX = sys.platform.startswith("linux")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_ETC = "ld.so.cache ld.so.conf ld.so.conf.d localtime timezone nsswitch.conf passwd group hosts mime.types"
+_ETC = "ld.so.cache localtime passwd group"  # nothing secret: what glibc and the standard library read
 _DEVICES = {"/dev/null": "rw", "/dev/zero": "rw", "/dev/full": "rw", "/dev/random": "r", "/dev/urandom": "r"}
 _MISSING = {  # what is open when the layer is not enforced
     "bwrap": "no PID/mount/network/IPC namespaces: programs see the host's processes and file system, "
@@ -226,7 +226,7 @@ def _bwrap_command(workdir: str) -> list[str]:
     cmd += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys"]
     if os.path.exists("/proc/sysrq-trigger"):
         cmd += ["--ro-bind", "/dev/null", "/proc/sysrq-trigger"]
-    cmd += ["--dev", "/dev", "--size", str(FILE_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    cmd += ["--dev", "/dev", "--remount-ro", "/dev"]  # /dev/shm read-only too
     cmd += ["--size", str(FILE_BYTES), "--tmpfs", "/tmp"]  # before the binds: Python may live under /tmp
     for path in _readable_paths():
         if os.path.islink(path) and path in _SYSTEM_DIRS:  # merged /usr: /bin -> usr/bin
@@ -236,6 +236,12 @@ def _bwrap_command(workdir: str) -> list[str]:
     script, program = os.path.abspath(__file__), os.path.join(workdir, PROGRAM_FILE)
     cmd += ["--ro-bind", script, script, "--size", str(SCRATCH_BYTES), "--tmpfs", workdir]
     return cmd + ["--ro-bind", program, program, "--chdir", workdir, "--remount-ro", "/", "--"]
+
+
+def _site_packages() -> list[str]:
+    import site
+
+    return [p for p in site.getsitepackages() if os.path.isdir(p)]
 
 
 def _protect_caller() -> None:
@@ -285,8 +291,10 @@ def run_program(
             "seccomp": "seccomp" in use,
             "contained": bool(use & {"bwrap", "landlock"}),  # writes cannot leave scratch
             "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
+            "path": _site_packages(),
         }
-        cmd = [sys.executable, "-I", "-B", os.path.abspath(__file__), json.dumps(config)]
+        # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
+        cmd = [sys.executable, "-I", "-B", "-S", os.path.abspath(__file__), json.dumps(config)]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -421,6 +429,7 @@ def _prctl(option: int, arg: int) -> int:
 def _sandbox_main() -> None:
     """The monitor: fork the child, enforce the timeout, kill what is left, report, exit with its status."""
     config = json.loads(sys.argv[1])
+    sys.path += config["path"]
     status_fd = config["status_fd"]
     if _LINUX:
         _prctl(4, 0)  # PR_SET_DUMPABLE 0: the program cannot read or write this process's memory
