@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from diversed.toy_corpus import build_tokenizer, corpus, examples
 
-FORMAT_VERSION = 2  # bump when the corpus, tokenizer or training code changes the artefacts (2: one build thread)
+FORMAT_VERSION = 3  # bump when the corpus, tokenizer or training code changes the artefacts (3: two skills)
 
 # ----------------------------------------------------------------------------- build config
 
@@ -64,7 +64,7 @@ class ToyBuildConfig:
     seed: int = 0
     target: ModelSpec = field(
         default_factory=lambda: ModelSpec(
-            layers=4, hidden=128, heads=4, mlp=384, steps=1000, lr=2e-3, weight_decay=0.1
+            layers=4, hidden=128, heads=4, mlp=384, steps=1600, lr=2e-3, weight_decay=0.1
         )
     )
     draft: ModelSpec = field(
@@ -73,14 +73,16 @@ class ToyBuildConfig:
         )
     )
     max_position_embeddings: int = 512
-    n_eval: int = 500  # test problems used for the accuracy / acceptance report
+    n_eval: int = 500  # test problems per skill used for the accuracy / acceptance report
     num_draft_tokens: int = 5  # for the acceptance report
+    skills: tuple[str, ...] = ("add", "count")  # what both models are trained on (toy_corpus.SKILLS)
 
     @classmethod
     def tiny(cls, seed: int = 0) -> ToyBuildConfig:
-        """A few steps of tiny models: builds in seconds, for tests."""
+        """A few steps of tiny models on additions only: builds in seconds, for tests."""
         return cls(
             seed=seed,
+            skills=("add",),
             target=ModelSpec(
                 layers=1, hidden=32, heads=2, mlp=64, steps=3, lr=1e-3, weight_decay=0.1, batch_size=16
             ),
@@ -154,10 +156,10 @@ def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
 
 
 def train_model(
-    model, tokenizer, spec: ModelSpec, *, style: str, seed: int, progress: bool = True
+    model, tokenizer, spec: ModelSpec, *, style: str, seed: int, progress: bool = True, skills: tuple[str, ...] = ("add",)
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay on `spec.steps` batches of `style` wording."""
-    data = corpus(spec.steps * spec.batch_size, style=style, seed=seed)
+    data = corpus(spec.steps * spec.batch_size, style=style, seed=seed, skills=tuple(skills))
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.98), weight_decay=spec.weight_decay)
     warmup = max(1, spec.steps // 20)
 
@@ -194,11 +196,11 @@ def _prompts(tokenizer, exs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250) -> float:
-    """Exact-match accuracy of greedy completions (scored by the toy task)."""
-    from diversed.tasks.toy import ToyTask
+def greedy_accuracy(model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add") -> float:
+    """Exact-match accuracy of greedy completions (scored by the skill's toy task)."""
+    from diversed.tasks.toy import SKILL_TASKS
 
-    task = ToyTask(exs)
+    task = SKILL_TASKS[skill](exs)
     correct = 0.0
     for i in range(0, len(exs), batch_size):
         chunk = exs[i : i + batch_size]
@@ -234,17 +236,20 @@ def acceptance_rate(
 
 
 def evaluate(
-    target, draft, tokenizer, *, seed: int = 0, n_eval: int = 500, num_draft_tokens: int = 5
-) -> dict[str, float]:
-    """The quality gap: greedy test accuracy of each model and the lossless acceptance rate (T = 1)."""
-    exs = examples("test", seed)[:n_eval]
-    return {
-        "target_accuracy": greedy_accuracy(target, tokenizer, exs),
-        "draft_accuracy": greedy_accuracy(draft, tokenizer, exs),
-        "acceptance_rate": acceptance_rate(
-            target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed
-        ),
-    }
+    target, draft, tokenizer, *, seed: int = 0, n_eval: int = 500, num_draft_tokens: int = 5,
+    skills: tuple[str, ...] = ("add",),
+) -> dict[str, Any]:
+    """The quality gap per skill: greedy test accuracy of each model and the lossless acceptance
+    rate (T = 1); the first skill's also at the top level."""
+    per = {}
+    for skill in skills:
+        exs = examples("test", seed, skill)[:n_eval]
+        per[skill] = {
+            "target_accuracy": greedy_accuracy(target, tokenizer, exs, skill=skill),
+            "draft_accuracy": greedy_accuracy(draft, tokenizer, exs, skill=skill),
+            "acceptance_rate": acceptance_rate(target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed),
+        }
+    return {**per[skills[0]], "skills": per}
 
 
 # ----------------------------------------------------------------------------- build and cache
@@ -252,7 +257,7 @@ def evaluate(
 
 # One torch thread, always: the thread count changes the reduction order of some kernels and with
 # it the trained draft (measured: 1 vs 2 threads give different draft weights), and these models
-# are so small that a second thread barely helps on an idle machine (default build: 66 s on one
+# are so small that a second thread barely helps on an idle machine (default build: 129 s on one
 # thread of 2 cores) and makes a busy one many times slower.
 BUILD_THREADS = 1
 
@@ -272,12 +277,12 @@ def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True)
             torch.manual_seed(config.seed * 1000 + offset)  # init and dropout, per role
             models[role] = make_model(spec, tokenizer, config.max_position_embeddings)
             losses[role] = train_model(
-                models[role], tokenizer, spec, style=role, seed=config.seed, progress=progress
+                models[role], tokenizer, spec, style=role, seed=config.seed, progress=progress, skills=config.skills
             )
         train_s = time.perf_counter() - t0
         metrics = evaluate(
             models["target"], models["draft"], tokenizer, seed=config.seed, n_eval=config.n_eval,
-            num_draft_tokens=config.num_draft_tokens,
+            num_draft_tokens=config.num_draft_tokens, skills=config.skills,
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
@@ -346,9 +351,12 @@ def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
     )
     return (
         f"toy pair {report['key']}: {how} "
-        f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})\n"
-        f"  test exact match  target {m['target_accuracy']:.3f}  draft {m['draft_accuracy']:.3f}\n"
-        f"  lossless acceptance rate at T=1: {m['acceptance_rate']:.3f}"
+        f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})"
+        + "".join(
+            f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, draft {v['draft_accuracy']:.3f}; "
+            f"lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
+            for skill, v in m.get("skills", {"add": m}).items()
+        )
     )
 
 

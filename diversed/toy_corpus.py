@@ -1,13 +1,16 @@
-"""The toy corpus: two-digit additions with free wording, its splits, the two house styles and
-the tokenizer. The toy pair (`toy.py`) is trained on it and the toy task (`tasks/toy.py`) reads
+"""The toy corpus: two skills with free wording (two-digit additions, and counting a letter),
+their splits, the two house styles and the tokenizer. The toy pair (`toy.py`) is trained on it and the toy task (`tasks/toy.py`) reads
 its examples from it; it imports neither.
 
-Every problem is a two-digit addition, prompt ``"Q: 37+48="``; its completion is free wording
-followed by the answer, ``" so we get 85."``. The wording fills two slots drawn at random, an
+An addition problem has the prompt ``"Q: 37+48="``; a counting one ``"C: bacbdba="`` asks how often
+the string's first letter occurs in it (3: matching every letter against the first takes two
+steps of attention, which the one-layer draft does not have). The completion is free wording
+followed by the answer, ``" so we get 85."`` or ``" thus it is 3."``. The wording fills two slots drawn at random, an
 opener (" so", " thus", ...) and a two-word phrase (" we get", " it equals", ...). The reward
-(exact match of the number, `diversed.tasks.toy`) never looks at the wording. All 8100 problems
-are split once by the seed into train (7100) / validation / test (500 each), so test problems
-are never trained on; training draws train problems with fresh wording per step.
+(exact match of the answer, `diversed.tasks.toy`) never looks at the wording. Each skill's
+problems (8100 additions, 16384 strings) are split once by the seed into train /
+validation / test (500 each for the last two), so test problems are never trained on; training
+draws train problems with fresh wording per step.
 
 Why two house styles. Real targets and drafts come from different training runs and phrase
 things differently where nothing is at stake. Here each model is trained on the same problems
@@ -21,6 +24,7 @@ is prepended. It is a `tokenizers` word-level model wrapped as a `PreTrainedToke
 
 from __future__ import annotations
 
+import itertools
 import random
 import string
 from typing import Any
@@ -49,24 +53,44 @@ STYLES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 
-def problems(split: str, seed: int = 0) -> list[tuple[int, int]]:
-    """The (a, b) pairs of `split`: all two-digit pairs, shuffled by `seed`, cut into splits."""
+SKILLS = ("add", "count")  # two-digit addition; counting the first letter of a string
+COUNT_LETTERS, COUNT_LENGTH = "abcd", 7
+
+
+def problems(split: str, seed: int = 0, skill: str = "add") -> list[tuple[int, ...]]:
+    """The problems of `split`: for "add" all two-digit pairs (a, b), for "count" all strings of
+    seven letters a-d (as letter indices); shuffled by `seed` and cut into test, validation and train."""
     if split not in SPLITS:
         raise ValueError(f"unknown toy split {split!r}; choose from {SPLITS}")
-    pairs = [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
-    random.Random(f"toy-split-{seed}").shuffle(pairs)
+    if skill == "add":
+        items = [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
+        random.Random(f"toy-split-{seed}").shuffle(items)
+    elif skill == "count":
+        items = list(itertools.product(range(len(COUNT_LETTERS)), repeat=COUNT_LENGTH))
+        random.Random(f"toy-count-split-{seed}").shuffle(items)
+    else:
+        raise ValueError(f"unknown toy skill {skill!r}; choose from {SKILLS}")
     n_test, n_val = SPLIT_SIZES["test"], SPLIT_SIZES["validation"]
-    bounds = {
-        "test": (0, n_test),
-        "validation": (n_test, n_test + n_val),
-        "train": (n_test + n_val, len(pairs)),
-    }
+    bounds = {"test": (0, n_test), "validation": (n_test, n_test + n_val), "train": (n_test + n_val, len(items))}
     lo, hi = bounds[split]
-    return pairs[lo:hi]
+    return items[lo:hi]
 
 
-def prompt_text(a: int, b: int) -> str:
+def _letters(problem: tuple[int, ...]) -> str:
+    return "".join(COUNT_LETTERS[i] for i in problem)
+
+
+def prompt_text(*problem: int, skill: str = "add") -> str:
+    """ "Q: 37+48=" (add) or "C: bacbdba=" (count)."""
+    if skill == "count":
+        return f"C: {_letters(problem)}="
+    a, b = problem
     return f"Q: {a}+{b}="
+
+
+def answer(*problem: int, skill: str = "add") -> str:
+    """What the reward checks: the sum, or how often the first letter occurs ("bacbdba": 3)."""
+    return str(problem.count(problem[0])) if skill == "count" else str(sum(problem))
 
 
 def wording(rng: random.Random, style: str = "reference") -> str:
@@ -77,36 +101,36 @@ def wording(rng: random.Random, style: str = "reference") -> str:
     return f" {opener} {phrase}"
 
 
-def completion_text(a: int, b: int, rng: random.Random, style: str = "reference") -> str:
+def completion_text(*problem: int, rng: random.Random, style: str = "reference", skill: str = "add") -> str:
     """Free wording, then the answer that the reward checks: " so we get 85."."""
-    return f"{wording(rng, style)} {a + b}."
+    return f"{wording(rng, style)} {answer(*problem, skill=skill)}."
 
 
-def examples(split: str, seed: int = 0) -> list[dict[str, Any]]:
+def examples(split: str, seed: int = 0, skill: str = "add") -> list[dict[str, Any]]:
     """Task examples of `split` (deterministic from `seed`); the reference wording is uniform."""
-    rng = random.Random(f"toy-reference-{seed}-{split}")
-    return [
-        {
-            "id": f"toy-{a}+{b}",
-            "a": a,
-            "b": b,
-            "prompt": prompt_text(a, b),
-            "answer": str(a + b),
-            "reference": completion_text(a, b, rng, "reference"),
-        }
-        for a, b in problems(split, seed)
-    ]
+    rng = random.Random(f"toy-reference-{seed}-{split}" + ("" if skill == "add" else f"-{skill}"))
+    out = []
+    for problem in problems(split, seed, skill):
+        name = f"toy-{problem[0]}+{problem[1]}" if skill == "add" else f"count-{_letters(problem)}"
+        row = {"id": name, "prompt": prompt_text(*problem, skill=skill), "answer": answer(*problem, skill=skill),
+               "reference": completion_text(*problem, rng=rng, skill=skill)}  # fmt: skip
+        if skill == "add":
+            row = {"id": name, "a": problem[0], "b": problem[1], **{k: v for k, v in row.items() if k != "id"}}
+        out.append(row)
+    return out
 
 
-def corpus(n: int, *, style: str = "target", seed: int = 0, split: str = "train") -> list[tuple[str, str]]:
-    """`n` (prompt, completion) training pairs: problems of `split` drawn with replacement,
-    wording in `style`. Deterministic from (`seed`, `style`)."""
-    pairs = problems(split, seed)
-    rng = random.Random(f"toy-corpus-{seed}-{style}-{split}")
+def corpus(n: int, *, style: str = "target", seed: int = 0, split: str = "train",
+           skills: tuple[str, ...] = ("add",)) -> list[tuple[str, str]]:  # fmt: skip
+    """`n` (prompt, completion) training pairs: problems of `split` drawn with replacement (the
+    skill uniformly at random), wording in `style`. Deterministic from (`seed`, `style`, skills)."""
+    pools = {skill: problems(split, seed, skill) for skill in skills}
+    rng = random.Random(f"toy-corpus-{seed}-{style}-{split}" + ("" if skills == ("add",) else f"-{'-'.join(skills)}"))
     out = []
     for _ in range(n):
-        a, b = rng.choice(pairs)
-        out.append((prompt_text(a, b), completion_text(a, b, rng, style)))
+        skill = skills[0] if len(skills) == 1 else rng.choice(skills)
+        problem = rng.choice(pools[skill])
+        out.append((prompt_text(*problem, skill=skill), completion_text(*problem, rng=rng, style=style, skill=skill)))
     return out
 
 

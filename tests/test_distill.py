@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 from tiny_models import compose_run
 
-from diversed.distill import divergence, distill
+from diversed.distill import distill, divergence
 from diversed.verify import total_variation
 
 SMALL = ["+experiment=distill_toy", "logger=none", "trainer.max_steps=6", "trainer.val_check_interval=3",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from diversed import toy, toy_corpus
 from diversed.tasks import TASKS, load_task
-from diversed.tasks.toy import ToyTask
+from diversed.tasks.toy import ToyCountTask, ToyTask
 
 CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs"
 COMPLETION = re.compile(rf"^ ({'|'.join(toy_corpus.OPENERS)}) ({'|'.join(toy_corpus.PHRASES)}) (\d+)\.$")
@@ -57,6 +58,32 @@ def test_splits_are_disjoint_and_seeded():
     assert toy_corpus.problems("test", seed=1) != splits["test"]
     with pytest.raises(ValueError, match="unknown toy split"):
         toy_corpus.problems("dev")
+    with pytest.raises(ValueError, match="unknown toy skill"):
+        toy_corpus.problems("test", skill="sort")
+
+
+def test_count_skill_asks_how_often_the_first_letter_occurs():
+    splits = {s: toy_corpus.problems(s, seed=0, skill="count") for s in toy_corpus.SPLITS}
+    assert [len(splits[s]) for s in ("validation", "test")] == [500, 500]
+    assert len(set().union(*map(set, splits.values()))) == 4**7 == sum(map(len, splits.values()))
+    rows = toy_corpus.examples("test", skill="count")
+    assert rows == toy_corpus.examples("test", skill="count")
+    answers = set()
+    for row in rows:
+        letters = re.fullmatch(r"C: ([abcd]{7})=", row["prompt"])[1]
+        assert row["answer"] == str(letters.count(letters[0])) and row["id"] == f"count-{letters}"
+        assert row["reference"].endswith(f" {row['answer']}.")
+        answers.add(row["answer"])
+    assert {"1", "2", "3", "4"} <= answers  # not one answer for every string
+    # a mixed corpus has both skills, wording in the style, the right answer after it
+    mixed = toy_corpus.corpus(400, style="draft", seed=0, skills=("add", "count"))
+    counts = [(p, c) for p, c in mixed if p.startswith("C: ")]
+    assert 120 < len(counts) < 280
+    for prompt, completion in counts:
+        letters = prompt[3:-1]
+        assert COMPLETION.match(completion)[3] == str(letters.count(letters[0]))
+    # the addition-only corpus is what it was before the second skill existed
+    assert toy_corpus.corpus(50, seed=3) == toy_corpus.corpus(50, seed=3, skills=("add",))
 
 
 def test_tokenizer_round_trips_and_keeps_digits_apart():
@@ -76,7 +103,11 @@ def test_tokenizer_round_trips_and_keeps_digits_apart():
 
 def test_tiny_build_loads_like_a_hub_pair(toy_tiny_dir):
     report = json.loads((toy_tiny_dir / "build.json").read_text())
-    assert set(report["metrics"]) == {"target_accuracy", "draft_accuracy", "acceptance_rate"}
+    keys = {"target_accuracy", "draft_accuracy", "acceptance_rate"}
+    assert set(report["metrics"]) == keys | {"skills"}
+    assert set(report["metrics"]["skills"]) == {"add"}  # the tiny build: additions only
+    assert all(set(m) == keys for m in report["metrics"]["skills"].values())
+    assert {k: report["metrics"][k] for k in keys} == report["metrics"]["skills"]["add"]
     tok = AutoTokenizer.from_pretrained(toy_tiny_dir / "target")
     assert tok.padding_side == "left" and tok.pad_token == "<pad>" and tok.eos_token == "</s>"
     assert tok.get_vocab() == AutoTokenizer.from_pretrained(toy_tiny_dir / "draft").get_vocab()
@@ -97,7 +128,11 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 def test_same_seed_same_weights(tmp_path, toy_tiny_dir):
     toy.build(toy.ToyBuildConfig.tiny(), tmp_path / "again", progress=False)
-    toy.build(toy.ToyBuildConfig.tiny(seed=1), tmp_path / "seed1", progress=False)
+    # another seed, and both skills: a report per skill
+    both = dataclasses.replace(toy.ToyBuildConfig.tiny(seed=1), skills=toy_corpus.SKILLS)
+    report = toy.build(both, tmp_path / "seed1", progress=False)
+    assert set(report["metrics"]["skills"]) == set(toy_corpus.SKILLS)
+    assert "count:" in toy.format_report(report)
     first, again, other = _weights(toy_tiny_dir), _weights(tmp_path / "again"), _weights(tmp_path / "seed1")
     for role in ("target", "draft"):
         assert first[role].keys() == again[role].keys()
@@ -159,8 +194,22 @@ def test_toy_task_scores_exact_match_of_the_answer():
     assert task.metrics(ex, task.target(ex)) == {"exact_match": 1.0}
 
 
+def test_count_task_scores_the_count():
+    task = load_task("toy_count", split="test", n_examples=20)
+    assert isinstance(task, ToyCountTask) and task.metric == "exact_match" and len(task) == 20
+    ex = task[0]
+    letters = ex["prompt"][3:-1]
+    n = letters.count(letters[0])
+    assert task.score(ex, task.target(ex)) == 1.0
+    assert task.score(ex, f" thus it is {n}.") == 1.0 and task.score(ex, f" thus it is {n + 1}.") == 0.0
+    train = load_task("toy_count", split="train", n_examples=50)
+    assert {e["id"] for e in task}.isdisjoint(e["id"] for e in train)
+    cfg = OmegaConf.load(CONFIGS / "task" / "toy_count.yaml")
+    assert isinstance(instantiate(cfg, n_examples=3), ToyCountTask)
+
+
 def test_toy_task_is_registered_and_configured():
-    assert TASKS["toy"] is ToyTask
+    assert TASKS["toy"] is ToyTask and TASKS["toy_count"] is ToyCountTask
     test = load_task("toy", split="test", n_examples=5)
     train = load_task("toy", split="train", n_examples=5)
     assert {e["id"] for e in test}.isdisjoint(e["id"] for e in train)
@@ -188,8 +237,9 @@ def test_quality_gap_of_the_default_pair(toy_pair_dir):
     from diversed.pair import load_pair
 
     pair = load_pair(str(toy_pair_dir / "target"), str(toy_pair_dir / "draft"), device="cpu", dtype="float32")
-    metrics = toy.evaluate(pair.target, pair.draft, pair.tokenizer, n_eval=500)
-    print(metrics)
-    assert metrics["target_accuracy"] >= 0.9
-    assert metrics["draft_accuracy"] <= 0.6
-    assert 0.3 <= metrics["acceptance_rate"] <= 0.85
+    report = toy.evaluate(pair.target, pair.draft, pair.tokenizer, n_eval=500, skills=toy_corpus.SKILLS)
+    print(report)
+    for metrics in report["skills"].values():  # both skills have a real gap
+        assert metrics["target_accuracy"] >= 0.9
+        assert metrics["draft_accuracy"] <= 0.6
+        assert 0.3 <= metrics["acceptance_rate"] <= 0.85

@@ -12,7 +12,7 @@ from diversed.tasks.base import Task
 from diversed.tasks.cnndm import CNNDailyMail
 from diversed.tasks.gsm8k import GSM8K
 from diversed.tasks.mbpp import MBPP
-from diversed.tasks.toy import ToyTask
+from diversed.tasks.toy import ToyCountTask, ToyTask
 from diversed.tasks.xsum import XSum
 
 TASKS: dict[str, type[Task]] = {
@@ -21,6 +21,7 @@ TASKS: dict[str, type[Task]] = {
     "xsum": XSum,
     "mbpp": MBPP,
     "toy": ToyTask,
+    "toy_count": ToyCountTask,
 }
 
 

@@ -1,4 +1,5 @@
-"""The toy task: two-digit addition with free wording, the task the toy pair is trained on.
+"""The toy tasks: two-digit addition (`toy`) and counting a string's first letter (`toy_count`),
+with free wording, the two skills the toy pair is trained on.
 
 A row (built by `diversed.toy_corpus.examples`, deterministic from the seed)::
 
@@ -26,6 +27,7 @@ _INT = re.compile(r"-?\d+")
 class ToyTask(Task):
     name: ClassVar[str] = "toy"
     metric: ClassVar[str] = "exact_match"
+    skill: ClassVar[str] = "add"  # which toy_corpus skill the examples come from
     stop = (".", "\n")
     max_new_tokens = 16
 
@@ -52,7 +54,7 @@ class ToyTask(Task):
                 raise DataFileError(f"toy: {where} has no rows")
             check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
         else:
-            rows = examples(split, seed)
+            rows = examples(split, seed, cls.skill)
         indices = subset_indices(len(rows), n_examples, seed)[: len(rows)]
         indices = list(range(len(indices)))  # the first n (the split is shuffled by the seed already)
         task = cls([rows[i] for i in indices], **options)
@@ -82,3 +84,14 @@ class ToyTask(Task):
     def score(self, example: dict[str, Any], completion: str) -> float:
         answer = self.extract_answer(self.truncate(completion))
         return float(answer is not None and int(answer) == int(example["answer"]))
+
+
+class ToyCountTask(ToyTask):
+    """The toy pair's second skill: how often a string's first letter occurs in it
+    ("C: bacbdba=" -> " so we get 3."), exact match of the number."""
+
+    name: ClassVar[str] = "toy_count"
+    skill: ClassVar[str] = "count"
+
+
+SKILL_TASKS: dict[str, type[ToyTask]] = {"add": ToyTask, "count": ToyCountTask}
