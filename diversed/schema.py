@@ -160,12 +160,19 @@ class OptimizerSettings(_Model):
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
 
 
+BASELINES = ("running", "group", "constant")
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
 class ModelSettings(_Model):
     optimizer: OptimizerSettings = OptimizerSettings()
     reg_scale: Annotated[float, Field(ge=0)] = 0.1
     reg_mode: Literal["fixed", "adaptive"] = "fixed"
-    baseline: Literal["running", "group"] = "running"
+    baseline: Literal[BASELINES] = "running"  # type: ignore[valid-type]
     baseline_momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    baseline_constant: float = 1.0
+    lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
+    warmup_steps: NonNegativeInt = 0
     num_samples: PositiveInt = 1
     temperature: Annotated[float, Field(gt=0)] = 1.0
     num_draft_tokens: PositiveInt = 5
@@ -203,6 +210,11 @@ class TrainSettings(_Model):
     runtime: RuntimeSettings = RuntimeSettings()
     seed: int = 0
 
+    @model_validator(mode="after")
+    def _no_test_selection(self) -> TrainSettings:
+        _check_selection_split(self.task, self.data)
+        return self
+
 
 class DistillModelSettings(_Model):
     optimizer: OptimizerSettings = OptimizerSettings()
@@ -234,6 +246,25 @@ class DistillSettings(_Model):
     data: DataSettings
     runtime: RuntimeSettings = RuntimeSettings()
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _no_test_selection(self) -> DistillSettings:
+        _check_selection_split(self.task, self.data)
+        return self
+
+
+def _check_selection_split(task: TaskSettings, data: DataSettings) -> None:
+    """The split a task is evaluated on (task.split) must neither train nor select a checkpoint;
+    tasks without a validation split hold part of TRAIN out instead (data.val_split=holdout)."""
+    if task.split is None:
+        return
+    for key in ("train_split", "val_split"):
+        if getattr(data, key) == task.split:
+            raise ValueError(
+                f"data.{key}={task.split!r} is the split the task is evaluated on (task.split): its "
+                "examples would train or select the checkpoint. Set data.val_split=holdout (data.n_val "
+                "examples of the train split, left out of training) or another split"
+            )
 
 
 # ----------------------------------------------------------------------------- checking

@@ -30,6 +30,7 @@ import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
+from transformers import get_scheduler
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
@@ -37,7 +38,7 @@ from diversed.inputs import left_pad
 from diversed.pair import describe_pair
 from diversed.preflight import check_context
 from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
-from diversed.schema import check_train
+from diversed.schema import BASELINES, LR_SCHEDULES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
@@ -80,6 +81,9 @@ class DiversedModule(L.LightningModule):
         reg_mode: str = "fixed",
         baseline: str = "running",
         baseline_momentum: float = 0.9,
+        baseline_constant: float = 1.0,
+        lr_schedule: str = "constant",
+        warmup_steps: int = 0,
         num_samples: int = 1,
         do_sample: bool = True,
         temperature: float = 1.0,
@@ -92,8 +96,10 @@ class DiversedModule(L.LightningModule):
         super().__init__()
         if reg_mode not in ("fixed", "adaptive"):
             raise ValueError(f"model.reg_mode must be 'fixed' or 'adaptive', got {reg_mode!r}")
-        if baseline not in ("running", "group"):
-            raise ValueError(f"model.baseline must be 'running' or 'group', got {baseline!r}")
+        if baseline not in BASELINES:
+            raise ValueError(f"model.baseline must be one of {BASELINES}, got {baseline!r}")
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"model.lr_schedule must be one of {LR_SCHEDULES}, got {lr_schedule!r}")
         if baseline == "group" and num_samples < 2:
             raise ValueError("model.baseline=group needs model.num_samples >= 2 completions per prompt")
         if reg_scale < 0:
@@ -126,8 +132,17 @@ class DiversedModule(L.LightningModule):
                 model.to(self.device)
             model.eval().requires_grad_(False)
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return self.optimizer_factory(params=self.head.parameters())
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(params=self.head.parameters())
+        hp = self.hparams
+        if hp.lr_schedule == "constant" and not hp.warmup_steps:
+            return optimizer
+        # transformers' schedules: linear warm-up over warmup_steps, then constant, cosine or linear
+        # decay to 0 over the run's optimizer steps (max_steps, or epochs × batches per epoch)
+        name = "constant_with_warmup" if hp.lr_schedule == "constant" else hp.lr_schedule
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = get_scheduler(name, optimizer, num_warmup_steps=hp.warmup_steps, num_training_steps=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _task(self, stage: str) -> Any:
         dm = self.trainer.datamodule
@@ -184,6 +199,8 @@ class DiversedModule(L.LightningModule):
 
         if hp.baseline == "group":  # mean reward of the K completions of the same prompt
             b = reward.view(-1, hp.num_samples).mean(1, keepdim=True).expand(-1, hp.num_samples).reshape(-1)
+        elif hp.baseline == "constant":  # a fixed b (the released trainer: b = 1 for 0/1 rewards)
+            b = torch.full_like(reward, hp.baseline_constant)
         else:  # running mean of past batches (initialised with the first batch)
             b = self.baseline_value if self.baseline_steps > 0 else reward.mean()
         advantage = reward - b

@@ -103,6 +103,9 @@ TRAIN_CASES = {
     "zero batch": (["data.batch_size=0"], r"data\.batch_size=0"),
     "group baseline": (["model.baseline=group"], r"needs model\.num_samples >= 2"),
     "bad lr": (["model.optimizer.lr=0"], r"model\.optimizer\.lr=0"),
+    "bad schedule": (["model.lr_schedule=step"], r"model\.lr_schedule='step'"),
+    "test selects": (["data.val_split=test"], r"data\.val_split='test' is the split the task is evaluated on.*holdout"),
+    "test trains": (["task.split=validation"], r"data\.val_split='validation' is the split the task is evaluated on"),
     "empty data": (["task.data_files={{train: {data[empty]}, validation: {data[empty]}}}"], "has no rows"),
 }
 

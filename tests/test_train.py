@@ -131,6 +131,30 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 5
 
 
+def test_released_recipe_warmup_cosine_and_constant_baseline(tmp_path, toy_tiny_dir):
+    """The paper preset's recipe: linear warm-up then cosine decay to 0 over the run, and a
+    constant baseline b (the running-mean buffer never moves)."""
+    cfg = compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=4", "model.lr_schedule=cosine",
+                        "model.warmup_steps=2", "model.baseline=constant", "model.baseline_constant=1.0",
+                        "model.optimizer.lr=0.01")  # fmt: skip
+    train(cfg)
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    (sched,) = ckpt["lr_schedulers"]
+    assert sched["last_epoch"] == 4 and sched["base_lrs"] == [0.01]
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)  # cosine's end
+    assert ckpt["state_dict"]["baseline_steps"] == 0
+    # the same schedule, step by step: 0, 0.5, 1 (warm-up) then cos down to 0
+    from transformers import get_scheduler
+
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    s = get_scheduler("cosine", opt, num_warmup_steps=2, num_training_steps=4)
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step(), s.step()
+    assert lrs == pytest.approx([0.0, 0.5, 1.0, 0.5])
+
+
 @pytest.mark.slow
 def test_multirun_over_reg_scale(tmp_path, toy_tiny_dir):
     import subprocess
