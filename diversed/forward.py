@@ -5,7 +5,10 @@ The engine keeps one slot layout for both models (slot s holds the token `ids[:,
 and return the logits and final hidden states of the last `keep`". `SlotModel` does that in one
 of two ways (the forward path), chosen once per model by `plan`:
 
-- hf: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM;
+- hf: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM
+  (for one with sliding-window layers, such as Gemma-3, a cache of full layers and 4D masks whose
+  windows count positions, not slots: `slot_masks`; holes left by rejected drafts would otherwise
+  shrink a row's window, and transformers' sliding cache cannot give rejected drafts back);
 - direct: for the Llama family (Llama, Mistral, Qwen2, Qwen3) with full attention in every layer,
   the decoder maths written out on the model's own weights (small models on CPU: copies of them
   laid out for BLAS), with a preallocated KV buffer that is written in place, cropped by moving a
@@ -115,6 +118,36 @@ def _rotate(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
     return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
+def sliding_window(model: nn.Module) -> tuple[int | None, bool]:
+    """(window, mixed): the sliding window of a model with sliding-window attention layers, and
+    whether it also has full-attention ones (Gemma-3: 5 sliding to 1 full); (None, False) without."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window, types = getattr(text, "sliding_window", None), getattr(text, "layer_types", None)
+    if not window or getattr(text, "use_sliding_window", True) is False:
+        return None, False
+    if types is None:
+        return int(window), False
+    return (int(window), len(set(types)) > 1) if "sliding_attention" in types else (None, False)
+
+
+def slot_masks(model: nn.Module, mask: Tensor, pos: Tensor, start: int, end: int) -> Tensor | dict[str, Tensor]:
+    """The `attention_mask` of a sliding-window `model(...)` fed slots [start, end): additive 4D
+    masks [B, 1, end − start, end], slot j seeing slot i if i <= j and i holds text and, in sliding
+    layers, pos_j − pos_i < window (a dict per layer type where full and sliding layers mix).
+    Windows count POSITIONS, so holes that rejected drafts leave in a row do not shrink them
+    (transformers' masks count slots; left padding alone moves nothing apart)."""
+    window, mixed = sliding_window(model)
+    slots = torch.arange(end, device=mask.device)
+    seen = (slots[None, :] <= slots[start:end, None]) & mask[:, None, :end].bool()  # [B, q, kv]
+    near = seen & ((pos[:, start:end, None] - pos[:, None, :end]) < window)
+    full, sliding = (
+        torch.zeros(m.shape, dtype=model.dtype, device=mask.device).masked_fill_(~m, torch.finfo(model.dtype).min)[:, None]
+        for m in (seen, near)
+    )  # fmt: skip
+    return {"full_attention": full, "sliding_attention": sliding} if mixed else sliding
+
+
 class Plan:
     """How one model is called, worked out once per model (again if `_plan_key` changes): general
     or direct, and what the direct way needs."""
@@ -125,6 +158,11 @@ class Plan:
         self.direct = direct
         self.path = "direct" if direct else "hf"
         self.reason = ""  # why this path (set by `plan`)
+        self.window = sliding_window(model)[0]
+        attn = getattr(model.config, "_attn_implementation", None) or ""
+        if self.window and attn.startswith("flash"):
+            raise ValueError(f"{_name(model)} has sliding-window layers and {attn}, which takes no 4D masks: "
+                             "set pair.attn_implementation=sdpa (or eager)")  # fmt: skip
         if not direct:
             return
         # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
@@ -302,7 +340,12 @@ class SlotModel:
     def __init__(self, model: nn.Module, vocab: int, hidden: bool, how: Plan | None = None) -> None:
         self.model, self.vocab, self.hidden = model, vocab, hidden
         self.plan = how or plan(model)
-        self.cache: DynamicCache | Tensor | None = None if self.plan.direct else DynamicCache(config=model.config)
+        # Sliding-window models (Gemma-3, Mistral, ...) get a cache of full layers and masks of our
+        # own (`slot_masks`): transformers' sliding layers keep only the last window − 1 SLOTS, too
+        # few once rows have holes, and cannot give back states for rejected drafts.
+        self.cache: DynamicCache | Tensor | None = None
+        if not self.plan.direct:
+            self.cache = DynamicCache() if self.plan.window else DynamicCache(config=model.config)
         self.length = 0  # slots in the cache
         self.calls = 0
 
@@ -319,7 +362,7 @@ class SlotModel:
         else:
             out = self.model(
                 input_ids=ids[:, start:end],
-                attention_mask=mask[:, :end],
+                attention_mask=slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end],
                 position_ids=pos[:, start:end],
                 past_key_values=self.cache,
                 use_cache=True,

@@ -9,7 +9,7 @@ import transformers
 from tiny_models import EOS, PAD, ragged_prompts
 
 from diversed import speculative_generate
-from diversed.forward import Plan, SlotModel, plan
+from diversed.forward import Plan, SlotModel, plan, sliding_window
 
 VOCAB = 64
 
@@ -82,6 +82,41 @@ def test_direct_cache_follows_growth_crops_and_row_removal(dtype):
                     w.select(keep)
             step += 1
     assert ways[1].cache.shape[4] >= end > P + 8  # grew past the first allocation
+
+
+SLIDING = {
+    "gemma3, sliding and full layers": (transformers.Gemma3TextConfig, {"sliding_window": 4, "head_dim": 16}),
+    "mistral, every layer sliding": (transformers.MistralConfig, {"sliding_window": 4}),
+}
+
+
+@pytest.mark.parametrize("family", SLIDING)
+def test_sliding_window_models_give_each_row_what_it_gets_alone(family):
+    """Windows (4 tokens here) count positions, not slots: a left-padded row, and a row with holes
+    where other rows took more drafts, get exactly the tokens it gets decoded alone."""
+    config_cls, extra = SLIDING[family]
+    types = {"layer_types": ["sliding_attention", "full_attention"]} if config_cls is transformers.Gemma3TextConfig else {}
+    target, draft = tiny(config_cls, 2, 0, **extra, **types), tiny(config_cls, 2, 0, **extra, **types)
+    g = torch.Generator().manual_seed(0)
+    for p in draft.parameters():  # a draft near the target: some drafts accepted, some not
+        p.add_(0.3 * p.std() * torch.randn(p.shape, generator=g))
+    assert sliding_window(target) == (4, bool(types)) and not plan(target).direct
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    P, new = ids.shape[1], 20
+    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=new, eos_token_id=[])
+    assert 0 < out.stats.acceptance_rate < 1  # rows accept different numbers of drafts: holes
+    for i in range(ids.shape[0]):
+        alone = ids[i : i + 1, mask[i].bool()]
+        ref = target.generate(alone, do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=PAD)
+        assert torch.equal(out.sequences[i, P:], ref[0, alone.shape[1] :]), i
+    # a full forward (what training and distillation score, with transformers' own masks) over the
+    # left-padded batch: padding before a row does not move its tokens apart, so the window is right
+    seq, attn = out.sequences, torch.cat([mask, torch.ones(mask.shape[0], new, dtype=mask.dtype)], 1)
+    pos = (attn.cumsum(-1) - 1).clamp_min(0)
+    logits = target(input_ids=seq, attention_mask=attn, position_ids=pos).logits
+    for i in range(ids.shape[0]):
+        alone = seq[i : i + 1, attn[i].bool()]
+        torch.testing.assert_close(logits[i, attn[i].bool()], target(input_ids=alone).logits[0], atol=1e-5, rtol=1e-4)
 
 
 def test_architectures_outside_the_family_take_the_general_way():
