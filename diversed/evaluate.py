@@ -273,7 +273,7 @@ def evaluate(cfg: DictConfig) -> Path:
     common = settings_fingerprint(cfg, task, card)
     name = card.name if card is not None else str(cfg.pair.get("name"))
     meta = {"pair": name, "task": task.name, "seed": int(cfg.seed), "n_examples": len(task), "metric": task.metric}
-    extras = {k: getattr(task, k) for k in ("use_stemmer", "max_summary_words") if hasattr(task, k)}
+    extras = {k: getattr(task, k) for k in ("stop_early", "use_stemmer", "max_summary_words", "test_format") if hasattr(task, k)}
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
         extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}

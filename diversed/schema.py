@@ -48,9 +48,11 @@ class TaskSettings(_Model):
     max_prompt_tokens: PositiveInt | None = None
     max_new_tokens: PositiveInt = 128
     stop: list[Annotated[str, Field(min_length=1)]] | None = None
+    stop_early: bool = True
     max_summary_words: NonNegativeInt | None = None
     timeout: Annotated[float, Field(gt=0)] | None = None
     subset: Literal["full", "sanitized"] | None = None
+    test_format: Literal["lines", "list"] | None = None
 
     @field_validator("name")
     @classmethod

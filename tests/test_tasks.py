@@ -255,6 +255,14 @@ def test_exact_zero_shot_prompts(files: dict[str, Path]) -> None:
         "Write a Python function to solve the following problem:\n\nWrite a python function to add two "
         "numbers.\n\nYour solution should pass these tests:\nassert add(1, 2) == 3\nassert add(-1, 1) == 0"
     )
+    # the released script's format: the test list printed as a Python list
+    listed = load_task("mbpp", data_files=files["mbpp"], allow_code_execution=True, test_format="list")
+    assert listed.full_prompt(listed[0]).endswith(
+        "Your solution should pass these tests:\n['assert add(1, 2) == 3', 'assert add(-1, 1) == 0']"
+    )
+    assert listed.settings()["test_format"] == "list" and mbpp.settings()["test_format"] == "lines"
+    with pytest.raises(ValueError, match="test_format"):
+        load_task("mbpp", data_files=files["mbpp"], allow_code_execution=True, test_format="json")
     sanitized = load_task(
         "mbpp", data_files=files["mbpp_sanitized"], subset="sanitized", allow_code_execution=True
     )

@@ -194,6 +194,17 @@ def test_toy_task_scores_exact_match_of_the_answer():
     assert task.metrics(ex, task.target(ex)) == {"exact_match": 1.0}
 
 
+def test_stop_early_off_runs_rows_on_but_still_cuts_the_scored_text():
+    tok = toy_corpus.build_tokenizer()
+    early, late = load_task("toy", n_examples=2), load_task("toy", n_examples=2, stop_early=False)
+    assert early.stopper(tok) is not None and late.stopper(tok) is None  # the engine gets no stop
+    ex = late[0]
+    answer = int(ex["answer"])
+    assert late.score(ex, f" so we get {answer}.\nQ: 1+2= so we get 3.") == 1.0  # cut at the first "."
+    assert late.truncate(" so we get 5. more") == early.truncate(" so we get 5. more") == " so we get 5"
+    assert late.settings()["stop_early"] is False and early.settings()["stop_early"] is True
+
+
 def test_count_task_scores_the_count():
     task = load_task("toy_count", split="test", n_examples=20)
     assert isinstance(task, ToyCountTask) and task.metric == "exact_match" and len(task) == 20

@@ -47,6 +47,7 @@ class Task:
         max_prompt_tokens: int | None = None,
         max_new_tokens: int | None = None,
         stop: Sequence[str] | None = None,
+        stop_early: bool = True,
         few_shot: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.examples = list(examples)
@@ -61,6 +62,7 @@ class Task:
                     "task.stop=['\\n\\n','1'])"
                 )
             self.stop = tuple(stop)
+        self.stop_early = bool(stop_early)
         self.few_shot = list(few_shot)
         self.source: dict[str, Any] = {}  # where the examples came from; `load` fills it in
         self.indices: list[int] = list(range(len(self.examples)))  # each example's row in its split
@@ -213,15 +215,17 @@ class Task:
         return completion[:cut]
 
     def stopper(self, tokenizer: Any) -> StopAtText | None:
-        """The engine's `stop` callback for this task (None without stop sequences): rows end
-        once their text holds a stop sequence, instead of running on to `max_new_tokens`.
+        """The engine's `stop` callback for this task: rows end once their text holds a stop
+        sequence, instead of running on to `max_new_tokens`. None without stop sequences, or with
+        `stop_early=False`: rows then run to EOS or the token limit (the released evaluation's
+        protocol) and the stop sequences only cut the text that is scored.
 
         Built once per tokenizer and kept (training asks for it every rollout). With the base
         `truncate` it carries `triggers`, the tokens that can complete a stop sequence, so the
         engine asks it only about rows that produced one; a task that cuts text its own way gets
         no triggers and is asked about every row.
         """
-        if not self.stop:
+        if not self.stop or not self.stop_early:
             return None
         cached = getattr(self, "_stopper", None)
         if cached is None or cached.tokenizer is not tokenizer:
@@ -262,6 +266,7 @@ class Task:
             "task": self.name,
             "metric": self.metric,
             "stop": list(self.stop),
+            "stop_early": self.stop_early,
             "max_new_tokens": self.max_new_tokens,
             "max_prompt_tokens": self.max_prompt_tokens,
             "chat_template": self.chat_template,

@@ -8,7 +8,8 @@ and `test_imports` for `test_setup_code`; both schemas are read as they are)::
      "test_list": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))", ...],
      "test_setup_code": "", "challenge_test_list": []}
 
-The prompt is the paper's zero-shot format, the tests one per line. The completion is the
+The prompt is the paper's zero-shot format, the tests one per line (`test_format="lines"`) or
+printed as a Python list (`"list"`, what the released evaluation script's prompt shows). The completion is the
 program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
 block. It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
 runs to its end in the sandbox of `diversed/execution.py`, which needs an explicit opt-in
@@ -27,6 +28,7 @@ from diversed.tasks.base import Task
 
 # The first fenced block: an opening ``` with an optional language tag, up to the closing fence
 # or the end of the text (generation may stop before the fence closes).
+TEST_FORMATS = ("lines", "list")  # how the prompt shows the tests: one per line, or a Python list
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
@@ -66,10 +68,14 @@ class MBPP(Task):
         timeout: float = execution.DEFAULT_TIMEOUT_S,
         workers: int | None = None,
         subset: str = "full",
+        test_format: str = "lines",
         **kwargs: Any,
     ) -> None:
         execution.require_code_execution(allow_code_execution, "The mbpp task")
+        if test_format not in TEST_FORMATS:
+            raise ValueError(f"mbpp test_format must be one of {TEST_FORMATS}, not {test_format!r}")
         super().__init__(examples, **kwargs)
+        self.test_format = test_format
         self.allow_code_execution = True
         self.timeout = float(timeout)
         self.workers = workers
@@ -93,7 +99,7 @@ class MBPP(Task):
         return "text (or prompt, as in the sanitized set), test_list; code for few-shot examples"
 
     def prompt(self, example: dict[str, Any]) -> str:
-        tests = "\n".join(example["test_list"])
+        tests = "\n".join(example["test_list"]) if self.test_format == "lines" else str(list(example["test_list"]))
         return (
             f"Write a Python function to solve the following problem:\n\n{_text(example)}\n\n"
             f"Your solution should pass these tests:\n{tests}"
@@ -128,4 +134,4 @@ class MBPP(Task):
         return [float(r.passed) for r in self.execute(examples, completions)]
 
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "subset": self.subset, "timeout": self.timeout}
+        return {**super().settings(), "subset": self.subset, "timeout": self.timeout, "test_format": self.test_format}
