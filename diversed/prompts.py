@@ -3,8 +3,10 @@
 `PromptDataModule` serves the train split for rollouts and a validation set for model selection.
 The validation set is another split of the dataset (`val_split: validation`), or, for datasets
 without one (GSM8K has train and test only), `val_split: holdout`: `n_val` examples drawn by the
-seed from the TRAIN split and left out of training. Either way no test example ever selects a
-checkpoint, and the held-out examples never appear among the training ones.
+seed from the TRAIN split and left out of training. Either way no example of the split the task
+is evaluated on (`task.split`, e.g. test) trains or selects a checkpoint: such examples are left
+out (a warning says how many), and a data file that serves every split is refused. The held-out
+examples never appear among the training ones.
 
 It does not decode or score (the training modules do).
 """
@@ -12,6 +14,7 @@ It does not decode or score (the training modules do).
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +23,11 @@ import lightning as L
 from torch.utils.data import DataLoader
 
 HOLDOUT = "holdout"
+log = logging.getLogger(__name__)
+
+
+def _row_key(example: dict[str, Any]) -> str:
+    return json.dumps(example, sort_keys=True, default=str)
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -52,18 +60,53 @@ class PromptDataModule(L.LightningDataModule):
             return
         if self.val_split == HOLDOUT:
             self.train_task, self.val_task = self._held_out()
+            self._apart_from_evaluation()
             return
         if stage in (None, "fit"):
             self.train_task = self.task_factory(split=self.train_split, n_examples=self.n_train)
         self.val_task = self.task_factory(split=self.val_split, n_examples=self.n_val)
         if self.train_task is not None and self.train_split != self.val_split:
-            train_rows = {json.dumps(e, sort_keys=True, default=str) for e in self.train_task}
-            if all(json.dumps(e, sort_keys=True, default=str) in train_rows for e in self.val_task):
+            train_rows = {_row_key(e) for e in self.train_task}
+            if all(_row_key(e) in train_rows for e in self.val_task):
                 raise ValueError(
                     f"the {self.val_split!r} examples are all in the {self.train_split!r} split: a single "
                     "task.data_files path serves every split; give a mapping instead, e.g. "
                     "task.data_files='{train: train.jsonl, validation: val.jsonl}', or data.val_split=holdout"
                 )
+        self._apart_from_evaluation()
+
+    def _apart_from_evaluation(self) -> None:
+        """Drop every training and validation example that is also in the split the task is
+        evaluated on (`split` of the task factory, e.g. test): none may train or select a
+        checkpoint. Refuses when nothing is left (one data file serving every split)."""
+        keywords = getattr(self.task_factory, "keywords", {}) or {}
+        split = keywords.get("split")
+        if not split or split in (self.train_split, self.val_split):
+            return  # the schema refuses these combinations before anything loads
+        from diversed.tasks.data import DatasetUnavailable, MissingSplit
+
+        try:
+            evaluation = self.task_factory(split=split, n_examples=None)
+        except (MissingSplit, DatasetUnavailable) as e:  # e.g. a data_files mapping without the test file
+            log.warning(f"could not read the evaluation split {split!r} to check that none of its examples trains "
+                        f"or selects a checkpoint: {e}")  # fmt: skip
+            return
+        seen = {_row_key(e) for e in evaluation}
+        for attr, name in (("train_task", self.train_split), ("val_task", self.val_split)):
+            task = getattr(self, attr)
+            if task is None:
+                continue
+            keep = [i for i, e in enumerate(task) if _row_key(e) not in seen]
+            if not keep:
+                raise ValueError(
+                    f"every {name!r} example is also in the evaluation split {split!r} (task.split): one "
+                    "task.data_files path serves every split; give a split mapping, e.g. "
+                    "task.data_files='{train: train.jsonl, test: test.jsonl}'"
+                )
+            if len(keep) < len(task):
+                log.warning(f"{len(task) - len(keep)} of the {len(task)} {name!r} examples are also in the evaluation "
+                            f"split {split!r}: left out of {'training' if attr == 'train_task' else 'validation'}")  # fmt: skip
+                setattr(self, attr, task.select(keep, f"{task.source.get('selection', name)}, without {split!r} examples"))
 
     def _held_out(self) -> tuple[Any, Any]:
         """(train, validation): `n_val` examples of the train split drawn by the seed, and up to

@@ -1,0 +1,99 @@
+"""The training data module: held-out validation and the evaluation split kept apart."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+
+import hydra
+import pytest
+from hydra import compose, initialize_config_dir
+
+from diversed import CONFIG_DIR
+from diversed.prompts import PromptDataModule
+from diversed.tasks import load_task
+
+
+def _ids(task) -> set[str]:
+    return {json.dumps(e, sort_keys=True) for e in task}
+
+
+def test_holdout_comes_from_train_and_never_meets_the_evaluation_split():
+    factory = functools.partial(load_task, "toy", split="test", seed=0)
+    dm = PromptDataModule(factory, val_split="holdout", n_val=50, n_train=200, seed=3)
+    dm.setup("fit")
+    train, val, test = _ids(dm.train_task), _ids(dm.val_task), _ids(load_task("toy", split="test"))
+    assert len(val) == 50 and len(train) == 200
+    assert not train & val and not (train | val) & test
+    assert val <= _ids(load_task("toy", split="train"))
+    again = PromptDataModule(factory, val_split="holdout", n_val=50, n_train=200, seed=3)
+    again.setup("fit")
+    other = PromptDataModule(factory, val_split="holdout", n_val=50, n_train=200, seed=4)
+    other.setup("fit")
+    assert _ids(again.val_task) == val and _ids(other.val_task) != val
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _gsm8k_rows(start, n):
+    return [{"question": f"What is {i} plus 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(start, start + n)]
+
+
+def test_one_file_for_every_split_is_refused(tmp_path):
+    path = _write(tmp_path / "all.jsonl", _gsm8k_rows(0, 300))
+    factory = functools.partial(load_task, "gsm8k", split="test", data_files=path)
+    dm = PromptDataModule(factory, val_split="holdout", n_val=20)
+    with pytest.raises(ValueError, match=r"every 'train' example is also in the evaluation split 'test'.*mapping"):
+        dm.setup("fit")
+
+
+def test_examples_shared_with_the_evaluation_split_are_left_out(tmp_path, caplog):
+    train = _write(tmp_path / "train.jsonl", _gsm8k_rows(0, 300))
+    test = _write(tmp_path / "test.jsonl", _gsm8k_rows(1000, 150) + _gsm8k_rows(0, 40))  # 40 leaked
+    factory = functools.partial(load_task, "gsm8k", split="test", data_files={"train": train, "test": test})
+    dm = PromptDataModule(factory, val_split="holdout", n_val=50)
+    with caplog.at_level(logging.WARNING, logger="diversed.prompts"):
+        dm.setup("fit")
+    evaluation = _ids(load_task("gsm8k", split="test", data_files={"test": test}))
+    assert not (_ids(dm.train_task) | _ids(dm.val_task)) & evaluation
+    assert len(dm.train_task) + len(dm.val_task) == 260
+    assert "also in the evaluation split 'test'" in caplog.text
+    # a mapping without the evaluation split cannot be checked: training still starts, with a warning
+    caplog.clear()
+    factory = functools.partial(load_task, "gsm8k", split="test", data_files={"train": train})
+    dm = PromptDataModule(factory, val_split="holdout", n_val=50)
+    with caplog.at_level(logging.WARNING, logger="diversed.prompts"):
+        dm.setup("fit")
+    assert len(dm.val_task) == 50 and "could not read the evaluation split 'test'" in caplog.text
+
+
+@pytest.mark.parametrize("preset", ["gsm8k", "mbpp"])
+def test_paper_presets_select_checkpoints_on_train_problems_only(preset, tmp_path, monkeypatch):
+    """The paper presets' validation examples (held out of TRAIN) never overlap the 100 evaluation
+    examples, nor anything else of the evaluation split."""
+    monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
+    if preset == "gsm8k":
+        files = {"train": _write(tmp_path / "train.jsonl", _gsm8k_rows(0, 600)),
+                 "test": _write(tmp_path / "test.jsonl", _gsm8k_rows(5000, 300))}  # fmt: skip
+    else:
+        def rows(start, n):
+            return [{"task_id": i, "text": f"Write f{i}.", "code": f"def f{i}(): return {i}",
+                     "test_list": [f"assert f{i}() == {i}"], "test_setup_code": ""} for i in range(start, start + n)]  # fmt: skip
+
+        files = {"train": _write(tmp_path / "train.jsonl", rows(0, 600)),
+                 "validation": _write(tmp_path / "val.jsonl", rows(5000, 90))}  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"+paper={preset}", "task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in files.items()) + "}"])
+    assert cfg.data.val_split == "holdout"
+    dm = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
+    dm.setup("fit")
+    evaluation = hydra.utils.instantiate(cfg.task)  # what python -m diversed.evaluate +paper=... scores
+    assert len(evaluation) == (100 if preset == "gsm8k" else 90) and len(dm.val_task) == 100
+    assert len(dm.train_task) == 400
+    whole_split = _ids(hydra.utils.instantiate(cfg.task, n_examples=None))
+    assert not _ids(dm.val_task) & whole_split and not _ids(dm.train_task) & whole_split
+    assert not _ids(dm.val_task) & _ids(dm.train_task)
