@@ -42,7 +42,9 @@ def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
     for head in heads:
         config_file = Path(head) / "head_config.json"
         if not config_file.is_file():
-            raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json); train one first")
+            raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
+                             "(python -m diversed.train with the same pair and task), or leave dynamic out of "
+                             "sweep.methods")  # fmt: skip
         config = json.loads(config_file.read_text())
         if card is not None:
             want = (card.hidden["draft"], card.hidden["target"])

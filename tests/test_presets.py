@@ -1,0 +1,85 @@
+"""The paper presets (+paper=<task>, pair=<pair>): they compose for every entry point with the
+protocol's values, pass the settings checks, and lay their runs out where the next step looks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from diversed import CONFIG_DIR
+from diversed.schema import check_distill, check_evaluate, check_train
+
+TASKS = ["gsm8k", "cnndm", "xsum", "mbpp"]
+PAIRS = ["llama8b_1b", "qwen3_8b_0p6b", "gemma3_12b_4b"]
+
+
+def preset(entry: str, task: str, pair: str, *extra: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name=entry):
+        return compose(entry, overrides=[f"+paper={task}", f"pair={pair}", *extra], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("task", TASKS)
+def test_protocol_values(task, pair, monkeypatch):
+    monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
+    cfg = preset("evaluate", task, pair)
+    assert cfg.task.name == task and cfg.pair.name == pair and cfg.pair.dtype == "bfloat16"
+    t = cfg.task
+    assert (t.n_examples, t.seed, t.max_new_tokens, t.num_few_shot, t.chat_template, t.stop_early) == (100, 42, 128, 0, False, False)
+    assert t.split == ("validation" if task == "mbpp" else "test")
+    if task == "mbpp":
+        assert t.test_format == "list" and t.subset == "full"
+    if task == "xsum":
+        assert t.max_summary_words == 32
+    s = cfg.sweep
+    assert list(s.temperatures) == [1.0, 0.1] and list(s.draft_lengths) == [3, 5, 7]
+    assert {"autoregressive", "lossless", "finetuned_draft", "static", "dynamic"} <= set(s.methods)
+    assert cfg.timing.latency is True
+    base = f"outputs/paper/{pair}/{task}"
+    assert cfg.hydra.run.dir.endswith(f"{base}/evaluate")
+    assert s.heads[0].endswith(f"{base}/train/head") and s.draft_models[0].endswith(f"{base}/distill/draft")
+    check_evaluate(cfg)
+
+    cfg = preset("train", task, pair)
+    assert cfg.hydra.run.dir.endswith(f"{base}/train")
+    m, d, tr = cfg.model, cfg.data, cfg.trainer
+    assert (m.optimizer.lr, m.lr_schedule, m.warmup_steps, m.reg_mode, m.reg_scale) == (5e-4, "cosine", 10, "adaptive", 0.05)
+    assert (m.do_sample, m.temperature, m.max_new_tokens) == (True, 1.0, 128)
+    assert (d.n_train, d.batch_size, tr.max_epochs, tr.max_steps, tr.gradient_clip_val) == (400, 8, 2, -1, 5.0)
+    assert list(cfg.head.hidden_sizes) == [] and list(cfg.head.features) == []  # the paper's linear head
+    if task in ("gsm8k", "mbpp"):
+        assert (m.baseline, m.baseline_constant, d.val_split) == ("constant", 1.0, "holdout")
+    else:
+        assert (m.baseline, m.baseline_momentum, d.val_split) == ("running", 0.9, "validation")
+    assert d.val_split != t.split
+    check_train(cfg)
+
+    cfg = preset("distill", task, pair)
+    assert cfg.hydra.run.dir.endswith(f"{base}/distill") and cfg.distill.max_new_tokens == 128
+    check_distill(cfg)
+
+
+def test_the_pair_defaults_to_llama_and_stop_early_can_come_back():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="evaluate"):
+        cfg = compose("evaluate", overrides=["+paper=gsm8k", "task.stop_early=true"])
+    assert cfg.pair.name == "llama8b_1b" and cfg.task.stop_early is True
+
+
+@pytest.mark.parametrize("entry", ["train", "evaluate"])
+def test_cfg_job_on_the_command_line(entry, tmp_path):
+    """What a researcher types to see a preset: `--cfg job` prints it without running."""
+    out = subprocess.run(
+        [sys.executable, "-m", f"diversed.{entry}", "+paper=xsum", "pair=qwen3_8b_0p6b", "--cfg", "job"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=True,
+    ).stdout
+    cfg = yaml.safe_load(out)
+    assert cfg["task"]["name"] == "xsum" and cfg["task"]["max_summary_words"] == 32
+    assert cfg["pair"]["target"] == "Qwen/Qwen3-8B" and cfg["task"]["n_examples"] == 100
+    if entry == "train":
+        assert cfg["model"]["baseline"] == "running" and cfg["trainer"]["max_epochs"] == 2
+    else:
+        assert cfg["sweep"]["temperatures"] == [1.0, 0.1]
