@@ -58,7 +58,9 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
             r0 = g.iloc[0]
             bar = floor.get((r0["pair"], r0["task"], r0["temperature"], r0["_group"]), np.nan)
             ok = g[g["score"] >= bar - 1e-12] if not np.isnan(bar) else g.iloc[0:0]
-            pick = (ok if len(ok) else g).sort_values(["acceptance_rate", "score"]).iloc[[-1]].copy()
+            # the most acceptance at quality; where none is at quality, the best score
+            order = ["acceptance_rate", "score"] if len(ok) else ["score", "acceptance_rate"]
+            pick = (ok if len(ok) else g).sort_values(order).iloc[[-1]].copy()
             pick["at_quality"] = bool(len(ok))
             kept.append(pick)
     return pd.concat(kept).drop(columns="_group").reset_index(drop=True) if kept else d.drop(columns="_group")
