@@ -41,7 +41,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
-from diversed.heads import WeightHead
+from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.pair import describe_pair
@@ -179,6 +179,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
             if token_w and stats.token_w is not None:
                 n = int(n_new[i])
                 rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
+                rows[-1]["token_text"] = [pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]]  # for the report
                 rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
     score, low, high = mean_ci(scores)
     spec = METHODS[point["method"]].speculative
@@ -186,6 +187,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         "score": score, "score_ci_low": low, "score_ci_high": high,
         "acceptance_rate": totals.acceptance_rate if spec else None,
         "alpha": totals.alpha if spec else None, "mean_tv": totals.mean_tv if spec else None,
+        "verified_drafts": totals.verified if spec else None,  # alpha's denominator (its sampling error)
         "mean_accepted_length": totals.mean_accepted_length if spec else None,
         "tokens_per_target_call": totals.tokens_per_target_call if spec else 1.0,
         "mean_w": totals.mean_w, "new_tokens": new_tokens, "scored_wall_time_s": wall,
@@ -320,6 +322,8 @@ def evaluate(cfg: DictConfig) -> Path:
                 fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
             fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
                                 "device": str(pair.device)}  # fmt: skip
+            if point.get("head"):  # the task the head was trained on (Table 3: cross-task transfer)
+                fields["head_task"] = head_metadata(point["head"]).get("task")
             record = store.write({**meta, **point, **fields, **extras, "settings_group": group}, rows)
             for lg in loggers:
                 lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)

@@ -25,6 +25,13 @@ WEIGHTS_NAME = "head.safetensors"
 FEATURES = ("entropy_p", "entropy_q", "tv")
 
 
+def head_metadata(directory: str | Path) -> dict[str, Any]:
+    """A saved head's `head_config.json` (hidden sizes, pair, the task it was trained on, ...), or {}
+    where there is none (a moved or deleted head)."""
+    path = Path(directory) / CONFIG_NAME
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _entropy(p: Tensor) -> Tensor:
     """H(p) = −Σ p log p (0·log 0 = 0)."""
     return -(p * p.clamp_min(1e-30).log()).sum(dim=-1)

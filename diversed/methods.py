@@ -41,6 +41,12 @@ class Method:
                 values[k] = head_label(values[k])
         return self.label.format(**values)
 
+    @property
+    def name_only(self) -> str:
+        """The label without its knobs: "Static w={weight:g}" -> "Static" (legends of several settings)."""
+        words = self.label.split()
+        return " ".join(words[: next((i for i, w in enumerate(words) if set(w) & set("{=(")), len(words))])
+
 
 def head_label(head: Any) -> str:
     """A short name for a head or model path: its last two path parts without the suffix."""

@@ -30,39 +30,12 @@ from matplotlib.lines import Line2D
 
 from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import load_results
+from diversed.results import load_results, mean_over_seeds
 
-_SETTING = [
-    "pair",
-    "task",
-    "metric",
-    "method",
-    "weight",
-    "head",
-    "lenience",
-    "cascade_rule",
-    "cascade_alpha",
-    "typical_epsilon",
-    "typical_delta",
-    "draft_model",
-    "num_draft_tokens",
-    "temperature",
-    "n_examples",
-    "settings_group",  # settings apart from the seed: never averaged together
-]
-_VALUES = ["score", "score_ci_low", "score_ci_high", "acceptance_rate", "normalized_time", "mean_w"]
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting: the mean of each value over seeds."""
-    cols = [c for c in _SETTING if c in df]
-    vals = df[cols + _VALUES].copy()
-    vals[_VALUES] = vals[_VALUES].astype(float)
-    return vals.groupby(cols, dropna=False, sort=False).mean().reset_index()
 
 
 def method_label(method: str, weight: float | None = None, head: str | None = None, **knobs: object) -> str:
@@ -201,7 +174,7 @@ def plot_pareto(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    d = _mean_over_seeds(df)
+    d = mean_over_seeds(df)
     d["settings_group"] = d["settings_group"].fillna("")
     paths: list[Path] = []
     groups = d.groupby(["pair", "task", "temperature"])["settings_group"].nunique()
@@ -260,7 +233,7 @@ def summary_table(
     if num_draft_tokens is None:
         num_draft_tokens = _most_rows(d.loc[d["method"] != "autoregressive", "num_draft_tokens"])
     d = d[~d["method"].map(lambda m: METHODS[m].speculative if m in METHODS else True) | (d["num_draft_tokens"] == num_draft_tokens)]
-    d = _mean_over_seeds(d)
+    d = mean_over_seeds(d)
     if best:
         d = best_at_quality(d)
 

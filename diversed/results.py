@@ -377,6 +377,25 @@ def _result_files(path: Path) -> list[Path]:
     raise ValueError(f"{path}: expected a .jsonl or .parquet file or a directory")
 
 
+# What identifies one setting across seeds, and the values averaged over seeds (`mean_over_seeds`).
+SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
+                  "cascade_alpha", "typical_epsilon", "typical_delta", "draft_model", "num_draft_tokens",
+                  "temperature", "n_examples", "settings_group")  # fmt: skip
+VALUE_FIELDS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "normalized_time",
+                "normalized_latency", "latency_s", "wall_time_s", "mean_w")  # fmt: skip
+
+
+def mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting (`SETTING_FIELDS`, settings apart from the seed never averaged together):
+    the mean of each of `VALUE_FIELDS` over seeds, and `n_seeds`."""
+    cols = [c for c in SETTING_FIELDS if c in df]
+    values = [c for c in VALUE_FIELDS if c in df]
+    d = df[cols + values].copy()
+    d[values] = d[values].astype(float)
+    groups = d.groupby(cols, dropna=False, sort=False)
+    return groups.mean().join(groups.size().rename("n_seeds")).reset_index()
+
+
 def fill_normalized_time(df: pd.DataFrame) -> pd.DataFrame:
     """Fill missing `normalized_time` with wall_time_s / the mean autoregressive wall_time_s of
     the same pair, task, temperature, n_examples and settings group (over seeds); values already
