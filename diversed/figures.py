@@ -1,0 +1,230 @@
+"""The report's figures beyond the Pareto plots of `plot.py`: acceptance against w with
+Proposition 1 beside it, quality against time, time against acceptance, and what a head learned.
+
+Each function takes seed-averaged records (`results.mean_over_seeds`) or a dynamic point's example
+rows, writes PNG and PDF (HTML for coloured completions) under `out_dir` and returns a list of
+`Shown(paths, caption)` for the report to index. It draws only what the records hold: nothing is
+decoded or rescored. Figures are made on the Agg canvas without pyplot (the backend is left alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import keyword
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+
+from diversed.fronts import pareto_front
+from diversed.methods import METHODS
+
+
+class Shown(NamedTuple):
+    paths: list[Path]
+    caption: str
+    tasks: tuple[str, ...] = ()  # the tasks whose records it draws
+
+
+def _safe(name: object) -> str:
+    return "".join(c if c.isalnum() or c in "._=-" else "-" for c in str(name)).strip("-")
+
+
+def _figure(n_axes: int = 1, width: float = 6.0) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * n_axes, 4.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, n_axes, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        fig.savefig(out_dir / f"{stem}.{fmt}", dpi=150)
+        paths.append(out_dir / f"{stem}.{fmt}")
+    return paths
+
+
+def _label(method: str) -> str:
+    return METHODS[method].name_only if method in METHODS else method
+
+
+# ----------------------------------------------------------------------------- acceptance against w
+
+
+def prop1_gaps(d: pd.DataFrame) -> pd.DataFrame:
+    """Static-ensemble rows with Proposition 1's prediction α̂ = 1 − w·mean_tv, the gap α − α̂ and
+    that gap in binomial standard errors of α (over `verified_drafts`; drafts of one sequence are
+    correlated, so the true error is somewhat larger). Sampled decoding only (greedy has no mean_tv)."""
+    s = d[(d["method"] == "static") & d["mean_tv"].notna() & d["alpha"].notna()].copy()
+    s["predicted"] = 1.0 - s["weight"] * s["mean_tv"]
+    s["gap"] = s["alpha"] - s["predicted"]
+    n = s["verified_drafts"] if "verified_drafts" in s else pd.Series(np.nan, s.index)
+    se = np.sqrt((s["alpha"] * (1 - s["alpha"])).clip(lower=1e-12) / n.astype(float))
+    s["gap_se"] = s["gap"].abs() / se
+    return s
+
+
+def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+    """Per (pair, task, temperature): the static ensemble's acceptance α (accepted over verified
+    drafts) against w, one line per N, Proposition 1's 1 − w·mean_tv dashed beside it (sampled
+    decoding), and each head's α at its mean w as a star."""
+    shown = []
+    for (pair, task, temp), g in d.groupby(["pair", "task", "temperature"], sort=True):
+        static = g[g["method"] == "static"]
+        if static.empty:
+            continue
+        fig, (ax,) = _figure()
+        y = "alpha" if static["alpha"].notna().any() else "acceptance_rate"
+        gaps = prop1_gaps(g)
+        for i, (n, s) in enumerate(static.sort_values("weight").groupby("num_draft_tokens")):
+            ax.plot(s["weight"], s[y], "o-", color=f"C{i}", label=f"N={n} measured")
+            p = gaps[gaps["num_draft_tokens"] == n].sort_values("weight")
+            if len(p):
+                ax.plot(p["weight"], p["predicted"], "--", color=f"C{i}", alpha=0.8, label=f"N={n} 1 − w·mean TV")
+            dyn = g[(g["method"] == "dynamic") & (g["num_draft_tokens"] == n)]
+            ax.plot(dyn["mean_w"], dyn[y], "*", color=f"C{i}", markersize=13, label=f"N={n} DIVERSED (mean w)" if len(dyn) else None)
+        ax.set(xlabel="w, the weight on the target", ylabel="acceptance α (accepted / verified drafts)" if y == "alpha" else "acceptance rate",
+               xlim=(-0.03, 1.03), title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
+        ax.legend(fontsize=7, frameon=False)
+        if len(gaps):
+            worst = gaps.loc[gaps["gap"].abs().idxmax()]
+            se = "" if math.isnan(worst["gap_se"]) else f", {worst['gap_se']:.1f} binomial standard errors of α"
+            caption = (f"Acceptance against w, {pair} · {task} · T={temp:g}. Proposition 1 predicts α = 1 − w·mean TV(p, q) "
+                       f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
+                       f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se}).")  # fmt: skip
+        else:
+            caption = f"Acceptance against w, {pair} · {task} · T={temp:g} (greedy: no Proposition 1 prediction)."
+        shown.append(Shown(_save(fig, Path(out_dir), f"acceptance_vs_w_{_safe(pair)}_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+    return shown
+
+
+# ----------------------------------------------------------------------------- time
+
+
+def _time_axis(d: pd.DataFrame) -> tuple[str, str]:
+    if d["latency_s"].notna().any():
+        return "latency_s", "seconds per sample (batch 1, lower is better)"
+    return "normalized_time", "time / autoregressive time (lower is better)"
+
+
+def quality_vs_time(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+    """Per (task, temperature), one panel per pair: quality against time per sample; the static
+    ensemble as its Pareto front (quality up, time down), the other methods as points (N beside)."""
+    shown = []
+    for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
+        x, xlabel = _time_axis(g)
+        pairs = sorted(g["pair"].unique())
+        fig, axes = _figure(len(pairs), 5.0)
+        for ax, pair in zip(axes, pairs, strict=True):
+            h = g[(g["pair"] == pair) & g[x].notna()]
+            for i, (method, m) in enumerate(h.groupby("method", sort=False)):
+                if METHODS.get(method) and METHODS[method].family:
+                    front = pareto_front(m, x, "score", maximize=(False, True))
+                    ax.plot(m[x], m["score"], ".", color=f"C{i}", alpha=0.25)
+                    ax.plot(front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)")
+                else:
+                    ar = method == "autoregressive"
+                    ax.plot(m[x], m["score"], "s" if ar else "o", color="k" if ar else f"C{i}", label=_label(method))
+                    for _, r in m[m["num_draft_tokens"].notna()].iterrows():
+                        ax.annotate(f"N={int(r['num_draft_tokens'])}", (r[x], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            ax.set(xlabel=xlabel, ylabel=f"{task} {g['metric'].iloc[0]}", title=f"{pair} · T={temp:g}")
+            ax.legend(fontsize=7, frameon=False)
+        caption = f"Quality against time, {task} · T={temp:g}, per pair ({xlabel.split(' (')[0]}; every method on the same forward path)."
+        shown.append(Shown(_save(fig, Path(out_dir), f"quality_vs_time_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+    return shown
+
+
+def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+    """Per (task, temperature), one panel per pair: time relative to autoregressive decoding against
+    the acceptance rate, every speculative point coloured by method; below 1 is a speed-up."""
+    shown = []
+    for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
+        y = "normalized_latency" if g["normalized_latency"].notna().any() else "normalized_time"
+        pairs = sorted(g["pair"].unique())
+        fig, axes = _figure(len(pairs), 5.0)
+        for ax, pair in zip(axes, pairs, strict=True):
+            h = g[(g["pair"] == pair) & g["acceptance_rate"].notna() & g[y].notna()]
+            for i, (method, m) in enumerate(h.groupby("method", sort=False)):
+                ax.plot(m["acceptance_rate"], m[y], "o", color=f"C{i}", alpha=0.8, label=_label(method))
+            ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
+            ax.set(xlabel="acceptance rate", ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
+                   title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
+            ax.legend(fontsize=7, frameon=False)
+        caption = f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path (the paper min-max normalises its axis)."
+        shown.append(Shown(_save(fig, Path(out_dir), f"time_vs_acceptance_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+    return shown
+
+
+# ----------------------------------------------------------------------------- what the head learned
+
+TOKEN_CLASSES = ("digits", "words", "punctuation", "code", "whitespace", "other")
+_PROSE = set(".,;:!?'\"-—–…")
+_CODE = set("()[]{}=<>+*/%#_\\|&^~`@")
+
+
+def token_class(text: str) -> str:
+    """digits ("42"), words ("the", " Paris"), punctuation (prose marks), code (Python keywords,
+    brackets and operators, snake_case), whitespace, or other."""
+    t = text.strip()
+    if not t:
+        return "whitespace"
+    if t.replace(".", "").replace(",", "").isdigit():
+        return "digits"
+    if keyword.iskeyword(t) or set(t) & _CODE:
+        return "code"
+    if all(c in _PROSE for c in t):
+        return "punctuation"
+    if t.replace("'", "").isalpha():
+        return "words"
+    return "other"
+
+
+def _w_colour(w: float) -> str:
+    return to_hex(colormaps["coolwarm"](float(w)))  # blue: the draft's (w = 0), red: the target's (w = 1)
+
+
+def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_examples: int = 5,
+                 formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:  # fmt: skip
+    """One dynamic point's completions with each token coloured by the head's w (HTML), and the
+    mean w by token class (bars, the count above each). Needs rows written with sweep.token_w."""
+    rows = [r for r in rows if r.get("token_w") and r.get("token_text")]
+    if not rows:
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trained = record.get("head_task") or "unknown"
+    name = (f"{_safe(record['pair'])}_{_safe(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
+            f"_head-{_safe(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}")  # fmt: skip
+    title = (f"{record['pair']} · {record['task']} · T={record['temperature']:g} · N={int(record['num_draft_tokens'])} · "
+             f"head {record['head']} (trained on {trained})")  # fmt: skip
+    spans = []
+    for r in rows[:n_examples]:
+        toks = "".join(f'<span style="background:{_w_colour(w)}" title="w={w:.2f}">{html.escape(t)}</span>'
+                       for t, w in zip(r["token_text"], r["token_w"], strict=True))  # fmt: skip
+        spans.append(f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>")
+    legend = "".join(f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6))
+    page = out_dir / f"head_learned_{name}.html"
+    page.write_text(f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
+                    f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n")  # fmt: skip
+
+    frame = pd.DataFrame([(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
+                         columns=["cls", "w"])  # fmt: skip
+    stats = frame.groupby("cls")["w"].agg(["mean", "count", "std"]).reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
+    fig, (ax,) = _figure(1, 6.0)
+    names = [f"{c}\n({int(n)} tokens)" for c, n in zip(stats.index, stats["count"], strict=True)]
+    ax.bar(names, stats["mean"], yerr=stats["std"].fillna(0.0), color=[_w_colour(w) for w in stats["mean"]], capsize=3)
+    ax.set(ylim=(0, 1.05), ylabel="mean w over emitted tokens (± sd)", title=title, xlabel="token class")
+    ax.title.set_fontsize(8)
+    caption = (f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
+               f"completions; coloured completions in {page.name}.")  # fmt: skip
+    return [Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))]

@@ -1,0 +1,209 @@
+"""The report: Tables 1-3 in the paper's layout, every figure, a page per run dir, from a small
+results dir written here (numbers known), and end to end from a real sweep on the tiny pair."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from tiny_models import compose_run
+
+from diversed import published
+from diversed.figures import prop1_gaps, token_class
+from diversed.report import main, paper_table, transfer_table, write_report
+from diversed.results import ResultStore, key_digest, load_results, mean_over_seeds, run_record
+
+TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
+
+
+def _record(pair, task, method, temperature, n=None, score=0.5, acc=None, **extra):
+    alpha, mean_tv = extra.pop("alpha", None), extra.pop("mean_tv", None)
+    w = extra.pop("mean_w", extra.get("weight"))
+    return run_record(
+        pair=pair, task=task, metric=TASKS[task], method=method, num_draft_tokens=n, temperature=temperature,
+        seed=0, n_examples=20, score=score, score_ci_low=score - 0.05, score_ci_high=score + 0.05,
+        acceptance_rate=acc, alpha=alpha, mean_tv=mean_tv, wall_time_s=1.0, latency_s=0.1 * (1 if acc is None else 2 - acc),
+        normalized_time=None, normalized_latency=1.0 if acc is None else 2 - acc, mean_w=w, settings=f"s-{task}",
+        settings_group=f"g-{pair}-{task}", **extra,
+    )  # fmt: skip
+
+
+def write_fixture(run_dir, head_a, head_b):
+    """Two pairs x two tasks x T in {1, 0.1}, N = 3: autoregressive 0.60; lossless; a static front whose
+    α follows Proposition 1 exactly except one point (+0.02); a head per task, both evaluated on both
+    tasks; lossy SD, no setting of which reaches autoregressive quality; a fine-tuned draft."""
+    store, rows = ResultStore(run_dir), []
+    for pair in ("p1", "p2"):
+        for task in TASKS:
+            for t in (1.0, 0.1):
+                rows.append(_record(pair, task, "autoregressive", t, score=0.60))
+                rows.append(_record(pair, task, "lossless", t, 3, score=0.60, acc=0.40, alpha=0.5, mean_tv=0.5, verified_drafts=4000))
+                rows.append(_record(pair, task, "finetuned_draft", t, 3, score=0.59, acc=0.55, draft_model="/d/draft"))
+                for w, score in ((0.0, 0.30), (0.5, 0.58), (0.8, 0.60), (1.0, 0.61)):
+                    alpha = 1 - w * 0.5 + (0.02 if (w, t, task, pair) == (0.5, 1.0, "alpha_task", "p1") else 0.0)
+                    rows.append(_record(pair, task, "static", t, 3, score=score, acc=alpha - 0.1, weight=w,
+                                        alpha=alpha, mean_tv=0.5, verified_drafts=4000))  # fmt: skip
+                for lenience, score in ((0.3, 0.40), (0.6, 0.50)):
+                    rows.append(_record(pair, task, "lossy", t, 3, score=score, acc=0.9 - lenience / 2, lenience=lenience))
+                for head, trained in ((head_a, "alpha_task"), (head_b, "beta_task")):
+                    own = trained == task
+                    rows.append(_record(pair, task, "dynamic", t, 3, score=0.62 if own else 0.50, acc=0.80 if own else 0.70,
+                                        head=str(head), head_task=trained if pair == "p1" else None,
+                                        mean_w=0.4, alpha=0.85, mean_tv=0.5))  # fmt: skip
+    for r in rows:
+        examples = []
+        if r["method"] == "dynamic":
+            examples = [{"key": r["key"], "example_id": "ex1", "completion": " so 42.", "score": 1.0, "new_tokens": 4, "accepted_drafts": 2,
+                         "token_text": [" so", " 42", ".", "\n"], "token_w": [0.1, 0.9, 0.5, 0.3]}]  # fmt: skip
+        store.write(r, examples)
+    (run_dir / "settings").mkdir(exist_ok=True)
+    (run_dir / "settings" / "s-alpha_task.json").write_text(json.dumps({"pair": {"name": "p1"}, "task": {"task": "alpha_task"}, "seed": 0}))
+
+
+@pytest.fixture
+def report_dir(tmp_path):
+    head_a, head_b = tmp_path / "heads" / "a", tmp_path / "heads" / "b"
+    for head, task in ((head_a, "alpha_task"), (head_b, "beta_task")):  # p2's records lack head_task: read here
+        head.mkdir(parents=True)
+        (head / "head_config.json").write_text(json.dumps({"task": task}))
+    write_fixture(tmp_path / "run", head_a, head_b)
+    return tmp_path
+
+
+def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
+    df = load_results(report_dir / "run")
+    from diversed.report import load_runs
+
+    d = mean_over_seeds(load_runs([report_dir / "run"]))
+    table = paper_table(d, 1.0)
+    assert list(table.columns) == ["alpha_task", "beta_task"]
+    assert table.loc[("p1", "Autoregressive", "–"), "alpha_task"] == "– / 60.00"
+    assert table.loc[("p1", "SD (lossless)", "3"), "alpha_task"] == "40.00 / 60.00"
+    assert table.loc[("p1", "SD, fine-tuned draft", "3"), "beta_task"] == "55.00 / 59.00"
+    # the best static weight at AR quality (0.60 − CI half-width 0.05 = 0.55): w = 0.5, most acceptance
+    assert table.loc[("p1", "Static, best at AR quality", "3"), "alpha_task"] == "67.00 / 58.00 (w=0.5)"
+    # no lossy setting reaches it: the best-scoring one, starred
+    assert table.loc[("p1", "Lossy SD, best at AR quality", "3"), "alpha_task"] == "60.00 / 50.00 (l=0.6)*"
+    # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json for p2)
+    for pair in ("p1", "p2"):
+        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00 / 62.00", "80.00 / 62.00"]
+    assert len(df) == 2 * 2 * 2 * 11
+    with_paper = paper_table(d, 1.0, paper=True)
+    assert with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"] == "72.61 / 67"
+    assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns)
+    assert paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), "mbpp"] == "83.85 / 67"
+
+    transfer = transfer_table(d, 1.0)
+    assert transfer.loc[("p1", "head trained on alpha_task", "3")].tolist() == ["80.00 / 62.00", "70.00 / 50.00"]
+    assert transfer.loc[("p2", "head trained on beta_task", "3")].tolist() == ["70.00 / 50.00", "80.00 / 62.00"]
+    assert transfer.loc[("p1", "SD (lossless)", "3"), "beta_task"] == "40.00 / 60.00"
+    assert transfer_table(d[d["method"] != "dynamic"], 1.0) is None
+    paper3 = transfer_table(d, 1.0, paper=True)
+    assert paper3.loc[("Llama 8B/1B (paper)", "head trained on gsm8k", "?"), "cnndm"] == "51.07 / 8.63"
+
+
+def test_the_report_writes_every_table_and_figure(report_dir):
+    out = report_dir / "report"
+    paths = main([str(report_dir / "run"), "--out", str(out), "--paper"])
+    assert paths[0] == out / "README.md"
+    for name in ("table_T1", "table_T0.1", "transfer_T1", "transfer_T0.1"):
+        assert (out / f"{name}.md").is_file() and (out / f"{name}.csv").is_file(), name
+    figs = out / "figures"
+    for stem in ("acceptance_vs_w_p1_alpha_task_T1", "acceptance_vs_w_p2_beta_task_T0.1", "quality_vs_time_alpha_task_T1",
+                 "time_vs_acceptance_beta_task_T0.1", "pareto_p1_alpha_task_T1"):  # fmt: skip
+        for fmt in ("png", "pdf"):
+            assert (figs / f"{stem}.{fmt}").stat().st_size > 1000, stem
+    pages = sorted(figs.glob("head_learned_*.html"))
+    assert len(pages) == 2 * 2 * 2 * 2  # per pair, task, temperature and head
+    html = pages[0].read_text()
+    assert html.count("<span style=\"background:") >= 4 and 'title="w=0.90"' in html and "trained on" in html
+    assert len(list(figs.glob("w_by_token_class_*.png"))) == len(pages)
+    readme = (out / "README.md").read_text()
+    # Proposition 1's caption names the largest gap: the one point 0.02 off
+    assert "largest gap over 4 points is +0.0200 (N=3, w=0.5" in readme
+    assert "Llama 8B/1B (paper)" in readme and "| p1 | DIVERSED | 3 |" in readme
+    for path in re.findall(r"\]\(([^)]+)\)", readme):  # every link resolves
+        assert (out / path).exists(), path
+    (page,) = (out / "runs").glob("*.md")
+    text = page.read_text()
+    assert "88 records" in text and "s-alpha_task" in text and "| dynamic | 16 | 4 |" in text
+    for path in re.findall(r"\]\(([^)]+)\)", text):
+        assert (page.parent / path).exists(), path
+
+
+def test_prop1_gap_in_standard_errors():
+    import pandas as pd
+
+    d = pd.DataFrame([{"method": "static", "weight": 0.5, "alpha": 0.77, "mean_tv": 0.5, "verified_drafts": 10000,
+                       "num_draft_tokens": 3}])  # fmt: skip
+    g = prop1_gaps(d).iloc[0]
+    assert g["predicted"] == 0.75 and g["gap"] == pytest.approx(0.02)
+    assert g["gap_se"] == pytest.approx(0.02 / math.sqrt(0.77 * 0.23 / 10000))
+
+
+def test_token_classes():
+    assert [token_class(t) for t in ["42", " 3.5", " the", "Paris", ".", ",", " def", "(", "x_1", " ", "\n", "é!"]] == [
+        "digits", "digits", "words", "words", "punctuation", "punctuation", "code", "code", "code", "whitespace",
+        "whitespace", "other",
+    ]  # fmt: skip
+
+
+def test_bad_input_is_named(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing"), "--out", str(tmp_path / "r")])
+    assert "is not a directory" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="no results.jsonl"):
+        write_report([tmp_path], tmp_path / "r")
+
+
+def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
+    """A head trained on the toy task, swept on both toy tasks with per-token w, then the report:
+    records carry head_task and token text, and the transfer table fills in."""
+    from diversed.evaluate import evaluate
+    from diversed.train import train
+
+    small = ["+experiment=toy", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2",
+             "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=4", "data.val_batch_size=4",
+             "data.n_train=16", "model.max_new_tokens=6"]  # fmt: skip
+    head = train(compose_run("train", tmp_path / "train", toy_tiny_dir, small))["head_dir"]
+    runs = []
+    for task in ("toy", "toy_count"):
+        cfg = compose_run("evaluate", tmp_path / task, toy_tiny_dir, [
+            "+experiment=toy", f"task={task}", "task.n_examples=6", "sweep.methods=[autoregressive,lossless,static,dynamic]",
+            "sweep.weights=[0.5,1.0]", "sweep.draft_lengths=[2]", "sweep.temperatures=[1.0]", f"sweep.heads=[{head}]",
+            "sweep.token_w=true", "timing.repeats=1", "timing.latency=true", "timing.latency_examples=2", "runtime.progress=false",
+        ])  # fmt: skip
+        runs.append(evaluate(cfg))
+    dyn = load_results(runs[1]).query("method == 'dynamic'").iloc[0]
+    assert dyn["head_task"] == "toy" and dyn["verified_drafts"] > 0
+    rows = ResultStore(runs[1]).examples(dyn["key"])
+    assert (runs[1] / "examples" / f"{key_digest(dyn['key'])}.jsonl").is_file()
+    assert all(len(r["token_text"]) == len(r["token_w"]) == r["new_tokens"] for r in rows)
+    out = tmp_path / "report"
+    write_report(runs, out)
+    transfer = (out / "transfer_T1.md").read_text()
+    assert "head trained on toy" in transfer and "toy_count" in transfer
+    assert list((out / "figures").glob("head_learned_*toy_count*.html"))
+
+
+@pytest.mark.slow
+def test_proposition_1_holds_on_the_toy_pair(tmp_path, toy_pair_dir):
+    """At T = 1 the measured α of every static point agrees with 1 − w·mean_tv within sampling error."""
+    from diversed.evaluate import evaluate
+
+    cfg = compose_run("evaluate", tmp_path / "run", toy_pair_dir, [
+        "+experiment=toy", "task.n_examples=200", "sweep.methods=[static]", "sweep.weights=[0.2,0.5,0.8,1.0]",
+        "sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0]", "timing.repeats=0", "runtime.progress=false",
+    ])  # fmt: skip
+    gaps = prop1_gaps(load_results(evaluate(cfg)))
+    assert len(gaps) == 8
+    assert (gaps["gap_se"] < 4).all(), gaps[["weight", "num_draft_tokens", "alpha", "predicted", "gap_se"]]
+
+
+def test_published_numbers_match_the_paper_file():
+    """Spot checks against ../shared/PAPER.md's tables (the copy in the package is what --paper shows)."""
+    assert published.TABLES[(1.0, "llama8b_1b", "lossless", "gsm8k")] == (44.60, 67.0)
+    assert published.TABLES[(0.1, "qwen3_8b_0p6b", "dynamic", "xsum")] == (71.22, 7.84)
+    assert len(published.TABLES) == 2 * 2 * 3 * 3 and len(published.TRANSFER) == 12
