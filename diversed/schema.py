@@ -128,7 +128,24 @@ class TimingSettings(_Model):
     latency_examples: PositiveInt | None = None
 
 
-class EvaluateSettings(_Model):
+class _Entry(_Model):
+    """What every entry point's settings share: a paper preset (configs/paper/<task>.yaml) holds
+    one task's protocol, so another task under it would mix two protocols."""
+
+    task: TaskSettings
+    paper_preset: str | None = None
+
+    @model_validator(mode="after")
+    def _one_protocol(self) -> _Entry:
+        if self.paper_preset and self.paper_preset != self.task.name:
+            raise ValueError(
+                f"+paper={self.paper_preset} is the {self.paper_preset} protocol (its splits, baseline, scoring), "
+                f"but task={self.task.name} was set: use +paper={self.task.name} instead of task=..."
+            )
+        return self
+
+
+class EvaluateSettings(_Entry):
     task: TaskSettings
     pair: PairSettings
     sweep: SweepSettings
@@ -202,7 +219,7 @@ class HeadSettings(_Model):
     features: list[Literal["entropy_p", "entropy_q", "tv"]] = []
 
 
-class TrainSettings(_Model):
+class TrainSettings(_Entry):
     task: TaskSettings
     pair: PairSettings
     trainer: TrainerSettings
@@ -240,7 +257,7 @@ class DistillModelSettings(_Model):
         return lora
 
 
-class DistillSettings(_Model):
+class DistillSettings(_Entry):
     task: TaskSettings
     pair: PairSettings
     trainer: TrainerSettings

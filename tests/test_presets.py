@@ -63,6 +63,13 @@ def test_protocol_values(task, pair, monkeypatch):
     check_distill(cfg)
 
 
+def test_another_task_under_a_preset_is_refused():
+    from diversed.schema import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\+paper=gsm8k is the gsm8k protocol.*use \+paper=xsum"):
+        check_train(preset("train", "gsm8k", "llama8b_1b", "task=xsum"))
+
+
 def test_the_pair_defaults_to_llama_and_stop_early_can_come_back():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="evaluate"):
         cfg = compose("evaluate", overrides=["+paper=gsm8k", "task.stop_early=true"])
