@@ -1,18 +1,21 @@
-"""`make demo`: the whole pipeline on the toy pair, on CPU: decode, train a head, sweep, plot.
+"""`make demo`: the paper's whole pipeline on the toy pair, on CPU, ending in its report.
 
 1. build (or reuse) the toy pair and decode a few toy prompts speculatively, printing each
    completion with its score and the acceptance statistics (lossless, and static w = 0.5);
-2. `python -m diversed.train +experiment=toy` trains a weight head;
-3. `python -m diversed.evaluate +experiment=toy` sweeps autoregressive, lossless, the static
-   ensemble over w and the new head over N and temperatures (resumable: re-running skips
-   finished grid points);
-4. `python -m diversed.plot` draws the Pareto fronts and the summary table.
-Steps 2-4 run exactly the commands a user would type; everything goes under `--out`.
+2. `python -m diversed.train` trains one weight head per toy task (addition, counting);
+3. `python -m diversed.distill` fine-tunes the draft per task (the "SD with a fine-tuned draft" row);
+4. `python -m diversed.evaluate` sweeps every method on each task: autoregressive, lossless, the
+   fine-tuned draft, the static ensemble, lossy SD, cascades, typical acceptance, and BOTH heads
+   (each on its own task and on the other: the transfer table), with per-token w and batch-1
+   latency (resumable: re-running skips finished grid points);
+5. `python -m diversed.report` writes Tables 1-3 and the figures; `--docs` copies the README's.
+Steps 2-5 run exactly the commands a user would type; everything goes under `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +27,8 @@ from transformers.utils import logging as hf_logging
 from diversed import StaticEnsemble, speculative_generate
 from diversed.tasks.toy import ToyTask
 from diversed.toy import load_toy_pair
+
+TASKS = ("toy", "toy_count")
 
 
 def decode(args: argparse.Namespace) -> None:
@@ -58,11 +63,18 @@ def decode(args: argparse.Namespace) -> None:
         )
 
 
-def run(title: str, *argv: str) -> None:
+def run(title: str, *argv: str) -> float:
     print(f"\n=== {title}\n$ python {' '.join(argv)}", flush=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, *argv], check=True)
-    print(f"({time.perf_counter() - start:.0f} s)", flush=True)
+    took = time.perf_counter() - start
+    print(f"({took:.0f} s)", flush=True)
+    return took
+
+
+# The figures the README shows, copied by --docs (names as the report writes them).
+DOCS = ("acceptance_vs_w_toy_toy_T1.png", "quality_vs_time_toy_T1.png", "time_vs_acceptance_toy_count_T1.png",
+        "pareto_toy_toy_T1.png")  # fmt: skip
 
 
 def main() -> None:
@@ -70,25 +82,48 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8, help="toy test prompts to decode in step 1")
     parser.add_argument("--num-draft-tokens", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="outputs/demo", help="where the head, results and plots go")
+    parser.add_argument("--out", default="outputs/demo", help="where heads, drafts, results and the report go")
     parser.add_argument("--n-examples", type=int, default=100, help="toy test prompts per grid point")
+    parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
     args = parser.parse_args()
     out = Path(args.out)
-    start = time.perf_counter()
+    start, took = time.perf_counter(), {}
 
     print("=== 1. the toy pair, and speculative decoding on a few prompts", flush=True)
     decode(args)
-    run("2. train a weight head", "-m", "diversed.train", "+experiment=toy", "logger=csv",
-        f"hydra.run.dir={out / 'train'}", "trainer.enable_progress_bar=false")  # fmt: skip
-    run("3. sweep methods × w × N × temperature", "-m", "diversed.evaluate", "+experiment=toy",
-        f"task.n_examples={args.n_examples}", f"sweep.heads=[{out / 'train' / 'head'}]", f"hydra.run.dir={out / 'sweep'}")  # fmt: skip
-    run("4. Pareto fronts and the summary table", "-m", "diversed.plot", str(out / "sweep"), "--out", str(out / "plots"))
+    heads = [out / f"train_{t}" / "head" for t in TASKS]
+    for task in TASKS:
+        took[f"train {task}"] = run(f"2. train a weight head on {task}", "-m", "diversed.train", "+experiment=toy",
+                                    f"task={task}", "logger=csv", f"hydra.run.dir={out / f'train_{task}'}",
+                                    "trainer.enable_progress_bar=false")  # fmt: skip
+    for task in TASKS:
+        took[f"distill {task}"] = run(f"3. fine-tune the draft on {task}", "-m", "diversed.distill", "+experiment=distill_toy",
+                                      f"task={task}", "logger=csv", f"hydra.run.dir={out / f'distill_{task}'}",
+                                      "trainer.enable_progress_bar=false")  # fmt: skip
+    for task in TASKS:
+        took[f"sweep {task}"] = run(
+            f"4. sweep every method on {task}", "-m", "diversed.evaluate", "+experiment=toy", f"task={task}",
+            f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'sweep_{task}'}",
+            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
+            "sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0,0.1]", "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
+            f"sweep.heads=[{','.join(map(str, heads))}]", f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
+            "sweep.lenience=[0.3,0.6,0.9]", "sweep.cascade_rules=[chow,opt]", "sweep.cascade_alphas=[0.1,0.3]",
+            "sweep.typical_epsilons=[0.05,0.3]", "sweep.token_w=true", "timing.repeats=1", "timing.latency=true",
+            "timing.latency_examples=20", "runtime.progress=false",
+        )  # fmt: skip
+    took["report"] = run("5. the report: Tables 1-3 and figures", "-m", "diversed.report",
+                         *(str(out / f"sweep_{t}") for t in TASKS), "--out", str(out / "report"))  # fmt: skip
+    if args.docs:
+        Path(args.docs).mkdir(parents=True, exist_ok=True)
+        for name in DOCS:
+            shutil.copy(out / "report" / "figures" / name, Path(args.docs) / name)
+        learned = sorted((out / "report" / "figures").glob("w_by_token_class_toy_toy_T1_N5_head-toy-*.png"))
+        if learned:
+            shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
 
-    print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min")
-    print(f"head:     {out / 'train' / 'head'}")
-    print(f"results:  {out / 'sweep' / 'results.jsonl'}")
-    print(f"figures:  {out / 'plots'}/pareto_*.png (and .pdf)")
-    print(f"table:    {out / 'plots' / 'table.md'}")
+    print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))  # fmt: skip
+    print(f"report:   {out / 'report' / 'README.md'} (tables table_T*.md, transfer_T*.md; figures/)")
 
 
 if __name__ == "__main__":
