@@ -43,7 +43,7 @@ from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
 from diversed.pair import describe_pair
 from diversed.preflight import check_context
-from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
+from diversed.runtime import finish, fit, instantiate, quiet, set_threads
 from diversed.stats import Totals
 from diversed.verify import Lossless
 
@@ -225,26 +225,17 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
         check_context(card, task, max_new)
     pair = instantiate(cfg.pair)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
-    loggers = make_loggers(cfg)
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=False)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
-    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
-    if best:
-        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-        model.load_state_dict(state)
+    run = fit(cfg, model, datamodule, weights_only=False)
+    if run.state is not None:  # the best draft by the monitored metric
+        model.load_state_dict(run.state)
     out_dir = Path(cfg.paths.output_dir) / "draft"
-    if trainer.is_global_zero:
+    if run.is_global_zero:
         draft = merged(model.draft).eval().requires_grad_(False)
         draft.save_pretrained(out_dir, safe_serialization=True)
         pair.tokenizer.save_pretrained(out_dir)
         log.info(f"Saved the distilled draft to {out_dir} (use it as pair.draft={out_dir} or sweep.draft_models=[{out_dir}])")
-    finish(loggers)
-    return {"metrics": metrics, "draft_dir": str(out_dir), "best_checkpoint": best}
+    finish(run.loggers)
+    return {"metrics": run.metrics, "draft_dir": str(out_dir), "best_checkpoint": run.best}
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="distill")

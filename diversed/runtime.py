@@ -9,6 +9,8 @@
 - `make_loggers(cfg)` / `finish(loggers)`: the configured Lightning loggers (CSV, wandb offline),
   each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
   closed at the end of the job.
+- `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
+  trainer, fit or resume, last.ckpt, the best checkpoint's state).
 
 It does not decide what is logged (the entry points do).
 """
@@ -18,7 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +113,32 @@ def finish(loggers: list[Any], status: str = "success") -> None:
 
             if wandb.run is not None:
                 wandb.finish()
+
+
+class Fitted(NamedTuple):
+    metrics: dict[str, float]  # the trainer's last callback metrics
+    best: str  # the best checkpoint's path ("" without a monitored checkpoint)
+    state: dict[str, Any] | None  # its state dict (None without one)
+    is_global_zero: bool  # this process exports (one process of a distributed run)
+    loggers: list[Any]  # to `finish` once the export is written
+
+
+def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True) -> Fitted:
+    """Instantiate `cfg.callbacks`, the loggers and `cfg.trainer`; fit `model` (resuming from
+    `cfg.ckpt_path`); write the latest state, optimizer included, to
+    `<paths.output_dir>/checkpoints/last.ckpt`; load the best checkpoint's state dict."""
+    import hydra
+    import torch
+    from omegaconf import OmegaConf
+
+    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+    loggers = make_loggers(cfg)
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    for lg in loggers:
+        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=weights_only)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
+    state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"] if best else None
+    return Fitted(metrics, best, state, trainer.is_global_zero, loggers)

@@ -28,7 +28,7 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import Tensor, nn
 from transformers import get_scheduler
 
@@ -37,7 +37,7 @@ from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
 from diversed.pair import describe_pair
 from diversed.preflight import check_context
-from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
+from diversed.runtime import finish, fit, instantiate, quiet, set_threads
 from diversed.schema import BASELINES, LR_SCHEDULES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -296,27 +296,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     pair = instantiate(cfg.pair)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
-    loggers = make_loggers(cfg)
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    for lg in loggers:
-        lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=True)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    ckpt_dir = Path(cfg.paths.output_dir) / "checkpoints"
-    trainer.save_checkpoint(ckpt_dir / "last.ckpt", weights_only=False)  # the latest state, optimizer too
-
-    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
-    if best:
-        state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"]
-        model.head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
+    run = fit(cfg, model, datamodule)
+    if run.state is not None:  # the best head by the monitored metric
+        model.head.load_state_dict({k.removeprefix("head."): v for k, v in run.state.items() if k.startswith("head.")})
     out_dir = Path(cfg.paths.output_dir) / "head"
-    if trainer.is_global_zero:
-        model.head.save_pretrained(out_dir, reg_scale=cfg.model.reg_scale, checkpoint=best or None)
+    if run.is_global_zero:
+        model.head.save_pretrained(out_dir, reg_scale=cfg.model.reg_scale, checkpoint=run.best or None)
         log.info(f"Exported the head to {out_dir}")
-    finish(loggers)
-    return {"metrics": metrics, "head_dir": str(out_dir), "best_checkpoint": best}
+    finish(run.loggers)
+    return {"metrics": run.metrics, "head_dir": str(out_dir), "best_checkpoint": run.best}
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
