@@ -9,6 +9,8 @@
 - `make_loggers(cfg)` / `finish(loggers)`: the configured Lightning loggers (CSV, wandb offline),
   each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
   closed at the end of the job.
+- `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
+  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest.
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
   trainer, fit or resume, last.ckpt, the best checkpoint's state).
 
@@ -24,6 +26,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 log = logging.getLogger(__name__)
+
+
+def short_dirname(name: str, limit: int = 120) -> str:
+    """`name` if it is at most `limit` characters, else its start and a digest of the whole
+    (a file name stops at 255 bytes; a sweep with many overrides names its jobs longer)."""
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    return f"{name[: limit - 13]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("diversed.dirname"):
+        OmegaConf.register_new_resolver("diversed.dirname", short_dirname)
+
+
+_register_resolvers()
 
 # Messages that say nothing to a user of these entry points (each seen on every run).
 _NOISE = (

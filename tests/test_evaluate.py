@@ -182,6 +182,15 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     assert len(list(tmp_path.glob("*/results.jsonl"))) == 2
 
 
+def test_multirun_job_directories_stay_short_and_distinct():
+    from diversed.runtime import short_dirname
+
+    assert short_dirname("seed=0,task=toy") == "seed=0,task=toy"
+    long = ",".join(f"sweep.option_{i}=[{i},{i + 1}]" for i in range(20))
+    a, b = short_dirname(long), short_dirname(long.replace("option_19", "option_x"))
+    assert len(a) == len(b) == 120 and a != b and a == short_dirname(long) and a.startswith(long[:100])
+
+
 def test_the_runner_does_not_import_lightning():
     """`python -m diversed.evaluate` needs no training stack: importing lightning alone took 9 s of
     the runner's 11 s start-up on the development machine (every job of a process-per-job sweep
