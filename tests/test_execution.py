@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from diversed import execution
+from diversed import confine, execution
 from diversed.execution import ExecutionResult, run_program, run_programs
 
 TIMEOUT = 3.0
@@ -114,7 +114,7 @@ def test_each_missing_layer_is_warned_about_once(monkeypatch: pytest.MonkeyPatch
 def test_probes_say_why_a_layer_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
     assert "bubblewrap not found" in execution._probe_bwrap()
-    monkeypatch.setattr(execution, "_landlock_abi", lambda: 0)
+    monkeypatch.setattr(confine, "landlock_abi", lambda: 0)
     assert "Landlock unavailable" in execution._probe_landlock()
     monkeypatch.setattr(execution, "_LINUX", False)
     assert (
@@ -125,16 +125,16 @@ def test_probes_say_why_a_layer_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_
     )
 
 
-@pytest.mark.parametrize("machine", sorted(execution._SECCOMP_ARCHES))
+@pytest.mark.parametrize("machine", sorted(confine.SECCOMP_ARCHES))
 def test_seccomp_filter_is_well_formed(machine: str) -> None:
     for allow_delete in (False, True):
-        prog = execution._seccomp_filter(machine, allow_delete)
+        prog = confine._seccomp_filter(machine, allow_delete)
         assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
         assert prog[-2:] == [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050001)]  # allow, deny EPERM
         deny = len(prog) - 1  # the calls whose equality test jumps straight to it
         denied = {k for i, (code, jt, _, k) in enumerate(prog) if code == 0x15 and jt and i + jt + 1 == deny}
-        column = execution._SECCOMP_ARCHES[machine][1]
-        numbers = execution._syscalls(execution._DENY, column)
+        column = confine.SECCOMP_ARCHES[machine][1]
+        numbers = confine._syscalls(confine._DENY, column)
         for name in (
             "execve",
             "setsid",
@@ -147,4 +147,4 @@ def test_seccomp_filter_is_well_formed(machine: str) -> None:
             "fchmodat",
         ):
             assert numbers[name] in denied, name
-        assert (execution._syscalls(execution._DELETE, column)["unlinkat"] in denied) != allow_delete
+        assert (confine._syscalls(confine._DELETE, column)["unlinkat"] in denied) != allow_delete

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sandbox import hostile
 
-from diversed import execution
+from diversed import confine, execution
 
 REPO = Path(__file__).resolve().parents[1]
 EVALUATOR = REPO / "tests" / "sandbox" / "evaluator.py"
@@ -39,7 +39,7 @@ def _planned(config: str) -> tuple[frozenset[str], list[hostile.Case]] | str:
     active = available if layer is None else frozenset({layer})
     if not active:
         return "no sandbox layer is available here"
-    abi = execution._landlock_abi()
+    abi = confine.landlock_abi()
     once = layer is None  # the cases that do not depend on the layers run in one batch
     return active, [c for c in hostile.CASES if c.closed_by(active, abi) and (once or "once" not in c.layers)]
 

@@ -9,6 +9,7 @@ Run by tests/test_sandbox.py as `python evaluator.py SPEC`, SPEC a JSON file:
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import json
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import hostile
 
-from diversed import execution
+from diversed import confine, execution
 from diversed.tasks.mbpp import MBPP
 
 MARKER = b"DVX-MARKER-INTACT"
@@ -80,7 +81,9 @@ def main() -> None:
     marker = ctypes.create_string_buffer(MARKER)
     usr1: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: usr1.append(1))
-    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    atexit.register(victim.kill)  # a crash here must not leave the test waiting on it
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
     tcp.listen()
@@ -178,7 +181,7 @@ def main() -> None:
     report = {
         "layers": layers,
         "active": active,
-        "landlock_abi": execution._landlock_abi(),
+        "landlock_abi": confine.landlock_abi(),
         "warnings": [str(w.message) for w in caught],
         "seconds": seconds,
         "results": {
