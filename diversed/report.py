@@ -102,7 +102,7 @@ def _row_label(r: pd.Series, several_heads: bool) -> str:
 
 def _pair_labels(d: pd.DataFrame) -> pd.Series:
     """The pair, with its settings digest where one pair and task have results under several settings."""
-    groups = d["settings_group"].fillna("")
+    groups = d["settings_group"].astype(object).fillna("").astype(str)
     several = d.assign(g=groups).groupby(["pair", "task"])["g"].transform("nunique") > 1
     return d["pair"].where(~several, d["pair"] + " [" + groups.str[:6] + "]")
 
