@@ -37,7 +37,7 @@ from diversed import published
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
 from diversed.fronts import best_at_quality
 from diversed.heads import head_metadata
-from diversed.methods import METHOD_NAMES, METHODS
+from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
 from diversed.results import ResultStore, key_digest, load_results, mean_over_seeds
 
@@ -84,12 +84,13 @@ def _knob_note(r: pd.Series) -> str:
     return f" ({_KNOB_SHORT.get(m.family, m.family)}={r[m.family]:g}){star}"
 
 
-def _row_label(r: pd.Series, several_heads: bool) -> str:
+def _row_label(r: pd.Series, several: set[str]) -> str:
+    """The row of a record; `several`: the methods with more than one head or draft in a cell."""
     method = r["method"]
     if method == "dynamic":
-        return "DIVERSED" + (f" ({r['head']})" if several_heads else "")
+        return "DIVERSED" + (f" ({head_label(r['head'])})" if "dynamic" in several else "")
     if method == "finetuned_draft":
-        return "SD, fine-tuned draft"
+        return "SD, fine-tuned draft" + (f" ({head_label(r['draft_model'])})" if "finetuned_draft" in several else "")
     if method == "lossless":
         return "SD (lossless)"
     m = METHODS.get(method)
@@ -98,6 +99,10 @@ def _row_label(r: pd.Series, several_heads: bool) -> str:
         delta = f" δ={r['typical_delta']:g}" if method == "typical" else ""
         return f"{m.name_only}{rule}{delta}, best at AR quality"
     return m.label if m is not None else str(method)
+
+
+def _n_order(n: str) -> int:
+    return int(n) if n.isdigit() else -1  # "–" (autoregressive) and "?" (published) first
 
 
 def _pair_labels(d: pd.DataFrame) -> pd.Series:
@@ -117,14 +122,17 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> 
     d = best_at_quality(d).assign(pair_label=lambda x: _pair_labels(x))
     same_task = (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
     d = d[same_task]
-    dyn = d[d["method"] == "dynamic"]
-    several_heads = bool(len(dyn)) and dyn.groupby(["pair_label", "task", "num_draft_tokens"])["head"].nunique().max() > 1
+    several = set()
+    for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
+        rows = d[d["method"] == method]
+        if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
+            several.add(method)
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
     cells: dict[tuple[str, str, str], dict[str, str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for _, r in d.iterrows():
         n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
-        key = (r["pair_label"], _row_label(r, several_heads), n)
+        key = (r["pair_label"], _row_label(r, several), n)
         if key not in cells:
             cells[key] = {}
             keys.append((order.get(r["method"], 99), key))
@@ -140,7 +148,7 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> 
                     keys.append((1000 + order.get(method, 99), key))
                 cells[key][task] = f"{acc:.2f} / {q:g}"
                 tasks += [task] if task not in tasks else []
-    keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], k[1][2]))
+    keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
     index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
     table = pd.DataFrame([[cells[k].get(t, "") for t in tasks] for _, k in keys], index=index, columns=tasks)
     table.attrs["temperature"] = float(temperature)
@@ -169,7 +177,7 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
             row = "SD (lossless)" if trained is None else f"head trained on {trained}"
             cells.setdefault((f"{published.PAIRS[pair]} (paper)", row, "?"), {})[task] = f"{acc:.2f} / {q:g}"
             tasks += [task] if task not in tasks else []
-    keys = sorted(cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], k[2]))
+    keys = sorted(cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], _n_order(k[2])))
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "row", "N"])
     return pd.DataFrame([[cells[k].get(t, "") for t in tasks] for k in keys], index=index, columns=tasks)
 

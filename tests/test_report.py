@@ -7,6 +7,7 @@ import json
 import math
 import re
 
+import pandas as pd
 import pytest
 from tiny_models import compose_run
 
@@ -90,6 +91,10 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     for pair in ("p1", "p2"):
         assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00 / 62.00", "80.00 / 62.00"]
     assert len(df) == 2 * 2 * 2 * 11
+    # two fine-tuned drafts in one cell: a row each, named by the draft
+    twice = pd.concat([d, d[d["method"] == "finetuned_draft"].assign(draft_model="/d/other", score=0.3)])
+    rows = paper_table(twice, 1.0).loc["p1"].index.get_level_values("method")
+    assert {"SD, fine-tuned draft (d/draft)", "SD, fine-tuned draft (d/other)"} <= set(rows)
     with_paper = paper_table(d, 1.0, paper=True)
     assert with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"] == "72.61 / 67"
     assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns)
