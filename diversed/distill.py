@@ -41,9 +41,7 @@ from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
-from diversed.pair import describe_pair
-from diversed.preflight import check_context
-from diversed.runtime import finish, fit, instantiate, quiet, set_threads
+from diversed.runtime import finish, fit, prepare_training
 from diversed.stats import Totals
 from diversed.verify import Lossless
 
@@ -214,16 +212,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     from diversed.schema import check_distill
 
     check_distill(cfg)
-    set_threads(cfg.get("runtime", {}).get("threads"))
-    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
-    datamodule.setup("fit")  # data errors before the pair loads
-    card = describe_pair(cfg.pair)
-    max_new = cfg.distill.get("max_new_tokens") or datamodule.train_task.max_new_tokens
-    for task in (datamodule.train_task, datamodule.val_task):
-        check_context(card, task, max_new)
-    pair = instantiate(cfg.pair)
+    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"))
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     run = fit(cfg, model, datamodule, weights_only=False)
     if run.state is not None:  # the best draft by the monitored metric

@@ -11,6 +11,8 @@
   closed at the end of the job.
 - `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
   Hydra's override_dirname cut to a length every file system takes, with a digest of the rest.
+- `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
+  files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
   trainer, fit or resume, last.ckpt, the best checkpoint's state).
 
@@ -135,6 +137,30 @@ def finish(loggers: list[Any], status: str = "success") -> None:
 
             if wandb.run is not None:
                 wandb.finish()
+
+
+def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
+    """Threads, quiet start-up and seeds; the data module set up (a data error before the pair
+    loads); the pair's files described without weights and every training and validation prompt
+    checked against its context with `max_new_tokens` (None: the task's own) new tokens after it;
+    only then the pair loaded. Returns (datamodule, pair). Settings are checked before this."""
+    import hydra
+    import lightning as L
+
+    from diversed.pair import describe_pair
+    from diversed.preflight import check_context
+
+    set_threads(cfg.get("runtime", {}).get("threads"))
+    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
+    L.seed_everything(cfg.seed, workers=True)
+    log.info(f"Loading data for task {cfg.task.name}")
+    datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
+    datamodule.setup("fit")  # data errors (files, fields, no rows) before the pair loads
+    card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
+    for task in (datamodule.train_task, datamodule.val_task):
+        check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
+    log.info(f"Loading pair <{cfg.pair._target_}>")
+    return datamodule, instantiate(cfg.pair)
 
 
 class Fitted(NamedTuple):

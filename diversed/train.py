@@ -35,9 +35,7 @@ from transformers import get_scheduler
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
-from diversed.pair import describe_pair
-from diversed.preflight import check_context
-from diversed.runtime import finish, fit, instantiate, quiet, set_threads
+from diversed.runtime import finish, fit, prepare_training
 from diversed.schema import BASELINES, LR_SCHEDULES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -282,18 +280,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
     check_train(cfg)  # every setting, before anything is read
-    set_threads(cfg.get("runtime", {}).get("threads"))
-    quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
-    L.seed_everything(cfg.seed, workers=True)
-    log.info(f"Loading data for task {cfg.task.name}")
-    datamodule = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
-    datamodule.setup("fit")  # data errors (files, fields, no rows) before the pair loads
-    card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
-    max_new = cfg.model.get("max_new_tokens") or datamodule.train_task.max_new_tokens
-    for what, task in (("task", datamodule.train_task), ("task", datamodule.val_task)):
-        check_context(card, task, max_new, what)
-    log.info(f"Loading pair <{cfg.pair._target_}>")
-    pair = instantiate(cfg.pair)
+    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"))
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     run = fit(cfg, model, datamodule)
