@@ -219,20 +219,25 @@ class HeadSettings(_Model):
     features: list[Literal["entropy_p", "entropy_q", "tv"]] = []
 
 
-class TrainSettings(_Entry):
-    task: TaskSettings
+class _Training(_Entry):
+    """What train and distill share; the split the task is evaluated on (task.split) must neither
+    train nor select a checkpoint."""
+
     pair: PairSettings
     trainer: TrainerSettings
-    model: ModelSettings
     data: DataSettings
-    head: HeadSettings = HeadSettings()
     runtime: RuntimeSettings = RuntimeSettings()
     seed: int = 0
 
     @model_validator(mode="after")
-    def _no_test_selection(self) -> TrainSettings:
+    def _no_test_selection(self) -> _Training:
         _check_selection_split(self.task, self.data)
         return self
+
+
+class TrainSettings(_Training):
+    model: ModelSettings
+    head: HeadSettings = HeadSettings()
 
 
 class DistillModelSettings(_Model):
@@ -257,19 +262,8 @@ class DistillModelSettings(_Model):
         return lora
 
 
-class DistillSettings(_Entry):
-    task: TaskSettings
-    pair: PairSettings
-    trainer: TrainerSettings
+class DistillSettings(_Training):
     distill: DistillModelSettings
-    data: DataSettings
-    runtime: RuntimeSettings = RuntimeSettings()
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _no_test_selection(self) -> DistillSettings:
-        _check_selection_split(self.task, self.data)
-        return self
 
 
 def _check_selection_split(task: TaskSettings, data: DataSettings) -> None:
