@@ -1,7 +1,7 @@
 """The report's figures beyond the Pareto plots of `plot.py`: acceptance against w with
 Proposition 1 beside it, quality against time, time against acceptance, and what a head learned.
 
-Each function takes seed-averaged records (`results.mean_over_seeds`) or a dynamic point's example
+Each function takes seed-averaged records (`fronts.mean_over_seeds`) or a dynamic point's example
 rows, writes PNG and PDF (HTML for coloured completions) under `out_dir` and returns a list of
 `Shown(paths, caption)` for the report to index. It draws only what the records hold: nothing is
 decoded or rescored. Figures are made on the Agg canvas without pyplot (the backend is left alone).

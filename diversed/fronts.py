@@ -1,7 +1,7 @@
-"""Which records to show: Pareto fronts, and each knob family's best setting at a reference quality.
+"""Which records to show: one row per setting, Pareto fronts, each family's best at a reference quality.
 
-`pareto_front` keeps the records no other record beats on both axes; `best_at_quality` keeps, per
-knob family (the static weight, the lenience, a cascade's α...), the setting with the most
+`mean_over_seeds` averages the records of one setting over seeds; `pareto_front` keeps the
+records no other record beats on both axes; `best_at_quality` keeps, per knob family (the static weight, the lenience, a cascade's α...), the setting with the most
 acceptance among those at the quality of autoregressive decoding. The plots and the report read
 results through these; it neither loads nor writes files.
 """
@@ -10,6 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+# What identifies one setting across seeds, and the values averaged over seeds (`mean_over_seeds`).
+SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
+                  "cascade_alpha", "typical_epsilon", "typical_delta", "draft_model", "num_draft_tokens",
+                  "temperature", "n_examples", "settings_group")  # fmt: skip
+VALUE_FIELDS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "normalized_time",
+                "normalized_latency", "latency_s", "wall_time_s", "mean_w")  # fmt: skip
+
+
+def mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting (`SETTING_FIELDS`, settings apart from the seed never averaged together):
+    the mean of each of `VALUE_FIELDS` over seeds, and `n_seeds`."""
+    cols = [c for c in SETTING_FIELDS if c in df]
+    values = [c for c in VALUE_FIELDS if c in df]
+    d = df[cols + values].copy()
+    d[values] = d[values].astype(float)
+    groups = d.groupby(cols, dropna=False, sort=False)
+    return groups.mean().join(groups.size().rename("n_seeds")).reset_index()
 
 
 def pareto_front(

@@ -28,9 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from diversed.fronts import best_at_quality, pareto_front
+from diversed.fronts import best_at_quality, mean_over_seeds, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import load_results, mean_over_seeds
+from diversed.results import load_results
 
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
 

@@ -35,11 +35,11 @@ import pandas as pd
 
 from diversed import published
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
-from diversed.fronts import best_at_quality
+from diversed.fronts import best_at_quality, mean_over_seeds
 from diversed.heads import head_metadata
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
-from diversed.results import ResultStore, key_digest, load_results, mean_over_seeds
+from diversed.results import load_results, read_examples
 
 _KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
 
@@ -258,8 +258,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     shown = acceptance_vs_w(_with_verified(own, df), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
     for _, r in df[(df["method"] == "dynamic")].iterrows():
-        rows = ResultStore(r["run_dir"]).examples(r["key"]) if (Path(r["run_dir"]) / "examples" / f"{key_digest(r['key'])}.jsonl").is_file() else []
-        shown += head_learned(r.to_dict(), rows, figs, n_examples=n_examples, formats=formats)
+        shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
     pareto = plot_pareto(df, figs, formats=formats)
     shown.append(Shown(pareto, "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
                        "one per pair, task and temperature.", tuple(df["task"].unique())))

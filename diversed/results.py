@@ -315,7 +315,7 @@ class ResultStore:
         return set(self._done)
 
     def examples_path(self, key: str) -> Path:
-        return self.examples_dir / f"{key_digest(key)}.jsonl"
+        return examples_path(self.run_dir, key)
 
     def write(self, record: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Write one grid point: its examples file (atomically), then its record line. Returns
@@ -358,12 +358,31 @@ class ResultStore:
 
     def records(self) -> list[dict[str, Any]]:
         """The run records, the last one of each key."""
-        return _last_per_key(read_jsonl(self.results_path)) if self.results_path.exists() else []
+        return read_records(self.run_dir)
 
     def examples(self, key: str) -> list[dict[str, Any]]:
         """The per-example rows of one grid point (empty if it has none)."""
-        path = self.examples_path(key)
-        return read_jsonl(path) if path.exists() else []
+        return read_examples(self.run_dir, key)
+
+
+# Readers of a run directory that change nothing in it (a sweep may be writing it: only its writer,
+# `ResultStore`, repairs what a killed run left).
+
+
+def examples_path(run_dir: str | Path, key: str) -> Path:
+    return Path(run_dir) / "examples" / f"{key_digest(key)}.jsonl"
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run records of `run_dir`, the last one of each key; a torn last line is skipped."""
+    path = Path(run_dir) / _RESULTS_NAME
+    return _last_per_key(read_jsonl(path)) if path.exists() else []
+
+
+def read_examples(run_dir: str | Path, key: str) -> list[dict[str, Any]]:
+    """The per-example rows of one grid point of `run_dir` (empty if it has none)."""
+    path = examples_path(run_dir, key)
+    return read_jsonl(path) if path.exists() else []
 
 
 # ---------------------------------------------------------------------------- loading
@@ -375,25 +394,6 @@ def _result_files(path: Path) -> list[Path]:
     if path.suffix in (".jsonl", ".parquet"):
         return [path]
     raise ValueError(f"{path}: expected a .jsonl or .parquet file or a directory")
-
-
-# What identifies one setting across seeds, and the values averaged over seeds (`mean_over_seeds`).
-SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
-                  "cascade_alpha", "typical_epsilon", "typical_delta", "draft_model", "num_draft_tokens",
-                  "temperature", "n_examples", "settings_group")  # fmt: skip
-VALUE_FIELDS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "normalized_time",
-                "normalized_latency", "latency_s", "wall_time_s", "mean_w")  # fmt: skip
-
-
-def mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting (`SETTING_FIELDS`, settings apart from the seed never averaged together):
-    the mean of each of `VALUE_FIELDS` over seeds, and `n_seeds`."""
-    cols = [c for c in SETTING_FIELDS if c in df]
-    values = [c for c in VALUE_FIELDS if c in df]
-    d = df[cols + values].copy()
-    d[values] = d[values].astype(float)
-    groups = d.groupby(cols, dropna=False, sort=False)
-    return groups.mean().join(groups.size().rename("n_seeds")).reset_index()
 
 
 def fill_normalized_time(df: pd.DataFrame) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import ResultStore
+from diversed.results import read_examples, read_records
 
 
 def _label(record: dict[str, Any]) -> str:
@@ -59,11 +59,10 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
          num_draft_tokens: int | None = None, methods: Sequence[str] | None = None, everything: bool = False,
          width: int = 100) -> str:  # fmt: skip
     """The side-by-side text (see the module docstring)."""
-    store = ResultStore(run_dir)
-    records, temperature, n = choose(store.records(), temperature, num_draft_tokens, methods)
+    records, temperature, n = choose(read_records(run_dir), temperature, num_draft_tokens, methods)
     if not records:
         raise SystemExit(f"{run_dir}: no records to show (at temperature {temperature}, N {n})")
-    rows = {r["key"]: {e["example_id"]: e for e in store.examples(r["key"])} for r in records}
+    rows = {r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"])} for r in records}
     ids = list(dict.fromkeys(i for r in records for i in rows[r["key"]]))
     if examples:
         ids = [str(i) for i in examples]

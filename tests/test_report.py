@@ -13,8 +13,9 @@ from tiny_models import compose_run
 
 from diversed import published
 from diversed.figures import prop1_gaps, token_class
+from diversed.fronts import mean_over_seeds
 from diversed.report import main, paper_table, transfer_table, write_report
-from diversed.results import ResultStore, key_digest, load_results, mean_over_seeds, run_record
+from diversed.results import ResultStore, key_digest, load_results, run_record
 
 TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
 

@@ -186,6 +186,15 @@ def test_crash_while_appending_the_record(tmp_path, monkeypatch):
     assert not store.results_path.read_bytes().endswith(b"\n")  # a torn line is on disk
     assert [r["key"] for r in load_results(store.results_path).to_dict("records")] == [done["key"]]
 
+    # readers (show, report) change nothing: a sweep may be appending to the file right now
+    before = store.results_path.read_bytes()
+    assert [r["key"] for r in R.read_records(tmp_path)] == [done["key"]]
+    assert len(R.read_examples(tmp_path, done["key"])) == 3 and R.read_examples(tmp_path, "nope") == []
+    from diversed.show import show
+
+    assert "points at temperature" in show(tmp_path, everything=True)
+    assert store.results_path.read_bytes() == before
+
     resumed = ResultStore(tmp_path)  # opening repairs the file; the torn point is not done
     assert resumed.done_keys() == {done["key"]}
     assert [r["key"] for r in lines(store.results_path)] == [done["key"]]
