@@ -26,16 +26,13 @@ from matplotlib.figure import Figure
 
 from diversed.fronts import pareto_front
 from diversed.methods import METHODS
+from diversed.plot import safe_name
 
 
 class Shown(NamedTuple):
     paths: list[Path]
     caption: str
     tasks: tuple[str, ...] = ()  # the tasks whose records it draws
-
-
-def _safe(name: object) -> str:
-    return "".join(c if c.isalnum() or c in "._=-" else "-" for c in str(name)).strip("-")
 
 
 def _figure(n_axes: int = 1, width: float = 6.0) -> tuple[Figure, list]:
@@ -104,7 +101,7 @@ def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
                        f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se}).")  # fmt: skip
         else:
             caption = f"Acceptance against w, {pair} · {task} · T={temp:g} (greedy: no Proposition 1 prediction)."
-        shown.append(Shown(_save(fig, Path(out_dir), f"acceptance_vs_w_{_safe(pair)}_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+        shown.append(Shown(_save(fig, Path(out_dir), f"acceptance_vs_w_{safe_name(pair)}_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 
 
@@ -140,7 +137,7 @@ def quality_vs_time(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
             ax.set(xlabel=xlabel, ylabel=f"{task} {g['metric'].iloc[0]}", title=f"{pair} · T={temp:g}")
             ax.legend(fontsize=7, frameon=False)
         caption = f"Quality against time, {task} · T={temp:g}, per pair ({xlabel.split(' (')[0]}; every method on the same forward path)."
-        shown.append(Shown(_save(fig, Path(out_dir), f"quality_vs_time_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+        shown.append(Shown(_save(fig, Path(out_dir), f"quality_vs_time_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 
 
@@ -161,7 +158,7 @@ def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[s
                    title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
             ax.legend(fontsize=7, frameon=False)
         caption = f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path (the paper min-max normalises its axis)."
-        shown.append(Shown(_save(fig, Path(out_dir), f"time_vs_acceptance_{_safe(task)}_T{temp:g}", formats), caption, (task,)))
+        shown.append(Shown(_save(fig, Path(out_dir), f"time_vs_acceptance_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 
 
@@ -203,8 +200,8 @@ def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_e
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     trained = record.get("head_task") or "unknown"
-    name = (f"{_safe(record['pair'])}_{_safe(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
-            f"_head-{_safe(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}")  # fmt: skip
+    name = (f"{safe_name(record['pair'])}_{safe_name(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
+            f"_head-{safe_name(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}")  # fmt: skip
     title = (f"{record['pair']} · {record['task']} · T={record['temperature']:g} · N={int(record['num_draft_tokens'])} · "
              f"head {record['head']} (trained on {trained})")  # fmt: skip
     spans = []

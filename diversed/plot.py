@@ -45,7 +45,8 @@ def method_label(method: str, weight: float | None = None, head: str | None = No
     return METHODS[method].describe({"weight": weight, "head": head, **knobs})
 
 
-def _safe(name: object) -> str:
+def safe_name(name: object) -> str:
+    """`name` as part of a file name: runs of other characters than letters, digits and ._=- become -."""
     return re.sub(r"[^A-Za-z0-9_.=-]+", "-", str(name)).strip("-")
 
 
@@ -204,7 +205,7 @@ def plot_pareto(
             fontsize=8,
             frameon=False,
         )
-        stem = f"pareto_{_safe(pair)}_{_safe(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
+        stem = f"pareto_{safe_name(pair)}_{safe_name(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
         for fmt in formats:
             path = out_dir / f"{stem}.{fmt}"
             fig.savefig(path, dpi=150)
