@@ -129,10 +129,13 @@ class TimingSettings(_Model):
 
 
 class _Entry(_Model):
-    """What every entry point's settings share: a paper preset (configs/paper/<task>.yaml) holds
+    """What every entry point's settings share (task, pair, runtime, seed); a paper preset (configs/paper/<task>.yaml) holds
     one task's protocol, so another task under it would mix two protocols."""
 
     task: TaskSettings
+    pair: PairSettings
+    runtime: RuntimeSettings = RuntimeSettings()
+    seed: int = 0
     paper_preset: str | None = None
 
     @model_validator(mode="after")
@@ -146,13 +149,9 @@ class _Entry(_Model):
 
 
 class EvaluateSettings(_Entry):
-    task: TaskSettings
-    pair: PairSettings
     sweep: SweepSettings
     engine: EngineSettings = EngineSettings()
     timing: TimingSettings = TimingSettings()
-    runtime: RuntimeSettings = RuntimeSettings()
-    seed: int = 0
 
 
 # ----------------------------------------------------------------------------- train
@@ -223,11 +222,8 @@ class _Training(_Entry):
     """What train and distill share; the split the task is evaluated on (task.split) must neither
     train nor select a checkpoint."""
 
-    pair: PairSettings
     trainer: TrainerSettings
     data: DataSettings
-    runtime: RuntimeSettings = RuntimeSettings()
-    seed: int = 0
 
     @model_validator(mode="after")
     def _no_test_selection(self) -> _Training:
