@@ -268,6 +268,7 @@ def evaluate(cfg: DictConfig) -> Path:
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
     head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
+    head_tasks = {h: head_metadata(h).get("task") for h in head_digests}  # Table 3: what each head learned on
     draft_digests = check_drafts(card, list(sweep.draft_models) if "finetuned_draft" in sweep.methods else [])
     for method, key, found in (("dynamic", "heads", head_digests), ("finetuned_draft", "draft_models", draft_digests)):
         if method in sweep.methods and not found:
@@ -322,8 +323,8 @@ def evaluate(cfg: DictConfig) -> Path:
                 fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
             fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
                                 "device": str(pair.device)}  # fmt: skip
-            if point.get("head"):  # the task the head was trained on (Table 3: cross-task transfer)
-                fields["head_task"] = head_metadata(point["head"]).get("task")
+            if point.get("head"):
+                fields["head_task"] = head_tasks[point["head"]]
             record = store.write({**meta, **point, **fields, **extras, "settings_group": group}, rows)
             for lg in loggers:
                 lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
