@@ -1,4 +1,4 @@
-"""Load a target/draft pair (Hub ids or local directories) with one shared tokenizer.
+"""Load a target/draft pair (Hub ids, local directories, GGUF files) with one shared tokenizer.
 
 `load_pair` is what every `configs/pair/*.yaml` instantiates. It loads both models frozen in
 eval mode, checks that target and draft tokenize identically, and gives the tokenizer left
@@ -8,7 +8,8 @@ huggingface.co:443 does not answer within 3 s) it fails at once with a message s
 point the config at local copies, instead of waiting on retries (the rule and the probe are
 `hub.py`'s). `random_pair` builds random-initialised models with the shapes of public checkpoints
 (no download), for timing real sizes. The forward path the engine takes for both models is the
-pair option `forward` (see `forward.py`).
+pair option `forward` (see `forward.py`). A member named as a `.gguf` file, `shipped:<name>` or
+`draft:<name>` is made a local directory first by `weights.resolve_model`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from diversed import hub
+from diversed import draft_vocab, hub
 
 # ----------------------------------------------------------------------------- the pair
 
@@ -169,6 +170,12 @@ def load_pair(
             probe_result.append((probe or hub.probe)())
         return probe_result[0]
 
+    from diversed.weights import resolve_model
+
+    # GGUF files, shipped models and the project's built drafts become local directories (weights.py)
+    given = {"target": str(target), "draft": str(draft)}
+    target, draft = resolve_model(target, "target"), resolve_model(draft, "draft")
+    tokenizer = None if tokenizer is None else resolve_model(tokenizer, "tokenizer")
     names = {"target": target, "draft": draft}
     if tokenizer is not None:
         names["tokenizer"] = tokenizer
@@ -189,7 +196,10 @@ def load_pair(
         kwargs["attn_implementation"] = attn_implementation
     models = {}
     for role, path in (("target", target), ("draft", draft)):
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra[role]).to(dev)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra[role])
+        if Path(path).is_dir():  # a draft with a restricted vocabulary (draft_vocab.py) gets its head back
+            draft_vocab.attach(model, path)
+        model = model.to(dev)
         model.eval().requires_grad_(False)
         use_forward(model, forward)
         models[role] = model
@@ -198,9 +208,9 @@ def load_pair(
         target=models["target"],
         draft=models["draft"],
         tokenizer=_prepare_tokenizer(tok),
-        name=name or f"{Path(target).name}+{Path(draft).name}",
-        target_name=target,
-        draft_name=draft,
+        name=name or f"{Path(given['target']).name}+{Path(given['draft']).name}",
+        target_name=given["target"],
+        draft_name=given["draft"],
         forward=forward,
     )
 
@@ -282,7 +292,10 @@ def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | No
     from transformers import AutoConfig, AutoTokenizer
 
     from diversed.provenance import model_digest
+    from diversed.weights import gguf_source, resolve_model
 
+    names = {role: resolve_model(n, role) for role, n in names.items()}
+    tokenizer = None if tokenizer is None else resolve_model(tokenizer, "tokenizer")
     result: list[str | None] = []
 
     def probe_once() -> str | None:
@@ -300,6 +313,8 @@ def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | No
         local = Path(n).expanduser()
         if local.is_dir():
             identity[role] = {"path": str(local.resolve()), "weights": model_digest(local)}
+            if (source := gguf_source(local)) is not None:  # converted from a GGUF file: name it
+                identity[role]["gguf"] = {"file": source["file"], "sha256": source["sha256"]}
         else:
             identity[role] = {"id": n, "revision": revision, "commit": _hub_commit(n, revision, extra[role])}
     return configs, toks.get("tokenizer", toks["target"]), identity
