@@ -23,6 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from diversed.draft_vocab import vocab_size
 from diversed.engine import SpeculativeOutput
 from diversed.forward import SlotModel
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
@@ -64,7 +65,7 @@ def autoregressive_generate(
     tau = 1.0 if greedy else float(temperature)
     eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
-    vocab = shared_vocab_size(target, draft) if draft is not None else target.get_output_embeddings().weight.shape[0]
+    vocab = shared_vocab_size(target, draft) if draft is not None else vocab_size(target)
     hidden = verifier is not None and verifier.needs_hidden
     models = [SlotModel(target, vocab, hidden)] + ([SlotModel(draft, vocab, hidden)] if draft is not None else [])
 

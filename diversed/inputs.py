@@ -39,7 +39,9 @@ def shared_vocab(vt: int, vd: int) -> int:
 
 def shared_vocab_size(target: nn.Module, draft: nn.Module) -> int:
     """`shared_vocab` of two loaded models."""
-    return shared_vocab(target.get_output_embeddings().weight.shape[0], draft.get_output_embeddings().weight.shape[0])
+    from diversed.draft_vocab import vocab_size
+
+    return shared_vocab(vocab_size(target), vocab_size(draft))
 
 
 def token_ids(value: Any) -> list[int]:

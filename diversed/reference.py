@@ -22,6 +22,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch import Tensor, nn
 
+from diversed.draft_vocab import vocab_size
 from diversed.engine import SpeculativeOutput
 from diversed.inputs import check_decoding, check_prompts, device_of, special_tokens
 from diversed.stats import SpeculativeStats
@@ -90,7 +91,7 @@ def transformers_generate(
         kwargs["assistant_model"] = draft
         if ensemble_weight is not None:
             kwargs["assistant_ensemble_weight"] = float(ensemble_weight)
-    vocab = target.get_output_embeddings().weight.shape[0]
+    vocab = vocab_size(target)
     stopped = GenerateStop(stop, input_ids.shape[1], input_ids.shape[0], vocab, input_ids.device) if stop else None
     models = {"target": target, **({"draft": draft} if draft is not None else {})}
     start = time.perf_counter()
