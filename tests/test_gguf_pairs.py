@@ -1,0 +1,97 @@
+"""GGUF files as pair members, end to end without a network: a tiny random Llama and a tiny Gemma-3
+with sliding-window layers written by the `gguf` package (tests/gguf_fixtures.py), converted once
+to cached safetensors (diversed/weights.py), a draft made from the target's first layers with a
+restricted vocabulary (diversed/drafts.py, draft_vocab.py), loaded through `pair.load_pair` and
+decoded exactly (lossless greedy = the target's own `generate`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("gguf")
+
+from gguf_fixtures import write_tiny_gemma3_gguf, write_tiny_llama_gguf  # noqa: E402
+
+from diversed import Lossless, StaticEnsemble, speculative_generate  # noqa: E402
+from diversed.draft_vocab import DraftVocabHead  # noqa: E402
+from diversed.drafts import init_draft  # noqa: E402
+from diversed.forward import forward_path  # noqa: E402
+from diversed.inputs import left_pad  # noqa: E402
+from diversed.pair import describe_pair, load_pair  # noqa: E402
+from diversed.weights import convert_gguf, converted_dir, sha256_file  # noqa: E402
+
+TEXTS = ["The cat sat on the mat and 12 + 30 = 42.", "Hello world", "A longer sentence about the sea, with 7 words more."]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _greedy_matches_generate(pair, texts, max_new=12):
+    tok = pair.tokenizer
+    prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
+    ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
+    out = speculative_generate(pair.target, pair.draft, ids, mask, verifier=Lossless(), num_draft_tokens=3,
+                               max_new_tokens=max_new, eos_token_id=[], pad_token_id=tok.pad_token_id)  # fmt: skip
+    for i, p in enumerate(prompts):
+        ref = pair.target.generate(torch.tensor([p]), do_sample=False, max_new_tokens=max_new, eos_token_id=None,
+                                   pad_token_id=tok.pad_token_id)  # fmt: skip
+        got = out.sequences[i, ids.shape[1] :][:max_new]
+        assert got.tolist() == ref[0, len(p) :].tolist(), f"row {i}"
+    return out
+
+
+def test_a_gguf_file_is_converted_once_keyed_by_its_digest_and_named_in_the_pair_card(cache, tmp_path):
+    path = write_tiny_llama_gguf(tmp_path / "files" / "tiny.gguf", layers=3)
+    out = convert_gguf(path, progress=False)
+    assert out == converted_dir(sha256_file(path)) and (out / "model.safetensors").is_file()
+    source = json.loads((out / "source.json").read_text())
+    assert source["sha256"] == sha256_file(path) and source["file"] == "tiny.gguf"
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert convert_gguf(path, progress=False) == out and (out / "model.safetensors").stat().st_mtime_ns == stamp  # cached
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # nothing half-written beside it
+    card = describe_pair({"_target_": "diversed.pair.load_pair", "target": str(path), "draft": str(path), "name": "t"})
+    assert card.identity["target"]["gguf"] == {"file": "tiny.gguf", "sha256": sha256_file(path)}
+    assert card.hidden == {"target": 64, "draft": 64}
+
+
+def test_a_tiny_llama_gguf_and_its_restricted_draft_decode_exactly(cache, tmp_path):
+    path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=1)
+    target_dir = convert_gguf(path, progress=False)
+    vocab = 200  # of the fixture's ~312 ids: the draft proposes from these only
+    draft_dir = init_draft(target_dir, 1, tmp_path / "draft", vocab=vocab, texts=TEXTS * 3)
+    pair = load_pair(str(path), str(draft_dir), dtype="float32", device="cpu", name="tiny-gguf")
+    assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
+    assert pair.target_name == str(path) and pair.draft.config.num_hidden_layers == 1
+    for forward in ("hf", "direct"):
+        from diversed.forward import use_forward
+
+        use_forward(pair.target, forward)
+        use_forward(pair.draft, forward)
+        assert forward_path(pair.target) == forward
+        _greedy_matches_generate(pair, TEXTS)
+    # sampled, against v with the restricted draft: valid statistics, q = 0 outside the vocabulary
+    tok = pair.tokenizer
+    ids, mask = left_pad([tok(t).input_ids for t in TEXTS], tok.pad_token_id, "cpu")
+    out = speculative_generate(pair.target, pair.draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3,
+                               max_new_tokens=16, do_sample=True, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    summary = out.stats.summary()
+    assert 0 <= summary["alpha"] <= 1 and 0 <= summary["acceptance_rate"] <= 1
+
+
+def test_a_tiny_gemma3_gguf_with_sliding_windows_decodes_exactly(cache, tmp_path):
+    path = write_tiny_gemma3_gguf(tmp_path / "gemma.gguf", layers=6, sliding_window=8, seed=2)
+    target_dir = convert_gguf(path, progress=False)
+    draft_dir = init_draft(target_dir, 2, tmp_path / "draft")
+    pair = load_pair(str(path), str(draft_dir), dtype="float32", device="cpu", attn_implementation="sdpa")
+    types = pair.target.config.layer_types
+    assert "sliding_attention" in types and "full_attention" in types and pair.target.config.sliding_window == 8
+    assert pair.draft.config.layer_types == types[:2]
+    # prompts longer than the window, ragged: each row keeps its whole window
+    long = ["one two three four five six seven eight nine ten eleven twelve", "short", "a b c d e f g h i j"]
+    _greedy_matches_generate(pair, long, max_new=14)
