@@ -26,7 +26,8 @@ the autoregressive loop's (`v/d`), the fraction of the bound at that cost (`frac
 is the engine's own overhead) and the share of wall time spent in forwards (`fwd%`).
 `--output FILE.json` writes one record per setting.
 
-The pair is the toy pair, a saved one (`--target/--draft`), or `--pair random-llama-8b-1b`:
+The pair is the toy pair, a saved one (`--target/--draft`), a pair config by name (`--pair smollm2`:
+real weights, see `weights.py` and `drafts.py`), or `--pair random-llama-8b-1b`:
 random weights with the shapes of Llama-3.1-8B / 3.2-1B, for timing real sizes on a GPU without
 downloads. Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum,
 mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--data-files`
@@ -220,7 +221,7 @@ def check_config(config: BenchConfig) -> None:
         raise ValueError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
         raise ValueError("give both --target and --draft, or neither (then --pair is used)")
-    pairs = ("toy", "toy-tiny", *RANDOM_PAIRS)
+    pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
     if not config.target and config.pair not in pairs:
         raise ValueError(f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}")
 
@@ -233,10 +234,35 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         return pair.load_pair(config.target, config.draft, dtype=config.dtype, device=config.device)
     if config.pair in RANDOM_PAIRS:
         return pair.random_pair(config.pair, dtype=config.dtype, device=config.device, seed=config.seed)
+    if config.pair in configured_pairs():  # configs/pair/<name>.yaml, e.g. smollm2 (real weights)
+        import hydra
+        from omegaconf import OmegaConf
+
+        from diversed import CONFIG_DIR
+        from diversed.weights import check_member
+
+        cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
+        cfg.dtype, cfg.device = config.dtype, config.device
+        for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
+            check_member(cfg[role], role)
+        return hydra.utils.instantiate(cfg)
     from diversed.toy import ToyBuildConfig, load_toy_pair
 
     build = ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None
     return load_toy_pair(config=build, dtype=config.dtype, device=config.device)
+
+
+def configured_pairs() -> tuple[str, ...]:
+    """Pair configs the bench loads by name (`configs/pair/*.yaml` loaded by `load_pair` with both
+    members set: smollm2, gemma3_270m, the paper's pairs), besides the toy and random pairs."""
+    from diversed import CONFIG_DIR
+
+    names = []
+    for f in sorted((Path(CONFIG_DIR) / "pair").glob("*.yaml")):
+        text = f.read_text()
+        if "diversed.pair.load_pair" in text and "???" not in text:
+            names.append(f.stem)
+    return tuple(names)
 
 
 def load_prompt_task(config: BenchConfig):
@@ -522,9 +548,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
     d = BenchConfig()
     add = parser.add_argument
-    add("--pair", default=d.pair, choices=("toy", "toy-tiny", *RANDOM_PAIRS),
+    add("--pair", default=d.pair, choices=("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs()),
         help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the shapes "
-        "of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16)")  # fmt: skip
+        "of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16); smollm2, gemma3_270m and the "
+        "paper's pairs: as configs/pair/<name>.yaml")  # fmt: skip
     add("--target", default=None, help="another pair: the target's directory (with --draft)")
     add("--draft", default=None, help="another pair: the draft's directory (with --target)")
     add("-N", "--num-draft-tokens", type=int, default=d.num_draft_tokens)

