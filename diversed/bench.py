@@ -77,6 +77,7 @@ class Setting:
     num_draft_tokens: int | None = None
     implementation: str | None = None  # autoregressive: "generate" (transformers) or "loop" (ours)
     bonus_token: str | None = None  # diversed: "ensemble" or "target"
+    first_token: str = "ensemble"  # diversed: "target" is transformers' order (the first token from p alone)
 
     @property
     def label(self) -> str:
@@ -86,7 +87,7 @@ class Setting:
         else:
             what = self.verifier + (f" w={self.weight:g}" if self.verifier == "static" else "")
             if self.engine == "diversed" and self.verifier != "lossless" and self.bonus_token == "target":
-                what += " target-bonus"
+                what += " target-bonus" + (" target-first" if self.first_token == "target" else "")
         name = {"diversed": "diversed", "transformers": "transformers assisted", "autoregressive": "autoregressive"}
         return f"{name[self.engine]} {what}, {mode}, batch {self.batch_size}"
 
@@ -102,7 +103,7 @@ def settings(n: int, batch_sizes: Sequence[int], temperature: float, weight: flo
             out.append(Setting("transformers", "lossless", 1, t, 1.0, n))
             out.append(Setting("transformers", "static", 1, t, weight, n))
             if bonus != "target":  # transformers' own algorithm: the bonus token drawn from p
-                out.append(Setting("diversed", "static", 1, t, weight, n, bonus_token="target"))
+                out.append(Setting("diversed", "static", 1, t, weight, n, bonus_token="target", first_token="target"))
         for b in batch_sizes:
             out.append(Setting("diversed", "lossless", b, t, 1.0, n, bonus_token=bonus))
             out.append(Setting("diversed", "static", b, t, weight, n, bonus_token=bonus))
@@ -330,7 +331,8 @@ class Bench:
                 t0 = _clock(self.device)
                 if s.engine == "diversed":
                     out = speculative_generate(self.target, self.draft, ids, mask, verifier=verifier,
-                                               num_draft_tokens=s.num_draft_tokens, bonus_token=s.bonus_token, **ours)
+                                               num_draft_tokens=s.num_draft_tokens, bonus_token=s.bonus_token,
+                                               first_token=s.first_token, **ours)  # fmt: skip
                 elif s.implementation == "loop":
                     out = autoregressive_generate(self.target, ids, mask, draft=self.draft if verifier else None,
                                                   verifier=verifier, **ours)

@@ -8,7 +8,7 @@ accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rej
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
 exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
 
-Layout. Both models' KV caches share one slot layout (`_Slots`): slot s holds the token
+Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
 Rows accept different numbers of tokens, so after a round each cache is cropped to the longest
 accepted prefix in the batch and the rejected slots of shorter rows stay behind as masked holes:
@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from diversed.forward import SlotModel
+from diversed.slots import Slots
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
 from diversed.stats import RowCounter, SpeculativeStats, first_true
 from diversed.stopping import HostStopCheck
@@ -67,12 +68,15 @@ class SpeculativeOutput(NamedTuple):
 # ----------------------------------------------------------------------------- inputs
 
 
-def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold, stop):
+def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold,
+                  stop, first="ensemble"):  # fmt: skip
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
     check_decoding(max_new, temperature)
     if bonus not in ("ensemble", "target"):
         raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {bonus!r}")
+    if first not in ("ensemble", "target"):
+        raise ValueError(f"first_token must be 'ensemble' or 'target', got {first!r}")
     if schedule not in ("constant", "heuristic"):
         raise ValueError(f"num_draft_tokens_schedule must be 'constant' or 'heuristic', got {schedule!r}")
     if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
@@ -108,63 +112,6 @@ class _Mode:
     heuristic: bool  # the draft length grows by 2 after a fully accepted round, else shrinks by 1
 
 
-class _Slots:
-    """The rows still in the batch, the slot layout both caches share, and the output buffer.
-    `cur` is the slot of t0, the last emitted token, in neither cache yet."""
-
-    def __init__(self, input_ids: Tensor, attention_mask: Tensor, pad: int, max_new: int, n: int) -> None:
-        B, P = input_ids.shape
-        device = input_ids.device
-        cap = P + 8 * (n + 2)  # grown on demand
-        self.pad, self.max_new = pad, max_new
-        self.ids = torch.full((B, cap), pad, dtype=torch.long, device=device)
-        self.mask = torch.zeros((B, cap), dtype=torch.long, device=device)
-        self.pos = torch.zeros((B, cap), dtype=torch.long, device=device)
-        self.ids[:, :P], self.mask[:, :P] = input_ids, attention_mask.long()
-        self.pos[:, :P] = (self.mask[:, :P].cumsum(-1) - 1).clamp_min(0)
-        self.out = torch.full((B, max_new + 1), pad, dtype=torch.long, device=device)  # last col: sink
-        self.rows = torch.arange(B, device=device)  # original index of each row still in the batch
-        self.cur = P - 1
-        self._ramps: dict[int, Tensor] = {}
-
-    def ramp(self, n: int) -> Tensor:
-        """torch.arange(n + 1), made once per n."""
-        if n not in self._ramps:
-            self._ramps[n] = torch.arange(n + 1, device=self.ids.device)
-        return self._ramps[n]
-
-    def open_round(self, n: int) -> None:
-        """Room, positions and a tentative mask for n drafts and the token after them."""
-        cur = self.cur
-        if self.ids.shape[1] < cur + n + 2:
-            self.ids, self.mask, self.pos = (
-                torch.cat([t, torch.full_like(t, f)], 1) for t, f in ((self.ids, self.pad), (self.mask, 0), (self.pos, 0))
-            )
-        self.pos[:, cur + 1 : cur + n + 2] = self.pos[:, cur : cur + 1] + (self.ramp(n) + 1)
-        self.mask[:, cur + 1 : cur + n + 1] = 1  # tentative: the target reads the drafts causally
-
-    def emit(self, emitted: Tensor, kept: Tensor, n_new: Tensor, steps: Tensor) -> Tensor:
-        """Write each row's kept tokens after its `n_new` earlier ones (the rest goes to the sink);
-        returns the columns written."""
-        cols = torch.where(kept, n_new.unsqueeze(1) + steps, self.max_new)
-        self.out[self.rows.unsqueeze(1), cols] = emitted
-        return cols
-
-    def commit(self, k: Tensor, longest: int, nxt: Tensor, n: int, steps: Tensor) -> int:
-        """Keep the accepted drafts and the next token; returns the new `cur` (the caches' length):
-        the longest accepted prefix, shorter rows keep masked holes."""
-        cur, new_cur = self.cur, self.cur + 1 + longest
-        self.mask[:, cur + 1 : cur + n + 1] = steps[:n] < k.unsqueeze(1)
-        self.ids[:, new_cur], self.mask[:, new_cur], self.pos[:, new_cur] = nxt, 1, self.pos[:, cur] + k + 1
-        self.cur = new_cur
-        return new_cur
-
-    def select(self, idx: Tensor) -> None:
-        self.rows = self.rows[idx]
-        if self.rows.shape[0]:
-            self.ids, self.mask, self.pos = self.ids[idx], self.mask[idx], self.pos[idx]
-
-
 class _Drafts(NamedTuple):
     n: int  # drafts proposed this round (at most the asked n; fewer if drafting ended early)
     q_steps: list[Tensor]  # q_1..q_n, each [b, V] (logits when the mode needs no probabilities)
@@ -183,7 +130,7 @@ class _Drafts(NamedTuple):
 # ----------------------------------------------------------------------------- the steps of a round
 
 
-def _draft(D: SlotModel, s: _Slots, n: int, mode: _Mode, generator) -> _Drafts:
+def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> _Drafts:
     """x_1..x_n ~ q, one forward each (the first also catches up on slots the draft has not read:
     the prompt, or x_n of a fully accepted round), written into the slots."""
     b, cur = s.rows.shape[0], s.cur
@@ -259,7 +206,7 @@ def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -
     return nxt, w_next
 
 
-def _draft_bonus(verifier, mode, D: SlotModel, s: _Slots, d: _Drafts, p, h_t, nxt, w_next, full, generator):
+def _draft_bonus(verifier, mode, D: SlotModel, s: Slots, d: _Drafts, p, h_t, nxt, w_next, full, generator):
     """The bonus of fully accepted rows from `verifier.bonus(p_L, q_L, w_L)` at L = the row's
     drafts + 1. A row that stopped proposing early already has q_L; otherwise the draft reads x_n
     now (it needs it next round anyway)."""
@@ -308,6 +255,7 @@ def speculative_generate(
     num_draft_tokens_schedule: str = "constant",
     draft_confidence_threshold: float | None = None,
     stop: Callable[[list[int], int], int | None] | None = None,
+    first_token: str = "ensemble",
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
@@ -319,13 +267,15 @@ def speculative_generate(
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
     them to keep (a stop string reached, see `Task.stopper`); the row then ends there like at EOS.
-    Its tokens come to the host with the round's one sync. If `stop.triggers` is a bool mask over
+    Its tokens come to the host with the round's one sync. `first_token="target"` takes the first
+    new token from the target's prefill alone (argmax p_1, or p_1 sampled), as transformers'
+    assisted generation does; the default verifies it against v like every other token. If `stop.triggers` is a bool mask over
     token ids (True for the tokens that can complete a stop; ids past its end count as True), only
     rows that kept such a token this round are asked.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens, temperature,
-                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop)  # fmt: skip
+                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token)  # fmt: skip
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
     device = input_ids.device
@@ -339,12 +289,15 @@ def speculative_generate(
     )  # fmt: skip
     B = input_ids.shape[0]
     mask0 = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    s = _Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
+    s = Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
     counter = RowCounter(B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     n_cap = num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
+    if first_token == "target":  # transformers' order: the first new token from the target's prefill alone
+        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier.records_w, max_new_tokens, generator)
+        _leave(done_h, s, host, T, D)
 
     while s.rows.shape[0]:
         # Never draft past the budget: with r tokens left, r − 1 drafts and the token after them.
@@ -391,21 +344,48 @@ def speculative_generate(
         D.crop(new_cur)
         if mode.heuristic:  # +2 after a round where every row took all drafts
             n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
-        if any(done_h):  # finished rows leave the batch
-            stay = [i for i, done_i in enumerate(done_h) if not done_i]
-            idx = torch.tensor(stay, dtype=torch.long, device=device)
-            s.select(idx)
-            if host is not None:
-                host.select(stay)
-            if s.rows.shape[0]:
-                T.select(idx)
-                D.select(idx)
+        _leave(done_h, s, host, T, D)
 
     stats = counter.finish(target_calls=T.calls, draft_calls=D.calls, verifier=verifier.kind)
     return SpeculativeOutput.of(input_ids, s.out, stats, t_start)
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, records_w: bool, max_new: int, generator):
+    """first_token="target": one target forward over the prompt gives p_1; the first token is
+    argmax p_1 (greedy) or x ~ p_1, a round without drafts (w = 1 where w is recorded), as
+    transformers' assisted generation starts. The draft reads the prompt and it next round."""
+    logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
+    T.calls += 1
+    logits = logits[:, 0]
+    nxt = logits.argmax(-1) if mode.greedy else sample(probs_from_logits(logits, mode.tau), generator)
+    b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
+    k = torch.zeros(b, dtype=torch.long, device=nxt.device)
+    emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
+    (done_h, keep_h, fewest), tokens_h = _sync([], done, keep, n_new, max_new, emitted if host is not None else None)
+    if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
+        keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
+    kept = steps < keep.unsqueeze(1)
+    cols = s.emit(emitted, kept, n_new, steps)
+    ones = torch.ones(b, device=nxt.device) if records_w else None
+    counter.round(s.rows, 0, 0, k, keep, s.ids[:, :0], mode.eos, None, ones, kept, cols=cols)
+    s.commit(k, 0, nxt, 0, steps)
+    return fewest, done_h
+
+
+def _leave(done_h: list, s: Slots, host, T: SlotModel, D: SlotModel) -> None:
+    """Finished rows leave the batch (slots, host stop check, both caches)."""
+    if any(done_h):
+        stay = [i for i, done_i in enumerate(done_h) if not done_i]
+        idx = torch.tensor(stay, dtype=torch.long, device=s.ids.device)
+        s.select(idx)
+        if host is not None:
+            host.select(stay)
+        if s.rows.shape[0]:
+            T.select(idx)
+            D.select(idx)
 
 
 def _at(t: Tensor, index: Tensor) -> Tensor:

@@ -237,7 +237,10 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
 def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, Any]:
     """Everything that determines a grid point's output, but the point itself and its head."""
     pair = describe(card) or {"config": OmegaConf.to_container(cfg.pair, resolve=True)}
-    return {"task": task_settings(task), "pair": pair, "engine": OmegaConf.to_container(cfg.engine, resolve=True),
+    engine = OmegaConf.to_container(cfg.engine, resolve=True)
+    if engine.get("first_token") == "ensemble":  # the behaviour from before the option: older points keep their keys
+        engine.pop("first_token")
+    return {"task": task_settings(task), "pair": pair, "engine": engine,
             "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
 
 

@@ -117,6 +117,7 @@ class SweepSettings(_Model):
 
 class EngineSettings(_Model):
     bonus_token: Literal["ensemble", "target"] = "ensemble"
+    first_token: Literal["ensemble", "target"] = "ensemble"
     num_draft_tokens_schedule: Literal["constant", "heuristic"] = "constant"
     draft_confidence_threshold: Weight | None = None
 
