@@ -3,6 +3,8 @@ claims, keeps its cache right through growth, crops and row removal, and steps a
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 import transformers
@@ -270,3 +272,21 @@ def test_auto_takes_the_direct_path_on_cpu_only(caplog):
     caplog.set_level(logging.INFO, logger="diversed.forward")
     model = tiny(transformers.LlamaConfig, 1, 3).to("meta")
     assert forward_path(model) == "hf" and "direct path on CPU only" in caplog.text
+
+
+def test_a_deep_model_with_large_logits_takes_the_direct_path_when_it_agrees(caplog):
+    """The agreement check is relative to the values' scale: a deep Llama whose logits run to the
+    hundreds (fp32 reassociation then moves them by more than 1e-4) still takes the direct path, and
+    the log says the gap and the tolerance; a hooked copy does not."""
+    model = tiny(transformers.LlamaConfig, 12, 3)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(60.0)
+        for layer in model.model.layers:
+            layer.mlp.down_proj.weight.mul_(3.0)
+    ids = torch.arange(12).view(2, 6) % VOCAB
+    assert float(model(ids).logits.abs().max()) > 100
+    with caplog.at_level(logging.INFO, logger="diversed.forward"):
+        assert plan(model).direct
+    assert "of the values' scale (tolerance 5e-05)" in caplog.text
+    model.model.layers[5].register_forward_hook(lambda module, args, output: output * 1.001)
+    assert not plan(model).direct
