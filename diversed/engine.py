@@ -37,8 +37,8 @@ import torch
 from torch import Tensor, nn
 
 from diversed.forward import SlotModel
-from diversed.slots import Slots
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
+from diversed.slots import Slots
 from diversed.stats import RowCounter, SpeculativeStats, first_true
 from diversed.stopping import HostStopCheck
 from diversed.verify import Lossless, Verifier, probs_from_logits, sample, total_variation

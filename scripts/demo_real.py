@@ -90,6 +90,8 @@ def main() -> None:
     parser.add_argument("--latency-examples", type=int, default=20, help="examples timed alone at batch 1")
     parser.add_argument("--pilot", type=int, default=10, help="examples of the pilot point")
     parser.add_argument("--budget-min", type=float, default=60.0, help="the whole demo's budget after the build")
+    parser.add_argument("--train-steps", type=int, default=40, help="the head's optimizer steps (batch 8)")
+    parser.add_argument("--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)")
     parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
     args = parser.parse_args()
 
@@ -120,11 +122,13 @@ def main() -> None:
         took["train"] = run("2. train a DIVERSED head on XSum (ROUGE-2 reward)", "-m", "diversed.train",
                             "+experiment=smollm2", *data_args(args.data, "xsum"), "logger=csv",
                             f"hydra.run.dir={out / 'train_xsum'}", "trainer.enable_progress_bar=false",
+                            f"trainer.max_steps={args.train_steps}", f"trainer.val_check_interval={args.train_steps}",
                             eta_s=0.25 * budget)  # fmt: skip
     if not (draft / "config.json").is_file():
         took["distill"] = run("3. fine-tune the draft on XSum (the fine-tuned-draft baseline)", "-m", "diversed.distill",
                               "+experiment=distill_smollm2", *data_args(args.data, "xsum"), "logger=csv",
                               f"hydra.run.dir={out / 'distill_xsum'}", "trainer.enable_progress_bar=false",
+                              f"trainer.max_steps={args.distill_steps}", f"trainer.val_check_interval={args.distill_steps}",
                               eta_s=0.15 * budget)  # fmt: skip
 
     # 4. the sweeps, sized to what is left
