@@ -13,7 +13,8 @@ so that load from other processes slows every setting alike:
   `assistant_ensemble_weight`; the draft's `generation_config` has a constant schedule,
   `num_assistant_tokens` = N and `assistant_confidence_threshold` = 0;
 - our engine, lossless, static and dynamic, at every batch size (and, at batch 1, static with
-  transformers' bonus token, the same algorithm as transformers' static ensemble).
+  transformers' bonus token, the same algorithm as transformers' static ensemble); `--first-token
+  target` takes our first new token from the target alone (`speculative_generate(first_token=...)`).
 
 Per setting it reports the median tokens/s over the repeats (new tokens up to and including EOS
 over wall time, prompt processing included), our ratio to transformers on the same setting, the
@@ -77,7 +78,7 @@ class Setting:
     num_draft_tokens: int | None = None
     implementation: str | None = None  # autoregressive: "generate" (transformers) or "loop" (ours)
     bonus_token: str | None = None  # diversed: "ensemble" or "target"
-    first_token: str = "ensemble"  # diversed: "target" is transformers' order (the first token from p alone)
+    first_token: str = "ensemble"  # diversed: verified against v (as transformers) or "target" (p alone)
 
     @property
     def label(self) -> str:
@@ -87,12 +88,15 @@ class Setting:
         else:
             what = self.verifier + (f" w={self.weight:g}" if self.verifier == "static" else "")
             if self.engine == "diversed" and self.verifier != "lossless" and self.bonus_token == "target":
-                what += " target-bonus" + (" target-first" if self.first_token == "target" else "")
+                what += " target-bonus"
+            if self.engine == "diversed" and self.first_token == "target":
+                what += " target-first"
         name = {"diversed": "diversed", "transformers": "transformers assisted", "autoregressive": "autoregressive"}
         return f"{name[self.engine]} {what}, {mode}, batch {self.batch_size}"
 
 
-def settings(n: int, batch_sizes: Sequence[int], temperature: float, weight: float, bonus: str) -> list[Setting]:
+def settings(n: int, batch_sizes: Sequence[int], temperature: float, weight: float, bonus: str,
+             first: str = "ensemble") -> list[Setting]:  # fmt: skip
     """Every setting the benchmark times (transformers' assisted generation is batch-1 only)."""
     out: list[Setting] = []
     for t in (0.0, temperature):
@@ -102,12 +106,11 @@ def settings(n: int, batch_sizes: Sequence[int], temperature: float, weight: flo
         if 1 in batch_sizes:
             out.append(Setting("transformers", "lossless", 1, t, 1.0, n))
             out.append(Setting("transformers", "static", 1, t, weight, n))
-            if bonus != "target":  # transformers' own algorithm: the bonus token drawn from p
-                out.append(Setting("diversed", "static", 1, t, weight, n, bonus_token="target", first_token="target"))
+            if (bonus, first) != ("target", "ensemble"):  # transformers' algorithm: the bonus from p
+                out.append(Setting("diversed", "static", 1, t, weight, n, bonus_token="target"))
         for b in batch_sizes:
-            out.append(Setting("diversed", "lossless", b, t, 1.0, n, bonus_token=bonus))
-            out.append(Setting("diversed", "static", b, t, weight, n, bonus_token=bonus))
-            out.append(Setting("diversed", "dynamic", b, t, None, n, bonus_token=bonus))
+            for verifier, w in (("lossless", 1.0), ("static", weight), ("dynamic", None)):
+                out.append(Setting("diversed", verifier, b, t, w, n, bonus_token=bonus, first_token=first))
     for b in batch_sizes:  # training rollouts: sampling from v with the dynamic verifier
         out.append(Setting("autoregressive", "dynamic", b, temperature, implementation="loop"))
     return out
@@ -206,6 +209,7 @@ class BenchConfig:
     threads: int = 1  # torch threads; 0 leaves the default
     seed: int = 0
     bonus_token: str = "ensemble"
+    first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
@@ -427,7 +431,7 @@ def compare(records: list[dict[str, Any]]) -> None:
             r["speedup_over_v_sampling"] = r["tokens_per_s"] / v_ar["tokens_per_s"]
             r["theoretical_speedup_over_v_sampling"] = r["theoretical_speedup"] * (1.0 + r["draft_target_time_ratio"])
         one = find(engine="diversed", verifier=r["verifier"], batch_size=1, temperature=r["temperature"],
-                   bonus_token=r["bonus_token"])  # fmt: skip
+                   bonus_token=r["bonus_token"], first_token=r["first_token"])  # fmt: skip
         if one and r["batch_size"] != 1:
             r["ratio_to_batch_1"] = r["tokens_per_s"] / one["tokens_per_s"]
 
@@ -487,7 +491,8 @@ def run_bench(
         pad = int(pad if pad is not None else (eos[0] if eos else 0))
         bench = Bench(config, target, draft, prompts, eos, pad)
         todo = settings(
-            config.num_draft_tokens, config.batch_sizes, config.temperature, config.weight, config.bonus_token
+            config.num_draft_tokens, config.batch_sizes, config.temperature, config.weight,
+            config.bonus_token, config.first_token,
         )
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
@@ -569,6 +574,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("--threads", type=int, default=d.threads, help="torch threads (0: leave the default)")
     add("--seed", type=int, default=d.seed)
     add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
+    add("--first-token", choices=("ensemble", "target"), default=d.first_token,
+        help="our first new token: verified against v like the rest (as transformers) or the target's alone")
     add("--only", nargs="*", default=[], help="run only settings whose label contains one of these")
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")

@@ -180,8 +180,8 @@ class DistillModule(L.LightningModule):
         P, C = prompt_mask.shape[1], comp_mask.shape[1]
         comp = torch.arange(P - 1, P + C - 1, device=self.device)
         k = int(self.hparams.prompt_positions)
-        prompt = torch.arange(P - 1, device=self.device)
-        if 0 <= k < P - 1:
+        prompt = torch.arange(P - 1 if k else 0, device=self.device)
+        if 0 < k < P - 1:  # (k = 0 draws nothing: the random state is the rollouts' alone)
             prompt = prompt[torch.randperm(P - 1, device=self.device)[:k]].sort().values
         at = torch.cat([prompt, comp])
         # slot i predicts the token in slot i + 1: it counts where both hold text

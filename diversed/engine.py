@@ -7,19 +7,23 @@ distribution (k < n) or its bonus distribution (k = n). For the ensemble verifie
 accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rejection draw from
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
 exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
+The first new token comes from the first round like any other (verified against v, as transformers
+5.x's assisted generation does), or with `first_token="target"` from one target forward over the
+prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
 Rows accept different numbers of tokens, so after a round each cache is cropped to the longest
 accepted prefix in the batch and the rejected slots of shorter rows stay behind as masked holes:
 nothing is re-encoded and no row waits for another. Finished rows leave the batch. Each model
-reads the prompt in its first call of the first round (no separate prefill). How a model is
-called (and its cache kept) is `forward.py`'s business.
+reads the prompt in its first call (no separate prefill, except the target's with
+`first_token="target"`). How a model is called (and its cache kept) is `forward.py`'s business.
 
 Host syncs: one per round (the accepted lengths, finished rows and the next budget come to the
-host together), a second only when a bonus needs the draft (an ensemble bonus). On a CPU a
-round's drafting also ends once every row has drafted EOS (the drafts after it would be cut),
-which reads a flag per draft step; on a GPU it does not (that would stall the queue of kernels).
+host together), a second only when a bonus needs the draft (an ensemble bonus), and one for the
+target's first token with `first_token="target"`. On a CPU a round's drafting also ends once every
+row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
+GPU it does not (that would stall the queue of kernels).
 Either way the statistics count a row's proposals only up to its first drafted EOS.
 
 The engine knows nothing about tokenizers, tasks or training; statistics are `stats.py`'s and
@@ -267,11 +271,17 @@ def speculative_generate(
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
     them to keep (a stop string reached, see `Task.stopper`); the row then ends there like at EOS.
-    Its tokens come to the host with the round's one sync. `first_token="target"` takes the first
-    new token from the target's prefill alone (argmax p_1, or p_1 sampled), as transformers'
-    assisted generation does; the default verifies it against v like every other token. If `stop.triggers` is a bool mask over
+    Its tokens come to the host with the round's one sync. If `stop.triggers` is a bool mask over
     token ids (True for the tokens that can complete a stop; ids past its end count as True), only
     rows that kept such a token this round are asked.
+
+    `first_token`: "ensemble" (the default) drafts from the prompt at once and verifies the first
+    new token against v like every other (what transformers 5.x's assisted generation does, so
+    static greedy with `bonus_token="target"` equals its `assistant_ensemble_weight`); "target"
+    first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 at the
+    temperature, as engines whose prefill emits the first token do. That step counts as a round:
+    one target call, no drafts proposed or accepted, w = 1 where w is recorded; rows that end on it
+    (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens, temperature,
@@ -295,7 +305,7 @@ def speculative_generate(
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     n_cap = num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
-    if first_token == "target":  # transformers' order: the first new token from the target's prefill alone
+    if first_token == "target":  # the first new token from the target's prefill alone, then rounds
         fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier.records_w, max_new_tokens, generator)
         _leave(done_h, s, host, T, D)
 
@@ -355,8 +365,9 @@ def speculative_generate(
 
 def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, records_w: bool, max_new: int, generator):
     """first_token="target": one target forward over the prompt gives p_1; the first token is
-    argmax p_1 (greedy) or x ~ p_1, a round without drafts (w = 1 where w is recorded), as
-    transformers' assisted generation starts. The draft reads the prompt and it next round."""
+    argmax p_1 (greedy) or x ~ p_1, a round without drafts (w = 1 where w is recorded), with its
+    own host sync. Returns (the fewest tokens a row still in the batch has, the rows done); the
+    draft reads the prompt and this token in the next round."""
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]

@@ -15,7 +15,7 @@ import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
 from diversed.autoregressive import autoregressive_generate
-from diversed.bench import BenchConfig, main, run_bench, table
+from diversed.bench import BenchConfig, main, run_bench, settings, table
 from diversed.pair import RANDOM_PAIRS, RANDOM_SHAPES
 from diversed.stats import theoretical_speedup, tokens_per_call_bound
 from diversed.stopping import generated_lengths
@@ -141,12 +141,42 @@ def test_cli_writes_json(toy_tiny_dir, tmp_path, capsys):
         "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
         "--batch-sizes", "1", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
         "--only", "diversed static", "transformers assisted static", "target (loop)", "--output", str(out),
+        "--first-token", "target",
     ])  # fmt: skip
     records = json.loads(out.read_text())
+    ours = [r for r in records if r["engine"] == "diversed" and r["bonus_token"] == "ensemble"]
+    assert ours and {r["first_token"] for r in ours} == {"target"}
     assert isinstance(records, list) and all(REQUIRED <= r.keys() for r in records)
     assert {r["engine"] for r in records} == {"diversed", "transformers", "autoregressive"}
     assert all(r["weight"] == 0.5 for r in records if r["verifier"] == "static")
     assert "tok/s" in capsys.readouterr().out
+
+
+def test_first_token_target_reaches_our_settings_and_transformers_algorithm_stays(pair):
+    """`--first-token target` applies to our settings; the batch-1 static setting with the target's
+    bonus token still verifies the first token, as transformers does, and emits its tokens."""
+    plain = settings(2, (1, 2), 1.0, 0.5, "target")
+    assert len({s.label for s in plain}) == len(plain) and not any("target-first" in s.label for s in plain)
+    todo = settings(2, (1, 2), 1.0, 0.5, "ensemble", "target")
+    ours = [s for s in todo if s.engine == "diversed"]
+    assert {s.first_token for s in ours if s.bonus_token == "ensemble"} == {"target"}
+    assert all(("target-first" in s.label) == (s.first_token == "target") for s in ours)
+    assert [s.first_token for s in ours if s.bonus_token == "target"] == ["ensemble"] * 2  # greedy, T=1
+    target, draft = pair
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 7, 5)]
+    config = BenchConfig(num_draft_tokens=2, batch_sizes=(1,), num_prompts=3, max_new_tokens=6, repeats=1,
+                         warmup=0, first_token="target", only=("static",))  # fmt: skip
+    records = {r["label"]: r for r in run_bench(config, target, draft, prompts, log=lambda _: None)}
+    assert {label for label in records if "greedy" in label} == {
+        "transformers assisted static w=0.5, greedy, batch 1",
+        "diversed static w=0.5 target-bonus, greedy, batch 1",
+        "diversed static w=0.5 target-first, greedy, batch 1",
+    }  # fmt: skip
+    assert records["diversed static w=0.5 target-first, greedy, batch 1"]["first_token"] == "target"
+    hf = records["transformers assisted static w=0.5, greedy, batch 1"]
+    assert records["diversed static w=0.5 target-bonus, greedy, batch 1"]["new_tokens"] == hf["new_tokens"]
+    assert BenchConfig().first_token == "ensemble"
 
 
 def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):

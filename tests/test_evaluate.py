@@ -224,12 +224,18 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     monkeypatch.undo()
     # each setting that changes outputs gives new points; the old records stay
+    first_tokens = []  # what the engine was asked for, through evaluate's engine options
+    engine = ev.speculative_generate
+    spy = lambda *a, **k: first_tokens.append(k["first_token"]) or engine(*a, **k)  # noqa: E731
+    monkeypatch.setattr(ev, "speculative_generate", spy)
     for i, override in enumerate(["task.max_new_tokens=4", "sweep.batch_size=3", "engine.bonus_token=target",
-                                  "task.stop=['+']", "seed=1"]):  # fmt: skip
+                                  "engine.first_token=target", "task.stop=['+']", "seed=1"]):  # fmt: skip
+        first_tokens.clear()
         ev.evaluate(small_eval(tmp_path, toy_tiny_dir, override))
         df = load_results(tmp_path)
         assert len(df) == 3 * (i + 2) and df.settings.nunique() == i + 2, override
-    assert len(list((tmp_path / "configs").glob("*.yaml"))) == 6  # every configuration that made records
+        assert set(first_tokens) == {"target" if "first_token" in override else "ensemble"}, override
+    assert len(list((tmp_path / "configs").glob("*.yaml"))) == 7  # every configuration that made records
     settings = json.loads(next((tmp_path / "settings").glob("*.json")).read_text())
     assert {"task", "pair", "engine", "batch_size", "seed"} <= set(settings)
     assert settings["pair"]["target"]["weights"] and settings["task"]["prompts"]

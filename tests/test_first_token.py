@@ -106,3 +106,47 @@ def test_a_row_that_ends_on_its_first_token_and_bad_values(pair):
     assert one.sequences[:, ids.shape[1]].tolist() == p1.tolist() and int(one.stats.proposed.sum()) == 0
     with pytest.raises(ValueError, match="first_token"):
         speculative_generate(target, draft, ids, mask, first_token="draft")
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_the_statistics_count_the_first_token_as_a_target_call_without_drafts(pair, do_sample):
+    """The target's own first token is a round of every row (one target call, nothing proposed or
+    accepted, k = 0 in the histogram); every later round is an ordinary one."""
+    target, draft = pair
+    ids, mask = ragged_prompts()
+    kw = dict(verifier=Lossless(), num_draft_tokens=3, max_new_tokens=9, eos_token_id=[], pad_token_id=PAD,
+              do_sample=do_sample, generator=torch.Generator().manual_seed(2))  # fmt: skip
+    first = speculative_generate(target, draft, ids, mask, first_token="target", **kw).stats
+    assert first.num_draft_tokens[0] == 0 and first.target_calls == len(first.num_draft_tokens)
+    assert first.draft_calls == sum(first.num_draft_tokens)  # the draft is not called for the first token
+    assert bool((first.accepted_hist[:, 0] >= 1).all()) and first.accepted_hist[:, 1:].sum() > 0
+    for st in (first, speculative_generate(target, draft, ids, mask, **kw).stats):
+        assert torch.equal(st.new_tokens, torch.full((4,), 9))
+        # without EOS every round keeps its accepted drafts and one token more
+        assert torch.equal(st.accepted + st.rounds, st.new_tokens)
+        assert torch.equal(st.accepted_hist.sum(1), st.rounds) and int(st.rounds.max()) == st.target_calls
+        assert bool((st.verified <= st.proposed).all()) and bool((st.accepted <= st.verified).all())
+        s = st.summary()
+        assert s["tokens_per_target_call"] == pytest.approx(s["new_tokens"] / s["rounds"])
+        assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["proposed"])
+        assert s["alpha"] == pytest.approx(s["accepted"] / int(st.verified.sum()))
+
+
+def test_stop_ends_rows_on_the_targets_first_token_and_later(pair):
+    """`stop` is asked after the target's first token (its own sync) and after every round."""
+    target, draft = pair
+    ids, mask = ragged_prompts()
+    kw = dict(num_draft_tokens=3, max_new_tokens=10, first_token="target", eos_token_id=EOS, pad_token_id=PAD)
+    full = speculative_generate(target, draft, ids, mask, **kw).sequences[:, ids.shape[1] :]
+    asked = []
+
+    def after_one(tokens, n):
+        asked.append(len(tokens))
+        return 1
+
+    one = speculative_generate(target, draft, ids, mask, stop=after_one, **kw)
+    assert asked == [1] * 4 and torch.equal(one.sequences[:, ids.shape[1] :], full[:, :1])
+    assert one.stats.target_calls == 1 and one.stats.draft_calls == 0 and int(one.stats.proposed.sum()) == 0
+    four = speculative_generate(target, draft, ids, mask, stop=lambda t, n: 4 if len(t) >= 4 else None, **kw)
+    assert torch.equal(four.sequences[:, ids.shape[1] :], full[:, :4])
+    assert bool((four.stats.new_tokens == 4).all())
