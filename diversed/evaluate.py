@@ -103,11 +103,13 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
     frozen, on the pair's forward path; keyed by its path."""
     from transformers import AutoModelForCausalLM
 
+    from diversed import draft_vocab
     from diversed.forward import use_forward
 
     drafts = {}
     for path in paths:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype).to(pair.device)
+        model = draft_vocab.attach(AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype), path)
+        model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
         model.eval().requires_grad_(False)
         use_forward(model, pair.forward)
         drafts[str(path)] = model

@@ -129,3 +129,15 @@ def test_saved_and_loaded_with_its_head(restricted, tmp_path):
     save_pretrained(plain, tmp_path / "plain")
     assert not (tmp_path / "plain" / "draft_vocab.safetensors").exists()
     assert type(attach(AutoModelForCausalLM.from_pretrained(tmp_path / "plain"), tmp_path / "plain").lm_head) is torch.nn.Linear
+
+
+def test_a_fine_tuned_draft_in_a_sweep_keeps_its_restricted_head(restricted, tmp_path):
+    from types import SimpleNamespace
+
+    from diversed.evaluate import load_drafts
+
+    target, small, _ = restricted
+    save_pretrained(small, tmp_path / "ft")
+    pair = SimpleNamespace(target=target, device=torch.device("cpu"), forward="auto")
+    loaded = load_drafts([str(tmp_path / "ft")], pair)[str(tmp_path / "ft")]
+    assert isinstance(loaded.get_output_embeddings(), DraftVocabHead)
