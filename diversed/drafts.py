@@ -241,6 +241,9 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         report["distill_seconds"] = round(time.perf_counter() - t2, 1)
         final = work / "final"
         shutil.copytree(draft, final)
+        for i, (task, _) in enumerate(stages):  # each stage's logged metrics (loss, acceptance) kept beside it
+            for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
+                shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
         if measure and stages:
             report["after"] = alpha(str(final))
             log.info("draft %s after distillation: %s", name, report["after"])

@@ -56,13 +56,13 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def grid(seconds_per_point: float, budget_s: float) -> dict[str, list]:
-    """Knob lists that fit `budget_s`: the fixed points, then 3 static weights, one setting of each
-    other family, then more static weights and settings while time is left."""
+    """Knob lists that fit `budget_s`: the fixed points, then 2 static weights and one setting of each
+    other family (always: the table needs every family), then more weights and settings while time is left."""
     points = max(0, int(budget_s / max(seconds_per_point, 1e-9)) - len(FIXED))
-    weights = [0.2, 0.5, 0.8, 0.0, 0.35, 0.65, 0.9]
-    extra = max(0, points - 6)
+    weights = [0.3, 0.7, 0.5, 0.0, 0.15, 0.85, 0.9]
+    extra = max(0, points - 5)
     return {
-        "weights": sorted(weights[: min(len(weights), 3 + max(0, extra // 2))]),
+        "weights": sorted(weights[: min(len(weights), 2 + max(0, extra // 2))]),
         "lenience": [0.5] + ([0.8] if extra >= 2 else []),
         "cascade_alphas": [0.3],
         "typical_epsilons": [0.05] + ([0.3] if extra >= 3 else []),
@@ -73,7 +73,7 @@ def sweep_args(out: Path, task: str, head: Path, draft: Path, g: dict, args, tem
     fmt = lambda xs: "[" + ",".join(f"{x:g}" for x in xs) + "]"  # noqa: E731
     return [
         "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_args(args.data, task),
-        f"task.n_examples={args.n_examples}", f"hydra.run.dir={out}",
+        f"task.n_examples={args.n_examples}", f"hydra.run.dir={out}", f"sweep.batch_size={args.batch_size}",
         "sweep.methods=[autoregressive,lossless,finetuned_draft,dynamic,static,lossy,cascade,typical]",
         f"sweep.heads=[{head}]", f"sweep.draft_models=[{draft}]", f"sweep.weights={fmt(g['weights'])}",
         f"sweep.lenience={fmt(g['lenience'])}", "sweep.cascade_rules=[opt]", f"sweep.cascade_alphas={fmt(g['cascade_alphas'])}",
@@ -89,6 +89,7 @@ def main() -> None:
     parser.add_argument("--n-examples", type=int, default=100, help="test examples per grid point")
     parser.add_argument("--latency-examples", type=int, default=20, help="examples timed alone at batch 1")
     parser.add_argument("--pilot", type=int, default=10, help="examples of the pilot point")
+    parser.add_argument("--batch-size", type=int, default=8, help="the scored pass's batch (1: no padding of long prompts)")
     parser.add_argument("--budget-min", type=float, default=60.0, help="the whole demo's budget after the build")
     parser.add_argument("--train-steps", type=int, default=40, help="the head's optimizer steps (batch 8)")
     parser.add_argument("--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)")
@@ -108,7 +109,8 @@ def main() -> None:
     pilot = out / "pilot"
     took["pilot"] = run("1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid", "-m", "diversed.evaluate",
                         "+experiment=smollm2", "task=xsum", *data_args(args.data, "xsum"), f"task.n_examples={args.pilot}",
-                        f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", "timing.warmup=1", "timing.repeats=0",
+                        f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", f"sweep.batch_size={args.batch_size}",
+                        "timing.warmup=1", "timing.repeats=0",
                         "timing.latency=true", f"timing.latency_examples={min(args.pilot, args.latency_examples)}")  # fmt: skip
     rec = records(pilot)[-1]
     latency = rec.get("latency_s") or 0.0
