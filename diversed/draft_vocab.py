@@ -37,10 +37,7 @@ class DraftVocabHead(nn.Linear):
 
     def __init__(self, weight: Tensor, index: Tensor, vocab: int, bias: Tensor | None = None) -> None:
         k, h = weight.shape
-        if index.shape != (k,) or int(index.max()) >= vocab or int(index.min()) < 0:
-            raise ValueError(f"a draft vocabulary needs {k} distinct ids below {vocab}, got shape {tuple(index.shape)}")
-        if torch.unique(index).numel() != k:
-            raise ValueError("a draft vocabulary's ids must be distinct")
+        check_index(index, k, vocab)
         super().__init__(h, k, bias=bias is not None, device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
             self.weight.copy_(weight)
@@ -58,6 +55,14 @@ class DraftVocabHead(nn.Linear):
         return f"{super().extra_repr()}, vocab={self.vocab}"
 
 
+def check_index(index: Tensor, k: int, vocab: int) -> None:
+    """ValueError unless `index` holds `k` distinct ids in [0, vocab)."""
+    if index.shape != (k,) or k == 0 or int(index.max()) >= vocab or int(index.min()) < 0:
+        raise ValueError(f"a draft vocabulary needs {k} distinct ids below {vocab}, got shape {tuple(index.shape)}")
+    if torch.unique(index).numel() != k:
+        raise ValueError("a draft vocabulary's ids must be distinct")
+
+
 def vocab_size(model: nn.Module) -> int:
     """The number of ids a model's logits span (a restricted head spans the full vocabulary)."""
     head = model.get_output_embeddings()
@@ -70,8 +75,9 @@ def restrict(model: nn.Module, index: Tensor | Iterable[int]) -> nn.Module:
     head = model.get_output_embeddings()
     vocab = vocab_size(model)
     full = head.weight.detach()
-    if isinstance(head, DraftVocabHead):  # re-restricting: map through the current rows
+    if isinstance(head, DraftVocabHead):  # once only: restrict a copy of the original to change K
         raise ValueError("this model's head is restricted already")
+    check_index(index, index.numel(), vocab)  # before the rows are looked up (a negative id would wrap)
     bias = head.bias.detach()[index].clone() if head.bias is not None else None
     model.set_output_embeddings(DraftVocabHead(full[index.to(full.device)].clone(), index, vocab, bias))
     model.config.tie_word_embeddings = False  # the head is its own now (the embeddings stay as they are)
@@ -139,5 +145,5 @@ def rank_tokens(token_lists: Iterable[Iterable[int]], k: int, vocab: int, always
         counts += torch.bincount(ids[ids < vocab], minlength=vocab)
     keep = [i for i in dict.fromkeys(int(i) for i in always) if 0 <= i < vocab]
     counts[keep] = -1  # taken already
-    rest = torch.argsort(-counts, stable=True)[: max(0, k - len(keep))]
+    rest = torch.argsort(-counts, stable=True)[: max(0, min(k, vocab) - len(keep))]  # k ≥ V: every id once
     return torch.tensor(sorted(keep + rest.tolist()), dtype=torch.long)

@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--n-examples", type=int, default=100, help="test examples per grid point")
     parser.add_argument("--latency-examples", type=int, default=20, help="examples timed alone at batch 1")
     parser.add_argument("--pilot", type=int, default=10, help="examples of the pilot point")
-    parser.add_argument("--batch-size", type=int, default=8, help="the scored pass's batch (1: no padding of long prompts)")
+    parser.add_argument("--batch-size", type=int, default=1, help="the scored pass's batch (1: long prompts unpadded)")
     parser.add_argument("--budget-min", type=float, default=60.0, help="the whole demo's budget after the build")
     parser.add_argument("--train-steps", type=int, default=40, help="the head's optimizer steps (batch 8)")
     parser.add_argument("--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)")
