@@ -58,7 +58,9 @@ class DraftVocabHead(nn.Linear):
 def check_index(index: Tensor, k: int, vocab: int) -> None:
     """ValueError unless `index` holds `k` distinct ids in [0, vocab)."""
     if index.shape != (k,) or k == 0 or int(index.max()) >= vocab or int(index.min()) < 0:
-        raise ValueError(f"a draft vocabulary needs {k} distinct ids below {vocab}, got shape {tuple(index.shape)}")
+        raise ValueError(
+            f"a draft vocabulary needs {k} distinct ids below {vocab}, got shape {tuple(index.shape)}"
+        )
     if torch.unique(index).numel() != k:
         raise ValueError("a draft vocabulary's ids must be distinct")
 
@@ -107,7 +109,9 @@ def save_pretrained(model: nn.Module, directory: str | Path, **kwargs: Any) -> N
         model.save_pretrained(directory, **kwargs)
         return
     embed = model.get_input_embeddings()
-    plain = nn.Linear(head.in_features, head.vocab, bias=False, device=head.weight.device, dtype=head.weight.dtype)
+    plain = nn.Linear(
+        head.in_features, head.vocab, bias=False, device=head.weight.device, dtype=head.weight.dtype
+    )
     plain.weight = embed.weight  # a stand-in the files can hold (tied to the embeddings again)
     model.set_output_embeddings(plain)
     model.config.tie_word_embeddings = True
@@ -137,7 +141,9 @@ def attach(model: nn.Module, directory: str | Path) -> nn.Module:
     return model
 
 
-def rank_tokens(token_lists: Iterable[Iterable[int]], k: int, vocab: int, always: Iterable[int] = ()) -> Tensor:
+def rank_tokens(
+    token_lists: Iterable[Iterable[int]], k: int, vocab: int, always: Iterable[int] = ()
+) -> Tensor:
     """The `k` most frequent ids of `token_lists` (ties by id), `always` included first; sorted."""
     counts = torch.zeros(vocab, dtype=torch.long)
     for ids in token_lists:

@@ -48,7 +48,9 @@ class DraftRecipe:
     name: str
     target: str  # a pair member (weights.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int  # the target's first decoder layers kept
-    vocab: int | None  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    vocab: (
+        int | None
+    )  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
     stages: tuple[tuple[str, int], ...]  # (task, optimizer steps) distilled in turn
     overrides: tuple[str, ...] = ()  # distill config overrides every stage shares
     eval_tasks: tuple[str, ...] = ("xsum", "gsm8k")
@@ -57,7 +59,7 @@ class DraftRecipe:
     max_new_tokens: int = 64  # of the α measurement
 
 
-# Sized to the 30-minute budget on 2 CPU cores (README: the measured build). Rollouts at batch 8
+# Sized for about half an hour of distillation on 2 CPU cores (measured: 37 min, README). Rollouts at batch 8
 # with up to 64 new tokens; 128 teacher-forced prompt positions per row join the completion's.
 _SHARED = ("distill.rollout=target", "distill.divergence=forward_kl", "distill.prompt_positions=128",
            "task.max_prompt_tokens=640",  # training prompts only (their ends are kept): long articles cost most
@@ -102,7 +104,9 @@ def cut_layers(model: Any, layers: int) -> Any:
     config = model.config
     total = config.num_hidden_layers
     if not 1 <= layers < total:
-        raise ValueError(f"a draft keeps between 1 and {total - 1} of the target's {total} layers, got {layers}")
+        raise ValueError(
+            f"a draft keeps between 1 and {total - 1} of the target's {total} layers, got {layers}"
+        )
     base = model.base_model
     base.layers = torch.nn.ModuleList(list(base.layers)[:layers])
     config.num_hidden_layers = layers
@@ -127,7 +131,9 @@ def init_draft(target_dir: str | Path, layers: int, out: str | Path, vocab: int 
         specials = [i for i in (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id,
                                 *tokenizer.all_special_ids) if i is not None]  # fmt: skip
         ids = (tokenizer(t, add_special_tokens=False).input_ids for t in texts or [])
-        draft_vocab.restrict(model, draft_vocab.rank_tokens(ids, vocab, draft_vocab.vocab_size(model), specials))
+        draft_vocab.restrict(
+            model, draft_vocab.rank_tokens(ids, vocab, draft_vocab.vocab_size(model), specials)
+        )
     draft_vocab.save_pretrained(model, out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return Path(out)
@@ -140,7 +146,9 @@ def train_texts(tasks: list[str], data: str | Path | None) -> list[str]:
 
     texts = []
     for task in dict.fromkeys(tasks):
-        files = None if data is None else {p.stem: str(p) for p in sorted((Path(data) / task).glob("*.jsonl"))}
+        files = (
+            None if data is None else {p.stem: str(p) for p in sorted((Path(data) / task).glob("*.jsonl"))}
+        )
         t = load_task(task, split="train", data_files=files)
         texts += [" ".join([t.prompt(e), *(v for v in e.values() if isinstance(v, str))]) for e in t.examples]
     return texts
@@ -183,10 +191,15 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
                                    pad_token_id=tok.pad_token_id, stop=t.stopper(tok), generator=g)  # fmt: skip
         totals.add(out.stats)
     summary = totals.summary()
-    return {"alpha": round(float(summary["alpha"]), 4), "acceptance_rate": round(float(summary["acceptance_rate"]), 4)}
+    return {
+        "alpha": round(float(summary["alpha"]), 4),
+        "acceptance_rate": round(float(summary["acceptance_rate"]), 4),
+    }
 
 
-def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overrides: list[str], out: Path) -> str:
+def distill_stage(
+    target_dir: str, draft_dir: str, task: str, steps: int, overrides: list[str], out: Path
+) -> str:
     """One `diversed.distill` run on `task`; returns the distilled draft's directory."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
@@ -224,7 +237,9 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
     try:
-        texts = train_texts(list(recipe.vocab_tasks) or [t for t, _ in stages], data) if recipe.vocab else None
+        texts = (
+            train_texts(list(recipe.vocab_tasks) or [t for t, _ in stages], data) if recipe.vocab else None
+        )
         draft = str(init_draft(target_dir, recipe.layers, work / "init", recipe.vocab, texts))
         report: dict[str, Any] = {"recipe": asdict(recipe), "steps": dict(stages), "target": target_dir}
         alpha = lambda d: {t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)  # noqa: E731
@@ -241,7 +256,9 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         report["distill_seconds"] = round(time.perf_counter() - t2, 1)
         final = work / "final"
         shutil.copytree(draft, final)
-        for i, (task, _) in enumerate(stages):  # each stage's logged metrics (loss, acceptance) kept beside it
+        for i, (task, _) in enumerate(
+            stages
+        ):  # each stage's logged metrics (loss, acceptance) kept beside it
             for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
                 shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
         if measure and stages:
@@ -278,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report = json.loads((out / "build.json").read_text())
-    print(json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds")}), file=sys.stderr)
+    print(
+        json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds")}),
+        file=sys.stderr,
+    )
     print(out)
     return 0
 

@@ -44,7 +44,8 @@ class Slots:
         cur = self.cur
         if self.ids.shape[1] < cur + n + 2:
             self.ids, self.mask, self.pos = (
-                torch.cat([t, torch.full_like(t, f)], 1) for t, f in ((self.ids, self.pad), (self.mask, 0), (self.pos, 0))
+                torch.cat([t, torch.full_like(t, f)], 1)
+                for t, f in ((self.ids, self.pad), (self.mask, 0), (self.pos, 0))
             )
         self.pos[:, cur + 1 : cur + n + 2] = self.pos[:, cur : cur + 1] + (self.ramp(n) + 1)
         self.mask[:, cur + 1 : cur + n + 1] = 1  # tentative: the target reads the drafts causally

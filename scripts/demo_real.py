@@ -52,7 +52,9 @@ def data_args(data: str | None, task: str) -> list[str]:
 
 def records(run_dir: Path) -> list[dict]:
     path = run_dir / "results.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    )
 
 
 def grid(seconds_per_point: float, budget_s: float) -> dict[str, list]:
@@ -69,7 +71,9 @@ def grid(seconds_per_point: float, budget_s: float) -> dict[str, list]:
     }
 
 
-def sweep_args(out: Path, task: str, head: Path, draft: Path, g: dict, args, temperature: float = 1.0) -> list[str]:
+def sweep_args(
+    out: Path, task: str, head: Path, draft: Path, g: dict, args, temperature: float = 1.0
+) -> list[str]:
     fmt = lambda xs: "[" + ",".join(f"{x:g}" for x in xs) + "]"  # noqa: E731
     return [
         "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_args(args.data, task),
@@ -85,14 +89,22 @@ def sweep_args(out: Path, task: str, head: Path, draft: Path, g: dict, args, tem
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="outputs/demo_real", help="heads, drafts, results and the report")
-    parser.add_argument("--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)")
+    parser.add_argument(
+        "--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)"
+    )
     parser.add_argument("--n-examples", type=int, default=100, help="test examples per grid point")
     parser.add_argument("--latency-examples", type=int, default=20, help="examples timed alone at batch 1")
     parser.add_argument("--pilot", type=int, default=10, help="examples of the pilot point")
-    parser.add_argument("--batch-size", type=int, default=1, help="the scored pass's batch (1: long prompts unpadded)")
-    parser.add_argument("--budget-min", type=float, default=60.0, help="the whole demo's budget after the build")
+    parser.add_argument(
+        "--batch-size", type=int, default=1, help="the scored pass's batch (1: long prompts unpadded)"
+    )
+    parser.add_argument(
+        "--budget-min", type=float, default=60.0, help="the whole demo's budget after the build"
+    )
     parser.add_argument("--train-steps", type=int, default=40, help="the head's optimizer steps (batch 8)")
-    parser.add_argument("--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)")
+    parser.add_argument(
+        "--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)"
+    )
     parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
     args = parser.parse_args()
 
@@ -135,7 +147,13 @@ def main() -> None:
 
     # 4. the sweeps, sized to what is left
     g = grid(per_point, left() - 60)
-    n_points = len(FIXED) + len(g["weights"]) + len(g["lenience"]) + len(g["cascade_alphas"]) + len(g["typical_epsilons"])
+    n_points = (
+        len(FIXED)
+        + len(g["weights"])
+        + len(g["lenience"])
+        + len(g["cascade_alphas"])
+        + len(g["typical_epsilons"])
+    )
     sweeps = [out / "sweep_xsum"]
     took["sweep xsum"] = run(f"4. sweep {n_points} grid points on XSum (N = 5, T = 1)",
                              *sweep_args(sweeps[0], "xsum", head, draft, g, args), eta_s=n_points * per_point)  # fmt: skip
@@ -143,14 +161,18 @@ def main() -> None:
     for task, temperature in (("cnndm", 1.0), ("gsm8k", 1.0), ("xsum", 0.1)):
         estimate = 8 * per_point * (0.5 if task == "gsm8k" else 1.0)
         if left() < estimate + 60:
-            print(f"\n(skipped {task} at T = {temperature}: about {estimate / 60:.0f} min, {left() / 60:.0f} min left)")
+            print(
+                f"\n(skipped {task} at T = {temperature}: about {estimate / 60:.0f} min, {left() / 60:.0f} min left)"
+            )
             continue
         run_dir = out / f"sweep_{task}_T{temperature:g}"
         sweeps.append(run_dir)
         took[f"sweep {task} T={temperature:g}"] = run(f"4. sweep {task} at T = {temperature:g} (the XSum head)",
                                                       *sweep_args(run_dir, task, head, draft, core, args, temperature),
                                                       eta_s=estimate)  # fmt: skip
-    took["report"] = run("5. the report", "-m", "diversed.report", *map(str, sweeps), "--out", str(out / "report"))
+    took["report"] = run(
+        "5. the report", "-m", "diversed.report", *map(str, sweeps), "--out", str(out / "report")
+    )
     if args.docs:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
         for fig in (out / "report" / "figures").glob("quality_vs_time_xsum_T1*.png"):

@@ -46,7 +46,9 @@ def test_static_greedy_with_the_target_bonus_equals_transformers_and_target_firs
     for prompt in disagree + [torch.randint(3, 96, (1, 6), generator=g) for _ in range(4)]:
         ref = transformers_generate(target, prompt, draft=draft, ensemble_weight=W, num_draft_tokens=3,
                                     max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD).sequences  # fmt: skip
-        assert speculative_generate(target, draft, prompt, **kw).sequences.tolist() == ref.tolist(), prompt.tolist()
+        assert speculative_generate(target, draft, prompt, **kw).sequences.tolist() == ref.tolist(), (
+            prompt.tolist()
+        )
     for prompt in disagree:
         p, _, _ = first_position(target, draft, prompt)
         ours = speculative_generate(target, draft, prompt, first_token="target", **kw).sequences
@@ -56,7 +58,9 @@ def test_static_greedy_with_the_target_bonus_equals_transformers_and_target_firs
 def test_lossless_with_the_target_first_still_equals_generate(pair):
     target, draft = pair
     ids, mask = ragged_prompts()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=PAD, eos_token_id=EOS)
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=PAD, eos_token_id=EOS
+    )
     for n in (1, 3):
         out = speculative_generate(target, draft, ids, mask, verifier=Lossless(), num_draft_tokens=n, max_new_tokens=10,
                                    first_token="target", eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
@@ -73,8 +77,18 @@ def test_the_first_token_is_p_with_target_first_and_v_by_default(pair):
     rows = prompt.expand(6000, -1)
 
     def first(**kw):
-        out = speculative_generate(target, draft, rows, verifier=StaticEnsemble(W), num_draft_tokens=3, max_new_tokens=2,
-                                   do_sample=True, generator=torch.Generator().manual_seed(1), eos_token_id=[], **kw)
+        out = speculative_generate(
+            target,
+            draft,
+            rows,
+            verifier=StaticEnsemble(W),
+            num_draft_tokens=3,
+            max_new_tokens=2,
+            do_sample=True,
+            generator=torch.Generator().manual_seed(1),
+            eos_token_id=[],
+            **kw,
+        )
         return out.sequences[:, prompt.shape[1]], out.stats  # fmt: skip
 
     x, stats = first(first_token="target")
@@ -100,7 +114,9 @@ def test_a_row_that_ends_on_its_first_token_and_bad_values(pair):
     p1 = target(ids, attention_mask=mask).logits[:, -1].argmax(-1)
     out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=6, first_token="target",
                                eos_token_id=[int(p1[0])], pad_token_id=PAD)  # fmt: skip
-    assert int(out.stats.new_tokens[0]) == 1 and out.sequences[0, ids.shape[1]] == p1[0]  # EOS first: the row ends
+    assert (
+        int(out.stats.new_tokens[0]) == 1 and out.sequences[0, ids.shape[1]] == p1[0]
+    )  # EOS first: the row ends
     one = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=1, first_token="target",
                                eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
     assert one.sequences[:, ids.shape[1]].tolist() == p1.tolist() and int(one.stats.proposed.sum()) == 0

@@ -23,7 +23,11 @@ from diversed.inputs import left_pad  # noqa: E402
 from diversed.pair import describe_pair, load_pair  # noqa: E402
 from diversed.weights import convert_gguf, converted_dir, sha256_file  # noqa: E402
 
-TEXTS = ["The cat sat on the mat and 12 + 30 = 42.", "Hello world", "A longer sentence about the sea, with 7 words more."]
+TEXTS = [
+    "The cat sat on the mat and 12 + 30 = 42.",
+    "Hello world",
+    "A longer sentence about the sea, with 7 words more.",
+]
 
 
 @pytest.fixture
@@ -53,9 +57,13 @@ def test_a_gguf_file_is_converted_once_keyed_by_its_digest_and_named_in_the_pair
     source = json.loads((out / "source.json").read_text())
     assert source["sha256"] == sha256_file(path) and source["file"] == "tiny.gguf"
     stamp = (out / "model.safetensors").stat().st_mtime_ns
-    assert convert_gguf(path, progress=False) == out and (out / "model.safetensors").stat().st_mtime_ns == stamp  # cached
+    assert (
+        convert_gguf(path, progress=False) == out and (out / "model.safetensors").stat().st_mtime_ns == stamp
+    )  # cached
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # nothing half-written beside it
-    card = describe_pair({"_target_": "diversed.pair.load_pair", "target": str(path), "draft": str(path), "name": "t"})
+    card = describe_pair(
+        {"_target_": "diversed.pair.load_pair", "target": str(path), "draft": str(path), "name": "t"}
+    )
     assert card.identity["target"]["gguf"] == {"file": "tiny.gguf", "sha256": sha256_file(path)}
     assert card.hidden == {"target": 64, "draft": 64}
 
@@ -90,7 +98,9 @@ def test_a_tiny_gemma3_gguf_with_sliding_windows_decodes_exactly(cache, tmp_path
     draft_dir = init_draft(target_dir, 2, tmp_path / "draft")
     pair = load_pair(str(path), str(draft_dir), dtype="float32", device="cpu", attn_implementation="sdpa")
     types = pair.target.config.layer_types
-    assert "sliding_attention" in types and "full_attention" in types and pair.target.config.sliding_window == 8
+    assert (
+        "sliding_attention" in types and "full_attention" in types and pair.target.config.sliding_window == 8
+    )
     assert pair.draft.config.layer_types == types[:2]
     # prompts longer than the window, ragged: each row keeps its whole window
     long = ["one two three four five six seven eight nine ten eleven twelve", "short", "a b c d e f g h i j"]

