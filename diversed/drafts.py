@@ -146,22 +146,27 @@ def train_texts(tasks: list[str], data: str | Path | None) -> list[str]:
 
     texts = []
     for task in dict.fromkeys(tasks):
-        files = (
-            None if data is None else {p.stem: str(p) for p in sorted((Path(data) / task).glob("*.jsonl"))}
-        )
-        t = load_task(task, split="train", data_files=files)
+        t = load_task(task, split="train", data_files=local_files(task, data))
         texts += [" ".join([t.prompt(e), *(v for v in e.values() if isinstance(v, str))]) for e in t.examples]
     return texts
 
 
-def data_overrides(task: str, data: str | Path | None) -> list[str]:
-    """`task.data_files=...` for `task` from `data/<task>/<split>.jsonl`, or none (the Hub)."""
+def local_files(task: str, data: str | Path | None) -> dict[str, str] | None:
+    """{split: path} of `data/<task>/<split>.jsonl` (absolute), or None without `data` (the Hub)."""
     if data is None:
-        return []
+        return None
     folder = Path(data) / task
     splits = {p.stem: str(p.resolve()) for p in sorted(folder.glob("*.jsonl"))}
     if not splits:
         raise FileNotFoundError(f"no {folder}/<split>.jsonl files for task {task} (see scripts/real_data.py)")
+    return splits
+
+
+def data_overrides(task: str, data: str | Path | None) -> list[str]:
+    """`task.data_files=...` for `task` from `data/<task>/<split>.jsonl`, or none (the Hub)."""
+    splits = local_files(task, data)
+    if splits is None:
+        return []
     return ["task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in splits.items()) + "}"]
 
 
@@ -177,10 +182,7 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
     from diversed.stats import Totals
     from diversed.tasks import load_task
 
-    files = None
-    if data is not None:
-        files = {p.stem: str(p) for p in sorted((Path(data) / task).glob("*.jsonl"))}
-    t = load_task(task, split="test", data_files=files, n_examples=n, seed=seed)
+    t = load_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
     pair = load_pair(target_dir, draft_dir, dtype="float32", device="cpu")
     tok, totals = pair.tokenizer, Totals()
     g = torch.Generator().manual_seed(seed)

@@ -40,8 +40,9 @@ def digest(value: Any, length: int = 16) -> str:
 
 
 def _cache_path() -> Path:
-    base = os.environ.get("DIVERSED_CACHE")
-    return (Path(base).expanduser() if base else Path.home() / ".cache" / "diversed") / "digests.json"
+    from diversed.weights import cache_root  # the one DIVERSED_CACHE rule
+
+    return cache_root() / "digests.json"
 
 
 def _read_cache() -> dict[str, str]:

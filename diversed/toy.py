@@ -99,8 +99,9 @@ class ToyBuildConfig:
 
 def cache_root() -> Path:
     """``$DIVERSED_CACHE/toy``, else ``~/.cache/diversed/toy``."""
-    base = os.environ.get("DIVERSED_CACHE")
-    return Path(base).expanduser() / "toy" if base else Path.home() / ".cache" / "diversed" / "toy"
+    from diversed.weights import cache_root as root  # the one DIVERSED_CACHE rule
+
+    return root() / "toy"
 
 
 def pair_dir(config: ToyBuildConfig | None = None, cache_dir: str | Path | None = None) -> Path:

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from diversed.drafts import data_overrides
+
 FIXED = ("autoregressive", "lossless", "finetuned_draft", "dynamic")  # one point each
 
 
@@ -41,13 +43,6 @@ def run(title: str, *argv: str, eta_s: float | None = None) -> float:
     took = time.perf_counter() - start
     print(f"({took / 60:.1f} min)", flush=True)
     return took
-
-
-def data_args(data: str | None, task: str) -> list[str]:
-    if data is None:
-        return []
-    files = {p.stem: str(p.resolve()) for p in sorted((Path(data) / task).glob("*.jsonl"))}
-    return ["task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in files.items()) + "}"]
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -76,7 +71,7 @@ def sweep_args(
 ) -> list[str]:
     fmt = lambda xs: "[" + ",".join(f"{x:g}" for x in xs) + "]"  # noqa: E731
     return [
-        "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_args(args.data, task),
+        "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_overrides(task, args.data),
         f"task.n_examples={args.n_examples}", f"hydra.run.dir={out}", f"sweep.batch_size={args.batch_size}",
         "sweep.methods=[autoregressive,lossless,finetuned_draft,dynamic,static,lossy,cascade,typical]",
         f"sweep.heads=[{head}]", f"sweep.draft_models=[{draft}]", f"sweep.weights={fmt(g['weights'])}",
@@ -120,7 +115,7 @@ def main() -> None:
     # 1. the pilot point: seconds per example of a speculative point, scored and timed as the sweep
     pilot = out / "pilot"
     took["pilot"] = run("1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid", "-m", "diversed.evaluate",
-                        "+experiment=smollm2", "task=xsum", *data_args(args.data, "xsum"), f"task.n_examples={args.pilot}",
+                        "+experiment=smollm2", "task=xsum", *data_overrides("xsum", args.data), f"task.n_examples={args.pilot}",
                         f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", f"sweep.batch_size={args.batch_size}",
                         "timing.warmup=1", "timing.repeats=0",
                         "timing.latency=true", f"timing.latency_examples={min(args.pilot, args.latency_examples)}")  # fmt: skip
@@ -134,13 +129,13 @@ def main() -> None:
     head, draft = out / "train_xsum" / "head", out / "distill_xsum" / "draft"
     if not (head / "head_config.json").is_file():
         took["train"] = run("2. train a DIVERSED head on XSum (ROUGE-2 reward)", "-m", "diversed.train",
-                            "+experiment=smollm2", *data_args(args.data, "xsum"), "logger=csv",
+                            "+experiment=smollm2", *data_overrides("xsum", args.data), "logger=csv",
                             f"hydra.run.dir={out / 'train_xsum'}", "trainer.enable_progress_bar=false",
                             f"trainer.max_steps={args.train_steps}", f"trainer.val_check_interval={args.train_steps}",
                             eta_s=0.25 * budget)  # fmt: skip
     if not (draft / "config.json").is_file():
         took["distill"] = run("3. fine-tune the draft on XSum (the fine-tuned-draft baseline)", "-m", "diversed.distill",
-                              "+experiment=distill_smollm2", *data_args(args.data, "xsum"), "logger=csv",
+                              "+experiment=distill_smollm2", *data_overrides("xsum", args.data), "logger=csv",
                               f"hydra.run.dir={out / 'distill_xsum'}", "trainer.enable_progress_bar=false",
                               f"trainer.max_steps={args.distill_steps}", f"trainer.val_check_interval={args.distill_steps}",
                               eta_s=0.15 * budget)  # fmt: skip
