@@ -11,7 +11,16 @@ batch of the task's training prompts:
   3. loss = the mean over completion tokens (and, with `prompt_positions`, some or all prompt
      tokens, teacher-forced) of D(p_t, q_t), logits computed at those positions only: forward KL Σ p log(p/q) (default),
      total variation ½Σ|p − q| (1 − TV is a draft token's acceptance probability, so this
-     maximises acceptance directly), or reverse KL Σ q log(q/p).
+     maximises acceptance directly), or reverse KL Σ q log(q/p) (`teacher.py`).
+With `top_k`, p_t is kept as its top K ids over the draft's support plus the rest's mass and D is
+taken between the laws coarsened so (`teacher.coarse_divergence`). With `reuse` (rollout=target
+and top_k), the target's samples, which do not depend on the draft, are drawn ONCE per training
+prompt when the fit starts (`sample_batch_size` prompts at a time, by length) with p_t at every
+scored slot, kept in `<run dir>/teacher_samples.pt` (a rerun with the same examples and settings
+reads them) and served as the training rows of every epoch: each epoch then costs the draft's
+forward and backward alone. `replay` adds other runs' samples (another task's) to the rows.
+`freeze_layers` keeps the draft's embeddings and first layers fixed (a draft cut from the target
+then shares the target's bottom exactly, and its backward stops above them).
 Validation decodes held-out prompts with lossless speculative decoding and logs the acceptance
 rate (`val/acceptance_rate`, also `val/objective`, which the checkpoint callback keeps the best
 of). The whole draft trains by default; with `distill.lora` (r, alpha, dropout, target_modules)
@@ -28,6 +37,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,35 +54,20 @@ from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
 from diversed.runtime import finish, fit, prepare_training
 from diversed.stats import Totals
+from diversed.teacher import (
+    DIVERGENCES,
+    TeacherSample,
+    TeacherTop,
+    coarse_divergence,
+    divergence,
+    read_samples,
+    teacher_top,
+    write_samples,
+)
 from diversed.verify import Lossless
 
 log = logging.getLogger(__name__)
-DIVERGENCES = ("forward_kl", "tvd", "reverse_kl")
 ROLLOUTS = ("draft", "target", "mixed")
-
-# ----------------------------------------------------------------------------- the loss (pure)
-
-
-def divergence(p_logits: Tensor, q_logits: Tensor, kind: str, temperature: float = 1.0) -> Tensor:
-    """D(p, q) per position ([..., V] logits -> [...]), in float32; p the target, q the draft.
-
-    forward_kl = Σ p (log p − log q);  tvd = ½ Σ |p − q|;  reverse_kl = Σ q (log q − log p).
-    A draft with a restricted vocabulary (draft_vocab.py) has q = 0 outside it: forward KL then
-    sums over q's support only (p's mass outside is a constant the draft cannot change), and the
-    0 · log 0 terms count as 0.
-    """
-    log_p = torch.log_softmax(p_logits.float() / temperature, -1)
-    log_q = torch.log_softmax(q_logits.float() / temperature, -1)
-    support = log_q.isfinite()  # q > 0 (masked first: a −inf in a product's backward gives NaN)
-    log_q = log_q.masked_fill(~support, 0.0)
-    if kind == "forward_kl":
-        return (log_p.exp() * (log_p - log_q) * support).sum(-1)
-    if kind == "reverse_kl":
-        return (log_q.exp() * support * (log_q - log_p)).sum(-1)
-    if kind == "tvd":
-        return 0.5 * (log_p.exp() - log_q.exp() * support).abs().sum(-1)
-    raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {kind!r}")
-
 
 # ----------------------------------------------------------------------------- the module
 
@@ -94,6 +89,11 @@ class DistillModule(L.LightningModule):
         val_temperature: float = 1.0,
         lora: dict[str, Any] | None = None,
         prompt_positions: int = 0,
+        freeze_layers: int = 0,
+        top_k: int | None = None,
+        reuse: bool = False,
+        sample_batch_size: int = 64,
+        replay: list[str] | tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         if lora is not None and not isinstance(lora, dict):  # a DictConfig from Hydra: plain, for checkpoints
@@ -102,16 +102,26 @@ class DistillModule(L.LightningModule):
             raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {divergence!r}")
         if rollout not in ROLLOUTS:
             raise ValueError(f"distill.rollout must be one of {ROLLOUTS}, got {rollout!r}")
+        if reuse and rollout != "target":
+            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target (the "
+                             "draft's own samples change as it trains)")
+        if reuse and top_k is None:
+            raise ValueError("distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)")
+        if replay is not None and not isinstance(replay, list | tuple):
+            replay = list(replay)
         self.save_hyperparameters(ignore=["pair", "optimizer"])
         self.optimizer_factory = optimizer
         self._pair = pair  # not a submodule: the target is frozen and absent from checkpoints
         self.draft = pair.draft if pair is not None else None
         if self.draft is not None:
             self.draft.train().requires_grad_(True)
+            if freeze_layers:
+                freeze_bottom(self.draft, freeze_layers)
             if lora:
                 self.draft = with_lora(self.draft, lora)
         self.val_totals = Totals()
         self.rng = random.Random(0)
+        self.samples_file: Path | None = None  # distill.reuse: where the drawn samples are kept (distill() sets it)
 
     @property
     def pair(self) -> Any:
@@ -124,6 +134,11 @@ class DistillModule(L.LightningModule):
         if next(target.parameters()).device != self.device:
             target.to(self.device)
         target.eval().requires_grad_(False)
+        if self.hparams.reuse:  # before the loaders are made: the train loader serves the samples
+            with self.trainer.precision_plugin.forward_context():
+                samples = self.teacher_samples(self.trainer.datamodule.train_task)
+            samples += [s for path in self.hparams.replay for s in read_samples(Path(path), draft_vocab.support(self.draft))]
+            self.trainer.datamodule.serve(samples)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return self.optimizer_factory(params=[p for p in self.draft.parameters() if p.requires_grad])
@@ -147,7 +162,9 @@ class DistillModule(L.LightningModule):
         )  # fmt: skip
         return out.sequences, mask, out.stats.new_tokens.to(self.device)
 
-    def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
+    def training_step(self, batch: list[dict] | list[TeacherSample], batch_idx: int) -> Tensor:
+        if batch and isinstance(batch[0], TeacherSample):
+            return self.step_on_samples(batch)
         hp = self.hparams
         sequences, prompt_mask, new_tokens = self.rollout(self._task("train"), batch)
         B, P = prompt_mask.shape
@@ -162,16 +179,111 @@ class DistillModule(L.LightningModule):
         at, weight = self.scored_positions(prompt_mask, comp_mask)
         with torch.no_grad():
             p_logits = self.pair.target(**inputs, logits_to_keep=at).logits
-        q_logits = self.draft(**inputs, logits_to_keep=at).logits
-        vocab = min(p_logits.shape[-1], q_logits.shape[-1])
-        d = divergence(p_logits[..., :vocab], q_logits[..., :vocab], hp.divergence, hp.temperature)
+        if hp.top_k is not None:  # the target's law coarsened to its top ids over the draft's support
+            with draft_vocab.support_logits(self.draft) as support:
+                q_logits = self.draft(**inputs, logits_to_keep=at).logits
+            teacher = teacher_top(p_logits, support, hp.top_k, hp.temperature)
+            d = coarse_divergence(teacher, q_logits, hp.divergence, hp.temperature)
+            tv = coarse_divergence(teacher, q_logits.detach(), "tvd", hp.temperature)
+        else:
+            q_logits = self.draft(**inputs, logits_to_keep=at).logits
+            vocab = min(p_logits.shape[-1], q_logits.shape[-1])
+            d = divergence(p_logits[..., :vocab], q_logits[..., :vocab], hp.divergence, hp.temperature)
+            tv = divergence(p_logits[..., :vocab].detach(), q_logits[..., :vocab].detach(), "tvd", hp.temperature)
         loss = (d * weight).sum() / weight.sum().clamp_min(1)
-        tv = divergence(p_logits[..., :vocab].detach(), q_logits[..., :vocab].detach(), "tvd", hp.temperature)
         C = comp_mask.shape[1]  # the last C positions are the completion's: acceptance is 1 − TV there
         tv_c, m_c = tv[:, tv.shape[1] - C :], weight[:, weight.shape[1] - C :]
-        self.log_dict({"train/loss": loss, "train/acceptance": 1 - (tv_c * m_c).sum() / m_c.sum().clamp_min(1)},
+        self.log_dict({"train/loss": loss, self._acceptance_key(): 1 - (tv_c * m_c).sum() / m_c.sum().clamp_min(1)},
                       prog_bar=True, batch_size=B)  # fmt: skip
         return loss
+
+    def _acceptance_key(self) -> str:
+        # 1 − TV of the coarsened laws is an upper bound of the acceptance (coarsening lowers TV)
+        return "train/acceptance" if self.hparams.top_k is None else "train/acceptance_bound"
+
+    # --------------------------------------------------------------------- samples drawn once (reuse)
+
+    def step_on_samples(self, batch: list[TeacherSample]) -> Tensor:
+        """The loss on samples drawn once: the draft teacher-forced on each row (right-padded), its
+        support logits at the row's scored slots against the target's coarsened law stored there."""
+        hp, pad = self.hparams, self.pair.tokenizer.pad_token_id
+        width = max(len(s.ids) for s in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
+        mask = torch.zeros_like(ids)
+        for b, s in enumerate(batch):
+            ids[b, : len(s.ids)], mask[b, : len(s.ids)] = s.ids, 1
+        position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
+        with draft_vocab.support_logits(self.draft):
+            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+        rows = torch.cat([torch.full_like(s.at, b) for b, s in enumerate(batch)])
+        q_logits = logits[rows, torch.cat([s.at for s in batch])]
+        teacher = TeacherTop(*(torch.cat([s.teacher[i] for s in batch]) for i in range(3)))
+        d = coarse_divergence(teacher, q_logits, hp.divergence, hp.temperature)
+        completion = torch.cat([s.at >= s.prompt - 1 for s in batch])
+        tv = coarse_divergence(teacher, q_logits.detach(), "tvd", hp.temperature)[completion]
+        loss = d.mean()
+        self.log_dict({"train/loss": loss, self._acceptance_key(): 1 - tv.mean() if tv.numel() else tv.new_ones(())},
+                      prog_bar=True, batch_size=len(batch))  # fmt: skip
+        return loss
+
+    @torch.no_grad()
+    def teacher_samples(self, task: Any) -> list[TeacherSample]:
+        """One target sample per training example of `task`, with the target's coarsened law at its
+        scored slots: read from `samples_file` when it holds these (same examples, settings, target
+        and draft support), else drawn (prompts by length, `sample_batch_size` at a time) and written."""
+        import hashlib
+        import json
+
+        hp, tok = self.hparams, self.pair.tokenizer
+        support = draft_vocab.support(self.draft)
+        key = hashlib.sha256(json.dumps({
+            "examples": [json.dumps(e, sort_keys=True, default=str) for e in task.examples],
+            "settings": task.settings(), "target": str(getattr(self.pair.target, "name_or_path", "")),
+            "support": None if support is None else support.tolist(), "vocab": draft_vocab.vocab_size(self.draft),
+            **{k: hp[k] for k in ("temperature", "max_new_tokens", "prompt_positions", "top_k")},
+        }, sort_keys=True, default=str).encode()).hexdigest()  # fmt: skip
+        if self.samples_file is not None and self.samples_file.is_file():
+            found = read_samples(self.samples_file, draft_vocab.support(self.draft), key)
+            if found is not None:
+                log.info(f"Reusing the {len(found)} target samples in {self.samples_file}")
+                return found
+        examples = list(task.examples)
+        lengths = [len(ids) for ids in task.encode(tok, examples)]
+        order = sorted(range(len(examples)), key=lengths.__getitem__)
+        samples: list[TeacherSample | None] = [None] * len(examples)
+        start, bs = time.perf_counter(), int(hp.sample_batch_size)
+        for first in range(0, len(order), bs):
+            chunk = order[first : first + bs]
+            for i, sample in zip(chunk, self._draw(task, [examples[i] for i in chunk], support), strict=True):
+                samples[i] = sample
+            done, took = first + len(chunk), time.perf_counter() - start
+            log.info(f"Target samples: {done}/{len(order)} ({took:.0f} s, about {took / done * (len(order) - done):.0f} s left)")
+        if self.samples_file is not None:
+            write_samples(self.samples_file, key, samples, support)  # type: ignore[arg-type]
+        return samples  # type: ignore[return-value]
+
+    def _draw(self, task: Any, examples: list[dict], support: Tensor | None) -> list[TeacherSample]:
+        sequences, prompt_mask, new_tokens = self.rollout(task, examples)
+        B, P = prompt_mask.shape
+        comp_mask = torch.arange(sequences.shape[1] - P, device=self.device) < new_tokens.unsqueeze(1)
+        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
+        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+        at, weight = self.scored_positions(prompt_mask, comp_mask)
+        out = []
+        for r in range(0, B, 4):  # the target's [rows, slots, V] logits a few rows at a time
+            rows = slice(r, r + 4)
+            p_logits = self.pair.target(input_ids=sequences[rows], attention_mask=attn[rows],
+                                        position_ids=position_ids[rows], logits_to_keep=at).logits  # fmt: skip
+            top = teacher_top(p_logits, support, int(self.hparams.top_k), self.hparams.temperature)
+            for j in range(p_logits.shape[0]):
+                b = r + j
+                prompt_len, left = int(prompt_mask[b].sum()), P - int(prompt_mask[b].sum())  # left padding
+                keep = weight[b] > 0
+                out.append(TeacherSample(
+                    sequences[b, left : P + int(new_tokens[b])].cpu(), prompt_len, (at[keep] - left).cpu(),
+                    TeacherTop(top.logp[j][keep].half().cpu(), top.ids[j][keep].int().cpu(), top.rest[j][keep].half().cpu()),
+                ))  # fmt: skip
+        return out
 
     def scored_positions(self, prompt_mask: Tensor, comp_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(positions, weight [B, len(positions)]): the slots whose logits predict a completion
@@ -189,7 +301,9 @@ class DistillModule(L.LightningModule):
         weight = (text[:, at] & text[:, at + 1]).float()
         return at, weight
 
+
     # --------------------------------------------------------------------- validation
+
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         hp, tok, task = self.hparams, self.pair.tokenizer, self._task("val")
@@ -202,6 +316,7 @@ class DistillModule(L.LightningModule):
         )  # fmt: skip
         self.val_totals.add(out.stats)
 
+
     def on_validation_epoch_end(self) -> None:
         vector = self.val_totals.to_vector(self.device)
         summed = self.trainer.strategy.reduce(vector, reduce_op="sum") if self._trainer is not None else vector
@@ -211,6 +326,18 @@ class DistillModule(L.LightningModule):
         metrics = {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call,
                    "val/objective": totals.acceptance_rate}  # fmt: skip
         self.log_dict(metrics, prog_bar=True)
+
+
+def freeze_bottom(model: nn.Module, layers: int) -> None:
+    """Keep `model`'s input embeddings and first `layers` decoder layers as they are (a draft cut
+    from the target then computes exactly the target's first layers; its backward stops above
+    them). A head tied to the embeddings stays fixed with them."""
+    stack = model.base_model.layers
+    if not 0 <= layers <= len(stack):
+        raise ValueError(f"distill.freeze_layers={layers}: the draft has {len(stack)} decoder layers")
+    model.get_input_embeddings().requires_grad_(False)
+    for layer in list(stack)[:layers]:
+        layer.requires_grad_(False)
 
 
 def with_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
@@ -242,6 +369,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     check_distill(cfg)
     datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"))
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
+    model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
     run = fit(cfg, model, datamodule, weights_only=False)
     if run.state is not None:  # the best draft by the monitored metric
         model.load_state_dict(run.state)

@@ -12,14 +12,15 @@ puts p's mass outside back), it only accepts less where p has mass there.
 Files: the model is saved as usual (its tied or full LM head untouched); the restricted head is
 `draft_vocab.safetensors` beside it (`weight` [K, H], `index` [K]), which `attach` puts back on
 load (`pair.load_pair` does, for both models). `rank_tokens` picks the K most frequent ids of
-a corpus (special tokens always in).
+a corpus (special tokens always in); `support_logits` gives the K logits alone (for training).
 
 It does not choose K or train the head (`drafts.py` and `distill.py` do).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,40 @@ class DraftVocabHead(nn.Linear):
                 self.bias.copy_(bias)
         self.register_buffer("index", index.to(weight.device, torch.long))
         self.vocab = int(vocab)
+        self.support_only = False  # `support_logits` sets it: the K logits alone
 
     def forward(self, h: Tensor) -> Tensor:
         small = super().forward(h)  # [..., K]
+        if self.support_only:
+            return small
         out = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))
         return out.index_copy(-1, self.index, small)  # q = softmax: exactly 0 outside `index`
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, vocab={self.vocab}"
+
+
+def support(model: nn.Module) -> Tensor | None:
+    """The ids a draft can propose (its restricted head's `index`), or None: every id."""
+    head = model.get_output_embeddings()
+    return head.index if isinstance(head, DraftVocabHead) else None
+
+
+@contextmanager
+def support_logits(model: nn.Module) -> Iterator[Tensor | None]:
+    """Within the block, a restricted draft's logits are its K support logits only ([..., K], in
+    the order of the yielded `index`), not the [..., V] row with −inf elsewhere: what training
+    needs (a [B, T, V] row is most of a small draft's memory and time). A model with a plain head
+    is unchanged and yields None (its support is the whole vocabulary)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, DraftVocabHead):
+        yield None
+        return
+    head.support_only = True
+    try:
+        yield head.index
+    finally:
+        head.support_only = False
 
 
 def check_index(index: Tensor, k: int, vocab: int) -> None:

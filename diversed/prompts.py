@@ -54,6 +54,12 @@ class PromptDataModule(L.LightningDataModule):
         self.n_train, self.n_val, self.seed = n_train, n_val, seed
         self.batch_size, self.val_batch_size, self.num_workers = batch_size, val_batch_size, num_workers
         self.train_task = self.val_task = None
+        self.train_items: list[Any] | None = None
+
+    def serve(self, items: list[Any]) -> None:
+        """Train on `items` instead of the train examples (distillation's samples drawn once from
+        them, `distill.reuse`); validation is unchanged."""
+        self.train_items = list(items)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_task is not None or self.val_task is not None:
@@ -127,7 +133,8 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_task, self.batch_size, shuffle=True)
+        items = self.train_task if self.train_items is None else self.train_items
+        return self._loader(items, self.batch_size, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_task, self.val_batch_size, shuffle=False)

@@ -13,6 +13,7 @@ It checks settings only: data files, the pair's files and the context length are
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -248,6 +249,24 @@ class DistillModelSettings(_Model):
     val_temperature: Temperature = 1.0
     lora: dict[str, Any] | None = None
     prompt_positions: Annotated[int, Field(ge=-1)] = 0
+    freeze_layers: Annotated[int, Field(ge=0)] = 0
+    top_k: PositiveInt | None = None
+    reuse: bool = False
+    sample_batch_size: PositiveInt = 64
+    replay: list[str] = []
+
+    @model_validator(mode="after")
+    def _reuse(self) -> DistillModelSettings:
+        if self.reuse and self.rollout != "target":
+            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target")
+        if self.reuse and self.top_k is None:
+            raise ValueError("distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)")
+        if self.replay and not self.reuse:
+            raise ValueError("distill.replay mixes in samples drawn by other runs: it needs distill.reuse=true")
+        for path in self.replay:
+            if not Path(path).is_file():
+                raise ValueError(f"distill.replay: no file {path} (a run's teacher_samples.pt)")
+        return self
 
     @field_validator("lora")
     @classmethod

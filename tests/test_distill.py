@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_models import compose_run
+from tiny_models import compose_run, tiny_pair
 
-from diversed.distill import distill, divergence
+from diversed.distill import distill
+from diversed.teacher import divergence
 from diversed.verify import total_variation
 
 SMALL = ["+experiment=distill_toy", "logger=none", "trainer.max_steps=6", "trainer.val_check_interval=3",
@@ -49,6 +50,22 @@ def acceptance(pair_dir, draft_dir, n=48, seed=0):
     return out.stats.acceptance_rate
 
 
+def mean_tv(pair_dir, draft_dir, n=64):
+    """Mean TV(p, q) over held-out toy prompts and their references, teacher-forced: 1 − acceptance
+    without sampling noise."""
+    from diversed.pair import load_pair
+    from diversed.tasks import load_task
+
+    pair = load_pair(str(pair_dir / "target"), str(draft_dir), device="cpu", dtype="float32")
+    task = load_task("toy", split="validation", n_examples=n)
+    tvs = []
+    with torch.no_grad():
+        for e in task.examples:
+            ids = torch.tensor([pair.tokenizer(task.prompt(e) + task.target(e))["input_ids"]])
+            tvs.append(total_variation(pair.target(ids).logits.softmax(-1), pair.draft(ids).logits.softmax(-1)).mean())
+    return float(torch.stack(tvs).mean())
+
+
 def test_a_short_distillation_raises_acceptance_and_saves_a_loadable_draft(tmp_path, toy_tiny_dir):
     cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL)
     result = distill(cfg)
@@ -83,3 +100,118 @@ def test_bad_distill_settings_fail_before_the_pair_loads(tmp_path, toy_tiny_dir,
                               ("distill.mixed_fraction=2", "mixed_fraction")):  # fmt: skip
         with pytest.raises(ValueError, match=message):
             distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, [override]))
+
+
+# ----------------------------------------------------------------------------- the coarsened teacher
+
+
+@pytest.mark.parametrize("support", [None, torch.tensor([0, 3, 4, 7, 9, 12, 20, 33, 39])])
+def test_the_coarsened_divergences_are_exact_with_every_id_and_never_larger_with_fewer(support):
+    from diversed.teacher import coarse_divergence, teacher_top
+
+    g = torch.Generator().manual_seed(1)
+    p_logits, q_full = torch.randn(6, 40, generator=g) * 2, torch.randn(6, 40, generator=g) * 2
+    if support is None:
+        q_support, q_logits = q_full, q_full
+    else:  # a restricted draft: logits over S only; the full row is −inf outside S (q = 0 exactly)
+        q_support = q_full[:, support]
+        q_logits = torch.full_like(q_full, float("-inf"))
+        q_logits[:, support] = q_support
+    size = 40 if support is None else len(support)
+    for kind in ("forward_kl", "tvd", "reverse_kl"):
+        exact = divergence(p_logits, q_logits, kind)
+        every = coarse_divergence(teacher_top(p_logits, support, size), q_support, kind)
+        assert torch.allclose(every, exact, atol=1e-5), kind
+        for k in (1, 3, size - 1):  # coarsening to k + 1 outcomes never raises an f-divergence
+            coarse = coarse_divergence(teacher_top(p_logits, support, k), q_support, kind)
+            # (over a restricted support, forward KL sums p log(p/q) over S only: it can go below 0)
+            floor = -1e-6 if support is None or kind != "forward_kl" else float("-inf")
+            assert (coarse <= exact + 1e-4).all() and (coarse >= floor).all(), (kind, k)
+            q_var = q_support.clone().requires_grad_(True)  # and a gradient step on q lowers it
+            before = coarse_divergence(teacher_top(p_logits, support, k), q_var, kind).sum()
+            before.backward()
+            assert torch.isfinite(q_var.grad).all()
+            after = coarse_divergence(teacher_top(p_logits, support, k), q_support - 0.2 * q_var.grad, kind).sum()
+            assert after < before, (kind, k)
+
+
+def test_the_coarsened_teacher_keeps_the_rest_mass_so_q_cannot_drop_the_tail():
+    from diversed.teacher import coarse_divergence, teacher_top
+
+    p = torch.tensor([[0.5, 0.2, 0.1, 0.1, 0.1]])
+    teacher = teacher_top(p.log(), None, 2)
+    assert torch.allclose(teacher.logp.exp(), torch.tensor([[0.5, 0.2]])) and teacher.ids.tolist() == [[0, 1]]
+    assert torch.allclose(teacher.rest.exp(), torch.tensor([0.3]))
+    # q right on the top two ids' relative sizes but with no tail: penalised; q = p is not
+    no_tail = torch.tensor([[5 / 7, 2 / 7, 1e-6, 1e-6, 1e-6]]).log()
+    assert coarse_divergence(teacher, no_tail, "forward_kl") > 0.3
+    assert coarse_divergence(teacher, p.log(), "forward_kl").abs() < 1e-6
+    assert coarse_divergence(teacher, p.log(), "tvd").abs() < 1e-6
+
+
+def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
+    from diversed.distill import DistillModule
+
+    # top_k ≥ the toy vocabulary (137 ids): the coarsening is exact (its own tests are above), so this
+    # checks reuse alone. 16 steps of 8 rows: each of the 64 samples twice.
+    reuse = ["distill.rollout=target", "distill.reuse=true", "distill.top_k=139", "trainer.max_steps=16",
+             "distill.optimizer.lr=0.005", "distill.divergence=forward_kl", "distill.sample_batch_size=16",
+             "distill.prompt_positions=-1"]  # fmt: skip
+    cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, reuse)
+    rollouts = []
+    real = DistillModule.rollout
+    monkeypatch.setattr(DistillModule, "rollout", lambda self, task, ex: rollouts.append(len(ex)) or real(self, task, ex))
+    distill(cfg)
+    assert sum(rollouts) == 64 and max(rollouts) == 16  # every train prompt once, 16 at a time
+    samples = torch.load(tmp_path / "run" / "teacher_samples.pt", weights_only=True)
+    assert len(samples["ids"]) == 64 and all(t.shape[-1] == 137 for t in samples["top"])
+    assert all(len(at) == len(ids) - 1 for at, ids in zip(samples["at"], samples["ids"], strict=True))  # every slot
+    before, after = mean_tv(toy_tiny_dir, toy_tiny_dir / "draft"), mean_tv(toy_tiny_dir, tmp_path / "run" / "draft")
+    assert after < before - 0.01, (before, after)
+    # a second run on the same directory reads the samples instead of drawing them
+    rollouts.clear()
+    distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, reuse))
+    assert rollouts == []
+    # replay: another run trains on its own samples and these
+    from diversed.prompts import PromptDataModule
+
+    served = []
+    real_serve = PromptDataModule.serve
+    monkeypatch.setattr(PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items))
+    distill(compose_run("distill", tmp_path / "other", toy_tiny_dir, SMALL,
+                        [*reuse, f"distill.replay=[{tmp_path / 'run' / 'teacher_samples.pt'}]"]))  # fmt: skip
+    assert served == [128]
+
+
+def test_frozen_bottom_layers_and_embeddings_do_not_move_and_the_rest_trains():
+    from diversed.distill import freeze_bottom
+
+    model, _ = tiny_pair()  # 3 layers
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.requires_grad_(True)
+    freeze_bottom(model, 2)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    ids = torch.randint(3, 96, (2, 7))
+    model(ids, labels=ids).loss.backward()
+    opt.step()
+    after = model.state_dict()
+    frozen = {k for k in before if k.startswith(("model.layers.0.", "model.layers.1.", "model.embed_tokens"))}
+    assert all(torch.equal(before[k], after[k]) for k in frozen)
+    assert all(not torch.equal(before[k], after[k]) for k in before if k.startswith("model.layers.2.") and "weight" in k)
+    with pytest.raises(ValueError, match="freeze_layers=4"):
+        freeze_bottom(model, 4)
+
+
+def test_reuse_settings_are_checked_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
+    from transformers import PreTrainedModel
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights read")))
+    for override, message in ((["distill.reuse=true", "distill.top_k=8"], "rollout=target"),
+                              (["distill.reuse=true", "distill.rollout=target"], "top_k"),
+                              (["distill.replay=[/nonexistent/teacher_samples.pt]"], "reuse"),
+                              (["distill.reuse=true", "distill.rollout=target", "distill.top_k=8",
+                                "distill.replay=[/nonexistent/teacher_samples.pt]"], "no file")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, override))

@@ -21,7 +21,6 @@ from diversed import (
     TypicalAcceptance,
     speculative_generate,
 )
-from diversed.distill import divergence
 from diversed.draft_vocab import (
     FILE,
     DraftVocabHead,
@@ -33,6 +32,7 @@ from diversed.draft_vocab import (
 )
 from diversed.forward import plan, use_forward
 from diversed.rules import defer, lossy_first_token, typical_threshold
+from diversed.teacher import divergence
 from diversed.verify import Ensemble, at_token, mix, total_variation
 
 
