@@ -5,14 +5,19 @@ Gemma-3-270M do not). `python -m diversed.drafts build smollm2` makes one:
 
 1. **init**: the target itself cut to its first `layers` decoder layers, with its own embeddings,
    final norm and LM head, so the tokenizer and vocabulary are the target's by construction
-   (measured on SmolLM2: keeping the LAST layer instead makes it worse, acceptance ≈ 0);
-2. **distil** through `diversed.distill`, once per task in `stages`, in turn: DistillSpec-style
-   forward KL towards the target on the target's own samples (`distill.rollout=target`) for that
-   task's TRAIN prompts, also scoring some of each prompt's teacher-forced positions (more signal
-   per rollout); the validation set is held out of the train split (`data.val_split=holdout`);
+   (measured on SmolLM2: keeping the LAST layer instead makes it worse, acceptance ≈ 0), its head
+   restricted to the `vocab` ids most frequent in the tasks' train texts (`draft_vocab.py`);
+2. **distil** through `diversed.distill`, once per task in `stages`, in turn: forward KL towards
+   the target on the target's own samples for that task's TRAIN prompts, every prompt and
+   completion position scored; the samples are drawn once per prompt with the target's law at
+   each position (its top `distill.top_k` ids) and reused every epoch (`distill.reuse`); each
+   stage also trains on the earlier stages' samples (`distill.replay`), so the last one trains on
+   every task's. The first `freeze` layers stay the target's own (`distill.freeze_layers`); the
+   validation set is held out of the train split (`data.val_split=holdout`);
 3. **measure** lossless acceptance α (accepted over verified drafts, T = 1, N = 5) on held-out
    prompts of each task in `eval_tasks` (the test split's first `n_eval` in the seed's order),
-   before and after, and write it with the build time to `build.json`.
+   after (and with `--before`, before) distillation, and write it with the times to `build.json`
+   (`build_seconds`: init and distillation, the part the recipe is sized for; measuring apart).
 
 The result is cached in `$DIVERSED_CACHE/drafts/<name>/` (default `~/.cache/diversed/drafts`)
 and named `draft:<name>` in a pair config (`weights.resolve_model`). Offline, each task's rows
@@ -48,28 +53,39 @@ class DraftRecipe:
     name: str
     target: str  # a pair member (weights.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int  # the target's first decoder layers kept
-    vocab: (
-        int | None
-    )  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
-    stages: tuple[tuple[str, int], ...]  # (task, optimizer steps) distilled in turn
+    vocab: int | None  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    # (task, optimizer steps, that stage's own distill overrides), distilled in turn, each stage
+    # replaying the earlier stages' samples
+    stages: tuple[tuple[str, int, tuple[str, ...]], ...]
     overrides: tuple[str, ...] = ()  # distill config overrides every stage shares
+    freeze: int = 0  # the first layers kept as the target's (distill.freeze_layers)
     eval_tasks: tuple[str, ...] = ("xsum", "gsm8k")
     vocab_tasks: tuple[str, ...] = ()  # whose train texts rank the vocabulary (default: the stages' tasks)
     n_eval: int = 32  # held-out test prompts per task for α
     max_new_tokens: int = 64  # of the α measurement
 
 
-# Sized for about half an hour of distillation on 2 CPU cores (measured: 37 min, README). Rollouts at batch 8
-# with up to 64 new tokens; 128 teacher-forced prompt positions per row join the completion's.
-_SHARED = ("distill.rollout=target", "distill.divergence=forward_kl", "distill.prompt_positions=128",
-           "task.max_prompt_tokens=640",  # training prompts only (their ends are kept): long articles cost most
-           "distill.max_new_tokens=64", "distill.optimizer.lr=5e-4", "data.batch_size=8", "data.val_split=holdout",
-           "data.n_val=8", "data.val_batch_size=8", "runtime.threads=2", "logger=csv")  # fmt: skip
+# Sized for under half an hour on 2 CPU cores (README: measured). Per stage, one target sample per
+# train prompt (T = 1, prompts cut to their last 320 tokens, batches of 64 by length) with the
+# target's top 256 ids over the draft's support at every position, then epochs of the draft's
+# forward and backward in bf16 autocast, rows of 12; linear warm-up and decay; lr 2e-3 (measured
+# against 1e-3: higher acceptance at equal steps).
+_SHARED = ("distill.rollout=target", "distill.reuse=true", "distill.top_k=256", "distill.prompt_positions=-1",
+           "distill.divergence=forward_kl", "distill.sample_batch_size=64", "task.max_prompt_tokens=320",
+           "distill.optimizer.lr=2e-3", "distill.lr_schedule=linear", "distill.warmup_steps=10",
+           "trainer.precision=bf16-mixed", "data.batch_size=12", "data.val_split=holdout", "data.n_val=8",
+           "data.val_batch_size=8", "runtime.threads=2", "logger=csv", "trainer.enable_progress_bar=false",
+           "callbacks.last_checkpoint.every_n_train_steps=100")  # fmt: skip (a 15-layer draft's state is 0.6 GB)
 RECIPES: dict[str, DraftRecipe] = {
     r.name: r
     for r in (
-        DraftRecipe("smollm2", "shipped:smollm2", layers=6, vocab=16384, stages=(("xsum", 40), ("gsm8k", 40)),
-                    overrides=_SHARED, n_eval=16),
+        # 15 of 30 layers, the first 8 frozen: measured against 6 and 10 layers trained whole, the
+        # highest acceptance per second of training (README). XSum first (400 prompts, one epoch),
+        # then GSM8K (240 prompts, 128 new tokens) with XSum's samples replayed, about 3.3 epochs.
+        DraftRecipe("smollm2", "shipped:smollm2", layers=15, vocab=16384, freeze=8,
+                    stages=(("xsum", 34, ("data.n_train=400", "distill.max_new_tokens=64")),
+                            ("gsm8k", 176, ("data.n_train=240", "distill.max_new_tokens=128"))),
+                    overrides=_SHARED, n_eval=32),
         # Gemma-3-270M: its 262k-token LM head is most of a forward; restricted to 16k ids it is cheap.
         # This draft (3 sliding-window layers, not distilled) exists to run the sliding-window case.
         DraftRecipe("gemma3_270m", "shipped:gemma3_270m", layers=3, vocab=16384, stages=(), vocab_tasks=("xsum",),
@@ -199,10 +215,10 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
     }
 
 
-def distill_stage(
-    target_dir: str, draft_dir: str, task: str, steps: int, overrides: list[str], out: Path
-) -> str:
-    """One `diversed.distill` run on `task`; returns the distilled draft's directory."""
+def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overrides: list[str], out: Path,
+                  replay: list[Path] = ()) -> str:  # fmt: skip
+    """One `diversed.distill` run on `task` (replaying `replay`'s samples); returns the distilled
+    draft's directory. Its samples are kept in `out/teacher_samples.pt`."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -213,6 +229,8 @@ def distill_stage(
             "pair.device=cpu", "pair.dtype=float32"]  # fmt: skip
     run = [f"task={task}", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
            "trainer.accelerator=cpu", "trainer.devices=1", f"task_name=draft_{task}"]  # fmt: skip
+    if replay:
+        run.append("distill.replay=[" + ",".join(f"'{p}'" for p in replay) + "]")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("distill", overrides=[*pair, *run, *overrides])
     with open_dict(cfg):
@@ -221,7 +239,7 @@ def distill_stage(
 
 
 def build(name: str, *, data: str | Path | None = None, force: bool = False, steps_scale: float = 1.0,
-          measure: bool = True) -> Path:  # fmt: skip
+          measure: bool = True, before: bool = False) -> Path:  # fmt: skip
     """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory."""
     from diversed.weights import check_member, resolve_model
 
@@ -229,10 +247,14 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         raise ValueError(f"unknown draft {name!r}; the project builds {sorted(RECIPES)}")
     recipe, out = RECIPES[name], built_dir(name)
     if (out / "build.json").is_file() and not force:
+        if measure and recipe.stages and "after" not in json.loads((out / "build.json").read_text()):
+            # built, its measurement interrupted: measure only
+            check_member(recipe.target, "target")
+            _measure_after(out, recipe, resolve_model(recipe.target, "target"), data)
         return out
     check_member(recipe.target, "target")  # fetched? (fails before anything is built)
-    stages = [(task, max(1, round(steps * steps_scale))) for task, steps in recipe.stages]
-    tasks = {*dict(stages), *recipe.eval_tasks, *recipe.vocab_tasks}
+    stages = [(task, max(1, round(steps * steps_scale)), extra) for task, steps, extra in recipe.stages]
+    tasks = {*(t for t, _, _ in stages), *recipe.eval_tasks, *recipe.vocab_tasks}
     overrides = {task: data_overrides(task, data) for task in tasks}  # checked first
     t0 = time.perf_counter()
     target_dir = resolve_model(recipe.target, "target")
@@ -240,39 +262,56 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
     try:
         texts = (
-            train_texts(list(recipe.vocab_tasks) or [t for t, _ in stages], data) if recipe.vocab else None
+            train_texts(list(recipe.vocab_tasks) or [t for t, _, _ in stages], data) if recipe.vocab else None
         )
         draft = str(init_draft(target_dir, recipe.layers, work / "init", recipe.vocab, texts))
-        report: dict[str, Any] = {"recipe": asdict(recipe), "steps": dict(stages), "target": target_dir}
+        report: dict[str, Any] = {"recipe": asdict(recipe), "steps": {t: n for t, n, _ in stages}, "target": target_dir}
         alpha = lambda d: {t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)  # noqa: E731
                            for t in recipe.eval_tasks}  # fmt: skip
-        if measure:
+        measured = 0.0
+        if measure and before:
             t1 = time.perf_counter()
             report["before"] = alpha(draft)
             log.info("draft %s before distillation: %s", name, report["before"])
-            report["measure_seconds"] = round(time.perf_counter() - t1, 1)
+            measured += time.perf_counter() - t1
         t2 = time.perf_counter()
-        for i, (task, steps) in enumerate(stages):
-            draft = distill_stage(target_dir, draft, task, steps, [*recipe.overrides, *overrides[task]],
-                                  work / f"stage{i}_{task}")  # fmt: skip
+        freeze = [f"distill.freeze_layers={recipe.freeze}"] if recipe.freeze else []
+        replay: list[Path] = []
+        for i, (task, steps, extra) in enumerate(stages):
+            stage = work / f"stage{i}_{task}"
+            draft = distill_stage(target_dir, draft, task, steps, [*recipe.overrides, *freeze, *extra, *overrides[task]],
+                                  stage, replay)  # fmt: skip
+            replay.append(stage / "teacher_samples.pt")
         report["distill_seconds"] = round(time.perf_counter() - t2, 1)
         final = work / "final"
         shutil.copytree(draft, final)
-        for i, (task, _) in enumerate(
-            stages
-        ):  # each stage's logged metrics (loss, acceptance) kept beside it
+        for i, (task, _, _) in enumerate(stages):  # each stage's logged metrics (loss, acceptance) kept beside it
             for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
                 shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
-        if measure and stages:
-            report["after"] = alpha(str(final))
-            log.info("draft %s after distillation: %s", name, report["after"])
-        report["build_seconds"] = round(time.perf_counter() - t0, 1)
+        report["build_seconds"] = round(time.perf_counter() - t0 - measured, 1)
+        report["measure_seconds"] = round(measured, 1)
         (final / "build.json").write_text(json.dumps(report, indent=1) + "\n")
         if force:
             shutil.rmtree(out, ignore_errors=True)
         os.rename(final, out)  # atomic: a reader sees a whole draft or none
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if measure and stages:  # after the draft is safe in the cache: an interrupted measurement loses no training
+        _measure_after(out, recipe, target_dir, data)
+    return out
+
+
+def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | Path | None) -> None:
+    """Measure the cached draft's α on `recipe.eval_tasks` into its `build.json` (atomically)."""
+    report = json.loads((out / "build.json").read_text())
+    t3 = time.perf_counter()
+    report["after"] = {t: acceptance(target_dir, str(out), t, data, recipe.n_eval, recipe.max_new_tokens)
+                       for t in recipe.eval_tasks}  # fmt: skip
+    log.info("draft %s after distillation: %s", recipe.name, report["after"])
+    report["measure_seconds"] = round(report.get("measure_seconds", 0.0) + time.perf_counter() - t3, 1)
+    tmp = out / "build.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, out / "build.json")
     return out
 
 
@@ -287,18 +326,19 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)")
     b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
     b.add_argument("--steps-scale", type=float, default=1.0, help="scale every stage's optimizer steps")
-    b.add_argument("--no-measure", action="store_true", help="skip the acceptance before and after")
+    b.add_argument("--no-measure", action="store_true", help="skip measuring the acceptance")
+    b.add_argument("--before", action="store_true", help="also measure the undistilled draft's acceptance")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         out = build(args.name, data=args.data, force=args.force, steps_scale=args.steps_scale,
-                    measure=not args.no_measure)  # fmt: skip
+                    measure=not args.no_measure, before=args.before)  # fmt: skip
     except (FileNotFoundError, ValueError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report = json.loads((out / "build.json").read_text())
     print(
-        json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds")}),
+        json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds", "measure_seconds")}),
         file=sys.stderr,
     )
     print(out)

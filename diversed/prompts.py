@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 HOLDOUT = "holdout"
 log = logging.getLogger(__name__)
@@ -133,8 +133,37 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        items = self.train_task if self.train_items is None else self.train_items
-        return self._loader(items, self.batch_size, shuffle=True)
+        if self.train_items is None:
+            return self._loader(self.train_task, self.batch_size, shuffle=True)
+        # served rows (token sequences): batches of similar lengths, so that little of each is padding
+        sampler = LengthGroupedBatches([len(item.ids) for item in self.train_items], self.batch_size, self.seed)
+        return DataLoader(self.train_items, batch_sampler=sampler, collate_fn=list, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_task, self.val_batch_size, shuffle=False)
+
+
+class LengthGroupedBatches(Sampler[list[int]]):
+    """Batches of rows of similar lengths, in a new random order each epoch (as transformers'
+    `group_by_length`): the rows are shuffled, cut into groups of 16 batches, each group sorted by
+    length and cut into batches, and the batches shuffled. Every row once per epoch."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int = 0, group: int = 16) -> None:
+        self.lengths, self.batch_size, self.seed, self.group = list(lengths), int(batch_size), int(seed), int(group)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = random.Random(f"length-grouped-{self.seed}-{self.epoch}")
+        self.epoch += 1
+        order = list(range(len(self.lengths)))
+        rng.shuffle(order)
+        size = self.batch_size * self.group
+        batches = []
+        for start in range(0, len(order), size):
+            chunk = sorted(order[start : start + size], key=self.lengths.__getitem__)
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        rng.shuffle(batches)
+        return iter(batches)

@@ -15,6 +15,8 @@
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
   trainer, fit or resume, last.ckpt, the best checkpoint's state).
+- `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
+  `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
 It does not decide what is logged (the entry points do).
 """
@@ -161,6 +163,25 @@ def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
     log.info(f"Loading pair <{cfg.pair._target_}>")
     return datamodule, instantiate(cfg.pair)
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_steps: int = 0) -> Any:
+    """`optimizer` alone, or with transformers' schedule stepped every optimizer step: linear
+    warm-up over `warmup_steps`, then constant, cosine or linear decay to 0 over the run's steps
+    (max_steps, or epochs × batches per epoch)."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if schedule == "constant" and not warmup_steps:
+        return optimizer
+    from transformers import get_scheduler
+
+    name = "constant_with_warmup" if schedule == "constant" else schedule
+    total = int(module.trainer.estimated_stepping_batches)
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 class Fitted(NamedTuple):

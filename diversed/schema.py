@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from diversed.methods import METHOD_NAMES
+from diversed.runtime import LR_SCHEDULES
 
 
 class ConfigError(ValueError):
@@ -181,7 +182,6 @@ class OptimizerSettings(_Model):
 
 
 BASELINES = ("running", "group", "constant")
-LR_SCHEDULES = ("constant", "cosine", "linear")
 
 
 class ModelSettings(_Model):
@@ -254,6 +254,8 @@ class DistillModelSettings(_Model):
     reuse: bool = False
     sample_batch_size: PositiveInt = 64
     replay: list[str] = []
+    lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
+    warmup_steps: NonNegativeInt = 0
 
     @model_validator(mode="after")
     def _reuse(self) -> DistillModelSettings:

@@ -30,13 +30,12 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
-from transformers import get_scheduler
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
-from diversed.runtime import finish, fit, prepare_training
-from diversed.schema import BASELINES, LR_SCHEDULES, check_train
+from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
+from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
@@ -131,16 +130,8 @@ class DiversedModule(L.LightningModule):
             model.eval().requires_grad_(False)
 
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer_factory(params=self.head.parameters())
         hp = self.hparams
-        if hp.lr_schedule == "constant" and not hp.warmup_steps:
-            return optimizer
-        # transformers' schedules: linear warm-up over warmup_steps, then constant, cosine or linear
-        # decay to 0 over the run's optimizer steps (max_steps, or epochs × batches per epoch)
-        name = "constant_with_warmup" if hp.lr_schedule == "constant" else hp.lr_schedule
-        total = int(self.trainer.estimated_stepping_batches)
-        scheduler = get_scheduler(name, optimizer, num_warmup_steps=hp.warmup_steps, num_training_steps=total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return optimizers(self, self.optimizer_factory(params=self.head.parameters()), hp.lr_schedule, hp.warmup_steps)
 
     def _task(self, stage: str) -> Any:
         dm = self.trainer.datamodule

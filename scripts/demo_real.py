@@ -98,7 +98,7 @@ def main() -> None:
     )
     parser.add_argument("--train-steps", type=int, default=40, help="the head's optimizer steps (batch 8)")
     parser.add_argument(
-        "--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 8)"
+        "--distill-steps", type=int, default=30, help="the fine-tuned draft's steps (batch 12)"
     )
     parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
     args = parser.parse_args()
@@ -130,6 +130,7 @@ def main() -> None:
     if not (head / "head_config.json").is_file():
         took["train"] = run("2. train a DIVERSED head on XSum (ROUGE-2 reward)", "-m", "diversed.train",
                             "+experiment=smollm2", *data_overrides("xsum", args.data), "logger=csv",
+                            "task.max_prompt_tokens=320",  # training rollouts only: the articles' ends (the sweep reads them whole)
                             f"hydra.run.dir={out / 'train_xsum'}", "trainer.enable_progress_bar=false",
                             f"trainer.max_steps={args.train_steps}", f"trainer.val_check_interval={args.train_steps}",
                             eta_s=0.25 * budget)  # fmt: skip

@@ -105,3 +105,47 @@ def test_a_tiny_gemma3_gguf_with_sliding_windows_decodes_exactly(cache, tmp_path
     # prompts longer than the window, ragged: each row keeps its whole window
     long = ["one two three four five six seven eight nine ten eleven twelve", "short", "a b c d e f g h i j"]
     _greedy_matches_generate(pair, long, max_new=14)
+
+
+def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_samples(cache, tmp_path, monkeypatch):
+    """`drafts.build` end to end on a tiny recipe: cut, restricted, distilled on two tasks in turn
+    (the second replaying the first's samples), the target's first layer kept frozen, α measured."""
+    from safetensors.torch import load_file
+
+    from diversed import drafts
+    from diversed.prompts import PromptDataModule
+
+    path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=2)
+    tiny = ("distill.rollout=target", "distill.reuse=true", "distill.top_k=16", "distill.prompt_positions=-1",
+            "distill.sample_batch_size=16", "distill.max_new_tokens=6", "distill.optimizer.lr=1e-3",
+            "data.batch_size=8", "data.n_train=24", "data.val_split=holdout", "data.n_val=4", "data.val_batch_size=4",
+            "logger=none", "trainer.enable_progress_bar=false", "runtime.threads=1")  # fmt: skip
+    recipe = drafts.DraftRecipe("tiny", str(path), layers=2, vocab=200, freeze=1, overrides=tiny,
+                                stages=(("toy", 3, ()), ("toy_count", 3, ("data.n_train=16",))),
+                                eval_tasks=("toy",), n_eval=4, max_new_tokens=6)  # fmt: skip
+    monkeypatch.setitem(drafts.RECIPES, "tiny", recipe)
+    served = []
+    real_serve = PromptDataModule.serve
+    monkeypatch.setattr(PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items))
+    out = drafts.build("tiny")
+    assert out == drafts.built_dir("tiny") and out.parent.parent == cache
+    report = json.loads((out / "build.json").read_text())
+    assert report["steps"] == {"toy": 3, "toy_count": 3} and 0 <= report["after"]["toy"]["alpha"] <= 1
+    assert report["build_seconds"] > 0 and "before" not in report
+    assert served == [24, 16 + 24]  # the second stage trains on its own samples and the first's
+    assert [p.name for p in sorted(out.glob("distill_*_metrics.csv"))] == []  # logger=none: no CSV to keep
+    pair = load_pair(str(path), str(out), dtype="float32", device="cpu", name="tiny-built")
+    assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
+    assert pair.draft.config.num_hidden_layers == 2
+    built, target = load_file(out / "model.safetensors"), load_file(converted_dir(sha256_file(path)) / "model.safetensors")
+    layer0 = [k for k in built if k.startswith("model.layers.0.")]
+    assert layer0 and all(torch.equal(built[k], target[k]) for k in layer0)  # frozen: the target's own
+    assert not all(torch.equal(built[k], target[k]) for k in built if k.startswith("model.layers.1."))
+    _greedy_matches_generate(pair, TEXTS)  # and it decodes exactly as a draft
+    assert drafts.build("tiny") == out  # cached: built once
+    # a measurement cut short (the draft already cached): the next call measures only
+    (out / "build.json").write_text(json.dumps({k: v for k, v in report.items() if k != "after"}))
+    weights = (out / "model.safetensors").stat().st_mtime_ns
+    assert drafts.build("tiny") == out
+    assert json.loads((out / "build.json").read_text())["after"] == report["after"]  # same prompts, same seed
+    assert (out / "model.safetensors").stat().st_mtime_ns == weights  # not rebuilt

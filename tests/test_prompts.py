@@ -97,3 +97,21 @@ def test_paper_presets_select_checkpoints_on_train_problems_only(preset, tmp_pat
     whole_split = _ids(hydra.utils.instantiate(cfg.task, n_examples=None))
     assert not _ids(dm.val_task) & whole_split and not _ids(dm.train_task) & whole_split
     assert not _ids(dm.val_task) & _ids(dm.train_task)
+
+
+def test_length_grouped_batches_serve_every_row_once_per_epoch_in_batches_of_similar_lengths():
+    import random
+
+    from diversed.prompts import LengthGroupedBatches
+
+    lengths = [random.Random(i).randint(10, 500) for i in range(203)]
+    sampler = LengthGroupedBatches(lengths, batch_size=8, seed=3, group=4)
+    epochs = [list(sampler) for _ in range(2)]
+    for batches in epochs:
+        assert len(batches) == len(sampler) == 26
+        assert sorted(i for b in batches for i in b) == list(range(203))  # every row once
+        assert all(1 <= len(b) <= 8 for b in batches)
+        spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+        assert spread < 150, spread  # random batches of 8 from [10, 500] spread about 380
+    assert epochs[0] != epochs[1]  # a new order each epoch
+    assert list(LengthGroupedBatches(lengths, 8, seed=3, group=4)) == epochs[0]  # and the same from a seed
