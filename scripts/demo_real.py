@@ -124,6 +124,15 @@ def main() -> None:
     per_point = (rec["scored_wall_time_s"] / args.pilot) * args.n_examples + latency * args.latency_examples
     print(f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, {latency:.2f} s per sample "
           f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples")  # fmt: skip
+    smallest = len(FIXED) + 5  # the grid has every family whatever the budget
+    sweep_s = left() - 0.4 * budget  # the head's and the draft's shares (their estimates below) set aside
+    if smallest * per_point > sweep_s:
+        fits = int(
+            (sweep_s / smallest - latency * args.latency_examples) / (rec["scored_wall_time_s"] / args.pilot)
+        )
+        print(f"warning: the smallest grid ({smallest} points) takes about {smallest * per_point / 60:.0f} min at "
+              f"{args.n_examples} examples, more than the {sweep_s / 60:.0f} min the budget leaves it: the demo will "
+              f"run over --budget-min {args.budget_min:g}" + (f" (--n-examples {fits} fits)" if fits > 0 else ""))  # fmt: skip
 
     # 2-3. the head and the fine-tuned draft on XSum
     head, draft = out / "train_xsum" / "head", out / "distill_xsum" / "draft"
