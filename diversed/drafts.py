@@ -16,8 +16,9 @@ Gemma-3-270M do not). `python -m diversed.drafts build smollm2` makes one:
    validation set is held out of the train split (`data.val_split=holdout`);
 3. **measure** lossless acceptance α (accepted over verified drafts, T = 1, N = 5) on held-out
    prompts of each task in `eval_tasks` (the test split's first `n_eval` in the seed's order),
-   after (and with `--before`, before) distillation, and write it with the times to `build.json`
-   (`build_seconds`: init and distillation, the part the recipe is sized for; measuring apart).
+   after (and with `--before`, before) distillation, or for a recipe without stages the undistilled
+   draft's, and write it with the times to `build.json` (`build_seconds`: init and distillation,
+   the part the recipe is sized for; measuring apart).
 
 The result is cached in `$DIVERSED_CACHE/drafts/<name>/` (default `~/.cache/diversed/drafts`)
 and named `draft:<name>` in a pair config (`weights.resolve_model`). Offline, each task's rows
@@ -269,7 +270,7 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         alpha = lambda d: {t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)  # noqa: E731
                            for t in recipe.eval_tasks}  # fmt: skip
         measured = 0.0
-        if measure and before:
+        if measure and (before or not stages):  # an undistilled draft's only α is its own
             t1 = time.perf_counter()
             report["before"] = alpha(draft)
             log.info("draft %s before distillation: %s", name, report["before"])
@@ -327,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
     b.add_argument("--steps-scale", type=float, default=1.0, help="scale every stage's optimizer steps")
     b.add_argument("--no-measure", action="store_true", help="skip measuring the acceptance")
-    b.add_argument("--before", action="store_true", help="also measure the undistilled draft's acceptance")
+    b.add_argument("--before", action="store_true",
+                   help="also measure the undistilled draft's acceptance (always for a recipe without stages)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -149,3 +149,14 @@ def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_s
     assert drafts.build("tiny") == out
     assert json.loads((out / "build.json").read_text())["after"] == report["after"]  # same prompts, same seed
     assert (out / "model.safetensors").stat().st_mtime_ns == weights  # not rebuilt
+
+
+def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache, tmp_path, monkeypatch):
+    from diversed import drafts
+
+    path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=2)
+    recipe = drafts.DraftRecipe("cut", str(path), layers=1, vocab=None, stages=(), eval_tasks=("toy",), n_eval=4,
+                                max_new_tokens=6)  # fmt: skip
+    monkeypatch.setitem(drafts.RECIPES, "cut", recipe)
+    report = json.loads((drafts.build("cut") / "build.json").read_text())
+    assert 0 <= report["before"]["toy"]["alpha"] <= 1 and "after" not in report
