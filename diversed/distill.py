@@ -170,17 +170,8 @@ class DistillModule(L.LightningModule):
         if batch and isinstance(batch[0], TeacherSample):
             return self.step_on_samples(batch)
         hp = self.hparams
-        sequences, prompt_mask, new_tokens = self.rollout(self._task("train"), batch)
-        B, P = prompt_mask.shape
-        steps = torch.arange(sequences.shape[1] - P, device=self.device)
-        comp_mask = steps < new_tokens.unsqueeze(1)
-        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
-        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
-        inputs = {"input_ids": sequences, "attention_mask": attn, "position_ids": position_ids}
-        # The positions whose next token is scored: every completion token, and (prompt_positions)
-        # some or all of the prompt's own tokens, teacher-forced text the target also predicts.
-        # Only their logits are computed (the LM head over every position is most of a small draft).
-        at, weight = self.scored_positions(prompt_mask, comp_mask)
+        inputs, prompt_mask, comp_mask, _, at, weight = self.rollout_inputs(self._task("train"), batch)
+        B = prompt_mask.shape[0]
         with torch.no_grad():
             p_logits = self.pair.target(**inputs, logits_to_keep=at).logits
         if hp.top_k is not None:  # the target's law coarsened to its top ids over the draft's support
@@ -248,7 +239,7 @@ class DistillModule(L.LightningModule):
             **{k: hp[k] for k in ("temperature", "max_new_tokens", "prompt_positions", "top_k")},
         }, sort_keys=True, default=str).encode()).hexdigest()  # fmt: skip
         if self.samples_file is not None and self.samples_file.is_file():
-            found = read_samples(self.samples_file, draft_vocab.support(self.draft), key)
+            found = read_samples(self.samples_file, support, key)
             if found is not None:
                 log.info(f"Reusing the {len(found)} target samples in {self.samples_file}")
                 return found
@@ -268,17 +259,12 @@ class DistillModule(L.LightningModule):
         return samples  # type: ignore[return-value]
 
     def _draw(self, task: Any, examples: list[dict], support: Tensor | None) -> list[TeacherSample]:
-        sequences, prompt_mask, new_tokens = self.rollout(task, examples)
-        B, P = prompt_mask.shape
-        comp_mask = torch.arange(sequences.shape[1] - P, device=self.device) < new_tokens.unsqueeze(1)
-        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
-        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
-        at, weight = self.scored_positions(prompt_mask, comp_mask)
+        inputs, prompt_mask, _, new_tokens, at, weight = self.rollout_inputs(task, examples)
+        sequences, (B, P) = inputs["input_ids"], prompt_mask.shape
         out = []
         for r in range(0, B, 4):  # the target's [rows, slots, V] logits a few rows at a time
             rows = slice(r, r + 4)
-            p_logits = self.pair.target(input_ids=sequences[rows], attention_mask=attn[rows],
-                                        position_ids=position_ids[rows], logits_to_keep=at).logits  # fmt: skip
+            p_logits = self.pair.target(**{k: v[rows] for k, v in inputs.items()}, logits_to_keep=at).logits
             top = teacher_top(p_logits, support, int(self.hparams.top_k), self.hparams.temperature)
             for j in range(p_logits.shape[0]):
                 b = r + j
@@ -289,6 +275,22 @@ class DistillModule(L.LightningModule):
                     TeacherTop(top.logp[j][keep].half().cpu(), top.ids[j][keep].int().cpu(), top.rest[j][keep].half().cpu()),
                 ))  # fmt: skip
         return out
+
+    def rollout_inputs(self, task: Any, examples: list[dict]) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Roll `examples` out (`rollout`) and lay the rows out for a teacher-forced forward: (inputs
+        {input_ids, attention_mask, position_ids}, prompt_mask [B, P], comp_mask [B, C], new_tokens
+        [B], and the scored slots with their weights, `scored_positions`)."""
+        sequences, prompt_mask, new_tokens = self.rollout(task, examples)
+        P = prompt_mask.shape[1]
+        comp_mask = torch.arange(sequences.shape[1] - P, device=self.device) < new_tokens.unsqueeze(1)
+        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
+        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
+        inputs = {"input_ids": sequences, "attention_mask": attn, "position_ids": position_ids}
+        # The positions whose next token is scored: every completion token, and (prompt_positions)
+        # some or all of the prompt's own tokens, teacher-forced text the target also predicts.
+        # Only their logits are computed (the LM head over every position is most of a small draft).
+        at, weight = self.scored_positions(prompt_mask, comp_mask)
+        return inputs, prompt_mask, comp_mask, new_tokens, at, weight
 
     def scored_positions(self, prompt_mask: Tensor, comp_mask: Tensor) -> tuple[Tensor, Tensor]:
         """(positions, weight [B, len(positions)]): the slots whose logits predict a completion
@@ -306,9 +308,7 @@ class DistillModule(L.LightningModule):
         weight = (text[:, at] & text[:, at + 1]).float()
         return at, weight
 
-
     # --------------------------------------------------------------------- validation
-
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         hp, tok, task = self.hparams, self.pair.tokenizer, self._task("val")
@@ -320,7 +320,6 @@ class DistillModule(L.LightningModule):
             stop=task.stopper(tok), generator=torch.Generator(device=self.device).manual_seed(batch_idx),
         )  # fmt: skip
         self.val_totals.add(out.stats)
-
 
     def on_validation_epoch_end(self) -> None:
         vector = self.val_totals.to_vector(self.device)
