@@ -177,6 +177,8 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
                 "reference": task.reference(ex), "completion": completions[i],
                 "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
                 "accepted_drafts": int(stats.accepted[i]) if speculative else None,
+                "proposed_drafts": int(stats.proposed[i]) if speculative else None,  # acceptance rate's denominator
+                "verified_drafts": int(stats.verified[i]) if speculative and stats.verified is not None else None,  # α's
             })  # fmt: skip
             if token_w and stats.token_w is not None:
                 n = int(n_new[i])
@@ -246,6 +248,17 @@ def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, An
             "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
 
 
+# What says which examples a run scored: left out of the comparison group (see evaluate).
+_EXAMPLE_FIELDS = ("split", "n_examples", "n_loaded", "examples", "prompts", "selection", "data_files", "seed")
+
+
+def comparison_group(common: dict[str, Any]) -> str:
+    """Digest of the settings without the seed and without which examples were scored: records of one
+    protocol on its validation and its test split share it."""
+    task = {k: v for k, v in common["task"].items() if k not in _EXAMPLE_FIELDS}
+    return digest({**{k: v for k, v in common.items() if k != "seed"}, "task": task})
+
+
 def _keep_settings(run_dir: Path, key: str, settings: dict[str, Any], cfg: DictConfig) -> None:
     """Write settings/<key>.json and configs/<key>.yaml once: never replaced by another run's."""
     import json
@@ -280,16 +293,21 @@ def evaluate(cfg: DictConfig) -> Path:
             log.warning(f"sweep.methods has {method} but sweep.{key} is empty: no {method} points")
     common = settings_fingerprint(cfg, task, card)
     name = card.name if card is not None else str(cfg.pair.get("name"))
-    meta = {"pair": name, "task": task.name, "seed": int(cfg.seed), "n_examples": len(task), "metric": task.metric}
+    meta = {"pair": name, "task": task.name, "n_examples": len(task), "metric": task.metric, "split": task.source.get("split")}
+    seeds = [int(cfg.seed) + i for i in range(int(sweep.get("num_seeds", 1)))]  # each point decoded once per seed
     extras = {k: getattr(task, k) for k in ("stop_early", "use_stemmer", "max_summary_words", "test_format") if hasattr(task, k)}
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
         extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}
-        return {**common, **{k: v for k, v in extra.items() if v}}
+        return {**common, "seed": point["seed"], **{k: v for k, v in extra.items() if v}}
 
-    # one group for every seed of these settings: plots average over seeds within a group only
-    group, baseline = digest({k: v for k, v in common.items() if k != "seed"}), digest(common)
-    points = [{**p, "settings": digest(settings_of(p))} for p in grid(sweep, head_digests, draft_digests)]
+    # one group for every seed of these settings: plots average over seeds within a group only; the
+    # comparison group also leaves out which examples (split, subset): a validation run and a test run of
+    # one protocol share it, so a knob chosen on one is looked up in the other (fronts.choose_on)
+    group = digest({k: v for k, v in common.items() if k != "seed"})
+    comparison = comparison_group(common)
+    points = [{**p, "seed": seed} for seed in seeds for p in grid(sweep, head_digests, draft_digests)]
+    points = [{**p, "settings": digest(settings_of(p))} for p in points]
     done = store.done_keys()
     todo = [p for p in points if grid_key(**meta, **p) not in done]
     legacy = sum(1 for r in store.records() if not r.get("settings"))
@@ -314,7 +332,8 @@ def evaluate(cfg: DictConfig) -> Path:
             _keep_settings(run_dir, point["settings"], settings_of(point), cfg)
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
-            args = {"batch_size": batch, "seed": int(cfg.seed), "engine": engine, "drafts": drafts}
+            args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts}
+            baseline = digest({**common, "seed": point["seed"]})  # the autoregressive point of the same seed
             fields, rows = run_point(pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False)))
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields.setdefault("wall_time_s", fields["scored_wall_time_s"])  # repeats = 0: the scored pass
@@ -330,7 +349,8 @@ def evaluate(cfg: DictConfig) -> Path:
                                 "device": str(pair.device)}  # fmt: skip
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
-            record = store.write({**meta, **point, **fields, **extras, "settings_group": group}, rows)
+            record = store.write({**meta, **point, **fields, **extras, "settings_group": group,
+                                  "comparison_group": comparison}, rows)  # fmt: skip
             for lg in loggers:
                 lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
             log.info(_line(record))

@@ -1,7 +1,7 @@
 """The report's figures beyond the Pareto plots of `plot.py`: acceptance against w with
 Proposition 1 beside it, quality against time, time against acceptance, and what a head learned.
 
-Each function takes seed-averaged records (`fronts.mean_over_seeds`) or a dynamic point's example
+Each function takes seed-averaged records (`compare.mean_over_seeds`) or a dynamic point's example
 rows, writes PNG and PDF (HTML for coloured completions) under `out_dir` and returns a list of
 `Shown(paths, caption)` for the report to index. It draws only what the records hold: nothing is
 decoded or rescored. Figures are made on the Agg canvas without pyplot (the backend is left alone).
@@ -90,17 +90,19 @@ def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
                 ax.plot(p["weight"], p["predicted"], "--", color=f"C{i}", alpha=0.8, label=f"N={n} 1 − w·mean TV")
             dyn = g[(g["method"] == "dynamic") & (g["num_draft_tokens"] == n)]
             ax.plot(dyn["mean_w"], dyn[y], "*", color=f"C{i}", markersize=13, label=f"N={n} DIVERSED (mean w)" if len(dyn) else None)
-        ax.set(xlabel="w, the weight on the target", ylabel="acceptance α (accepted / verified drafts)" if y == "alpha" else "acceptance rate",
+        ax.set(xlabel="w, the weight on the target", ylabel="acceptance α (accepted / verified drafts)" if y == "alpha" else "acceptance (accepted / proposed drafts)",
                xlim=(-0.03, 1.03), title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
         ax.legend(fontsize=7, frameon=False)
         if len(gaps):
             worst = gaps.loc[gaps["gap"].abs().idxmax()]
             se = "" if math.isnan(worst["gap_se"]) else f", {worst['gap_se']:.1f} binomial standard errors of α"
-            caption = (f"Acceptance against w, {pair} · {task} · T={temp:g}. Proposition 1 predicts α = 1 − w·mean TV(p, q) "
+            caption = (f"Acceptance α = accepted/verified drafts against w, {pair} · {task} · T={temp:g} (the tables' "
+                       "accepted/proposed is lower: drafts after a rejection count there). Proposition 1 predicts α = 1 − w·mean TV(p, q) "
                        f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
                        f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se}).")  # fmt: skip
         else:
-            caption = f"Acceptance against w, {pair} · {task} · T={temp:g} (greedy: no Proposition 1 prediction)."
+            name = "α = accepted/verified drafts" if y == "alpha" else "accepted/proposed drafts"
+            caption = f"Acceptance ({name}) against w, {pair} · {task} · T={temp:g} (no Proposition 1 prediction: no mean TV, greedy decoding)."
         shown.append(Shown(_save(fig, Path(out_dir), f"acceptance_vs_w_{safe_name(pair)}_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 
@@ -154,7 +156,7 @@ def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[s
             for i, (method, m) in enumerate(h.groupby("method", sort=False)):
                 ax.plot(m["acceptance_rate"], m[y], "o", color=f"C{i}", alpha=0.8, label=_label(method))
             ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
-            ax.set(xlabel="acceptance rate", ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
+            ax.set(xlabel="acceptance (accepted / proposed drafts)", ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
                    title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
             ax.legend(fontsize=7, frameon=False)
         caption = f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path (the paper min-max normalises its axis)."

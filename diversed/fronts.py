@@ -1,9 +1,18 @@
-"""Which records to show: one row per setting, Pareto fronts, each family's best at a reference quality.
+"""Which records to show: Pareto fronts, and each knob family's setting at a reference quality.
 
-`mean_over_seeds` averages the records of one setting over seeds; `pareto_front` keeps the
-records no other record beats on both axes; `best_at_quality` keeps, per knob family (the static weight, the lenience, a cascade's α...), the setting with the most
-acceptance among those at the quality of autoregressive decoding. The plots and the report read
-results through these; it neither loads nor writes files.
+`pareto_front` keeps the records no other record beats on both axes. A knob family is a method's
+main knob (the static weight, the lenience, a cascade's α, typical acceptance's ε); its setting is
+chosen one of two ways:
+
+- `choose_on` (the tables' rows): on a VALIDATION run, the setting with the most acceptance among
+  those non-inferior to autoregressive decoding, quality ≥ AR − δ with δ = `margin` × AR's quality,
+  tested paired and one-sided (`compare.non_inferior`); the choice is then reported on the test run of
+  the same protocol (`comparison_group`). Test scores never choose.
+- `best_at_quality` (the "oracle" view, labelled so): on the reported run itself, the most acceptance
+  among settings whose score is within the AR run's 95 % half-width.
+
+Seed-averaged rows and intervals come from `compare`; this module neither loads nor writes files
+(per-example rows are read through `compare.per_example`).
 """
 
 from __future__ import annotations
@@ -11,23 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-# What identifies one setting across seeds, and the values averaged over seeds (`mean_over_seeds`).
-SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
-                  "cascade_alpha", "typical_epsilon", "typical_delta", "draft_model", "num_draft_tokens",
-                  "temperature", "n_examples", "settings_group")  # fmt: skip
-VALUE_FIELDS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "normalized_time",
-                "normalized_latency", "latency_s", "wall_time_s", "mean_w")  # fmt: skip
-
-
-def mean_over_seeds(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting (`SETTING_FIELDS`, settings apart from the seed never averaged together):
-    the mean of each of `VALUE_FIELDS` over seeds, and `n_seeds`."""
-    cols = [c for c in SETTING_FIELDS if c in df]
-    values = [c for c in VALUE_FIELDS if c in df]
-    d = df[cols + values].copy()
-    d[values] = d[values].astype(float)
-    groups = d.groupby(cols, dropna=False, sort=False)
-    return groups.mean().join(groups.size().rename("n_seeds")).reset_index()
+from diversed.compare import non_inferior, per_example
 
 
 def pareto_front(
@@ -82,3 +75,51 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
             pick["at_quality"] = bool(len(ok))
             kept.append(pick)
     return pd.concat(kept).drop(columns="_group").reset_index(drop=True) if kept else d.drop(columns="_group")
+
+
+# The columns that say which family group a knob choice belongs to (besides the method's other knobs).
+_CHOICE_KEYS = ["pair", "task", "temperature", "comparison_group", "num_draft_tokens"]
+
+
+def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive") -> pd.DataFrame:
+    """Each knob family's setting chosen on `records` (one split's raw records, every seed, with
+    `run_dir` for their per-example rows): per (pair, task, temperature, comparison group, N, method,
+    its other knobs) the setting with the most acceptance (Σ accepted / Σ proposed over examples and
+    seeds) among those non-inferior to `reference` of the same pair, task, temperature and comparison
+    group, with δ = `margin` × the reference's score; where none is, the best-scoring one
+    (`non_inferior` False). One row per choice: the group's columns, the method's knobs, the chosen
+    knob `value`, `family`, its validation `score`, `acceptance_rate`, `diff` and one-sided `low`
+    (paired against the reference), `delta` and `non_inferior`."""
+    from diversed.methods import METHODS
+
+    d = records.copy()
+    d["comparison_group"] = d["comparison_group"].astype(object).where(d["comparison_group"].notna(), "")
+    ref_keys = ["pair", "task", "temperature", "comparison_group"]
+    refs = {k: (per_example(g), pd.to_numeric(g["score"]).mean())
+            for k, g in d[d["method"] == reference].groupby(ref_keys, sort=False)}  # fmt: skip
+    out = []
+    for name, rows in d.groupby("method", sort=False):
+        m = METHODS.get(name)
+        if m is None or m.family is None:
+            continue
+        others = [k for k in m.knobs if k != m.family]
+        for key, g in rows.groupby(_CHOICE_KEYS + others, dropna=False, sort=False):
+            ref_ex, ref_score = refs.get(tuple(g.iloc[0][ref_keys]), (None, np.nan))
+            delta = margin * ref_score
+            candidates = []
+            for value, c in g.groupby(m.family, sort=True):
+                ex = per_example(c)
+                if ex is None or ref_ex is None:
+                    continue
+                test = non_inferior(ex, ref_ex, delta)
+                acc = ex["accepted"].sum() / ex["proposed"].sum() if ex["proposed"].sum() > 0 else np.nan
+                candidates.append({"value": value, "score": ex["score"].mean(), "acceptance_rate": acc,
+                                   "diff": test["diff"], "low": test["low"], "non_inferior": test["holds"]})  # fmt: skip
+            if not candidates:
+                continue
+            c = pd.DataFrame(candidates)
+            ok = c[c["non_inferior"]]
+            pick = (ok.sort_values(["acceptance_rate", "score"]) if len(ok) else c.sort_values(["score", "acceptance_rate"])).iloc[-1]
+            out.append({**dict(zip(_CHOICE_KEYS + others, key, strict=True)), "method": name, "family": m.family,
+                        **pick.to_dict(), "delta": delta, "margin": margin, "reference_score": ref_score})  # fmt: skip
+    return pd.DataFrame(out)

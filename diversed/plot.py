@@ -28,7 +28,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from diversed.fronts import best_at_quality, mean_over_seeds, pareto_front
+from diversed.compare import mean_over_seeds
+from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_results
 
@@ -192,7 +193,7 @@ def plot_pareto(
         ax_acc, ax_time = fig.subplots(1, 2, sharex=True)
         _draw_panel(ax_acc, g, "acceptance_rate", colors, heads, minimize=False)
         _draw_panel(ax_time, g, "normalized_time", colors, heads, minimize=True)
-        ax_acc.set(xlabel=f"{task} {metric} (higher is better)", ylabel="acceptance rate (higher is better)")
+        ax_acc.set(xlabel=f"{task} {metric} (higher is better)", ylabel="acceptance: accepted / proposed drafts (higher is better)")
         ax_time.set(
             xlabel=f"{task} {metric} (higher is better)",
             ylabel="time / autoregressive time (lower is better)",
@@ -288,9 +289,11 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     n, t = table.attrs.get("num_draft_tokens"), table.attrs.get("temperature")
-    best = " Each knob family: its best setting at the quality of autoregressive decoding." if table.attrs.get("best") else ""
+    best = (" Each knob family: its ORACLE setting (the most acceptance at autoregressive quality on these very scores; "
+            "the report chooses on a validation run instead)." if table.attrs.get("best") else "")  # fmt: skip
     caption = (
-        f"N = {n} draft tokens, temperature {t:g}; acceptance rate and quality, mean over seeds.{best}\n\n"
+        f"N = {n} draft tokens, temperature {t:g}; acceptance rate (accepted / proposed drafts) and quality, mean over "
+        f"seeds.{best}\n\n"
         if t is not None
         else ""
     )

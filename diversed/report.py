@@ -34,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from diversed import published
+from diversed.compare import INTERVALS, SETTING_FIELDS, mean_over_seeds, paired, per_example, verdict
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
-from diversed.fronts import best_at_quality, mean_over_seeds
+from diversed.fronts import best_at_quality, choose_on
 from diversed.heads import head_metadata
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
@@ -69,11 +70,18 @@ def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- cells
 
+# The quantities of a table cell, named as every header names them (compare's definitions).
+QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"))
 
-def _cell(acc: float | None, score: float | None, note: str = "") -> str:
-    a = "–" if acc is None or pd.isna(acc) else f"{100 * acc:.2f}"
-    s = "–" if score is None or pd.isna(score) else f"{100 * score:.2f}"
-    return f"{a} / {s}{note}"
+
+def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
+    """"73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
+    if value is None or pd.isna(value):
+        return "–"
+    body = f"{100 * value:.2f}"
+    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
+        body += f" [{100 * low:.2f}, {100 * high:.2f}]"
+    return body + note
 
 
 def _knob_note(r: pd.Series) -> str:
@@ -97,7 +105,8 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
     if m is not None and m.family is not None:
         rule = f" {r['cascade_rule']}" if method == "cascade" else ""
         delta = f" δ={r['typical_delta']:g}" if method == "typical" else ""
-        return f"{m.name_only}{rule}{delta}, best at AR quality"
+        chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
+        return f"{m.name_only}{rule}{delta}, {chosen}"
     return m.label if m is not None else str(method)
 
 
@@ -112,23 +121,60 @@ def _pair_labels(d: pd.DataFrame) -> pd.Series:
     return d["pair"].where(~several, d["pair"] + " [" + groups.str[:6] + "]")
 
 
+# ----------------------------------------------------------------------------- which rows
+
+
+def _choice_key(r: pd.Series | dict, others: Sequence[str]) -> tuple:
+    cg = r.get("comparison_group")
+    cg = "" if cg is None or pd.isna(cg) else cg
+    n = r.get("num_draft_tokens")
+    return (r["pair"], r["task"], round(float(r["temperature"]), 6), cg, None if pd.isna(n) else int(n), r["method"],
+            *(None if pd.isna(r.get(k)) else r.get(k) for k in others))  # fmt: skip
+
+
+def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows of a table at one temperature from seed-averaged records `d` of the reported split:
+    every row of methods without a knob family (heads on their own task), and per knob family the
+    setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` "validation"; a family
+    without a choice (or `choices` None: the oracle view) takes `fronts.best_at_quality` on `d` itself,
+    `chosen_on` "test"."""
+    d = d[np.isclose(d["temperature"].astype(float), temperature)]
+    d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
+    oracle = best_at_quality(d).assign(chosen_on="test")
+    if choices is None or not len(choices):
+        return oracle
+    picked, chosen_keys = [], set()
+    for _, c in choices.iterrows():
+        m = METHODS[c["method"]]
+        others = [k for k in m.knobs if k != m.family]
+        key = _choice_key(c, others)
+        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[m.family], errors="coerce"), float(c["value"]))]
+        rows = rows[[_choice_key(r, others) == key for _, r in rows.iterrows()]]
+        if len(rows):
+            chosen_keys.add(key)
+            picked.append(rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"]))
+    family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
+    keep = [not f or _choice_key(r, [k for k in METHODS[r["method"]].knobs if k != METHODS[r["method"]].family]) not in chosen_keys
+            for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]  # fmt: skip
+    return pd.concat([oracle[keep], *picked], ignore_index=True)
+
+
 # ----------------------------------------------------------------------------- Tables 1 and 2
 
 
-def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> pd.DataFrame:
-    """Table 1 / 2 at one temperature from seed-averaged records: index (pair, method, N), one
-    column per task, string cells "acceptance % / quality"."""
-    d = d[np.isclose(d["temperature"].astype(float), temperature)]
-    d = best_at_quality(d).assign(pair_label=lambda x: _pair_labels(x))
-    same_task = (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
-    d = d[same_task]
+def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
+                choices: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+    """Table 1 / 2 at one temperature from seed-averaged records (`compare.mean_over_seeds`): index
+    (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
+    ×100. Knob families as `table_rows` chooses them."""
+    d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     several = set()
     for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
         rows = d[d["method"] == method]
         if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
             several.add(method)
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
-    cells: dict[tuple[str, str, str], dict[str, str]] = {}
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for _, r in d.iterrows():
         n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
@@ -136,8 +182,14 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> 
         if key not in cells:
             cells[key] = {}
             keys.append((order.get(r["method"], 99), key))
-        acc = r["acceptance_rate"] if METHODS.get(r["method"]) and METHODS[r["method"]].speculative else None
-        cells[key][r["task"]] = _cell(acc, r["score"], _knob_note(r))
+        spec = METHODS.get(r["method"]) is not None and METHODS[r["method"]].speculative
+        for field, name in QUANTITIES:
+            if field != "score" and not spec:
+                cells[key][(r["task"], name)] = "–"
+                continue
+            low, high = INTERVALS[field]
+            note = _knob_note(r) if field == "score" else ""
+            cells[key][(r["task"], name)] = _interval(r.get(field), r.get(low), r.get(high), note)
     tasks = list(dict.fromkeys(d["task"]))
     if paper:
         for (t, pair, method, task), (acc, q) in published.TABLES.items():
@@ -146,13 +198,69 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> 
                 if key not in cells:
                     cells[key] = {}
                     keys.append((1000 + order.get(method, 99), key))
-                cells[key][task] = f"{acc:.2f} / {q:g}"
+                # the paper does not define its acceptance; its values look like accepted/proposed (PAPER.md)
+                cells[key][(task, QUANTITIES[0][1])] = f"{acc:.2f} (undefined in the paper)"
+                cells[key][(task, QUANTITIES[2][1])] = f"{q:g}"
                 tasks += [task] if task not in tasks else []
     keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
     index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
-    table = pd.DataFrame([[cells[k].get(t, "") for t in tasks] for _, k in keys], index=index, columns=tasks)
+    columns = pd.MultiIndex.from_tuples([(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"])
+    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns)
     table.attrs["temperature"] = float(temperature)
     return table
+
+
+def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
+                 choices: pd.DataFrame | None = None) -> pd.DataFrame | None:  # fmt: skip
+    """DIVERSED against each other row of the table (`table_rows`) at one temperature, paired by example
+    over the reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
+    "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
+    "better" only where the interval excludes 0). None without a DIVERSED row."""
+    rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    if "run_dir" not in records or not (rows["method"] == "dynamic").any():
+        return None
+    several = {"dynamic"} if rows[rows["method"] == "dynamic"].groupby(["pair_label", "task", "num_draft_tokens"])[
+        "head"].nunique().max() > 1 else set()  # fmt: skip
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
+        mine = per_example(_records_of(records, dyn))
+        if mine is None:
+            continue
+        same = rows[(rows["pair_label"] == dyn["pair_label"]) & (rows["task"] == dyn["task"]) & (rows["method"] != "dynamic")
+                    & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))]  # fmt: skip
+        for _, base in same.iterrows():
+            theirs = per_example(_records_of(records, base))
+            if theirs is None:
+                continue
+            label = _row_label(base, set()) + (_knob_note(base) if METHODS.get(base["method"]) else "")
+            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {label}")
+            for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
+                if what != "score" and not METHODS[base["method"]].speculative:
+                    cells.setdefault(key, {})[(dyn["task"], name)] = "–"
+                    continue
+                r = paired(mine, theirs, what)
+                cells.setdefault(key, {})[(dyn["task"], name)] = (
+                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}")
+    if not cells:
+        return None
+    tasks = list(dict.fromkeys(rows["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
+                                        names=["task", "difference"])  # fmt: skip
+    keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
+    return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
+
+
+def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The raw records (every seed) of one seed-averaged row: equal on every setting field."""
+    mask = pd.Series(True, index=records.index)
+    for f in SETTING_FIELDS:
+        if f not in records or f not in row:
+            continue
+        v = row[f]
+        col = records[f]
+        mask &= col.isna() if v is None or (not isinstance(v, str) and pd.isna(v)) else (col == v)
+    return records[mask]
 
 
 # ----------------------------------------------------------------------------- Table 3
@@ -170,7 +278,8 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
     for _, r in pd.concat([d[d["method"] == "lossless"], dyn]).iterrows():
         row = "SD (lossless)" if r["method"] == "lossless" else f"head trained on {r['head_task']}"
         key = (r["pair_label"], row, str(int(r["num_draft_tokens"])))
-        cells.setdefault(key, {})[r["task"]] = _cell(r["acceptance_rate"], r["score"])
+        cells.setdefault(key, {})[r["task"]] = (f"{_interval(r['acceptance_rate'], r.get('acceptance_ci_low'), r.get('acceptance_ci_high'))}"
+                                                f" / {_interval(r['score'], r.get('score_ci_low'), r.get('score_ci_high'))}")  # fmt: skip
     tasks = list(dict.fromkeys(d["task"]))
     if paper and np.isclose(temperature, 1.0):  # the paper's Table 3 (its temperature is not stated)
         for (pair, task, trained), (acc, q) in published.TRANSFER.items():
@@ -183,7 +292,7 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    head = [*table.index.names, *map(str, table.columns)]
+    head = [*table.index.names, *(": ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in table.columns)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     lines += ["| " + " | ".join([*map(str, idx), *(v or "" for v in row)]) + " |"
               for idx, row in zip(table.index, table.to_numpy(), strict=True)]  # fmt: skip
@@ -235,36 +344,81 @@ def _rel(path: Path, out: Path) -> str:
 
 
 def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool = False, n_examples: int = 5,
-                 formats: Sequence[str] = ("png", "pdf")) -> list[Path]:  # fmt: skip
-    """Write the report (see the module docstring); returns every file written."""
+                 formats: Sequence[str] = ("png", "pdf"), select_split: str = "validation",
+                 margin: float = 0.05) -> list[Path]:  # fmt: skip
+    """Write the report (see the module docstring); returns every file written. Records of
+    `select_split` choose the knob families' settings (`fronts.choose_on`, non-inferiority margin
+    `margin` × AR's quality); every other record is reported."""
     out = Path(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     df = load_runs(run_dirs)
-    d = mean_over_seeds(df)
+    selecting = df["split"].astype(object).eq(select_split).fillna(False).astype(bool)
+    val, test = df[selecting], df[~selecting]
+    if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
+        val, test = df.iloc[0:0], df
+    d = mean_over_seeds(test)
+    choices = choose_on(val, margin) if len(val) else None
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
+    claims = []
+    if choices is not None and len(choices):
+        choices.to_csv(out / "choices.csv", index=False)
+        written.append(out / "choices.csv")
+    seeds = sorted(int(s) for s in test["seed"].dropna().unique())
+    how = (f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
+           "[95 % interval: bootstrap over examples, each with all its seeds]")  # fmt: skip
+    chosen = (f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
+              f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
+              "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
+              if choices is not None and len(choices) else
+              f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the reported scores "
+              "themselves: the most acceptance within AR's 95 % half-width; * none was)")  # fmt: skip
     for t in sorted(d["temperature"].unique(), reverse=True):
-        caption = (f"**Table (T = {t:g})**: acceptance % / quality ×100 per task (mean over seeds). Knob families: "
-                   "their best setting at autoregressive quality (* none reached it: the best-scoring one).")  # fmt: skip
-        paths, md = _write_table(paper_table(d, t, paper=paper), out, f"table_T{t:g}", caption)
+        caption = (f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
+                   f"(drafts up to a round's first rejection), quality ×100 per task; {how}. {chosen}.")  # fmt: skip
+        if paper:
+            caption += (" Published rows: the paper does not define its acceptance; its values look like accepted/"
+                        "proposed, so they sit in that column, unconfirmed.")  # fmt: skip
+        paths, md = _write_table(paper_table(d, t, paper=paper, choices=choices), out, f"table_T{t:g}", caption)
         written += paths
         sections += [md, ""]
-        transfer = transfer_table(d, t, paper=paper)
-        if transfer is not None:
-            paths, md = _write_table(transfer, out, f"transfer_T{t:g}", f"**Cross-task transfer (T = {t:g})**: rows the task a head was trained on, columns the task it is evaluated on.")
+        claims += [md, ""]
+        if choices is not None and len(choices):
+            paths, md = _write_table(paper_table(d, t), out, f"table_oracle_T{t:g}",
+                                     f"**Oracle view (T = {t:g})**: the same, each knob family at its setting chosen on "
+                                     "the reported (test) scores themselves: an upper bound, not a claim.")  # fmt: skip
             written += paths
             sections += [md, ""]
+        diffs = paired_table(test, d, t, choices)
+        if diffs is not None:
+            paths, md = _write_table(diffs, out, f"paired_T{t:g}",
+                                     f"**DIVERSED against each row (T = {t:g})**: paired by example over {len(seeds)} "
+                                     "seed(s), 95 % bootstrap interval of the difference; \"better\" / \"worse\" only "
+                                     "where the interval excludes 0.")  # fmt: skip
+            written += paths
+            sections += [md, ""]
+            claims += [md, ""]
+        transfer = transfer_table(d, t, paper=paper)
+        if transfer is not None:
+            paths, md = _write_table(transfer, out, f"transfer_T{t:g}", f"**Cross-task transfer (T = {t:g})**: rows the task "
+                                     "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
+                                     f"quality ×100, {how}.")  # fmt: skip
+            written += paths
+            sections += [md, ""]
+            claims += [md, ""]
     figs = out / "figures"
     own = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]  # heads on their own task
-    shown = acceptance_vs_w(_with_verified(own, df), figs, formats) + quality_vs_time(own, figs, formats)
+    shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
-    for _, r in df[(df["method"] == "dynamic")].iterrows():
+    for _, r in test[(test["method"] == "dynamic")].iterrows():
         shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
-    pareto = plot_pareto(df, figs, formats=formats)
+    pareto = plot_pareto(test, figs, formats=formats)
     shown.append(Shown(pareto, "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
-                       "one per pair, task and temperature.", tuple(df["task"].unique())))
+                       "one per pair, task and temperature.", tuple(test["task"].unique())))
     sections += ["## Figures", ""]
+    claims += ["Figures:", ""]
     for f in shown:
         sections.append(f"- {f.caption} " + ", ".join(f"[{p.name}]({_rel(p, out)})" for p in f.paths))
+        claims.append(f"- {f.caption} ({', '.join(p.name for p in f.paths if p.suffix == '.png')})")
         written += f.paths
     sections += ["", "## Run directories", ""]
     for run in sorted(df["run_dir"].unique()):
@@ -273,7 +427,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
         written.append(page)
         sections.append(f"- [{run}]({_rel(page, out)})")
     (out / "README.md").write_text("\n".join(sections) + "\n")
-    return [out / "README.md", *written]
+    (out / "claims.md").write_text("\n".join(claims) + "\n")  # what a README may quote: tables and captions
+    return [out / "README.md", out / "claims.md", *written]
 
 
 def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
@@ -293,11 +448,18 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     parser.add_argument("--paper", action="store_true", help="add the paper's published numbers as rows")
     parser.add_argument("--examples", type=int, default=5, help="completions per head shown coloured by w")
     parser.add_argument("--formats", nargs="+", default=["png", "pdf"])
+    parser.add_argument("--select-split", default="validation",
+                        help="records of this split choose each knob family's setting; the others are reported")
+    parser.add_argument("--margin", type=float, default=0.05,
+                        help="non-inferiority margin δ as a fraction of autoregressive quality (0.05: within 5 %%)")
     args = parser.parse_args(argv)
+    if not 0 <= args.margin < 1:
+        parser.error(f"--margin {args.margin} is a fraction of autoregressive quality: give one in [0, 1), e.g. 0.05")
     for run in args.runs:
         if not Path(run).is_dir():
             parser.error(f"{run} is not a directory (give run directories of python -m diversed.evaluate)")
-    paths = write_report(args.runs, args.out, paper=args.paper, n_examples=args.examples, formats=args.formats)
+    paths = write_report(args.runs, args.out, paper=args.paper, n_examples=args.examples, formats=args.formats,
+                         select_split=args.select_split, margin=args.margin)
     print(paths[0])
     return paths
 

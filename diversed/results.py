@@ -87,9 +87,13 @@ RUN_FIELDS = (
     "mean_w",  # mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
     "settings_group",  # the same without the seed: records averaged over seeds share it
+    "comparison_group",  # the same without which examples (split, subset): validation and test runs share it
+    "split",  # the task split scored (validation: where knobs are chosen; test: where they are reported)
     "key",  # grid_key(...) of the fields above
 )
 
+# (evaluate's rows also have proposed_drafts and verified_drafts: the acceptance rate's and α's denominators
+# per example, which the intervals of diversed.compare resample)
 EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "accepted_drafts")
 
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")

@@ -107,6 +107,7 @@ class SweepSettings(_Model):
     typical_deltas: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
     draft_models: list[str] = []
     token_w: bool = False
+    num_seeds: PositiveInt = 1
 
     @field_validator("methods")
     @classmethod

@@ -15,7 +15,7 @@ from tiny_models import compose_run, pair_overrides
 import diversed.evaluate as ev
 from diversed import WeightHead
 from diversed.inputs import left_pad
-from diversed.results import ResultStore, load_results
+from diversed.results import ResultStore, load_results, read_examples
 from diversed.tasks.toy import ToyTask
 
 
@@ -32,7 +32,7 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
     small = [
         "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
         "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
-        "timing.warmup=0", "timing.repeats=1", "runtime.progress=false",
+        "timing.warmup=0", "timing.repeats=1", "runtime.progress=false", "sweep.num_seeds=1",
         "sweep.methods=[autoregressive,lossless,static,dynamic]",
     ]  # fmt: skip
     return compose_run("evaluate", out, pair_dir, small, overrides)
@@ -356,3 +356,30 @@ def test_the_sweep_runs_every_baseline(tmp_path, toy_tiny_dir):
     assert completions("finetuned_draft") == completions("lossless")
     assert completions("hf_static", 0.5) == completions("static", 0.5)
     assert abs(r.loc["hf_static", "acceptance_rate"] - df[(df.method == "static") & (df.weight == 0.5)].acceptance_rate.iloc[0]) < 0.15
+
+
+def test_seeds_are_a_grid_axis_and_splits_share_a_comparison_group(tmp_path, toy_tiny_dir):
+    # two seeds: every point twice, each normalised by its own seed's autoregressive time; the two
+    # seeds share a settings group (averaged together), a validation run shares the comparison group
+    over = ["sweep.methods=[autoregressive,lossless]", "sweep.draft_lengths=[2]", "sweep.temperatures=[1.0]",
+            "sweep.num_seeds=2", "seed=3"]  # fmt: skip
+    ev.evaluate(compose_eval(tmp_path / "test", toy_tiny_dir, *over))
+    ev.evaluate(compose_eval(tmp_path / "val", toy_tiny_dir, *over, "task.split=validation"))
+    test, val = load_results(tmp_path / "test"), load_results(tmp_path / "val")
+    assert sorted(test.seed) == [3, 3, 4, 4] and set(test.split) == {"test"} and set(val.split) == {"validation"}
+    assert test.settings.nunique() == 2 and test.settings_group.nunique() == 1
+    assert (test[test.method == "autoregressive"].normalized_time == 1.0).all()
+    for _, g in test.groupby("seed"):
+        ar, sd = g.set_index("method").loc["autoregressive"], g.set_index("method").loc["lossless"]
+        assert sd.normalized_time == pytest.approx(sd.wall_time_s / ar.wall_time_s)
+    assert set(val.settings_group).isdisjoint(test.settings_group)  # other examples
+    assert set(val.comparison_group) == set(test.comparison_group)  # the same protocol
+    # seeds change the sampled outputs, and rows carry both acceptance denominators
+    lossless = test[test.method == "lossless"]
+    rows = [read_examples(tmp_path / "test", k) for k in lossless.key]
+    assert [r["completion"] for r in rows[0]] != [r["completion"] for r in rows[1]]
+    assert all(r["proposed_drafts"] >= r["verified_drafts"] >= r["accepted_drafts"] for rs in rows for r in rs)
+    for rs, (_, rec) in zip(rows, lossless.iterrows(), strict=True):
+        accepted = sum(r["accepted_drafts"] for r in rs)
+        assert accepted / sum(r["proposed_drafts"] for r in rs) == pytest.approx(rec.acceptance_rate)
+        assert accepted / sum(r["verified_drafts"] for r in rs) == pytest.approx(rec.alpha)

@@ -12,8 +12,8 @@ import pytest
 from tiny_models import compose_run
 
 from diversed import published
+from diversed.compare import mean_over_seeds
 from diversed.figures import prop1_gaps, token_class
-from diversed.fronts import mean_over_seeds
 from diversed.report import main, paper_table, transfer_table, write_report
 from diversed.results import ResultStore, key_digest, load_results, run_record
 
@@ -80,31 +80,38 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
 
     d = mean_over_seeds(load_runs([report_dir / "run"]))
     table = paper_table(d, 1.0)
-    assert list(table.columns) == ["alpha_task", "beta_task"]
-    assert table.loc[("p1", "Autoregressive", "–"), "alpha_task"] == "– / 60.00"
-    assert table.loc[("p1", "SD (lossless)", "3"), "alpha_task"] == "40.00 / 60.00"
-    assert table.loc[("p1", "SD, fine-tuned draft", "3"), "beta_task"] == "55.00 / 59.00"
-    # the best static weight at AR quality (0.60 − CI half-width 0.05 = 0.55): w = 0.5, most acceptance
-    assert table.loc[("p1", "Static, best at AR quality", "3"), "alpha_task"] == "67.00 / 58.00 (w=0.5)"
+    acc, alpha, quality = "accepted/proposed %", "α = accepted/verified %", "quality ×100"
+    assert list(table.columns) == [(t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality)]
+    row = lambda pair, method, n, task="alpha_task": table.loc[(pair, method, n), task].tolist()  # noqa: E731
+    # one seed and no per-example rows: the record's own score interval, no acceptance interval
+    assert row("p1", "Autoregressive", "–") == ["–", "–", "60.00 [55.00, 65.00]"]
+    assert row("p1", "SD (lossless)", "3") == ["40.00", "50.00", "60.00 [55.00, 65.00]"]
+    assert row("p1", "SD, fine-tuned draft", "3", "beta_task")[::2] == ["55.00", "59.00 [54.00, 64.00]"]
+    # no validation run: the oracle choice, labelled so; the best static weight at AR quality
+    # (0.60 − CI half-width 0.05 = 0.55): w = 0.5, most acceptance
+    assert row("p1", "Static, oracle (chosen on test)", "3") == ["67.00", "77.00", "58.00 [53.00, 63.00] (w=0.5)"]
     # no lossy setting reaches it: the best-scoring one, starred
-    assert table.loc[("p1", "Lossy SD, best at AR quality", "3"), "alpha_task"] == "60.00 / 50.00 (l=0.6)*"
+    assert row("p1", "Lossy SD, oracle (chosen on test)", "3")[2] == "50.00 [45.00, 55.00] (l=0.6)*"
     # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json for p2)
     for pair in ("p1", "p2"):
-        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00 / 62.00", "80.00 / 62.00"]
+        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00", "85.00", "62.00 [57.00, 67.00]"] * 2
     assert len(df) == 2 * 2 * 2 * 11
     # two fine-tuned drafts in one cell: a row each, named by the draft
     twice = pd.concat([d, d[d["method"] == "finetuned_draft"].assign(draft_model="/d/other", score=0.3)])
     rows = paper_table(twice, 1.0).loc["p1"].index.get_level_values("method")
     assert {"SD, fine-tuned draft (d/draft)", "SD, fine-tuned draft (d/other)"} <= set(rows)
     with_paper = paper_table(d, 1.0, paper=True)
-    assert with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"] == "72.61 / 67"
-    assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns)
-    assert paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), "mbpp"] == "83.85 / 67"
+    published_row = with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"].tolist()
+    assert published_row == ["72.61 (undefined in the paper)", "", "67"]  # no α published
+    assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns.get_level_values("task"))
+    assert paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), ("mbpp", quality)] == "67"
 
     transfer = transfer_table(d, 1.0)
-    assert transfer.loc[("p1", "head trained on alpha_task", "3")].tolist() == ["80.00 / 62.00", "70.00 / 50.00"]
-    assert transfer.loc[("p2", "head trained on beta_task", "3")].tolist() == ["70.00 / 50.00", "80.00 / 62.00"]
-    assert transfer.loc[("p1", "SD (lossless)", "3"), "beta_task"] == "40.00 / 60.00"
+    assert transfer.loc[("p1", "head trained on alpha_task", "3")].tolist() == ["80.00 / 62.00 [57.00, 67.00]",
+                                                                                "70.00 / 50.00 [45.00, 55.00]"]
+    assert transfer.loc[("p2", "head trained on beta_task", "3")].tolist() == ["70.00 / 50.00 [45.00, 55.00]",
+                                                                               "80.00 / 62.00 [57.00, 67.00]"]
+    assert transfer.loc[("p1", "SD (lossless)", "3"), "beta_task"] == "40.00 / 60.00 [55.00, 65.00]"
     assert transfer_table(d[d["method"] != "dynamic"], 1.0) is None
     paper3 = transfer_table(d, 1.0, paper=True)
     assert paper3.loc[("Llama 8B/1B (paper)", "head trained on gsm8k", "?"), "cnndm"] == "51.07 / 8.63"

@@ -1,0 +1,124 @@
+"""Claims: intervals over examples and seeds, paired differences, non-inferiority, and knob choices made
+on the validation split only; records with per-example rows written here (numbers known)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from diversed.compare import bootstrap_interval, mean_over_seeds, non_inferior, paired, per_example, verdict
+from diversed.fronts import choose_on
+from diversed.report import load_runs, write_report
+from diversed.results import ResultStore, run_record
+
+N = 60
+
+
+def _write(store, *, method, split, seed, scores, accepted=None, proposed=None, **knobs):
+    n_draft = None if method == "autoregressive" else 3
+    record = run_record(pair="p", task="t", metric="accuracy", method=method, num_draft_tokens=n_draft, temperature=1.0,
+                        seed=seed, n_examples=len(scores), score=float(np.mean(scores)), split=split,
+                        settings=f"s-{split}-{seed}", settings_group=f"g-{split}", comparison_group="c",
+                        acceptance_rate=None if accepted is None else float(np.sum(accepted) / np.sum(proposed)),
+                        wall_time_s=1.0, **knobs)  # fmt: skip
+    rows = [{"example_id": f"e{i}", "completion": "", "score": float(s), "new_tokens": 4,
+             "accepted_drafts": None if accepted is None else int(accepted[i]),
+             "proposed_drafts": None if proposed is None else int(proposed[i]),
+             "verified_drafts": None if proposed is None else int(min(proposed[i], accepted[i] + 1))}
+            for i, s in enumerate(scores)]  # fmt: skip
+    store.write(record, rows)
+
+
+def test_bootstrap_intervals_behave():
+    rng = np.random.default_rng(1)
+    x = rng.normal(0.3, 1.0, 400)
+    est, low, high = bootstrap_interval(lambda a, axis=-1: a.mean(axis), [x])
+    assert low < est < high and low < 0.3 < high and high - low == pytest.approx(2 * 1.96 / 20, rel=0.2)
+    assert bootstrap_interval(lambda a, axis=-1: a.mean(axis), [np.zeros(50)]) == (0.0, 0.0, 0.0)
+    assert verdict(0.01, 0.2) == "better" and verdict(-0.2, -0.01) == "worse" and verdict(-0.1, 0.1) == "no difference shown"
+    # one-sided: the other bound is open
+    _, low1, high1 = bootstrap_interval(lambda a, axis=-1: a.mean(axis), [x], alternative="greater")
+    assert high1 == np.inf and low < low1 < est
+
+
+def test_mean_over_seeds_pools_examples_and_seeds(tmp_path):
+    """Two seeds of one setting: the cell's score is the mean over examples × seeds, its interval one
+    bootstrap over examples (each with both seeds), not the average of two per-seed intervals."""
+    rng = np.random.default_rng(0)
+    store = ResultStore(tmp_path)
+    per_seed = []
+    for seed in (0, 1):
+        scores = (rng.random(N) < 0.7).astype(float)
+        acc, prop = rng.integers(0, 4, N), np.full(N, 4)
+        per_seed.append((scores, acc, prop))
+        _write(store, method="lossless", split="test", seed=seed, scores=scores, accepted=acc, proposed=prop)
+    d = mean_over_seeds(load_runs([tmp_path]))
+    (row,) = d.to_dict("records")
+    assert row["n_seeds"] == 2 and row["interval_from"] == "examples"
+    assert row["score"] == pytest.approx(np.mean([s.mean() for s, _, _ in per_seed]))
+    assert row["acceptance_rate"] == pytest.approx(sum(a.sum() for _, a, _ in per_seed) / (2 * N * 4))
+    assert row["score_ci_low"] < row["score"] < row["score_ci_high"]
+    assert row["acceptance_ci_low"] < row["acceptance_rate"] < row["acceptance_ci_high"]
+    # without the rows: a t-interval over the two seeds' values
+    plain = mean_over_seeds(load_runs([tmp_path]), examples=False).iloc[0]
+    assert plain["interval_from"] == "seeds" and plain["score"] == pytest.approx(row["score"])
+
+
+def test_paired_difference_and_non_inferiority():
+    rng = np.random.default_rng(3)
+    base = pd.DataFrame({"score": rng.random(200), "accepted": rng.integers(0, 5, 200), "proposed": np.full(200, 5),
+                         "verified": np.full(200, 5)}, index=[f"e{i}" for i in range(200)])  # fmt: skip
+    better = base.assign(score=base["score"] + 0.05, accepted=np.minimum(base["accepted"] + 1, 5))
+    d = paired(better, base)
+    assert d["diff"] == pytest.approx(0.05) and d["low"] == pytest.approx(0.05) and d["n"] == 200  # constant shift
+    a = paired(better, base, "acceptance_rate")
+    assert a["low"] > 0 and verdict(a["low"], a["high"]) == "better"
+    noisy = base.assign(score=base["score"] + rng.normal(0, 0.3, 200))
+    r = paired(noisy, base)
+    assert r["low"] < 0 < r["high"]
+    # non-inferiority: a small loss within a wide margin holds; the same loss with no margin does not
+    worse = base.assign(score=base["score"] - 0.01 + rng.normal(0, 0.05, 200))
+    assert non_inferior(worse, base, 0.05)["holds"] and not non_inferior(worse, base, 0.0)["holds"]
+    # only the examples both scored are paired
+    assert paired(better.iloc[:50], base)["n"] == 50
+    assert per_example(pd.DataFrame([{"run_dir": None, "key": "k"}])) is None
+
+
+def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
+    """Static w = 0.5 is as good as autoregressive on validation and accepts most; on test w = 0.0
+    happens to score highest. The table shows w = 0.5 (chosen on validation), the oracle view w = 0.0,
+    and the paired table compares DIVERSED with the chosen setting."""
+    rng = np.random.default_rng(0)
+    store = ResultStore(tmp_path)
+    ar = {split: (rng.random(N) < 0.8).astype(float) for split in ("validation", "test")}
+    for split in ("validation", "test"):
+        for seed in (0, 1):
+            _write(store, method="autoregressive", split=split, seed=seed, scores=ar[split])
+            for w, quality, acc in ((0.0, 0.3, 4), (0.5, 0.8, 3), (1.0, 0.8, 1)):
+                scores = ar[split] if quality == 0.8 else (rng.random(N) < quality).astype(float)
+                if split == "test" and w == 0.0:
+                    scores = np.ones(N)  # the test split flatters w = 0: no choice may see it
+                _write(store, method="static", split=split, seed=seed, scores=scores, accepted=np.full(N, acc),
+                       proposed=np.full(N, 4), weight=w)  # fmt: skip
+            _write(store, method="dynamic", split=split, seed=seed, scores=ar[split], accepted=np.full(N, 4),
+                   proposed=np.full(N, 4), head="/h")  # fmt: skip
+    records = load_runs([tmp_path])
+    choices = choose_on(records[records["split"] == "validation"], margin=0.05)
+    (c,) = choices.to_dict("records")
+    assert c["value"] == 0.5 and c["non_inferior"] and c["family"] == "weight" and c["diff"] == 0.0
+    assert c["delta"] == pytest.approx(0.05 * ar["validation"].mean())
+
+    out = tmp_path / "report"
+    write_report([tmp_path], out)
+    table = (out / "table_T1.md").read_text()
+    assert "Static, chosen on validation" in table and "(w=0.5)" in table and "(w=0)" not in table
+    assert "chosen on the validation split" in table and "δ = 0.05" in table
+    oracle = (out / "table_oracle_T1.md").read_text()
+    assert "Static, oracle (chosen on test)" in oracle and "(w=0)" in oracle
+    diffs = (out / "paired_T1.md").read_text()
+    # DIVERSED equals AR's outputs here: quality difference exactly 0; it accepts 4/4 against w = 0.5's 3/4
+    line = next(x for x in diffs.splitlines() if "Static, chosen on validation" in x)
+    assert "0.00 [0.00, 0.00] no difference shown" in line and "25.00 [25.00, 25.00] better" in line
+    claims = (out / "claims.md").read_text()
+    assert table.split("\n\n", 1)[1] in claims and "validation" not in set(pd.read_csv(out / "table_T1.csv").columns)
