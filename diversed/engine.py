@@ -7,9 +7,12 @@ distribution (k < n) or its bonus distribution (k = n). For the ensemble verifie
 accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rejection draw from
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
 exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
+A round without drafts (n = 0: the budget's last token) emits from the bonus distribution too, so
+every rule emits from its own law in every round (typical acceptance: typical(p), not p).
 The first new token comes from the first round like any other (verified against v, as transformers
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
-prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
+prompt alone (a round without drafts: argmax p_1, or x ~ the bonus law without the draft, which is
+p_1 for every rule but typical acceptance), before the first draft.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
@@ -188,8 +191,9 @@ def _verify(verifier: Verifier, mode: _Mode, p: Tensor, q: Tensor | None, d: _Dr
 
 
 def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -> tuple[Tensor, Tensor | None]:
-    """The token after the accepted prefix: from the rejection distribution at k < n, from p at a
-    full round (a bonus that needs the draft replaces it in `_draft_bonus`); and w there."""
+    """The token after the accepted prefix: from the rejection distribution at k < n, from the
+    verifier's bonus law without the draft, `bonus(p, None, None)`, at a full round and in a round
+    without drafts (a bonus that needs the draft replaces it in `_draft_bonus`); and w there."""
     b = k.shape[0]
     kk = k.clamp_max(n - 1)  # the rejected position (rows that took every draft: ignored)
     at = lambda t: _at(t, kk)  # noqa: E731
@@ -200,10 +204,10 @@ def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -
             nxt = torch.where(full, nxt, verifier.greedy_rejection(at(p), at(q), w_k))
     else:
         p_k = _at(p, k)
+        law = verifier.bonus(p_k, None, None)  # p for most rules; typical acceptance: typical(p)
         if n > 0:
-            rejected = verifier.rejection(p_k, at(q), w_k)
-            p_k = torch.where(full.unsqueeze(-1), verifier.bonus(p_k, None, None), rejected)
-        nxt = sample(p_k, generator)
+            law = torch.where(full.unsqueeze(-1), law, verifier.rejection(p_k, at(q), w_k))
+        nxt = sample(law, generator)
     w_next = None
     if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p)
         w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(b, device=k.device)
@@ -279,7 +283,8 @@ def speculative_generate(
     new token against v like every other (what transformers 5.x's assisted generation does, so
     static greedy with `bonus_token="target"` equals its `assistant_ensemble_weight`); "target"
     first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 at the
-    temperature, as engines whose prefill emits the first token do. That step counts as a round:
+    temperature (the verifier's bonus law without the draft: typical(p_1) for typical acceptance),
+    as engines whose prefill emits the first token do. That step counts as a round:
     one target call, no drafts proposed or accepted, w = 1 where w is recorded; rows that end on it
     (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
     """
@@ -306,7 +311,7 @@ def speculative_generate(
     n_cap = num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
     if first_token == "target":  # the first new token from the target's prefill alone, then rounds
-        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier.records_w, max_new_tokens, generator)
+        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier, max_new_tokens, generator)
         _leave(done_h, s, host, T, D)
 
     while s.rows.shape[0]:
@@ -363,15 +368,20 @@ def speculative_generate(
 # ----------------------------------------------------------------------------- helpers
 
 
-def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, records_w: bool, max_new: int, generator):
-    """first_token="target": one target forward over the prompt gives p_1; the first token is
-    argmax p_1 (greedy) or x ~ p_1, a round without drafts (w = 1 where w is recorded), with its
-    own host sync. Returns (the fewest tokens a row still in the batch has, the rows done); the
-    draft reads the prompt and this token in the next round."""
+def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verifier: Verifier, max_new: int,
+                       generator):  # fmt: skip
+    """first_token="target": one target forward over the prompt gives p_1; the first token comes
+    from the verifier's bonus law without the draft, as in any round without drafts: argmax p_1
+    (greedy) or x ~ bonus(p_1, None, None) (p_1 for most rules; typical acceptance: typical(p_1)),
+    w = 1 where w is recorded, with its own host sync. Returns (the fewest tokens a row still in
+    the batch has, the rows done); the draft reads the prompt and this token in the next round."""
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]
-    nxt = logits.argmax(-1) if mode.greedy else sample(probs_from_logits(logits, mode.tau), generator)
+    if mode.greedy:
+        nxt = verifier.greedy_bonus(logits, None, None)  # argmax p_1 (of the logits, as `generate`)
+    else:
+        nxt = sample(verifier.bonus(probs_from_logits(logits, mode.tau), None, None), generator)
     b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
     k = torch.zeros(b, dtype=torch.long, device=nxt.device)
     emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
@@ -380,7 +390,7 @@ def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, recor
         keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
     kept = steps < keep.unsqueeze(1)
     cols = s.emit(emitted, kept, n_new, steps)
-    ones = torch.ones(b, device=nxt.device) if records_w else None
+    ones = torch.ones(b, device=nxt.device) if verifier.records_w else None
     counter.round(s.rows, 0, 0, k, keep, s.ids[:, :0], mode.eos, None, ones, kept, cols=cols)
     s.commit(k, 0, nxt, 0, steps)
     return fewest, done_h
