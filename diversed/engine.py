@@ -7,6 +7,7 @@ distribution (k < n) or its bonus distribution (k = n). For the ensemble verifie
 accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rejection draw from
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
 exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
+When sampling, p and q are softmax(logits / T), both truncated alike if asked (`top_k`, `top_p`).
 A round without drafts (n = 0: the budget's last token) emits from the bonus distribution too, so
 every rule emits from its own law in every round (typical acceptance: typical(p), not p).
 The first new token comes from the first round like any other (verified against v, as transformers
@@ -76,10 +77,10 @@ class SpeculativeOutput(NamedTuple):
 
 
 def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold,
-                  stop, first="ensemble"):  # fmt: skip
+                  stop, first="ensemble", top_k=0, top_p=1.0):  # fmt: skip
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
-    check_decoding(max_new, temperature)
+    check_decoding(max_new, temperature, top_k, top_p)
     if bonus not in ("ensemble", "target"):
         raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {bonus!r}")
     if first not in ("ensemble", "target"):
@@ -111,12 +112,19 @@ class _Mode:
 
     greedy: bool  # argmax everywhere; compared at T = 1 as transformers does
     tau: float  # the temperature of p and q
+    top_k: int  # the truncation of p and q alike when sampling (0 and 1.0: none; greedy: none)
+    top_p: float
     probs: bool  # p and q as probabilities (else logits: greedy lossless only compares argmaxes)
     draft_bonus: bool  # a fully accepted round's bonus needs q after the last draft
     eos: Tensor
     threshold: float | None  # a row stops proposing once the draft's top probability falls below it
     drafts_end_at_eos: bool  # CPU: a round's drafting ends once every row has drafted EOS
     heuristic: bool  # the draft length grows by 2 after a fully accepted round, else shrinks by 1
+
+    def dist(self, logits: Tensor) -> Tensor:
+        """p or q from a model's logits: softmax(truncate(logits / T)), or the logits themselves
+        where no probabilities are needed."""
+        return probs_from_logits(logits, self.tau, self.top_k, self.top_p) if self.probs else logits
 
 
 class _Drafts(NamedTuple):
@@ -152,7 +160,7 @@ def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> _Drafts:
         logits_q, h_d = D.forward(s.ids, s.mask, s.pos, cur + j + 1, keep=1)
         D.calls += 1
         logits_q = logits_q[:, 0]
-        q_j = probs_from_logits(logits_q, mode.tau) if mode.probs else logits_q
+        q_j = mode.dist(logits_q)
         s.ids[:, cur + j + 1] = logits_q.argmax(-1) if mode.greedy else sample(q_j, generator)
         q_steps.append(q_j)
         if h_d is not None:
@@ -221,7 +229,7 @@ def _draft_bonus(verifier, mode, D: SlotModel, s: Slots, d: _Drafts, p, h_t, nxt
     n = d.n
     logits_e, h_e = D.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=1)
     D.calls += 1
-    q_e = probs_from_logits(logits_e[:, 0], mode.tau) if mode.probs else logits_e[:, 0]
+    q_e = mode.dist(logits_e[:, 0])
     h_L = None if h_e is None else h_t[:, n:]  # hidden states at L (a verifier with a head)
     p_L, q_L = p[:, n], q_e
     if isinstance(d.lengths, Tensor):  # rows that stopped early: position lengths + 1
@@ -264,6 +272,8 @@ def speculative_generate(
     draft_confidence_threshold: float | None = None,
     stop: Callable[[list[int], int], int | None] | None = None,
     first_token: str = "ensemble",
+    top_k: int | None = 0,
+    top_p: float = 1.0,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
@@ -271,6 +281,10 @@ def speculative_generate(
     the verifier's greedy test holds (ensembles: x_i == argmax v_i), emits its greedy choice at
     the first mismatch, and compares softmax at T = 1 as transformers does. Prompts must be
     left-padded. Returns `(sequences, stats)`.
+
+    `top_k`, `top_p` (sampling only): p and q alike are truncated after the temperature, top-k then
+    top-p, by transformers' own warpers (`verify.truncate`), as `generate` and its assisted
+    generation do; every verifier then sees the truncated p and q. 0 (or None) and 1.0: none.
 
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
@@ -290,7 +304,8 @@ def speculative_generate(
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens, temperature,
-                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token)  # fmt: skip
+                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token, top_k,
+                  top_p)  # fmt: skip
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
     device = input_ids.device
@@ -298,7 +313,8 @@ def speculative_generate(
     eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
     mode = _Mode(
-        greedy=greedy, tau=1.0 if greedy else float(temperature), probs=verifier.probs_needed(greedy),
+        greedy=greedy, tau=1.0 if greedy else float(temperature), top_k=0 if greedy else int(top_k or 0),
+        top_p=1.0 if greedy else float(top_p), probs=verifier.probs_needed(greedy),
         draft_bonus=verifier.bonus_needs_draft(bonus_token), eos=eos, threshold=draft_confidence_threshold,
         drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0, heuristic=num_draft_tokens_schedule == "heuristic",
     )  # fmt: skip
@@ -323,7 +339,7 @@ def speculative_generate(
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
         logits_p, h_t = T.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=n + 1)
         T.calls += 1
-        p = probs_from_logits(logits_p, mode.tau) if mode.probs else logits_p
+        p = mode.dist(logits_p)
         x, q = s.ids[:, s.cur + 1 : s.cur + n + 1], d.q
         # --- verify: k accepted drafts per row; the token after them (rejection or bonus)
         w, k = _verify(verifier, mode, p, q, d, x, h_t, steps, generator)
@@ -381,7 +397,7 @@ def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verif
     if mode.greedy:
         nxt = verifier.greedy_bonus(logits, None, None)  # argmax p_1 (of the logits, as `generate`)
     else:
-        nxt = sample(verifier.bonus(probs_from_logits(logits, mode.tau), None, None), generator)
+        nxt = sample(verifier.bonus(mode.dist(logits), None, None), generator)
     b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
     k = torch.zeros(b, dtype=torch.long, device=nxt.device)
     emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
