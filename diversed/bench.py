@@ -33,7 +33,8 @@ random weights with the shapes of Llama-3.1-8B / 3.2-1B, for timing real sizes o
 downloads. Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum,
 mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--data-files`
 offline, `--num-few-shot`): realistic prompt lengths for a real pair. Every setting decodes to EOS
-or `--max-new-tokens` alike; the bench does not stop at a task's stop sequences.
+or `--max-new-tokens` alike; the bench does not stop at a task's stop sequences. `--top-k` and
+`--top-p` truncate p and q alike in every sampled setting, ours and transformers' (none by default).
 
 It only measures and reports: pairs come from `diversed.pair` (and the toy pair), prompts from
 the tasks, the autoregressive loop from `diversed.autoregressive`, statistics and bounds from
@@ -59,7 +60,7 @@ from torch import Tensor, nn
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead
-from diversed.inputs import left_pad, token_ids
+from diversed.inputs import check_decoding, left_pad, token_ids
 from diversed.pair import RANDOM_PAIRS, Pair
 from diversed.reference import transformers_generate
 from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -210,6 +211,8 @@ class BenchConfig:
     seed: int = 0
     bonus_token: str = "ensemble"
     first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
+    top_k: int = 0  # sampled settings: p and q truncated alike in every decoder (0: none)
+    top_p: float = 1.0  # (1.0: none)
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
@@ -224,6 +227,7 @@ def check_config(config: BenchConfig) -> None:
         raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
+    check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
     if bool(config.target) != bool(config.draft):
         raise ValueError("give both --target and --draft, or neither (then --pair is used)")
     pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
@@ -326,7 +330,8 @@ class Bench:
         gen = torch.Generator(self.device).manual_seed(seed)
         torch.manual_seed(seed)  # transformers samples from the global generator
         sampling = s.temperature > 0
-        common = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": self.pad, "eos_token_id": self.eos}
+        common = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": self.pad,
+                  "eos_token_id": self.eos, "top_k": self.config.top_k, "top_p": self.config.top_p}  # fmt: skip
         ours = {"do_sample": sampling, "temperature": s.temperature or 1.0, "generator": gen, **common}  # fmt: skip
         verifier = self.verifiers.get(s.verifier)
         self.meter.run = run
@@ -504,7 +509,9 @@ def run_bench(
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
             f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, "
-            f"{len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
+            f"{len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)"
+            + (f", sampling truncated to top_k = {config.top_k}, top_p = {config.top_p:g}"
+               if config.top_k or config.top_p < 1.0 else ""))  # fmt: skip
         runs: dict[Setting, list[Run]] = {s: [] for s in todo}
         try:
             for rep in range(config.warmup + config.repeats):
@@ -521,6 +528,7 @@ def run_bench(
         compare(records)
         for r in records:
             r["machine"], r["prompts"], r["mean_prompt_tokens"] = env, source, mean_len
+            r["top_k"], r["top_p"] = config.top_k, config.top_p
         return records
     finally:
         torch.set_num_threads(threads)
@@ -576,6 +584,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
     add("--first-token", choices=("ensemble", "target"), default=d.first_token,
         help="our first new token: verified against v like the rest (as transformers) or the target's alone")
+    add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
+    add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
     add("--only", nargs="*", default=[], help="run only settings whose label contains one of these")
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
