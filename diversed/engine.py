@@ -6,14 +6,11 @@ longest accepted prefix x_1..x_k; the token after it is drawn from the verifier'
 distribution (k < n) or its bonus distribution (k = n). For the ensemble verifiers that is:
 accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rejection draw from
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
-exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
-When sampling, p and q are softmax(logits / T), both truncated alike if asked (`top_k`, `top_p`).
-A round without drafts (n = 0: the budget's last token) emits from the bonus distribution too, so
-every rule emits from its own law in every round (typical acceptance: typical(p), not p).
+exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s; a
+round without drafts (n = 0) emits from the bonus law too (typical acceptance: typical(p), not p).
 The first new token comes from the first round like any other (verified against v, as transformers
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
-prompt alone (a round without drafts: argmax p_1, or x ~ the bonus law without the draft, which is
-p_1 for every rule but typical acceptance), before the first draft.
+prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
@@ -122,8 +119,7 @@ class _Mode:
     heuristic: bool  # the draft length grows by 2 after a fully accepted round, else shrinks by 1
 
     def dist(self, logits: Tensor) -> Tensor:
-        """p or q from a model's logits: softmax(truncate(logits / T)), or the logits themselves
-        where no probabilities are needed."""
+        """p or q: softmax(truncate(logits / T)), or the logits where no probabilities are needed."""
         return probs_from_logits(logits, self.tau, self.top_k, self.top_p) if self.probs else logits
 
 
@@ -199,9 +195,8 @@ def _verify(verifier: Verifier, mode: _Mode, p: Tensor, q: Tensor | None, d: _Dr
 
 
 def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -> tuple[Tensor, Tensor | None]:
-    """The token after the accepted prefix: from the rejection distribution at k < n, from the
-    verifier's bonus law without the draft, `bonus(p, None, None)`, at a full round and in a round
-    without drafts (a bonus that needs the draft replaces it in `_draft_bonus`); and w there."""
+    """The token after the accepted prefix: from the rejection law at k < n, else (a full round, or no
+    drafts) from `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there."""
     b = k.shape[0]
     kk = k.clamp_max(n - 1)  # the rejected position (rows that took every draft: ignored)
     at = lambda t: _at(t, kk)  # noqa: E731
@@ -282,9 +277,8 @@ def speculative_generate(
     the first mismatch, and compares softmax at T = 1 as transformers does. Prompts must be
     left-padded. Returns `(sequences, stats)`.
 
-    `top_k`, `top_p` (sampling only): p and q alike are truncated after the temperature, top-k then
-    top-p, by transformers' own warpers (`verify.truncate`), as `generate` and its assisted
-    generation do; every verifier then sees the truncated p and q. 0 (or None) and 1.0: none.
+    `top_k`, `top_p` (sampling; 0 or None, 1.0: none) truncate p and q alike after the temperature
+    with transformers' warpers (`verify.truncate`), as `generate` does; every verifier sees them.
 
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
@@ -296,9 +290,8 @@ def speculative_generate(
     `first_token`: "ensemble" (the default) drafts from the prompt at once and verifies the first
     new token against v like every other (what transformers 5.x's assisted generation does, so
     static greedy with `bonus_token="target"` equals its `assistant_ensemble_weight`); "target"
-    first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 at the
-    temperature (the verifier's bonus law without the draft: typical(p_1) for typical acceptance),
-    as engines whose prefill emits the first token do. That step counts as a round:
+    first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 (typical
+    acceptance: typical(p_1)), as engines whose prefill emits the first token do. It is a round:
     one target call, no drafts proposed or accepted, w = 1 where w is recorded; rows that end on it
     (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
     """
@@ -384,20 +377,15 @@ def speculative_generate(
 # ----------------------------------------------------------------------------- helpers
 
 
-def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verifier: Verifier, max_new: int,
-                       generator):  # fmt: skip
-    """first_token="target": one target forward over the prompt gives p_1; the first token comes
-    from the verifier's bonus law without the draft, as in any round without drafts: argmax p_1
-    (greedy) or x ~ bonus(p_1, None, None) (p_1 for most rules; typical acceptance: typical(p_1)),
-    w = 1 where w is recorded, with its own host sync. Returns (the fewest tokens a row still in
-    the batch has, the rows done); the draft reads the prompt and this token in the next round."""
+def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verifier, max_new: int, generator):
+    """first_token="target": one target forward over the prompt gives p_1; the first token is argmax
+    p_1 (greedy) or x ~ bonus(p_1, None, None), a round without drafts (w = 1 where w is recorded),
+    with its own host sync. Returns (the fewest tokens a row still in the batch has, the rows done);
+    the draft reads the prompt and this token in the next round."""
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]
-    if mode.greedy:
-        nxt = verifier.greedy_bonus(logits, None, None)  # argmax p_1 (of the logits, as `generate`)
-    else:
-        nxt = sample(verifier.bonus(mode.dist(logits), None, None), generator)
+    nxt = logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
     b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
     k = torch.zeros(b, dtype=torch.long, device=nxt.device)
     emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
