@@ -238,15 +238,21 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
 # ----------------------------------------------------------------------------- the runner
 
 
+# engine options added after the first records, and their values that behave as before they existed
+LATER_ENGINE_OPTIONS = {"first_token": ("ensemble",), "top_k": (0, None), "top_p": (1.0,)}
+
+
+def engine_settings(engine: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The engine options of a fingerprint: a later option at its old behaviour is left out, so
+    points from before it keep their keys (and their run directories resume)."""
+    engine = OmegaConf.to_container(engine, resolve=True) if isinstance(engine, DictConfig) else dict(engine)
+    return {k: v for k, v in engine.items() if not (k in LATER_ENGINE_OPTIONS and v in LATER_ENGINE_OPTIONS[k])}
+
+
 def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, Any]:
     """Everything that determines a grid point's output, but the point itself and its head."""
     pair = describe(card) or {"config": OmegaConf.to_container(cfg.pair, resolve=True)}
-    engine = OmegaConf.to_container(cfg.engine, resolve=True)
-    # options at the behaviour from before they existed are left out: older points keep their keys
-    for key, before in (("first_token", ("ensemble",)), ("top_k", (0, None)), ("top_p", (1.0,))):
-        if key in engine and engine[key] in before:
-            engine.pop(key)
-    return {"task": task_settings(task), "pair": pair, "engine": engine,
+    return {"task": task_settings(task), "pair": pair, "engine": engine_settings(cfg.engine),
             "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
 
 
