@@ -9,7 +9,8 @@ separate reference). Greedy takes argmax of the logits, as `generate` does.
 
 With a draft and an ensemble verifier it samples each token from v = w·p + (1 − w)·q (the
 verifier's bonus distribution given both models), one target and one draft forward per token:
-what a training rollout from v costs without speculation.
+what a training rollout from v costs without speculation. Sampled p and q are the engine's:
+softmax(logits / T), truncated alike if asked (`top_k`, `top_p`).
 
 Statistics: every step is a round in which no draft is proposed (rounds = tokens per row,
 acceptance undefined, tokens per target call 1). It does not time anything beyond `wall_time_s`.
@@ -47,11 +48,14 @@ def autoregressive_generate(
     pad_token_id: int | None = None,
     generator: torch.Generator | None = None,
     stop: Callable[[list[int], int], int | None] | None = None,
+    top_k: int | None = 0,
+    top_p: float = 1.0,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row, one target forward (and, with `draft` and
-    `verifier`, one draft forward) per token. Prompts must be left-padded; `stop` is as in
-    `speculative_generate`. Returns `(sequences, stats)`."""
-    check_decoding(max_new_tokens, temperature)
+    `verifier`, one draft forward) per token. Prompts must be left-padded; `stop`, `top_k` and
+    `top_p` are as in `speculative_generate` (p and q truncated alike when sampling). Returns
+    `(sequences, stats)`."""
+    check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
     if (draft is None) != (verifier is None):
         raise ValueError("give both draft and verifier (sampling from v) or neither (the target alone)")
@@ -63,6 +67,8 @@ def autoregressive_generate(
     device = input_ids.device
     greedy = not do_sample or float(temperature) == 0.0
     tau = 1.0 if greedy else float(temperature)
+    k, top = (0, 1.0) if greedy else (top_k, top_p)  # truncation when sampling only, as in the engine
+    dist = lambda logits: probs_from_logits(logits, tau, k, top)  # noqa: E731
     eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
     vocab = shared_vocab_size(target, draft) if draft is not None else vocab_size(target)
@@ -92,10 +98,10 @@ def autoregressive_generate(
         noise = None if greedy else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[rows]
         w = None
         if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
-            x = logits_p.argmax(-1) if greedy else sample(probs_from_logits(logits_p, tau), noise=noise)
+            x = logits_p.argmax(-1) if greedy else sample(dist(logits_p), noise=noise)
         else:  # from v = w·p + (1 − w)·q
             (logits_q, h_d) = outs[1]
-            p, q = probs_from_logits(logits_p, tau), probs_from_logits(logits_q[:, -1], tau)
+            p, q = dist(logits_p), dist(logits_q[:, -1])
             w = verifier.weights(p.unsqueeze(1), q.unsqueeze(1), h_d, h_t)
             w = w.squeeze(1) if isinstance(w, Tensor) else w
             x = verifier.greedy_bonus(p, q, w) if greedy else sample(verifier.bonus(p, q, w), noise=noise)

@@ -33,7 +33,7 @@ random weights with the shapes of Llama-3.1-8B / 3.2-1B, for timing real sizes o
 downloads. Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum,
 mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--data-files`
 offline, `--num-few-shot`): realistic prompt lengths for a real pair. Every setting decodes to EOS
-or `--max-new-tokens` alike; the bench does not stop at a task's stop sequences.
+or `--max-new-tokens` alike (not at a task's stop sequences), sampling with `--top-k`/`--top-p`.
 
 It only measures and reports: pairs come from `diversed.pair` (and the toy pair), prompts from
 the tasks, the autoregressive loop from `diversed.autoregressive`, statistics and bounds from
@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead
-from diversed.inputs import left_pad, token_ids
+from diversed.inputs import check_decoding, left_pad, token_ids
 from diversed.pair import RANDOM_PAIRS, Pair
 from diversed.reference import transformers_generate
 from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -210,6 +210,8 @@ class BenchConfig:
     seed: int = 0
     bonus_token: str = "ensemble"
     first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
+    top_k: int = 0  # sampled settings: p and q truncated alike in every decoder, ours and transformers' (0: none)
+    top_p: float = 1.0  # (1.0: none)
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
@@ -224,6 +226,7 @@ def check_config(config: BenchConfig) -> None:
         raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
+    check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
     if bool(config.target) != bool(config.draft):
         raise ValueError("give both --target and --draft, or neither (then --pair is used)")
     pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
@@ -325,9 +328,9 @@ class Bench:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
         gen = torch.Generator(self.device).manual_seed(seed)
         torch.manual_seed(seed)  # transformers samples from the global generator
-        sampling = s.temperature > 0
-        common = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": self.pad, "eos_token_id": self.eos}
-        ours = {"do_sample": sampling, "temperature": s.temperature or 1.0, "generator": gen, **common}  # fmt: skip
+        c = self.config  # every decoder samples alike: temperature, then top-k and top-p of p and q
+        common = {"max_new_tokens": c.max_new_tokens, "pad_token_id": self.pad, "eos_token_id": self.eos,
+                  "do_sample": s.temperature > 0, "temperature": s.temperature or 1.0, "top_k": c.top_k, "top_p": c.top_p}  # fmt: skip
         verifier = self.verifiers.get(s.verifier)
         self.meter.run = run
         try:
@@ -336,16 +339,15 @@ class Bench:
                 if s.engine == "diversed":
                     out = speculative_generate(self.target, self.draft, ids, mask, verifier=verifier,
                                                num_draft_tokens=s.num_draft_tokens, bonus_token=s.bonus_token,
-                                               first_token=s.first_token, **ours)  # fmt: skip
+                                               first_token=s.first_token, generator=gen, **common)  # fmt: skip
                 elif s.implementation == "loop":
                     out = autoregressive_generate(self.target, ids, mask, draft=self.draft if verifier else None,
-                                                  verifier=verifier, **ours)
+                                                  verifier=verifier, generator=gen, **common)
                 else:  # transformers: `generate`, or assisted generation (lossless or with its static ensemble)
                     assisted = s.engine == "transformers"
                     out = transformers_generate(
                         self.target, ids, mask, draft=self.draft if assisted else None, num_draft_tokens=s.num_draft_tokens or 1,
-                        ensemble_weight=s.weight if s.verifier == "static" else None, do_sample=sampling,
-                        temperature=s.temperature or 1.0, **common,
+                        ensemble_weight=s.weight if s.verifier == "static" else None, **common,
                     )  # fmt: skip
                 run.seconds += _clock(self.device) - t0
                 run.totals.add(out.stats)
@@ -369,7 +371,7 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     tokens, rounds = pooled.new_tokens, pooled.rounds
     ms = {m: 1e3 * fwd[m] / calls[m] if calls[m] else None for m in ("target", "draft")}
     c = ms["draft"] / ms["target"] if ms["draft"] and ms["target"] else None
-    record = {
+    return {
         **asdict(s),  # engine, verifier, batch size, temperature, weight, N, implementation, bonus token
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
         "tokens_per_s_runs": [r.totals.new_tokens / r.seconds for r in runs],
@@ -390,7 +392,6 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         "repeats": len(runs),
         "label": s.label,
     }
-    return record
 
 
 def compare(records: list[dict[str, Any]]) -> None:
@@ -503,8 +504,8 @@ def run_bench(
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
-            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, "
-            f"{len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
+            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, top_p = "
+            f"{config.top_p:g}, {len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
         runs: dict[Setting, list[Run]] = {s: [] for s in todo}
         try:
             for rep in range(config.warmup + config.repeats):
@@ -520,7 +521,7 @@ def run_bench(
         records = [summarize(s, r) for s, r in runs.items()]
         compare(records)
         for r in records:
-            r["machine"], r["prompts"], r["mean_prompt_tokens"] = env, source, mean_len
+            r.update(machine=env, prompts=source, mean_prompt_tokens=mean_len, top_k=config.top_k, top_p=config.top_p)
         return records
     finally:
         torch.set_num_threads(threads)
@@ -576,6 +577,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
     add("--first-token", choices=("ensemble", "target"), default=d.first_token,
         help="our first new token: verified against v like the rest (as transformers) or the target's alone")
+    add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
+    add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
     add("--only", nargs="*", default=[], help="run only settings whose label contains one of these")
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")

@@ -6,7 +6,8 @@ longest accepted prefix x_1..x_k; the token after it is drawn from the verifier'
 distribution (k < n) or its bonus distribution (k = n). For the ensemble verifiers that is:
 accept x_i with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), at a rejection draw from
 normalize(max(0, p − q)), and the bonus from v_{n+1} ("ensemble", so every emitted token is
-exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s.
+exactly v-distributed) or p_{n+1} ("target", as transformers does). The rules are `verify.py`'s; a
+round without drafts (n = 0) emits from the bonus law too (typical acceptance: typical(p), not p).
 The first new token comes from the first round like any other (verified against v, as transformers
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
 prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
@@ -73,10 +74,10 @@ class SpeculativeOutput(NamedTuple):
 
 
 def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold,
-                  stop, first="ensemble"):  # fmt: skip
+                  stop, first="ensemble", top_k=0, top_p=1.0):  # fmt: skip
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
-    check_decoding(max_new, temperature)
+    check_decoding(max_new, temperature, top_k, top_p)
     if bonus not in ("ensemble", "target"):
         raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {bonus!r}")
     if first not in ("ensemble", "target"):
@@ -108,12 +109,18 @@ class _Mode:
 
     greedy: bool  # argmax everywhere; compared at T = 1 as transformers does
     tau: float  # the temperature of p and q
+    top_k: int  # the truncation of p and q alike when sampling (0 and 1.0: none; greedy: none)
+    top_p: float
     probs: bool  # p and q as probabilities (else logits: greedy lossless only compares argmaxes)
     draft_bonus: bool  # a fully accepted round's bonus needs q after the last draft
     eos: Tensor
     threshold: float | None  # a row stops proposing once the draft's top probability falls below it
     drafts_end_at_eos: bool  # CPU: a round's drafting ends once every row has drafted EOS
     heuristic: bool  # the draft length grows by 2 after a fully accepted round, else shrinks by 1
+
+    def dist(self, logits: Tensor) -> Tensor:
+        """p or q: softmax(truncate(logits / T)), or the logits where no probabilities are needed."""
+        return probs_from_logits(logits, self.tau, self.top_k, self.top_p) if self.probs else logits
 
 
 class _Drafts(NamedTuple):
@@ -149,7 +156,7 @@ def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> _Drafts:
         logits_q, h_d = D.forward(s.ids, s.mask, s.pos, cur + j + 1, keep=1)
         D.calls += 1
         logits_q = logits_q[:, 0]
-        q_j = probs_from_logits(logits_q, mode.tau) if mode.probs else logits_q
+        q_j = mode.dist(logits_q)
         s.ids[:, cur + j + 1] = logits_q.argmax(-1) if mode.greedy else sample(q_j, generator)
         q_steps.append(q_j)
         if h_d is not None:
@@ -188,8 +195,8 @@ def _verify(verifier: Verifier, mode: _Mode, p: Tensor, q: Tensor | None, d: _Dr
 
 
 def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -> tuple[Tensor, Tensor | None]:
-    """The token after the accepted prefix: from the rejection distribution at k < n, from p at a
-    full round (a bonus that needs the draft replaces it in `_draft_bonus`); and w there."""
+    """The token after the accepted prefix: from the rejection law at k < n, else (a full round, or no
+    drafts) from `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there."""
     b = k.shape[0]
     kk = k.clamp_max(n - 1)  # the rejected position (rows that took every draft: ignored)
     at = lambda t: _at(t, kk)  # noqa: E731
@@ -200,10 +207,10 @@ def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -
             nxt = torch.where(full, nxt, verifier.greedy_rejection(at(p), at(q), w_k))
     else:
         p_k = _at(p, k)
+        law = verifier.bonus(p_k, None, None)  # p for most rules; typical acceptance: typical(p)
         if n > 0:
-            rejected = verifier.rejection(p_k, at(q), w_k)
-            p_k = torch.where(full.unsqueeze(-1), verifier.bonus(p_k, None, None), rejected)
-        nxt = sample(p_k, generator)
+            law = torch.where(full.unsqueeze(-1), law, verifier.rejection(p_k, at(q), w_k))
+        nxt = sample(law, generator)
     w_next = None
     if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p)
         w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(b, device=k.device)
@@ -217,7 +224,7 @@ def _draft_bonus(verifier, mode, D: SlotModel, s: Slots, d: _Drafts, p, h_t, nxt
     n = d.n
     logits_e, h_e = D.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=1)
     D.calls += 1
-    q_e = probs_from_logits(logits_e[:, 0], mode.tau) if mode.probs else logits_e[:, 0]
+    q_e = mode.dist(logits_e[:, 0])
     h_L = None if h_e is None else h_t[:, n:]  # hidden states at L (a verifier with a head)
     p_L, q_L = p[:, n], q_e
     if isinstance(d.lengths, Tensor):  # rows that stopped early: position lengths + 1
@@ -260,6 +267,8 @@ def speculative_generate(
     draft_confidence_threshold: float | None = None,
     stop: Callable[[list[int], int], int | None] | None = None,
     first_token: str = "ensemble",
+    top_k: int | None = 0,
+    top_p: float = 1.0,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
@@ -267,6 +276,9 @@ def speculative_generate(
     the verifier's greedy test holds (ensembles: x_i == argmax v_i), emits its greedy choice at
     the first mismatch, and compares softmax at T = 1 as transformers does. Prompts must be
     left-padded. Returns `(sequences, stats)`.
+
+    `top_k`, `top_p` (sampling; 0 or None, 1.0: none) truncate p and q alike after the temperature
+    with transformers' warpers (`verify.truncate`), as `generate` does; every verifier sees them.
 
     `stop(new_tokens, n)`, if given, is called on the host after every round with each row's new
     tokens so far (the last `n` of them from this round) and returns None to go on, or how many of
@@ -278,14 +290,15 @@ def speculative_generate(
     `first_token`: "ensemble" (the default) drafts from the prompt at once and verifies the first
     new token against v like every other (what transformers 5.x's assisted generation does, so
     static greedy with `bonus_token="target"` equals its `assistant_ensemble_weight`); "target"
-    first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 at the
-    temperature, as engines whose prefill emits the first token do. That step counts as a round:
+    first runs the target alone over the prompt and emits argmax p_1 (greedy) or x ~ p_1 (typical
+    acceptance: typical(p_1)), as engines whose prefill emits the first token do. It is a round:
     one target call, no drafts proposed or accepted, w = 1 where w is recorded; rows that end on it
     (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens, temperature,
-                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token)  # fmt: skip
+                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token, top_k,
+                  top_p)  # fmt: skip
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
     device = input_ids.device
@@ -293,7 +306,8 @@ def speculative_generate(
     eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
     mode = _Mode(
-        greedy=greedy, tau=1.0 if greedy else float(temperature), probs=verifier.probs_needed(greedy),
+        greedy=greedy, tau=1.0 if greedy else float(temperature), top_k=0 if greedy else int(top_k or 0),
+        top_p=1.0 if greedy else float(top_p), probs=verifier.probs_needed(greedy),
         draft_bonus=verifier.bonus_needs_draft(bonus_token), eos=eos, threshold=draft_confidence_threshold,
         drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0, heuristic=num_draft_tokens_schedule == "heuristic",
     )  # fmt: skip
@@ -306,7 +320,7 @@ def speculative_generate(
     n_cap = num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
     if first_token == "target":  # the first new token from the target's prefill alone, then rounds
-        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier.records_w, max_new_tokens, generator)
+        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier, max_new_tokens, generator)
         _leave(done_h, s, host, T, D)
 
     while s.rows.shape[0]:
@@ -318,7 +332,7 @@ def speculative_generate(
         # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
         logits_p, h_t = T.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=n + 1)
         T.calls += 1
-        p = probs_from_logits(logits_p, mode.tau) if mode.probs else logits_p
+        p = mode.dist(logits_p)
         x, q = s.ids[:, s.cur + 1 : s.cur + n + 1], d.q
         # --- verify: k accepted drafts per row; the token after them (rejection or bonus)
         w, k = _verify(verifier, mode, p, q, d, x, h_t, steps, generator)
@@ -363,15 +377,15 @@ def speculative_generate(
 # ----------------------------------------------------------------------------- helpers
 
 
-def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, records_w: bool, max_new: int, generator):
-    """first_token="target": one target forward over the prompt gives p_1; the first token is
-    argmax p_1 (greedy) or x ~ p_1, a round without drafts (w = 1 where w is recorded), with its
-    own host sync. Returns (the fewest tokens a row still in the batch has, the rows done); the
-    draft reads the prompt and this token in the next round."""
+def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verifier, max_new: int, generator):
+    """first_token="target": one target forward over the prompt gives p_1; the first token is argmax
+    p_1 (greedy) or x ~ bonus(p_1, None, None), a round without drafts (w = 1 where w is recorded),
+    with its own host sync. Returns (the fewest tokens a row still in the batch has, the rows done);
+    the draft reads the prompt and this token in the next round."""
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]
-    nxt = logits.argmax(-1) if mode.greedy else sample(probs_from_logits(logits, mode.tau), generator)
+    nxt = logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
     b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
     k = torch.zeros(b, dtype=torch.long, device=nxt.device)
     emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
@@ -380,7 +394,7 @@ def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, recor
         keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
     kept = steps < keep.unsqueeze(1)
     cols = s.emit(emitted, kept, n_new, steps)
-    ones = torch.ones(b, device=nxt.device) if records_w else None
+    ones = torch.ones(b, device=nxt.device) if verifier.records_w else None
     counter.round(s.rows, 0, 0, k, keep, s.ids[:, :0], mode.eos, None, ones, kept, cols=cols)
     s.commit(k, 0, nxt, 0, steps)
     return fewest, done_h

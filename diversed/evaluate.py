@@ -124,9 +124,11 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
     """One batch by the point's method: the engine, our autoregressive loop, or transformers (alone,
     or assisted with its static ensemble); rows end at EOS, at `max_new` tokens, or where `stop`
     (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's."""
-    tok, T = pair.tokenizer, point["temperature"]
+    tok, T, engine = pair.tokenizer, point["temperature"], dict(engine or {})
+    # the engine's sampling truncation goes to every decoder: the same p and q for each method
     common = {"max_new_tokens": max_new, "do_sample": T > 0, "temperature": T if T > 0 else 1.0,
-              "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "stop": stop}  # fmt: skip
+              "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "stop": stop,
+              "top_k": engine.pop("top_k", 0), "top_p": engine.pop("top_p", 1.0)}  # fmt: skip
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     method = METHODS[point["method"]]
     draft = (drafts or {}).get(point.get("draft_model"), pair.draft)
@@ -139,7 +141,7 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
     if method.decoder == "autoregressive":
         return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
     return speculative_generate(pair.target, draft, ids, mask, verifier=verifier, generator=generator,
-                                num_draft_tokens=point["num_draft_tokens"], **(engine or {}), **common)  # fmt: skip
+                                num_draft_tokens=point["num_draft_tokens"], **engine, **common)  # fmt: skip
 
 
 def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
@@ -238,13 +240,21 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
 # ----------------------------------------------------------------------------- the runner
 
 
+# engine options added after the first records, and their values that behave as before they existed
+LATER_ENGINE_OPTIONS = {"first_token": ("ensemble",), "top_k": (0, None), "top_p": (1.0,)}
+
+
+def engine_settings(engine: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The engine options of a fingerprint: a later option at its old behaviour is left out, so
+    points from before it keep their keys (and their run directories resume)."""
+    engine = OmegaConf.to_container(engine, resolve=True) if isinstance(engine, DictConfig) else dict(engine)
+    return {k: v for k, v in engine.items() if not (k in LATER_ENGINE_OPTIONS and v in LATER_ENGINE_OPTIONS[k])}
+
+
 def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, Any]:
     """Everything that determines a grid point's output, but the point itself and its head."""
     pair = describe(card) or {"config": OmegaConf.to_container(cfg.pair, resolve=True)}
-    engine = OmegaConf.to_container(cfg.engine, resolve=True)
-    if engine.get("first_token") == "ensemble":  # the behaviour from before the option: older points keep their keys
-        engine.pop("first_token")
-    return {"task": task_settings(task), "pair": pair, "engine": engine,
+    return {"task": task_settings(task), "pair": pair, "engine": engine_settings(cfg.engine),
             "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
 
 

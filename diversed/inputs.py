@@ -77,11 +77,15 @@ def check_prompts(input_ids: Any, attention_mask: Any, device: torch.device) -> 
             raise ValueError("prompts must be left-padded (tokenizer.padding_side = 'left')")
 
 
-def check_decoding(max_new: Any, temperature: Any) -> None:
+def check_decoding(max_new: Any, temperature: Any, top_k: Any = 0, top_p: Any = 1.0) -> None:
     if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
     if temperature is None or not float(temperature) >= 0:
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"top_k must be an integer >= 0 (0 or None: no top-k truncation), got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, int | float) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1: no top-p truncation), got {top_p!r}")
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

@@ -10,7 +10,10 @@ at the length budget, or at a task's `stop` callback (through `stopping.Generate
 
 It is a reference, not the fair baseline: `generate` runs a different forward path from the
 engine's (see `autoregressive.py` for the baseline on the same path). Sampling draws from torch's
-global generator, as `generate` does: seed it first.
+global generator, as `generate` does: seed it first. The sampling truncation is passed explicitly
+(`top_k`, `top_p`; by default none), so the checkpoint's generation config, which `generate` would
+otherwise merge in (`GenerationMixin._prepare_generation_config`), never adds its own: the same
+p and q as the engine's.
 """
 
 from __future__ import annotations
@@ -75,10 +78,13 @@ def transformers_generate(
     eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
     stop: Callable[[list[int], int], int | None] | None = None,
+    top_k: int | None = 0,
+    top_p: float = 1.0,
 ) -> SpeculativeOutput:
     """`target.generate` on left-padded prompts, assisted by `draft` if given (batch 1), against
-    v = w·p + (1 − w)·q with `ensemble_weight` = w (in (0, 1), as transformers requires)."""
-    check_decoding(max_new_tokens, temperature)
+    v = w·p + (1 − w)·q with `ensemble_weight` = w (in (0, 1), as transformers requires); when
+    sampling, p and q are truncated by transformers' top-k and top-p warpers (0 or None, 1.0: none)."""
+    check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
     if draft is not None and input_ids.shape[0] != 1:
         raise ValueError(f"transformers' assisted generation runs at batch 1 only, got a batch of {input_ids.shape[0]}")
@@ -86,7 +92,9 @@ def transformers_generate(
         raise ValueError(f"ensemble_weight needs a draft and a value in (0, 1) (transformers' rule), got {ensemble_weight!r}")
     eos, pad = special_tokens(target, eos_token_id, pad_token_id)
     sampling = do_sample and float(temperature) > 0
-    kwargs = {"do_sample": True, "temperature": float(temperature), "top_k": 0, "top_p": 1.0} if sampling else {"do_sample": False}
+    kwargs: dict = {"do_sample": False}
+    if sampling:  # the truncation always explicit: the checkpoint's generation config adds none
+        kwargs = {"do_sample": True, "temperature": float(temperature), "top_k": int(top_k or 0), "top_p": float(top_p)}
     if draft is not None:
         kwargs["assistant_model"] = draft
         if ensemble_weight is not None:

@@ -123,6 +123,8 @@ class EngineSettings(_Model):
     first_token: Literal["ensemble", "target"] = "ensemble"
     num_draft_tokens_schedule: Literal["constant", "heuristic"] = "constant"
     draft_confidence_threshold: Weight | None = None
+    top_k: NonNegativeInt | None = Field(0, description="an integer >= 0; 0 or null: no top-k")
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = Field(1.0, description="in (0, 1]; 1.0: no top-p")
 
 
 class TimingSettings(_Model):

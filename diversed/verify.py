@@ -1,7 +1,8 @@
 """Verification: the maths as pure tensor functions, and verifiers as pluggable acceptance rules.
 
 Notation (the paper's): p is the target distribution, q the draft distribution at a position,
-both after temperature; a drafted token x ~ q. A verification rule decides three things:
+both after temperature and, if asked, the same top-k / top-p truncation (`truncate`, transformers'
+warpers); a drafted token x ~ q. A verification rule decides three things:
   1. the accept test for each drafted token (the engine keeps the longest accepted prefix);
   2. the distribution sampled at the first rejection;
   3. the distribution of the bonus token after a fully accepted round;
@@ -28,14 +29,36 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
 # ----------------------------------------------------------------------------- distributions
 
 
-def probs_from_logits(logits: Tensor, temperature: float) -> Tensor:
-    """softmax(logits / T) in float32 (T > 0)."""
+def probs_from_logits(logits: Tensor, temperature: float, top_k: int | None = 0, top_p: float = 1.0) -> Tensor:
+    """softmax(truncate(logits / T, top_k, top_p)) in float32 (T > 0); by default no truncation."""
     logits = logits.float()
-    return torch.softmax(logits if temperature == 1.0 else logits / temperature, dim=-1)  # x / 1 == x
+    logits = logits if temperature == 1.0 else logits / temperature  # x / 1 == x
+    return torch.softmax(truncate(logits, top_k, top_p), dim=-1)
+
+
+def truncate(logits: Tensor, top_k: int | None = 0, top_p: float = 1.0) -> Tensor:
+    """transformers' `TopKLogitsWarper` then `TopPLogitsWarper` (min_tokens_to_keep = 1) on the
+    temperature-scaled logits [..., V], as `generate` applies them when sampling: the tokens they
+    drop get −inf. top_k = 0 or None and top_p = 1 keep everything (and return `logits` itself).
+
+    top-k: keep x iff logit(x) >= the k-th largest logit (every token tied with the k-th is kept);
+    top-p: with the tokens sorted by ascending probability π (softmax after top-k), drop x iff
+    Σ_{y ≤ x} π(y) <= 1 − top_p: the smallest set of the most probable tokens with mass >= top_p
+    stays, and the most probable token always does.
+    """
+    if not top_k and top_p >= 1.0:
+        return logits
+    flat = logits.reshape(-1, logits.shape[-1])  # the warpers take [rows, V]
+    if top_k:
+        flat = TopKLogitsWarper(int(top_k))(None, flat)
+    if top_p < 1.0:
+        flat = TopPLogitsWarper(float(top_p))(None, flat)
+    return flat.view(logits.shape)
 
 
 def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:

@@ -179,6 +179,27 @@ def test_first_token_target_reaches_our_settings_and_transformers_algorithm_stay
     assert BenchConfig().first_token == "ensemble"
 
 
+def test_top_k_and_top_p_reach_every_decoder(pair, monkeypatch):
+    """`--top-k` / `--top-p` go to our engine, our loop and transformers alike, and into each record."""
+    import diversed.bench as bench
+
+    asked, decoders = set(), ("speculative_generate", "autoregressive_generate", "transformers_generate")
+
+    def spy(name, real):
+        return lambda *a, **k: asked.add((name, k["top_k"], k["top_p"])) or real(*a, **k)
+
+    for name in decoders:
+        monkeypatch.setattr(bench, name, spy(name, getattr(bench, name)))
+    target, draft = pair
+    config = BenchConfig(num_draft_tokens=2, batch_sizes=(1,), num_prompts=1, max_new_tokens=3, repeats=1, warmup=0,
+                         top_k=7, top_p=0.9, only=("lossless", "(loop)"))  # fmt: skip
+    records = run_bench(config, target, draft, [[5, 6, 7]], log=lambda _: None)
+    assert {a[0] for a in asked} == set(decoders)
+    assert {a[1:] for a in asked} == {(7, 0.9)} and {(r["top_k"], r["top_p"]) for r in records} == {(7, 0.9)}
+    with pytest.raises(ValueError, match="top_p"):
+        run_bench(BenchConfig(top_p=0.0), target, draft, [[5, 6, 7]], log=lambda _: None)
+
+
 def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
     main([

@@ -15,6 +15,7 @@ from tiny_models import compose_run, pair_overrides
 import diversed.evaluate as ev
 from diversed import WeightHead
 from diversed.inputs import left_pad
+from diversed.provenance import digest
 from diversed.results import ResultStore, load_results, read_examples
 from diversed.tasks.toy import ToyTask
 
@@ -239,6 +240,38 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     settings = json.loads(next((tmp_path / "settings").glob("*.json")).read_text())
     assert {"task", "pair", "engine", "batch_size", "seed"} <= set(settings)
     assert settings["pair"]["target"]["weights"] and settings["task"]["prompts"]
+
+
+def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(tmp_path, toy_tiny_dir, monkeypatch):
+    """engine.top_k / engine.top_p go to our engine, our autoregressive loop and transformers alike;
+    at their defaults (no truncation) they are left out of the settings, so run directories from
+    before the options resume; set, they are in the settings and give new points."""
+    from diversed.pair import describe_pair
+
+    asked, decoders = [], ("speculative_generate", "autoregressive_generate", "transformers_generate")
+
+    def spy(name, real):
+        return lambda *a, **k: asked.append((name, k["top_k"], k["top_p"])) or real(*a, **k)
+
+    for name in decoders:
+        monkeypatch.setattr(ev, name, spy(name, getattr(ev, name)))
+    methods = "sweep.methods=[autoregressive,hf_generate,lossless]"
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, methods, "engine.top_k=5", "engine.top_p=0.9"))
+    assert {a[0] for a in asked} == set(decoders)
+    assert {a[1:] for a in asked} == {(5, 0.9)}
+    settings = [json.loads(p.read_text()) for p in (tmp_path / "settings").glob("*.json")]
+    assert [(s["engine"]["top_k"], s["engine"]["top_p"]) for s in settings] == [(5, 0.9)]
+
+    cfg = small_eval(tmp_path, toy_tiny_dir)
+    task, card = hydra.utils.instantiate(cfg.task), describe_pair(cfg.pair)
+    now = ev.settings_fingerprint(cfg, task, card)
+    with open_dict(cfg):  # a config from before the options
+        del cfg.engine.top_k, cfg.engine.top_p
+    assert "top_k" not in now["engine"] and "top_p" not in now["engine"]
+    assert digest(now) == digest(ev.settings_fingerprint(cfg, task, card))
+    with open_dict(cfg):
+        cfg.engine.top_k = 50
+    assert ev.settings_fingerprint(cfg, task, card)["engine"]["top_k"] == 50
 
 
 def test_another_pair_under_the_same_name_is_not_resumed(tmp_path, toy_tiny_dir):

@@ -63,6 +63,30 @@ def test_protocol_values(task, pair, monkeypatch):
     check_distill(cfg)
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_sampling_is_the_released_codes_by_default_and_exact_v_on_request(task, monkeypatch):
+    """released: the bonus token from p and transformers' default top_k = 50 on p and q, as the
+    released evaluation through transformers' assisted generation; exact_v: every token from v of
+    the full softmax, what the presets did before (its settings are the old ones: old runs resume)."""
+    from diversed.evaluate import engine_settings
+
+    monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
+    released = preset("evaluate", task, "qwen3_8b_0p6b")
+    e = released.engine
+    assert (e.bonus_token, e.top_k, e.top_p, e.first_token) == ("target", 50, 1.0, "ensemble")
+    assert released.hydra.runtime.choices["paper_sampling"] == "released"
+    check_evaluate(released)
+    exact = preset("evaluate", task, "qwen3_8b_0p6b", "paper_sampling=exact_v")
+    e = exact.engine
+    assert (e.bonus_token, e.top_k, e.top_p, e.first_token) == ("ensemble", 0, 1.0, "ensemble")
+    check_evaluate(exact)
+    before = {"bonus_token": "ensemble", "num_draft_tokens_schedule": "constant", "draft_confidence_threshold": None}
+    assert engine_settings(exact.engine) == before
+    assert engine_settings(released.engine) == {**before, "bonus_token": "target", "top_k": 50}
+    # each setting can still be changed on its own
+    assert preset("evaluate", task, "llama8b_1b", "engine.top_p=0.9").engine.top_p == 0.9
+
+
 def test_another_task_under_a_preset_is_refused():
     from diversed.schema import ConfigError
 

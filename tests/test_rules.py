@@ -166,3 +166,23 @@ def test_typical_first_token_and_greedy(pair):
     # a lower ε accepts more
     rates = [first_tokens(target, draft, TypicalAcceptance(e, 0.3))[1].acceptance_rate for e in (0.5, 0.1, 0.02, 0.001)]
     assert rates == sorted(rates) and rates[-1] > rates[0]
+
+
+@pytest.mark.parametrize("no_drafts", [{"max_new_tokens": 1}, {"max_new_tokens": 2, "first_token": "target"}],
+                         ids=["budget", "target-first"])  # fmt: skip
+def test_a_round_without_drafts_emits_from_the_rules_own_law(pair, no_drafts):
+    """A round with no drafts (the budget leaves room for one token only, or the target's own first
+    token) emits from the rule's bonus law, typical(p) = p restricted to the tokens that pass the
+    test, as every other round of typical acceptance does; not from p."""
+    target, draft = pair
+    p, _, _ = first_position(target, draft, PROMPT)
+    typical = torch.where(p >= typical_threshold(p, 0.05, 0.3), p, 0.0)
+    typical = typical / typical.sum()
+    rule = TypicalAcceptance(0.05, 0.3)
+    out = speculative_generate(target, draft, PROMPT.expand(N_ROWS, -1), verifier=rule, num_draft_tokens=3,
+                               do_sample=True, generator=torch.Generator().manual_seed(1), eos_token_id=[],
+                               **no_drafts)  # fmt: skip
+    first = out.sequences[:, PROMPT.shape[1]]
+    assert out.stats.num_draft_tokens[0] == 0  # the round that emitted it had no drafts
+    assert chi2_pvalue(first, typical) > 1e-3
+    assert chi2_pvalue(first, p) < 1e-6  # the test has power

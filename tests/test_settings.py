@@ -66,6 +66,8 @@ EVAL_CASES = {
     "zero batch": (["sweep.batch_size=0"], r"sweep\.batch_size=0"),
     "weight": (["sweep.weights=[1.5]"], r"sweep\.weights\[0\]=1\.5"),
     "unknown method": (["sweep.methods=[lossless,beam]"], r"unknown methods \['beam'\]"),
+    "top_k": (["engine.top_k=-5"], r"engine\.top_k=-5.*greater than or equal to 0.*0 or null: no top-k"),
+    "top_p": (["engine.top_p=0"], r"engine\.top_p=0.*greater than 0.*in \(0, 1\]; 1\.0: no top-p"),
     "no GPU": (["pair.device=cuda"], r"pair\.device='cuda'.*no GPU.*pair\.device=cpu"),
     "forward": (["pair.forward=fast"], r"pair\.forward='fast'"),
     "not a head": (["sweep.heads=[/nonexistent/head]", "sweep.methods=[dynamic]"], "not a saved head"),
