@@ -232,8 +232,8 @@ def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
             theirs = per_example(_records_of(records, base))
             if theirs is None:
                 continue
-            label = _row_label(base, set()) + (_knob_note(base) if METHODS.get(base["method"]) else "")
-            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {label}")
+            # one row per baseline across tasks: the setting each task's table chose is in that table
+            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {_row_label(base, set())}")
             for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
                 if what != "score" and not METHODS[base["method"]].speculative:
                     cells.setdefault(key, {})[(dyn["task"], name)] = "–"
@@ -415,10 +415,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     shown.append(Shown(pareto, "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
                        "one per pair, task and temperature.", tuple(test["task"].unique())))
     sections += ["## Figures", ""]
-    claims += ["Figures:", ""]
+    claims += ["Proposition 1 in the figures:", ""]
     for f in shown:
         sections.append(f"- {f.caption} " + ", ".join(f"[{p.name}]({_rel(p, out)})" for p in f.paths))
-        claims.append(f"- {f.caption} ({', '.join(p.name for p in f.paths if p.suffix == '.png')})")
+        if all(p.name.startswith("acceptance_vs_w") for p in f.paths):  # Proposition 1: a claim with numbers
+            claims.append(f"- {f.caption} ({', '.join(p.name for p in f.paths if p.suffix == '.png')})")
         written += f.paths
     sections += ["", "## Run directories", ""]
     for run in sorted(df["run_dir"].unique()):

@@ -4,17 +4,21 @@
    completion with its score and the acceptance statistics (lossless, and static w = 0.5);
 2. `python -m diversed.train` trains one weight head per toy task (addition, counting);
 3. `python -m diversed.distill` fine-tunes the draft per task (the "SD with a fine-tuned draft" row);
-4. `python -m diversed.evaluate` sweeps every method on each task: autoregressive, lossless, the
-   fine-tuned draft, the static ensemble, lossy SD, cascades, typical acceptance, and BOTH heads
+4. `python -m diversed.evaluate` sweeps the knob families on each task's VALIDATION split (where the
+   report chooses their settings), then every method on the test split: autoregressive, lossless,
+   the fine-tuned draft, the static ensemble, lossy SD, cascades, typical acceptance, and BOTH heads
    (each on its own task and on the other: the transfer table), with per-token w and batch-1
-   latency (resumable: re-running skips finished grid points);
-5. `python -m diversed.report` writes Tables 1-3 and the figures; `--docs` copies the README's.
+   latency, every point once per seed (`--seeds`; resumable: re-running skips finished points);
+5. `python -m diversed.report` writes Tables 1-3 (intervals over examples and seeds, DIVERSED paired
+   against each baseline) and the figures; `--docs` copies the README's figures and writes the
+   README's demo results between its markers from the report's claims.md, so no number there is typed.
 Steps 2-5 run exactly the commands a user would type; everything goes under `--out`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -77,6 +81,23 @@ DOCS = ("acceptance_vs_w_toy_toy_T1.png", "quality_vs_time_toy_T1.png", "time_vs
         "pareto_toy_toy_T1.png")  # fmt: skip
 
 
+# The demo grid, the same on both splits (the validation sweep has only the knob families and no timing).
+GRID = ("sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0,0.1]", "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
+        "sweep.lenience=[0.3,0.6,0.9]", "sweep.cascade_rules=[chow,opt]", "sweep.cascade_alphas=[0.1,0.3]",
+        "sweep.typical_epsilons=[0.05,0.3]")  # fmt: skip
+
+BEGIN, END = "<!-- demo results: written by scripts/demo.py --docs from the report; do not edit -->", "<!-- end of demo results -->"
+
+
+def fill_readme(readme: Path, text: str) -> None:
+    """Replace what lies between the README's demo markers with `text` (the report's claims)."""
+    body = readme.read_text()
+    if BEGIN not in body or END not in body:
+        raise SystemExit(f"{readme} has no demo markers ({BEGIN} ... {END}): add them where the demo's results go")
+    head, rest = body.split(BEGIN, 1)
+    readme.write_text(f"{head}{BEGIN}\n{text.strip()}\n{END}{rest.split(END, 1)[1]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=8, help="toy test prompts to decode in step 1")
@@ -84,7 +105,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/demo", help="where heads, drafts, results and the report go")
     parser.add_argument("--n-examples", type=int, default=100, help="toy test prompts per grid point")
-    parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per grid point (intervals over examples and seeds)")
+    parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme")
+    parser.add_argument("--readme", default="README.md", help="the README whose demo results --docs rewrites")
     args = parser.parse_args()
     out = Path(args.out)
     start, took = time.perf_counter(), {}
@@ -100,19 +123,27 @@ def main() -> None:
         took[f"distill {task}"] = run(f"3. fine-tune the draft on {task}", "-m", "diversed.distill", "+experiment=distill_toy",
                                       f"task={task}", "logger=csv", f"hydra.run.dir={out / f'distill_{task}'}",
                                       "trainer.enable_progress_bar=false")  # fmt: skip
+    seeds = f"sweep.num_seeds={args.seeds}"
+    families = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"
+    for task in TASKS:
+        took[f"validation {task}"] = run(
+            f"4a. sweep the knob families on {task}'s validation split (the report chooses settings there)",
+            "-m", "diversed.evaluate", "+experiment=toy", f"task={task}", "task.split=validation",
+            f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'validation_{task}'}", families, seeds, *GRID,
+            "timing.warmup=0", "timing.repeats=0", "runtime.progress=false",
+        )  # fmt: skip
     for task in TASKS:
         took[f"sweep {task}"] = run(
             f"4. sweep every method on {task}", "-m", "diversed.evaluate", "+experiment=toy", f"task={task}",
             f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'sweep_{task}'}",
-            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
-            "sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0,0.1]", "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
+            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]", seeds, *GRID,
             f"sweep.heads=[{','.join(map(str, heads))}]", f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
-            "sweep.lenience=[0.3,0.6,0.9]", "sweep.cascade_rules=[chow,opt]", "sweep.cascade_alphas=[0.1,0.3]",
-            "sweep.typical_epsilons=[0.05,0.3]", "sweep.token_w=true", "timing.repeats=1", "timing.latency=true",
-            "timing.latency_examples=20", "runtime.progress=false",
+            "sweep.token_w=true", "timing.repeats=1", "timing.latency=true", "timing.latency_examples=20",
+            "runtime.progress=false",
         )  # fmt: skip
     took["report"] = run("5. the report: Tables 1-3 and figures", "-m", "diversed.report",
-                         *(str(out / f"sweep_{t}") for t in TASKS), "--out", str(out / "report"))  # fmt: skip
+                         *(str(out / f"{kind}_{t}") for kind in ("validation", "sweep") for t in TASKS), "--out",
+                         str(out / "report"))  # fmt: skip
     if args.docs:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
         for name in DOCS:
@@ -120,6 +151,12 @@ def main() -> None:
         learned = sorted((out / "report" / "figures").glob("w_by_token_class_toy_toy_T1_N5_head-toy-*.png"))
         if learned:
             shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
+        minutes = (time.perf_counter() - start) / 60
+        timing = (f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, {minutes:.1f} min on "
+                  f"{os.cpu_count()} CPU cores after the toy build: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + ".")  # fmt: skip
+        claims = (out / "report" / "claims.md").read_text()
+        (Path(args.docs) / "demo_claims.md").write_text(claims + "\n" + timing + "\n")
+        fill_readme(Path(args.readme), claims + "\n" + timing + "\n")
 
     print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
           + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))  # fmt: skip

@@ -1,0 +1,47 @@
+"""The README's demo results are the report's text: every number between its demo markers is in the
+report's claims (docs/demo_claims.md, written with them by `scripts/demo.py --docs`), and the filler
+replaces exactly what lies between the markers."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NUMBER = re.compile(r"[-+−]?\d+(?:\.\d+)?")
+
+
+def _demo():
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace("−", "-").lstrip("+") for n in NUMBER.findall(text)}
+
+
+def test_every_number_in_the_readme_demo_section_comes_from_the_report():
+    demo = _demo()
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split(demo.BEGIN, 1)[1].split(demo.END, 1)[0]
+    claims = (ROOT / "docs" / "demo_claims.md").read_text()
+    assert section.strip(), "the README's demo section is empty: run python scripts/demo.py --docs docs"
+    missing = _numbers(section) - _numbers(claims)
+    assert not missing, f"numbers in the README's demo section that no report wrote: {sorted(missing)}"
+    assert "chosen on validation" in section and "accepted/proposed" in section
+
+
+def test_fill_readme_replaces_only_the_marked_section(tmp_path):
+    demo = _demo()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro 1\n{demo.BEGIN}\nold 0.44\n{demo.END}\noutro 2\n")
+    demo.fill_readme(readme, "| a | 73.65 [71.20, 76.01] |\n")
+    assert readme.read_text() == f"intro 1\n{demo.BEGIN}\n| a | 73.65 [71.20, 76.01] |\n{demo.END}\noutro 2\n"
+    readme.write_text("no markers")
+    with pytest.raises(SystemExit, match="no demo markers"):
+        demo.fill_readme(readme, "x")
