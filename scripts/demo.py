@@ -108,8 +108,8 @@ def main() -> None:
             "sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0,0.1]", "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
             f"sweep.heads=[{','.join(map(str, heads))}]", f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
             "sweep.lenience=[0.3,0.6,0.9]", "sweep.cascade_rules=[chow,opt]", "sweep.cascade_alphas=[0.1,0.3]",
-            "sweep.typical_epsilons=[0.05,0.3]", "sweep.token_w=true", "timing.repeats=1", "timing.latency=true",
-            "timing.latency_examples=20", "runtime.progress=false",
+            "sweep.typical_epsilons=[0.05,0.3]", "sweep.token_w=true", "timing.repeats=5", "timing.latency=true",
+            "timing.latency_repeats=3", "timing.latency_examples=20", "runtime.progress=false",
         )  # fmt: skip
     took["report"] = run("5. the report: Tables 1-3 and figures", "-m", "diversed.report",
                          *(str(out / f"sweep_{t}") for t in TASKS), "--out", str(out / "report"))  # fmt: skip

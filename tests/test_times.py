@@ -4,6 +4,8 @@ seeds, a batch-1 method against autoregressive decoding at batch 1, records from
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -160,3 +162,17 @@ def test_time_over_seeds():
     d = pd.DataFrame([{**r, "method": "static", "weight": w} for w in (0.5, 1.0) for r in three])
     t = times_over_seeds(d, ["method", "weight"])
     assert len(t) == 2 and t["normalized_time_ci_low"].tolist() == pytest.approx([expected[0]] * 2)
+
+
+def test_the_default_and_the_demo_time_with_repeats():
+    from hydra import compose, initialize_config_dir
+
+    from diversed import CONFIG_DIR
+    from diversed.schema import TimingSettings
+
+    assert TimingSettings().repeats >= 5 and TimingSettings().latency_repeats >= 3
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        default = compose("evaluate")
+    assert default.timing.repeats >= 5 and default.timing.latency_repeats >= 3  # the presets: test_presets.py
+    demo = (Path(__file__).resolve().parents[1] / "scripts" / "demo.py").read_text()
+    assert int(re.search(r"timing\.repeats=(\d+)", demo)[1]) >= 5 and int(re.search(r"timing\.latency_repeats=(\d+)", demo)[1]) >= 3
