@@ -35,11 +35,12 @@ import pandas as pd
 
 from diversed import published
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
-from diversed.fronts import best_at_quality, mean_over_seeds
+from diversed.fronts import SETTING_FIELDS, best_at_quality, mean_over_seeds
 from diversed.heads import head_metadata
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
 from diversed.results import load_results, read_examples
+from diversed.times import times_over_seeds
 
 _KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
 
@@ -255,8 +256,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
             sections += [md, ""]
     figs = out / "figures"
     own = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]  # heads on their own task
-    shown = acceptance_vs_w(_with_verified(own, df), figs, formats) + quality_vs_time(own, figs, formats)
-    shown += time_vs_acceptance(own, figs, formats)
+    timed = _with_times(own, df)
+    shown = acceptance_vs_w(_with_verified(own, df), figs, formats) + quality_vs_time(timed, figs, formats)
+    shown += time_vs_acceptance(timed, figs, formats)
     for _, r in df[(df["method"] == "dynamic")].iterrows():
         shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
     pareto = plot_pareto(df, figs, formats=formats)
@@ -284,6 +286,14 @@ def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     v = df.assign(verified_drafts=pd.to_numeric(df["verified_drafts"]))
     sums = v.groupby(cols, dropna=False)["verified_drafts"].sum(min_count=1).reset_index()
     return d.merge(sums, on=cols, how="left")
+
+
+def _with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Seed-averaged records with each normalised time's mean over seeds and its interval
+    (`times.times_over_seeds`, from the per-seed records `df`) for the time figures."""
+    by = [c for c in SETTING_FIELDS if c in df and c in d]
+    t = times_over_seeds(df, by)
+    return d.drop(columns=[c for c in t if c in d and c not in by]).merge(t, on=by, how="left")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
