@@ -45,6 +45,7 @@ NORMALIZED = {
 }
 # What a record shares with its autoregressive baseline (together: the baseline's settings digest)
 PAIRED_BY = ("pair", "task", "temperature", "n_examples", "settings_group", "seed")
+RUNS = {"wall_time_s": "wall_time_runs", "latency_s": "latency_runs"}  # a time -> its timed passes
 
 
 def ci_fields(field: str) -> tuple[str, str]:
@@ -95,7 +96,7 @@ def median_interval(runs: Sequence[float], baseline_runs: Sequence[float] | None
         m = np.median(xs[0], axis=axis)
         return scale * (m / np.median(xs[1], axis=axis) if len(xs) > 1 else m)
 
-    ci = stats.bootstrap(samples, statistic, vectorized=True, paired=False, method="percentile", n_resamples=4999,
+    ci = stats.bootstrap(samples, statistic, vectorized=True, paired=False, method="percentile", n_resamples=1999,
                          confidence_level=confidence, rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
     return float(ci.low), float(ci.high)
 
@@ -114,7 +115,7 @@ def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
         out["time_per_token_s"] = wall / max(tokens, 1)
     if not any(_missing(v) for v in (lat, lat_tokens, k)):
         out["latency_per_token_s"] = lat * k / max(lat_tokens, 1)
-    for field, runs in (("wall_time_s", "wall_time_runs"), ("latency_s", "latency_runs")):
+    for field, runs in RUNS.items():
         out.update(zip(ci_fields(field), median_interval(_runs(fields.get(runs))), strict=True))
     return out
 
@@ -139,8 +140,7 @@ def _ratio(num: Mapping[str, Any], field: str, den: Mapping[str, Any], den_field
     a, b = num.get(field), den.get(den_field)
     if _missing(a) or _missing(b) or not b or _missing(scale):
         return None, math.nan, math.nan
-    runs = {"wall_time_s": "wall_time_runs", "latency_s": "latency_runs"}
-    return (scale * a / b, *median_interval(_runs(num.get(runs[field])), _runs(den.get(runs[den_field])), scale=scale))
+    return (scale * a / b, *median_interval(_runs(num.get(RUNS[field])), _runs(den.get(RUNS[den_field])), scale=scale))
 
 
 def normalized(record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, warn: bool = True) -> dict[str, Any]:
@@ -193,6 +193,11 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
     base = {baseline_key(r): r for r in rows if r.get("method") == BASELINE}
     updates, unpaired = [], 0
     for r in rows:
+        # written with these fields: a baseline batch size and an interval for each time with runs (skipped: bootstraps cost)
+        if not _missing(r.get("normalized_time_batch_size")) and not any(
+                len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()):  # fmt: skip
+            updates.append({})
+            continue
         new = {k: v for k, v in measured(r).items() if _missing(r.get(k))}
         merged = {**r, **new}
         norm = normalized(merged, base.get(baseline_key(r)), warn=False)
