@@ -212,7 +212,7 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
     stop = task.stopper(tok)
     kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
 
-    new_tokens = []  # of the last pass
+    new_tokens = []  # generated in the last pass
 
     def passes(batches: list[list[list[int]]], count: int) -> list[float]:
         times = []
