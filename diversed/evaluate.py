@@ -10,12 +10,13 @@ read (plots) but never resumed into. Each fingerprint's settings and resolved co
 `settings/` and `configs/` beside the results; nothing is overwritten.
 
 A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
-`timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput: the median and
-the runs are recorded, with the time per generated token), and, with `timing.latency`, each
-example alone at batch 1 (the paper's mean wall time per sample). The time baseline
-`autoregressive` decodes with the target alone on the engine's own forward path; transformers'
-`generate` is the separate reference method `hf_generate`. Times are normalised by the
-autoregressive point of the same temperature and settings.
+`timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with
+`timing.latency`, `timing.latency_repeats` passes that decode each example alone at batch 1 (the
+paper's mean wall time per sample). Every run is recorded; `times.py` turns them into medians,
+times per token and intervals. The time baseline `autoregressive` decodes with the target alone on
+the engine's own forward path; transformers' `generate` is the separate reference method
+`hf_generate`. Times are normalised by the autoregressive point of the same temperature, settings
+and seed (`times.normalized`: the one rule, which `results.load_results` applies to older records).
 
 Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
 partial), their per-example rows (dataset id, prompt, reference, completion, what the task
@@ -54,6 +55,7 @@ from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
+from diversed.times import BASELINE, baseline_key, measured, normalized
 from diversed.verify import Verifier, hidden_size
 
 log = logging.getLogger(__name__)
@@ -207,20 +209,24 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
                drafts: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
     Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
-    each of the first `latency_examples` alone at batch 1, the mean per sample, as often."""
+    `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
+    the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds)."""
     tok = pair.tokenizer
     prompts = task.encode(tok, list(task))
     stop = task.stopper(tok)
     kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
 
+    new_tokens = []  # generated in the last pass
+
     def passes(batches: list[list[list[int]]], count: int) -> list[float]:
         times = []
         for _ in range(count):
-            start = time.perf_counter()
+            start, outs = time.perf_counter(), []
             for i, batch in enumerate(batches):
                 ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
-                decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs)
+                outs.append(decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs))
             times.append(time.perf_counter() - start)
+            new_tokens[:] = [int(o.stats.new_tokens.sum()) for o in outs]
         return times
 
     out: dict[str, Any] = {}
@@ -232,8 +238,9 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
     if timing.get("latency"):
         alone = [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
         passes(alone[:1], timing["warmup"])
-        lat = [t / len(alone) for t in passes(alone, max(1, timing["repeats"]))]
-        out.update(latency_s=statistics.median(lat), latency_runs=lat, latency_examples=len(alone))
+        lat = [t / len(alone) for t in passes(alone, timing.get("latency_repeats") or max(1, timing["repeats"]))]
+        out.update(latency_s=statistics.median(lat), latency_runs=lat, latency_examples=len(alone),
+                   latency_new_tokens=sum(new_tokens))
     return out
 
 
@@ -334,7 +341,7 @@ def evaluate(cfg: DictConfig) -> Path:
     loggers = make_loggers(cfg)
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
-    base = {(r["temperature"], r.get("settings")): r for r in store.records() if r["method"] == "autoregressive"}
+    base = {baseline_key(r): r for r in store.records() if r["method"] == BASELINE}  # the time baselines
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not cfg.get("runtime", {}).get("progress", True))
     with logging_redirect_tqdm():
         for index, point in enumerate(bar):
@@ -343,24 +350,18 @@ def evaluate(cfg: DictConfig) -> Path:
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
             args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts}
-            baseline = digest({**common, "seed": point["seed"]})  # the autoregressive point of the same seed
             fields, rows = run_point(pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False)))
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
-            fields.setdefault("wall_time_s", fields["scored_wall_time_s"])  # repeats = 0: the scored pass
-            fields["tokens_per_s"] = fields["new_tokens"] / fields["wall_time_s"] if fields["wall_time_s"] else None
-            fields["time_per_token_s"] = fields["wall_time_s"] / max(fields["new_tokens"], 1)
-            if point["method"] == "autoregressive":
-                base[(point["temperature"], baseline)] = fields
-            ar = base.get((point["temperature"], baseline))
-            for what in ("wall_time_s", "latency_s", "time_per_token_s"):
-                norm = {"wall_time_s": "normalized_time", "latency_s": "normalized_latency"}.get(what, f"normalized_{what}")
-                fields[norm] = fields[what] / ar[what] if ar and ar.get(what) and fields.get(what) else None
+            fields |= measured(fields)
             fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
                                 "device": str(pair.device)}  # fmt: skip
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
-            record = store.write({**meta, **point, **fields, **extras, "settings_group": group,
-                                  "comparison_group": comparison}, rows)  # fmt: skip
+            record = {**meta, **point, **fields, **extras, "settings_group": group, "comparison_group": comparison}
+            if point["method"] == BASELINE:
+                base[baseline_key(record)] = record
+            record |= normalized(record, base.get(baseline_key(record)))
+            record = store.write(record, rows)
             for lg in loggers:
                 lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
             log.info(_line(record))

@@ -1,7 +1,9 @@
 """The report's figures beyond the Pareto plots of `plot.py`: acceptance against w with
-Proposition 1 beside it, quality against time, time against acceptance, and what a head learned.
+Proposition 1 beside it, quality against time per sample and per token, time against acceptance,
+and what a head learned.
 
-Each function takes seed-averaged records (`compare.mean_over_seeds`) or a dynamic point's example
+Each function takes seed-averaged records (`compare.mean_over_seeds`; the time figures draw the
+intervals of `times.times_over_seeds` where the records have them) or a dynamic point's example
 rows, writes PNG and PDF (HTML for coloured completions) under `out_dir` and returns a list of
 `Shown(paths, caption)` for the report to index. It draws only what the records hold: nothing is
 decoded or rescored. Figures are made on the Agg canvas without pyplot (the backend is left alone).
@@ -27,6 +29,7 @@ from matplotlib.figure import Figure
 from diversed.fronts import pareto_front
 from diversed.methods import METHODS
 from diversed.plot import safe_name
+from diversed.times import ci_fields
 
 
 class Shown(NamedTuple):
@@ -35,11 +38,11 @@ class Shown(NamedTuple):
     tasks: tuple[str, ...] = ()  # the tasks whose records it draws
 
 
-def _figure(n_axes: int = 1, width: float = 6.0) -> tuple[Figure, list]:
-    fig = Figure(figsize=(width * n_axes, 4.4), layout="constrained")
+def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width * n_axes, 4.4 * rows), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, n_axes, squeeze=False)[0]
-    return fig, list(axes)
+    axes = fig.subplots(rows, n_axes, squeeze=False)
+    return fig, list(axes.ravel())
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
@@ -110,42 +113,68 @@ def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
 # ----------------------------------------------------------------------------- time
 
 
-def _time_axis(d: pd.DataFrame) -> tuple[str, str]:
-    if d["latency_s"].notna().any():
-        return "latency_s", "seconds per sample (batch 1, lower is better)"
-    return "normalized_time", "time / autoregressive time (lower is better)"
+def _time_axes(d: pd.DataFrame) -> list[tuple[str, str]]:
+    """The time per sample and per token, relative to autoregressive decoding: from the latency
+    pass (each example alone at batch 1, the paper's time) where there is one, else the timed
+    passes at the sweep's batch size."""
+    if "normalized_latency" in d and d["normalized_latency"].notna().any():
+        return [("normalized_latency", "time per sample / autoregressive (batch 1)"),
+                ("normalized_latency_per_token", "time per token / autoregressive (batch 1)")]  # fmt: skip
+    return [("normalized_time", "time per sample / autoregressive (batched)"),
+            ("normalized_time_per_token_s", "time per token / autoregressive (batched)")]  # fmt: skip
+
+
+def _err(m: pd.DataFrame, col: str) -> np.ndarray | None:
+    """Error bar lengths [below, above] of `col` from its interval (`times.ci_fields`), 0 where a row
+    has none; None where no row has one."""
+    low, high = ci_fields(col)
+    if low not in m or high not in m or m[[low, high]].isna().all().all():
+        return None
+    return np.nan_to_num(np.vstack([m[col] - m[low], m[high] - m[col]]).astype(float).clip(min=0))
 
 
 def quality_vs_time(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
-    """Per (task, temperature), one panel per pair: quality against time per sample; the static
-    ensemble as its Pareto front (quality up, time down), the other methods as points (N beside)."""
+    """Per (task, temperature), a row per pair: quality against time per sample (left) and per
+    generated token (right, as lossy settings change lengths), both relative to autoregressive
+    decoding, with each time's 95 % interval as a horizontal bar; the static ensemble as its
+    Pareto front (quality up, time down), the other methods as points (N beside)."""
     shown = []
     for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
-        x, xlabel = _time_axis(g)
+        axes_spec = _time_axes(g)
         pairs = sorted(g["pair"].unique())
-        fig, axes = _figure(len(pairs), 5.0)
-        for ax, pair in zip(axes, pairs, strict=True):
-            h = g[(g["pair"] == pair) & g[x].notna()]
-            for i, (method, m) in enumerate(h.groupby("method", sort=False)):
-                if METHODS.get(method) and METHODS[method].family:
-                    front = pareto_front(m, x, "score", maximize=(False, True))
-                    ax.plot(m[x], m["score"], ".", color=f"C{i}", alpha=0.25)
-                    ax.plot(front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)")
+        fig, axes = _figure(2, 5.0, rows=len(pairs))
+        for row, pair in enumerate(pairs):
+            for ax, (x, xlabel) in zip(axes[2 * row : 2 * row + 2], axes_spec, strict=True):
+                h = g[(g["pair"] == pair) & g[x].notna()] if x in g else g.iloc[0:0]
+                for i, (method, m) in enumerate(h.groupby("method", sort=False)):
+                    xerr = _err(m, x)
+                    if METHODS.get(method) and METHODS[method].family:
+                        front = pareto_front(m, x, "score", maximize=(False, True))
+                        ax.errorbar(m[x], m["score"], xerr=xerr, fmt=".", color=f"C{i}", alpha=0.25, elinewidth=0.8)
+                        ax.plot(front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)")
+                    else:
+                        ar = method == "autoregressive"
+                        ax.errorbar(m[x], m["score"], xerr=xerr, fmt="s" if ar else "o", color="k" if ar else f"C{i}",
+                                    label=_label(method), elinewidth=0.8, capsize=2)  # fmt: skip
+                        for _, r in m[m["num_draft_tokens"].notna()].iterrows():
+                            ax.annotate(f"N={int(r['num_draft_tokens'])}", (r[x], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+                ax.set(xlabel=xlabel, ylabel=f"{task} {g['metric'].iloc[0]}", title=f"{pair} · T={temp:g} · {xlabel.split(' /')[0]}")
+                if h.empty:  # e.g. records from before per-token latencies
+                    ax.text(0.5, 0.5, "no such times in these records", ha="center", va="center", transform=ax.transAxes)
                 else:
-                    ar = method == "autoregressive"
-                    ax.plot(m[x], m["score"], "s" if ar else "o", color="k" if ar else f"C{i}", label=_label(method))
-                    for _, r in m[m["num_draft_tokens"].notna()].iterrows():
-                        ax.annotate(f"N={int(r['num_draft_tokens'])}", (r[x], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
-            ax.set(xlabel=xlabel, ylabel=f"{task} {g['metric'].iloc[0]}", title=f"{pair} · T={temp:g}")
-            ax.legend(fontsize=7, frameon=False)
-        caption = f"Quality against time, {task} · T={temp:g}, per pair ({xlabel.split(' (')[0]}; every method on the same forward path)."
+                    ax.legend(fontsize=7, frameon=False)
+        mode = axes_spec[0][1].split("(")[-1].rstrip(")")
+        caption = (f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: relative to "
+                   f"autoregressive decoding ({mode}; every method on the same forward path); bars: 95 % intervals of the "
+                   "times (over seeds, or one seed's timing repeats).")  # fmt: skip
         shown.append(Shown(_save(fig, Path(out_dir), f"quality_vs_time_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 
 
 def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
-    """Per (task, temperature), one panel per pair: time relative to autoregressive decoding against
-    the acceptance rate, every speculative point coloured by method; below 1 is a speed-up."""
+    """Per (task, temperature), one panel per pair: time relative to autoregressive decoding (its 95 %
+    interval as a bar) against the acceptance rate, every speculative point coloured by method;
+    below 1 is a speed-up."""
     shown = []
     for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
         y = "normalized_latency" if g["normalized_latency"].notna().any() else "normalized_time"
@@ -154,12 +183,14 @@ def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[s
         for ax, pair in zip(axes, pairs, strict=True):
             h = g[(g["pair"] == pair) & g["acceptance_rate"].notna() & g[y].notna()]
             for i, (method, m) in enumerate(h.groupby("method", sort=False)):
-                ax.plot(m["acceptance_rate"], m[y], "o", color=f"C{i}", alpha=0.8, label=_label(method))
+                ax.errorbar(m["acceptance_rate"], m[y], yerr=_err(m, y), fmt="o", color=f"C{i}", alpha=0.8,
+                            label=_label(method), elinewidth=0.8)  # fmt: skip
             ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
             ax.set(xlabel="acceptance (accepted / proposed drafts)", ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
                    title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
             ax.legend(fontsize=7, frameon=False)
-        caption = f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path (the paper min-max normalises its axis)."
+        caption = (f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path, "
+                   "bars its 95 % interval (the paper min-max normalises its axis).")  # fmt: skip
         shown.append(Shown(_save(fig, Path(out_dir), f"time_vs_acceptance_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
     return shown
 

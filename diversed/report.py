@@ -41,6 +41,7 @@ from diversed.heads import head_metadata
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
 from diversed.results import load_results, read_examples
+from diversed.times import times_over_seeds
 
 _KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
 
@@ -407,8 +408,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
             claims += [md, ""]
     figs = out / "figures"
     own = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]  # heads on their own task
-    shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
-    shown += time_vs_acceptance(own, figs, formats)
+    timed = _with_times(own, test)
+    shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(timed, figs, formats)
+    shown += time_vs_acceptance(timed, figs, formats)
     for _, r in test[(test["method"] == "dynamic")].iterrows():
         shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
     pareto = plot_pareto(test, figs, formats=formats)
@@ -440,6 +442,17 @@ def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     v = df.assign(verified_drafts=pd.to_numeric(df["verified_drafts"]))
     sums = v.groupby(cols, dropna=False)["verified_drafts"].sum(min_count=1).reset_index()
     return d.merge(sums, on=cols, how="left")
+
+
+def _with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Seed-averaged records with each normalised time's mean over seeds and its interval
+    (`times.times_over_seeds`, from the per-seed records `df`) for the time figures."""
+    by = [c for c in SETTING_FIELDS if c in df and c in d]
+    t = times_over_seeds(df, by)
+    left = d.drop(columns=[c for c in t if c in d and c not in by])
+    for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
+        x[by] = x[by].astype(object).where(x[by].notna(), None)
+    return left.merge(t, on=by, how="left")
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:

@@ -13,8 +13,9 @@ only once its record line is whole, and a killed process leaves at most a torn l
 (truncated when the store is next opened) and a stale temp file (deleted then); the point is
 simply redone. Readers skip torn lines and keep the last record of each key.
 
-It does not compute scores or timings (the runner does), nor lock the files: one writer per
-run directory is assumed (Hydra multirun gives each job its own directory).
+It does not compute scores or timings (the runner does; `times.py` derives times from the runs and
+fills them into older records as they load), nor lock the files: one writer per run directory is
+assumed (Hydra multirun gives each job its own directory).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from diversed.methods import FLOAT_KNOBS, check_record_fields
+from diversed.times import TIME_FIELDS, fill_times
 
 # Fields that identify a grid point, in key order.
 GRID_FIELDS = (
@@ -82,8 +84,9 @@ RUN_FIELDS = (
     "wall_time_s",  # median of the timed passes over all examples (throughput, at the sweep's batch size)
     "time_per_token_s",  # wall_time_s / new tokens (lossy methods change output lengths)
     "latency_s",  # mean wall time per sample at batch 1 (timing.latency), median over passes
-    "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings
+    "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings/seed (times.normalized)
     "normalized_latency",  # latency_s / the autoregressive point's
+    *TIME_FIELDS,  # per-token times, intervals over repeats, the baseline's batch size (times.py)
     "mean_w",  # mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
     "settings_group",  # the same without the seed: records averaged over seeds share it
@@ -400,28 +403,13 @@ def _result_files(path: Path) -> list[Path]:
     raise ValueError(f"{path}: expected a .jsonl or .parquet file or a directory")
 
 
-def fill_normalized_time(df: pd.DataFrame) -> pd.DataFrame:
-    """Fill missing `normalized_time` with wall_time_s / the mean autoregressive wall_time_s of
-    the same pair, task, temperature, n_examples and settings group (over seeds); values already
-    set are kept."""
-    cols = ["pair", "task", "temperature", "n_examples", "settings_group"]
-    keys = df[cols].astype(object).where(df[cols].notna(), "")  # None and NaN alike, one dtype
-    ar = df.assign(**keys)[df["method"] == "autoregressive"].groupby(cols)["wall_time_s"].mean()
-    base = keys.merge(ar.rename("_ar").reset_index(), on=cols, how="left")["_ar"].to_numpy()
-    df = df.copy()
-    df["normalized_time"] = df["normalized_time"].fillna(
-        pd.Series(df["wall_time_s"].to_numpy() / base, df.index)
-    )
-    return df
-
-
 def load_results(*paths: str | Path) -> pd.DataFrame:
     """Run records from result files (.jsonl, .parquet) and/or directories (searched
     recursively for results.jsonl / results.parquet, so a Hydra multirun dir works).
 
     Concatenated in the order given (files of a directory in sorted order), one row per key
-    (the last), every `RUN_FIELDS` column present, int fields as nullable Int64, and missing
-    `normalized_time` filled in by `fill_normalized_time`.
+    (the last), every `RUN_FIELDS` column present, int fields as nullable Int64, and the times of
+    older records filled in by `times.fill_times` (evaluate's rules: normalised by the same seed).
     """
     rows: list[dict[str, Any]] = []
     for p in paths:
@@ -446,4 +434,4 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
         df[f] = pd.to_numeric(df[f]).astype("Int64")
     for f in _FLOAT_FIELDS:
         df[f] = pd.to_numeric(df[f]).astype(float)
-    return fill_normalized_time(df)
+    return fill_times(df)

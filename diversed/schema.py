@@ -129,8 +129,9 @@ class EngineSettings(_Model):
 
 class TimingSettings(_Model):
     warmup: NonNegativeInt = 1
-    repeats: NonNegativeInt = 3
+    repeats: NonNegativeInt = 5
     latency: bool = False
+    latency_repeats: PositiveInt = 3
     latency_examples: PositiveInt | None = None
 
 

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="outputs/demo", help="where heads, drafts, results and the report go")
     parser.add_argument("--n-examples", type=int, default=100, help="toy test prompts per grid point")
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per grid point (intervals over examples and seeds)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per grid point (intervals over examples and seeds)")
     parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme")
     parser.add_argument("--readme", default="README.md", help="the README whose demo results --docs rewrites")
     args = parser.parse_args()
@@ -138,8 +138,8 @@ def main() -> None:
             f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'sweep_{task}'}",
             "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]", seeds, *GRID,
             f"sweep.heads=[{','.join(map(str, heads))}]", f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
-            "sweep.token_w=true", "timing.repeats=1", "timing.latency=true", "timing.latency_examples=20",
-            "runtime.progress=false",
+            "sweep.token_w=true", "timing.repeats=5", "timing.latency=true", "timing.latency_repeats=3",
+            "timing.latency_examples=20", "runtime.progress=false",
         )  # fmt: skip
     took["report"] = run("5. the report: Tables 1-3 and figures", "-m", "diversed.report",
                          *(str(out / f"{kind}_{t}") for kind in ("validation", "sweep") for t in TASKS), "--out",

@@ -78,6 +78,7 @@ def sweep_args(
         f"sweep.lenience={fmt(g['lenience'])}", "sweep.cascade_rules=[opt]", f"sweep.cascade_alphas={fmt(g['cascade_alphas'])}",
         f"sweep.typical_epsilons={fmt(g['typical_epsilons'])}", f"sweep.temperatures=[{temperature}]",
         "timing.warmup=1", "timing.repeats=0", "timing.latency=true", f"timing.latency_examples={args.latency_examples}",
+        "timing.latency_repeats=1",  # one pass on CPU within the budget: these times have no interval over repeats
     ]  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def main() -> None:
     took["pilot"] = run("1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid", "-m", "diversed.evaluate",
                         "+experiment=smollm2", "task=xsum", *data_overrides("xsum", args.data), f"task.n_examples={args.pilot}",
                         f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", f"sweep.batch_size={args.batch_size}",
-                        "timing.warmup=1", "timing.repeats=0",
+                        "timing.warmup=1", "timing.repeats=0", "timing.latency_repeats=1",
                         "timing.latency=true", f"timing.latency_examples={min(args.pilot, args.latency_examples)}")  # fmt: skip
     rec = records(pilot)[-1]
     latency = rec.get("latency_s") or 0.0

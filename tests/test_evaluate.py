@@ -308,18 +308,24 @@ def test_records_from_before_fingerprints_are_read_but_not_resumed(tmp_path, toy
 
 def test_points_are_timed_apart_from_scoring(tmp_path, toy_tiny_dir):
     cfg = small_eval(tmp_path, toy_tiny_dir, "timing.repeats=3", "timing.warmup=1", "timing.latency=true",
-                     "timing.latency_examples=2", "sweep.methods=[autoregressive,hf_generate,lossless]")  # fmt: skip
+                     "timing.latency_repeats=2", "sweep.methods=[autoregressive,hf_generate,lossless,hf_static]")  # fmt: skip
     ev.evaluate(cfg)
     df = load_results(tmp_path).set_index("method")
     for method, r in df.iterrows():
         assert len(r.wall_time_runs) == 3 and r.wall_time_s == pytest.approx(sorted(r.wall_time_runs)[1]), method
-        assert len(r.latency_runs) == 3 and r.latency_examples == 2 and r.latency_s > 0
+        assert r.wall_time_ci_low <= r.wall_time_s <= r.wall_time_ci_high
+        assert len(r.latency_runs) == 2 and r.latency_examples == 6 and r.latency_s > 0 and r.latency_new_tokens > 0
         assert r.time_per_token_s == pytest.approx(r.wall_time_s / r.new_tokens)
-        assert r.timing["repeats"] == 3 and r.timing["batch_size"] == 4
+        assert r.timing["repeats"] == 3 and r.timing["batch_size"] == (1 if method == "hf_static" else 4)
     ar = df.loc["autoregressive"]
     assert ar.normalized_time == 1.0 and ar.normalized_latency == 1.0
     lossless = df.loc["lossless"]
     assert lossless.normalized_time == pytest.approx(lossless.wall_time_s / ar.wall_time_s)
+    assert lossless.normalized_time_ci_low < lossless.normalized_time < lossless.normalized_time_ci_high
+    assert lossless.normalized_time_batch_size == 4
+    # transformers' static ensemble decodes at batch 1: against autoregressive decoding at batch 1
+    hf = df.loc["hf_static"]
+    assert hf.normalized_time == pytest.approx(hf.wall_time_s / 6 / ar.latency_s) and hf.normalized_time_batch_size == 1
     assert df.loc["hf_generate"].acceptance_rate is None or pd_isna(df.loc["hf_generate"].acceptance_rate)
 
 

@@ -38,7 +38,8 @@ def test_protocol_values(task, pair, monkeypatch):
     s = cfg.sweep
     assert list(s.temperatures) == [1.0, 0.1] and list(s.draft_lengths) == [3, 5, 7]
     assert {"autoregressive", "lossless", "finetuned_draft", "static", "dynamic"} <= set(s.methods)
-    assert cfg.timing.latency is True
+    assert cfg.timing.latency is True and cfg.timing.latency_examples is None  # the paper's mean over all examples
+    assert cfg.timing.repeats >= 5 and cfg.timing.latency_repeats >= 3  # enough for an interval per time
     base = f"outputs/paper/{pair}/{task}"
     assert cfg.hydra.run.dir.endswith(f"{base}/evaluate")
     assert s.heads[0].endswith(f"{base}/train/head") and s.draft_models[0].endswith(f"{base}/distill/draft")

@@ -23,13 +23,14 @@ TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
 def _record(pair, task, method, temperature, n=None, score=0.5, acc=None, **extra):
     alpha, mean_tv = extra.pop("alpha", None), extra.pop("mean_tv", None)
     w = extra.pop("mean_w", extra.get("weight"))
-    return run_record(
-        pair=pair, task=task, metric=TASKS[task], method=method, num_draft_tokens=n, temperature=temperature,
-        seed=0, n_examples=20, score=score, score_ci_low=score - 0.05, score_ci_high=score + 0.05,
-        acceptance_rate=acc, alpha=alpha, mean_tv=mean_tv, wall_time_s=1.0, latency_s=0.1 * (1 if acc is None else 2 - acc),
-        normalized_time=None, normalized_latency=1.0 if acc is None else 2 - acc, mean_w=w, settings=f"s-{task}",
-        settings_group=f"g-{pair}-{task}", **extra,
-    )  # fmt: skip
+    return run_record(**{
+        "pair": pair, "task": task, "metric": TASKS[task], "method": method, "num_draft_tokens": n, "temperature": temperature,
+        "seed": 0, "n_examples": 20, "score": score, "score_ci_low": score - 0.05, "score_ci_high": score + 0.05,
+        "acceptance_rate": acc, "alpha": alpha, "mean_tv": mean_tv, "wall_time_s": 1.0,
+        "latency_s": 0.1 * (1 if acc is None else 2 - acc), "normalized_time": None,
+        "normalized_latency": 1.0 if acc is None else 2 - acc, "mean_w": w, "settings": f"s-{task}",
+        "settings_group": f"g-{pair}-{task}", **extra,
+    })  # fmt: skip
 
 
 def write_fixture(run_dir, head_a, head_b):
@@ -154,6 +155,43 @@ def test_prop1_gap_in_standard_errors():
     g = prop1_gaps(d).iloc[0]
     assert g["predicted"] == 0.75 and g["gap"] == pytest.approx(0.02)
     assert g["gap_se"] == pytest.approx(0.02 / math.sqrt(0.77 * 0.23 / 10000))
+
+
+def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_path, monkeypatch):
+    """Two seeds per setting: each seed's times against its own seed's autoregressive time, the
+    figure's bars the interval over seeds; a panel per sample and one per token for each pair."""
+    from diversed import figures
+    from diversed.report import _with_times
+
+    rows = []
+    for seed, ar_time in ((0, 1.0), (1, 2.0)):
+        for method, n, w, t, tokens in (("autoregressive", None, None, ar_time, 100), ("lossless", 3, None, 0.8, 100),
+                                        ("static", 3, 0.5, 0.6, 50), ("static", 3, 1.0, 0.7 + 0.1 * seed, 100)):  # fmt: skip
+            rows.append(_record("p1", "alpha_task", method, 1.0, n, acc=None if n is None else 0.5, weight=w, seed=seed,
+                                wall_time_s=t, new_tokens=tokens, normalized_latency=None, latency_s=None,
+                                settings=f"s{seed}", timing={"batch_size": 4}))  # fmt: skip
+    store = ResultStore(tmp_path / "run")
+    for r in rows:  # without normalized_time: load_results normalises as evaluate does
+        store.write(r, [])
+    df = load_results(tmp_path / "run")
+    by_seed = df.set_index(["method", "weight", "seed"])
+    assert by_seed.loc[("lossless", None, 1), "normalized_time"] == pytest.approx(0.4)  # 0.8 / its own seed's 2.0
+    d = _with_times(mean_over_seeds(df), df)
+    lossless = d.set_index("method").loc["lossless"]
+    assert lossless["normalized_time"] == pytest.approx(0.6)
+    assert lossless["normalized_time_ci_low"] < 0.6 < lossless["normalized_time_ci_high"]  # over the 2 seeds
+
+    figs = []
+    monkeypatch.setattr(figures, "_save", lambda fig, *a: figs.append(fig) or [])
+    (shown,) = figures.quality_vs_time(d, tmp_path / "figs")
+    (fig,) = figs
+    assert len(fig.axes) == 2 and "per token" in shown.caption
+    per_sample, per_token = fig.axes
+    assert "per sample" in per_sample.get_xlabel() and "per token" in per_token.get_xlabel()
+    for ax in fig.axes:  # horizontal bars on the points
+        assert any(c.has_xerr for c in ax.containers)
+    half = d.set_index(["method", "weight"]).loc[("static", 0.5)]
+    assert half["normalized_time_per_token_s"] == pytest.approx(2 * half["normalized_time"])  # half the tokens
 
 
 def test_token_classes():

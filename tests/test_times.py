@@ -1,0 +1,179 @@
+"""Times and their uncertainty: one normalisation paired by seed, intervals over repeats and over
+seeds, a batch-1 method against autoregressive decoding at batch 1, records from before."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from diversed.results import ResultStore, load_results
+from diversed.times import (
+    NORMALIZED,
+    TIME_FIELDS,
+    baseline_key,
+    ci_fields,
+    measured,
+    median_interval,
+    normalized,
+    time_over_seeds,
+    times_over_seeds,
+)
+
+
+def rec(method: str, seed: int, runs: list[float], *, new_tokens: int = 100, lat: list[float] | None = None, **extra) -> dict:
+    """A record as evaluate writes it before normalising: the measurements and `measured`."""
+    fields = {"pair": "p", "task": "t", "metric": "accuracy", "method": method, "temperature": 1.0, "seed": seed,
+              "n_examples": 4, "score": 0.5, "settings_group": "g", "settings": f"s{seed}{method}", "new_tokens": new_tokens,
+              "wall_time_runs": runs, "wall_time_s": float(np.median(runs)), "timing": {"batch_size": 16}}  # fmt: skip
+    if method != "autoregressive":
+        fields["num_draft_tokens"] = 3
+    if method == "hf_static":
+        fields["weight"] = 0.5
+    if lat is not None:
+        fields |= {"latency_runs": lat, "latency_s": float(np.median(lat)), "latency_examples": 4, "latency_new_tokens": 90}
+    fields |= extra
+    return fields | measured(fields)
+
+
+def evaluate_like(records: list[dict]) -> list[dict]:
+    """What evaluate does: each record normalised by the autoregressive record of its baseline_key."""
+    base = {baseline_key(r): r for r in records if r["method"] == "autoregressive"}
+    return [r | normalized(r, base.get(baseline_key(r))) for r in records]
+
+
+def write(run_dir, records: list[dict]) -> None:
+    store = ResultStore(run_dir)
+    for r in records:
+        store.write(r, [])
+
+
+# ----------------------------------------------------------------------------- one normalisation
+
+
+def test_each_seed_is_divided_by_its_own_seeds_autoregressive_time(tmp_path):
+    records = evaluate_like([rec("autoregressive", 0, [10.0, 10.5, 9.5]), rec("autoregressive", 1, [20.0, 21.0, 19.0]),
+                             rec("lossless", 0, [5.0, 5.2, 4.8], new_tokens=50), rec("lossless", 1, [5.0, 5.1, 4.9])])  # fmt: skip
+    by = {(r["method"], r["seed"]): r for r in records}
+    assert by["lossless", 0]["normalized_time"] == pytest.approx(0.5)  # not 5 / mean(10, 20)
+    assert by["lossless", 1]["normalized_time"] == pytest.approx(0.25)
+    assert by["lossless", 0]["normalized_time_per_token_s"] == pytest.approx(1.0)  # half the tokens
+    assert by["lossless", 0]["normalized_time_batch_size"] == 16
+    assert by["autoregressive", 1]["normalized_time"] == 1.0
+    assert by["autoregressive", 1]["normalized_time_ci_low"] == by["autoregressive", 1]["normalized_time_ci_high"] == 1.0
+
+    # load_results reads the same numbers, and fills records written without them by the same rule
+    write(tmp_path / "new", records)
+    dropped = [{k: v for k, v in r.items() if k not in (*NORMALIZED, *TIME_FIELDS)} for r in records]
+    write(tmp_path / "old", dropped)
+    new, old = load_results(tmp_path / "new"), load_results(tmp_path / "old")
+    assert old["normalized_time"].isna().sum() == 0
+    pd.testing.assert_frame_equal(old[list(TIME_FIELDS)], new[list(TIME_FIELDS)])
+    pd.testing.assert_frame_equal(old[list(NORMALIZED)], new[list(NORMALIZED)])
+    assert new.set_index(["method", "seed"]).loc[("lossless", 1), "normalized_time"] == pytest.approx(0.25)
+
+
+def test_the_baseline_is_the_same_settings_and_seed():
+    r = rec("lossless", 0, [1.0])
+    assert baseline_key(r) == baseline_key(rec("autoregressive", 0, [2.0]))
+    for change in ({"seed": 1}, {"settings_group": "h"}, {"temperature": 0.1}, {"n_examples": 5}, {"task": "u"}):
+        assert baseline_key(r | change) != baseline_key(r), change
+    assert baseline_key(r | {"temperature": 1.0000000001, "seed": np.int64(0)}) == baseline_key(r)
+    assert normalized(r, None)["normalized_time"] is None
+
+
+# ----------------------------------------------------------------------------- intervals
+
+
+def test_the_interval_holds_the_median_and_widens_with_spread():
+    rng = np.random.default_rng(1)
+    tight, wide = 1 + 0.01 * rng.standard_normal(7), 1 + 0.2 * rng.standard_normal(7)
+    for runs in (tight, wide):
+        low, high = median_interval(runs)
+        assert low <= np.median(runs) <= high
+    assert np.subtract(*median_interval(wide)[::-1]) > 5 * np.subtract(*median_interval(tight)[::-1])
+    assert median_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
+    assert all(math.isnan(v) for v in median_interval([1.0])) and all(math.isnan(v) for v in median_interval([1.0, 2.0], [3.0]))
+    # a ratio's interval holds the ratio of the medians, and the same runs give the same interval
+    a, b = [5.0, 5.5, 4.6, 5.2, 4.9], [10.0, 9.0, 11.5, 10.2, 9.8]
+    low, high = median_interval(a, b, scale=2.0)
+    assert low < 2 * np.median(a) / np.median(b) < high and (low, high) == median_interval(a, b, scale=2.0)
+
+
+def test_records_carry_their_intervals(tmp_path):
+    records = evaluate_like([rec("autoregressive", 0, [10.0, 11.0, 9.0, 10.4, 9.9], lat=[1.0, 1.1, 0.9]),
+                             rec("lossless", 0, [5.0, 6.0, 4.0, 5.3, 5.1], lat=[0.5, 0.6, 0.4])])  # fmt: skip
+    r = records[1]
+    assert (r["wall_time_ci_low"], r["wall_time_ci_high"]) == median_interval([5.0, 6.0, 4.0, 5.3, 5.1])
+    assert r["wall_time_ci_low"] <= r["wall_time_s"] <= r["wall_time_ci_high"]
+    for name in NORMALIZED:
+        low, high = ci_fields(name)
+        assert r[low] < r[name] < r[high], name
+    assert r["latency_per_token_s"] == pytest.approx(0.5 * 4 / 90)
+    assert r["normalized_latency_per_token"] == pytest.approx(r["normalized_latency"])  # both 90 tokens alone
+
+
+# ----------------------------------------------------------------------------- a method decoded at batch 1
+
+
+def test_hf_static_is_normalised_by_autoregressive_decoding_at_batch_1(caplog):
+    ar = rec("autoregressive", 0, [1.0, 1.1, 0.9], lat=[0.5, 0.55, 0.45])  # 4 examples at batch 16: 1 s; alone: 0.5 s each
+    hf = rec("hf_static", 0, [4.0, 4.4, 3.6], new_tokens=60)  # 4 examples, one at a time
+    r = normalized(hf, ar)
+    assert r["normalized_time"] == pytest.approx((4.0 / 4) / 0.5) and r["normalized_time_batch_size"] == 1
+    assert r["normalized_time_ci_low"] < 2.0 < r["normalized_time_ci_high"]
+    assert r["normalized_time_per_token_s"] == pytest.approx((4.0 / 60) / (0.5 * 4 / 90))
+    # without autoregressive latency over the same examples: nothing, and a warning that says what to set
+    for baseline in (rec("autoregressive", 0, [1.0]), {**ar, "latency_examples": 2}):
+        with caplog.at_level("WARNING"):
+            assert normalized(hf, baseline)["normalized_time"] is None
+        assert "timing.latency=true" in caplog.text
+
+
+def test_an_old_hf_static_record_normalised_at_the_sweeps_batch_is_redone(tmp_path):
+    ar = rec("autoregressive", 0, [1.0, 1.1, 0.9], lat=[0.5, 0.55, 0.45])
+    hf = rec("hf_static", 0, [4.0, 4.4, 3.6], normalized_time=4.0)  # as evaluate wrote it before: 4 / 1
+    write(tmp_path, [ar, hf])
+    df = load_results(tmp_path).set_index("method")
+    assert df.loc["hf_static", "normalized_time"] == pytest.approx(2.0)
+    assert df.loc["hf_static", "normalized_time_batch_size"] == 1
+
+
+# ----------------------------------------------------------------------------- over seeds
+
+
+def test_time_over_seeds():
+    one = [{"seed": 0, "normalized_time": 0.8, "normalized_time_ci_low": 0.7, "normalized_time_ci_high": 0.9}]
+    assert time_over_seeds(one) == (0.8, 0.7, 0.9, 1)  # one seed: its repeats' interval
+    three = [{"seed": s, "normalized_time": v, "normalized_time_ci_low": v - 0.01, "normalized_time_ci_high": v + 0.01}
+             for s, v in enumerate((0.7, 0.8, 1.0))]  # fmt: skip
+    mean, low, high, n = time_over_seeds(three)
+    expected = stats.t.interval(0.95, 2, loc=np.mean([0.7, 0.8, 1.0]), scale=stats.sem([0.7, 0.8, 1.0]))
+    assert (mean, n) == (pytest.approx(2.5 / 3), 3) and (low, high) == pytest.approx(expected)
+    assert high - low > 0.1  # the seeds' spread, not the repeats'
+    assert time_over_seeds([{"seed": 0, "normalized_time": None}])[3] == 0
+    with pytest.raises(ValueError, match="one per seed"):
+        time_over_seeds(three + three[:1])
+    d = pd.DataFrame([{**r, "method": "static", "weight": w} for w in (0.5, 1.0) for r in three])
+    t = times_over_seeds(d, ["method", "weight"])
+    assert len(t) == 2 and t["normalized_time_ci_low"].tolist() == pytest.approx([expected[0]] * 2)
+
+
+def test_the_default_and_the_demo_time_with_repeats():
+    from hydra import compose, initialize_config_dir
+
+    from diversed import CONFIG_DIR
+    from diversed.schema import TimingSettings
+
+    assert TimingSettings().repeats >= 5 and TimingSettings().latency_repeats >= 3
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        default = compose("evaluate")
+    assert default.timing.repeats >= 5 and default.timing.latency_repeats >= 3  # the presets: test_presets.py
+    demo = (Path(__file__).resolve().parents[1] / "scripts" / "demo.py").read_text()
+    # the validation sweep is not timed (repeats 0); the test sweep, whose times the report shows, is
+    assert int(re.findall(r"timing\.repeats=(\d+)", demo)[-1]) >= 5 and int(re.search(r"timing\.latency_repeats=(\d+)", demo)[1]) >= 3
