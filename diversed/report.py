@@ -41,7 +41,7 @@ from diversed.heads import head_metadata
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
 from diversed.results import load_results, read_examples
-from diversed.times import times_over_seeds
+from diversed.times import ci_fields, times_over_seeds
 
 _KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
 
@@ -72,7 +72,21 @@ def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- cells
 
 # The quantities of a table cell, named as every header names them (compare's definitions).
-QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"))
+QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"),
+              ("time", "time / AR"))  # fmt: skip
+
+
+def _time_cell(r: pd.Series) -> str:
+    """Time relative to autoregressive decoding with its interval over seeds (`times.times_over_seeds`):
+    per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
+    the sweep's batch size."""
+    field = "normalized_latency" if pd.notna(r.get("normalized_latency")) else "normalized_time"
+    value = r.get(field)
+    if value is None or pd.isna(value):
+        return "–"
+    low, high = (r.get(c) for c in ci_fields(field))
+    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{low:.2f}, {high:.2f}]"
+    return f"{value:.2f}{interval}{' b1' if field == 'normalized_latency' else ''}"
 
 
 def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
@@ -185,6 +199,9 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
             keys.append((order.get(r["method"], 99), key))
         spec = METHODS.get(r["method"]) is not None and METHODS[r["method"]].speculative
         for field, name in QUANTITIES:
+            if field == "time":
+                cells[key][(r["task"], name)] = _time_cell(r)
+                continue
             if field != "score" and not spec:
                 cells[key][(r["task"], name)] = "–"
                 continue
@@ -357,7 +374,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     val, test = df[selecting], df[~selecting]
     if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
         val, test = df.iloc[0:0], df
-    d = mean_over_seeds(test)
+    d = _with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
     choices = choose_on(val, margin) if len(val) else None
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
     claims = []
@@ -375,7 +392,9 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
               "themselves: the most acceptance within AR's 95 % half-width; * none was)")  # fmt: skip
     for t in sorted(d["temperature"].unique(), reverse=True):
         caption = (f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
-                   f"(drafts up to a round's first rejection), quality ×100 per task; {how}. {chosen}.")  # fmt: skip
+                   f"(drafts up to a round's first rejection), quality ×100 per task; {how}; time / AR: time relative to "
+                   "autoregressive decoding of the same seed, mean over seeds [95 % interval], per sample at batch 1 "
+                   f"where marked b1 (the paper's time), else per pass at the sweep's batch size. {chosen}.")  # fmt: skip
         if paper:
             caption += (" Published rows: the paper does not define its acceptance; its values look like accepted/"
                         "proposed, so they sit in that column, unconfirmed.")  # fmt: skip
@@ -408,9 +427,8 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
             claims += [md, ""]
     figs = out / "figures"
     own = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]  # heads on their own task
-    timed = _with_times(own, test)
-    shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(timed, figs, formats)
-    shown += time_vs_acceptance(timed, figs, formats)
+    shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
+    shown += time_vs_acceptance(own, figs, formats)
     for _, r in test[(test["method"] == "dynamic")].iterrows():
         shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
     pareto = plot_pareto(test, figs, formats=formats)
@@ -452,7 +470,7 @@ def _with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     left = d.drop(columns=[c for c in t if c in d and c not in by])
     for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
         x[by] = x[by].astype(object).where(x[by].notna(), None)
-    return left.merge(t, on=by, how="left")
+    return left.merge(t, on=by, how="left").astype(d[by].dtypes.to_dict())  # the keys' own dtypes back
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:

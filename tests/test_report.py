@@ -81,9 +81,11 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
 
     d = mean_over_seeds(load_runs([report_dir / "run"]))
     table = paper_table(d, 1.0)
-    acc, alpha, quality = "accepted/proposed %", "α = accepted/verified %", "quality ×100"
-    assert list(table.columns) == [(t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality)]
-    row = lambda pair, method, n, task="alpha_task": table.loc[(pair, method, n), task].tolist()  # noqa: E731
+    acc, alpha, quality, time = "accepted/proposed %", "α = accepted/verified %", "quality ×100", "time / AR"
+    assert list(table.columns) == [(t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality, time)]
+    # time relative to autoregressive, per sample at batch 1 (b1): the fixture's latencies, one seed, no passes
+    assert table.loc[("p1", "SD (lossless)", "3"), ("alpha_task", time)] == "1.60 b1"
+    row = lambda pair, method, n, task="alpha_task": table.loc[(pair, method, n), task].tolist()[:3]  # noqa: E731
     # one seed and no per-example rows: the record's own score interval, no acceptance interval
     assert row("p1", "Autoregressive", "–") == ["–", "–", "60.00 [55.00, 65.00]"]
     assert row("p1", "SD (lossless)", "3") == ["40.00", "50.00", "60.00 [55.00, 65.00]"]
@@ -95,7 +97,7 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     assert row("p1", "Lossy SD, oracle (chosen on test)", "3")[2] == "50.00 [45.00, 55.00] (l=0.6)*"
     # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json for p2)
     for pair in ("p1", "p2"):
-        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00", "85.00", "62.00 [57.00, 67.00]"] * 2
+        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00", "85.00", "62.00 [57.00, 67.00]", "1.20 b1"] * 2
     assert len(df) == 2 * 2 * 2 * 11
     # two fine-tuned drafts in one cell: a row each, named by the draft
     twice = pd.concat([d, d[d["method"] == "finetuned_draft"].assign(draft_model="/d/other", score=0.3)])
@@ -103,7 +105,7 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     assert {"SD, fine-tuned draft (d/draft)", "SD, fine-tuned draft (d/other)"} <= set(rows)
     with_paper = paper_table(d, 1.0, paper=True)
     published_row = with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"].tolist()
-    assert published_row == ["72.61 (undefined in the paper)", "", "67"]  # no α published
+    assert published_row == ["72.61 (undefined in the paper)", "", "67", ""]  # no α published, no time
     assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns.get_level_values("task"))
     assert paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), ("mbpp", quality)] == "67"
 
