@@ -5,8 +5,14 @@
 Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
 
     README.md                 the index: every table inline, every figure with its caption
-    table_T<t>.md/.csv        Tables 1 and 2: rows pair x method x N, columns task, cells
-                              "acceptance % / quality" (quality x100: accuracy %, ROUGE x100, pass@1 %)
+    claims.md                 what a README may quote: the tables, the paired differences, Proposition 1's captions
+    table_T<t>.md/.csv        Tables 1 and 2: rows pair x method x N, columns (task, quantity): accepted/proposed %,
+                              α = accepted/verified %, quality x100, time / AR; each a mean over examples and
+                              seeds with its 95 % interval (`compare.mean_over_seeds`, `times.times_over_seeds`)
+    table_oracle_T<t>.*       the same with each knob family chosen on the reported scores (labelled oracle)
+    paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only where
+                              the interval excludes 0
+    choices.csv               each knob family's choice on the validation run, with its non-inferiority test
     transfer_T<t>.md/.csv     Table 3: a head trained on task A evaluated on task B (the task a head was
                               trained on comes from its record, else from its head_config.json)
     figures/                  acceptance vs w with Proposition 1, quality vs time, time vs acceptance,
@@ -14,10 +20,12 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
     runs/<name>.md            one page per run dir: settings fingerprints, pairs, tasks, counts, figures
 
 Table rows: autoregressive; lossless SD; SD with a fine-tuned draft; each knob family (the static
-ensemble, lossy SD, cascades, typical acceptance) at its best setting at the quality of
-autoregressive decoding (`fronts.best_at_quality`, the setting shown in the cell; * where none
-reached that quality and the best-scoring one is shown); DIVERSED with the head trained on the
-column's task. `--paper` adds the published numbers (`published.py`) as rows of their own.
+ensemble, lossy SD, cascades, typical acceptance) at the setting chosen on the `--select-split` run
+(`fronts.choose_on`: the most acceptance among settings non-inferior to autoregressive decoding, margin
+`--margin`; * where none was), or, without such a run, its oracle setting on the reported scores
+(`fronts.best_at_quality`), labelled so; DIVERSED with the head trained on the column's task.
+`--paper` adds the published numbers (`published.py`) as rows of their own, in the accepted/proposed
+column with a note: the paper does not define its acceptance.
 
 It reads results and heads only: nothing is decoded, rescored or retrained.
 """
@@ -85,17 +93,23 @@ def _time_cell(r: pd.Series) -> str:
     if value is None or pd.isna(value):
         return "–"
     low, high = (r.get(c) for c in ci_fields(field))
-    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{low:.2f}, {high:.2f}]"
-    return f"{value:.2f}{interval}{' b1' if field == 'normalized_latency' else ''}"
+    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{_num(low)}, {_num(high)}]"
+    return f"{_num(value)}{interval}{' b1' if field == 'normalized_latency' else ''}"
+
+
+def _num(x: float, digits: int = 2) -> str:
+    """x rounded, without a sign on a zero ("-0.00" reads as a loss that is not there)."""
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
 def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
     """"73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
     if value is None or pd.isna(value):
         return "–"
-    body = f"{100 * value:.2f}"
+    body = _num(100 * value)
     if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
-        body += f" [{100 * low:.2f}, {100 * high:.2f}]"
+        body += f" [{_num(100 * low)}, {_num(100 * high)}]"
     return body + note
 
 

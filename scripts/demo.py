@@ -153,7 +153,7 @@ def main() -> None:
             shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
         minutes = (time.perf_counter() - start) / 60
         timing = (f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, {minutes:.1f} min on "
-                  f"{os.cpu_count()} CPU cores after the toy build: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + ".")  # fmt: skip
+                  f"{os.cpu_count()} CPU cores for steps 1-5 (with the toy pair's build where it was not cached): " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + ".")  # fmt: skip
         claims = (out / "report" / "claims.md").read_text()
         (Path(args.docs) / "demo_claims.md").write_text(claims + "\n" + timing + "\n")
         fill_readme(Path(args.readme), claims + "\n" + timing + "\n")
