@@ -41,18 +41,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diversed import published
-from diversed.compare import INTERVALS, SETTING_FIELDS, mean_over_seeds, paired, per_example, verdict
+from diversed.compare import mean_over_seeds
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
-from diversed.fronts import best_at_quality, choose_on
+from diversed.fronts import choose_on
 from diversed.heads import head_metadata
-from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.plot import plot_pareto
 from diversed.results import load_results, read_examples
-from diversed.times import ci_fields, times_over_seeds
-
-_KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
-
+from diversed.tables import paired_table, paper_table, transfer_table, with_times
 
 # ----------------------------------------------------------------------------- loading
 
@@ -75,252 +70,6 @@ def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     missing = df["head"].notna() & df["head_task"].isna()
     df.loc[missing, "head_task"] = [head_metadata(h).get("task") for h in df.loc[missing, "head"]]
     return df
-
-
-# ----------------------------------------------------------------------------- cells
-
-# The quantities of a table cell, named as every header names them (compare's definitions).
-QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"),
-              ("time", "time / AR"))  # fmt: skip
-
-
-def _time_cell(r: pd.Series) -> str:
-    """Time relative to autoregressive decoding with its interval over seeds (`times.times_over_seeds`):
-    per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
-    the sweep's batch size."""
-    field = "normalized_latency" if pd.notna(r.get("normalized_latency")) else "normalized_time"
-    value = r.get(field)
-    if value is None or pd.isna(value):
-        return "–"
-    low, high = (r.get(c) for c in ci_fields(field))
-    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{_num(low)}, {_num(high)}]"
-    return f"{_num(value)}{interval}{' b1' if field == 'normalized_latency' else ''}"
-
-
-def _num(x: float, digits: int = 2) -> str:
-    """x rounded, without a sign on a zero ("-0.00" reads as a loss that is not there)."""
-    text = f"{x:.{digits}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
-
-
-def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
-    """"73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
-    if value is None or pd.isna(value):
-        return "–"
-    body = _num(100 * value)
-    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
-        body += f" [{_num(100 * low)}, {_num(100 * high)}]"
-    return body + note
-
-
-def _knob_note(r: pd.Series) -> str:
-    m = METHODS.get(r["method"])
-    if m is None or m.family is None:
-        return ""
-    star = "" if r.get("at_quality") in (True, None) or pd.isna(r.get("at_quality")) else "*"
-    return f" ({_KNOB_SHORT.get(m.family, m.family)}={r[m.family]:g}){star}"
-
-
-def _row_label(r: pd.Series, several: set[str]) -> str:
-    """The row of a record; `several`: the methods with more than one head or draft in a cell."""
-    method = r["method"]
-    if method == "dynamic":
-        return "DIVERSED" + (f" ({head_label(r['head'])})" if "dynamic" in several else "")
-    if method == "finetuned_draft":
-        return "SD, fine-tuned draft" + (f" ({head_label(r['draft_model'])})" if "finetuned_draft" in several else "")
-    if method == "lossless":
-        return "SD (lossless)"
-    m = METHODS.get(method)
-    if m is not None and m.family is not None:
-        rule = f" {r['cascade_rule']}" if method == "cascade" else ""
-        delta = f" δ={r['typical_delta']:g}" if method == "typical" else ""
-        chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
-        return f"{m.name_only}{rule}{delta}, {chosen}"
-    return m.label if m is not None else str(method)
-
-
-def _n_order(n: str) -> int:
-    return int(n) if n.isdigit() else -1  # "–" (autoregressive) and "?" (published) first
-
-
-def _pair_labels(d: pd.DataFrame) -> pd.Series:
-    """The pair, with its settings digest where one pair and task have results under several settings."""
-    groups = d["settings_group"].astype(object).fillna("").astype(str)
-    several = d.assign(g=groups).groupby(["pair", "task"])["g"].transform("nunique") > 1
-    return d["pair"].where(~several, d["pair"] + " [" + groups.str[:6] + "]")
-
-
-# ----------------------------------------------------------------------------- which rows
-
-
-def _choice_key(r: pd.Series | dict, others: Sequence[str]) -> tuple:
-    cg = r.get("comparison_group")
-    cg = "" if cg is None or pd.isna(cg) else cg
-    n = r.get("num_draft_tokens")
-    return (r["pair"], r["task"], round(float(r["temperature"]), 6), cg, None if pd.isna(n) else int(n), r["method"],
-            *(None if pd.isna(r.get(k)) else r.get(k) for k in others))  # fmt: skip
-
-
-def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rows of a table at one temperature from seed-averaged records `d` of the reported split:
-    every row of methods without a knob family (heads on their own task), and per knob family the
-    setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` "validation"; a family
-    without a choice (or `choices` None: the oracle view) takes `fronts.best_at_quality` on `d` itself,
-    `chosen_on` "test"."""
-    d = d[np.isclose(d["temperature"].astype(float), temperature)]
-    d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
-    oracle = best_at_quality(d).assign(chosen_on="test")
-    if choices is None or not len(choices):
-        return oracle
-    picked, chosen_keys = [], set()
-    for _, c in choices.iterrows():
-        m = METHODS[c["method"]]
-        others = [k for k in m.knobs if k != m.family]
-        key = _choice_key(c, others)
-        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[m.family], errors="coerce"), float(c["value"]))]
-        rows = rows[[_choice_key(r, others) == key for _, r in rows.iterrows()]]
-        if len(rows):
-            chosen_keys.add(key)
-            picked.append(rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"]))
-    family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
-    keep = [not f or _choice_key(r, [k for k in METHODS[r["method"]].knobs if k != METHODS[r["method"]].family]) not in chosen_keys
-            for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]  # fmt: skip
-    return pd.concat([oracle[keep], *picked], ignore_index=True)
-
-
-# ----------------------------------------------------------------------------- Tables 1 and 2
-
-
-def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
-                choices: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
-    """Table 1 / 2 at one temperature from seed-averaged records (`compare.mean_over_seeds`): index
-    (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
-    ×100. Knob families as `table_rows` chooses them."""
-    d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
-    several = set()
-    for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
-        rows = d[d["method"] == method]
-        if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
-            several.add(method)
-    order = {m: i for i, m in enumerate(METHOD_NAMES)}
-    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
-    keys: list[tuple[int, tuple[str, str, str]]] = []
-    for _, r in d.iterrows():
-        n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
-        key = (r["pair_label"], _row_label(r, several), n)
-        if key not in cells:
-            cells[key] = {}
-            keys.append((order.get(r["method"], 99), key))
-        spec = METHODS.get(r["method"]) is not None and METHODS[r["method"]].speculative
-        for field, name in QUANTITIES:
-            if field == "time":
-                cells[key][(r["task"], name)] = _time_cell(r)
-                continue
-            if field != "score" and not spec:
-                cells[key][(r["task"], name)] = "–"
-                continue
-            low, high = INTERVALS[field]
-            note = _knob_note(r) if field == "score" else ""
-            cells[key][(r["task"], name)] = _interval(r.get(field), r.get(low), r.get(high), note)
-    tasks = list(dict.fromkeys(d["task"]))
-    if paper:
-        for (t, pair, method, task), (acc, q) in published.TABLES.items():
-            if np.isclose(t, temperature):
-                key = (f"{published.PAIRS[pair]} (paper)", published.METHODS[method], "?")
-                if key not in cells:
-                    cells[key] = {}
-                    keys.append((1000 + order.get(method, 99), key))
-                # the paper does not define its acceptance; its values look like accepted/proposed (PAPER.md)
-                cells[key][(task, QUANTITIES[0][1])] = f"{acc:.2f} (undefined in the paper)"
-                cells[key][(task, QUANTITIES[2][1])] = f"{q:g}"
-                tasks += [task] if task not in tasks else []
-    keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
-    index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
-    columns = pd.MultiIndex.from_tuples([(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"])
-    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns)
-    table.attrs["temperature"] = float(temperature)
-    return table
-
-
-def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
-                 choices: pd.DataFrame | None = None) -> pd.DataFrame | None:  # fmt: skip
-    """DIVERSED against each other row of the table (`table_rows`) at one temperature, paired by example
-    over the reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
-    "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
-    "better" only where the interval excludes 0). None without a DIVERSED row."""
-    rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
-    if "run_dir" not in records or not (rows["method"] == "dynamic").any():
-        return None
-    several = {"dynamic"} if rows[rows["method"] == "dynamic"].groupby(["pair_label", "task", "num_draft_tokens"])[
-        "head"].nunique().max() > 1 else set()  # fmt: skip
-    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
-    for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
-        mine = per_example(_records_of(records, dyn))
-        if mine is None:
-            continue
-        same = rows[(rows["pair_label"] == dyn["pair_label"]) & (rows["task"] == dyn["task"]) & (rows["method"] != "dynamic")
-                    & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))]  # fmt: skip
-        for _, base in same.iterrows():
-            theirs = per_example(_records_of(records, base))
-            if theirs is None:
-                continue
-            # one row per baseline across tasks: the setting each task's table chose is in that table
-            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {_row_label(base, set())}")
-            for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
-                if what != "score" and not METHODS[base["method"]].speculative:
-                    cells.setdefault(key, {})[(dyn["task"], name)] = "–"
-                    continue
-                r = paired(mine, theirs, what)
-                cells.setdefault(key, {})[(dyn["task"], name)] = (
-                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}")
-    if not cells:
-        return None
-    tasks = list(dict.fromkeys(rows["task"]))
-    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
-                                        names=["task", "difference"])  # fmt: skip
-    keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
-    index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
-    return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
-
-
-def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
-    """The raw records (every seed) of one seed-averaged row: equal on every setting field."""
-    mask = pd.Series(True, index=records.index)
-    for f in SETTING_FIELDS:
-        if f not in records or f not in row:
-            continue
-        v = row[f]
-        col = records[f]
-        mask &= col.isna() if v is None or (not isinstance(v, str) and pd.isna(v)) else (col == v)
-    return records[mask]
-
-
-# ----------------------------------------------------------------------------- Table 3
-
-
-def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> pd.DataFrame | None:
-    """Table 3 at one temperature: index (pair, row, N), rows "SD (lossless)" and "head trained on
-    <task>", columns the task evaluated on; None without a head evaluated on another task than
-    its own."""
-    d = d[np.isclose(d["temperature"].astype(float), temperature)].assign(pair_label=lambda x: _pair_labels(x))
-    dyn = d[(d["method"] == "dynamic") & d["head_task"].notna()]
-    if not (dyn["head_task"] != dyn["task"]).any():
-        return None
-    cells: dict[tuple[str, str, str], dict[str, str]] = {}
-    for _, r in pd.concat([d[d["method"] == "lossless"], dyn]).iterrows():
-        row = "SD (lossless)" if r["method"] == "lossless" else f"head trained on {r['head_task']}"
-        key = (r["pair_label"], row, str(int(r["num_draft_tokens"])))
-        cells.setdefault(key, {})[r["task"]] = (f"{_interval(r['acceptance_rate'], r.get('acceptance_ci_low'), r.get('acceptance_ci_high'))}"
-                                                f" / {_interval(r['score'], r.get('score_ci_low'), r.get('score_ci_high'))}")  # fmt: skip
-    tasks = list(dict.fromkeys(d["task"]))
-    if paper and np.isclose(temperature, 1.0):  # the paper's Table 3 (its temperature is not stated)
-        for (pair, task, trained), (acc, q) in published.TRANSFER.items():
-            row = "SD (lossless)" if trained is None else f"head trained on {trained}"
-            cells.setdefault((f"{published.PAIRS[pair]} (paper)", row, "?"), {})[task] = f"{acc:.2f} / {q:g}"
-            tasks += [task] if task not in tasks else []
-    keys = sorted(cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], _n_order(k[2])))
-    index = pd.MultiIndex.from_tuples(keys, names=["pair", "row", "N"])
-    return pd.DataFrame([[cells[k].get(t, "") for t in tasks] for k in keys], index=index, columns=tasks)
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -388,7 +137,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     val, test = df[selecting], df[~selecting]
     if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
         val, test = df.iloc[0:0], df
-    d = _with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
+    d = with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
     choices = choose_on(val, margin) if len(val) else None
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
     claims = []
@@ -474,17 +223,6 @@ def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     v = df.assign(verified_drafts=pd.to_numeric(df["verified_drafts"]))
     sums = v.groupby(cols, dropna=False)["verified_drafts"].sum(min_count=1).reset_index()
     return d.merge(sums, on=cols, how="left")
-
-
-def _with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Seed-averaged records with each normalised time's mean over seeds and its interval
-    (`times.times_over_seeds`, from the per-seed records `df`) for the time figures."""
-    by = [c for c in SETTING_FIELDS if c in df and c in d]
-    t = times_over_seeds(df, by)
-    left = d.drop(columns=[c for c in t if c in d and c not in by])
-    for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
-        x[by] = x[by].astype(object).where(x[by].notna(), None)
-    return left.merge(t, on=by, how="left").astype(d[by].dtypes.to_dict())  # the keys' own dtypes back
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:

@@ -14,8 +14,9 @@ from tiny_models import compose_run
 from diversed import published
 from diversed.compare import mean_over_seeds
 from diversed.figures import prop1_gaps, token_class
-from diversed.report import main, paper_table, transfer_table, write_report
+from diversed.report import main, write_report
 from diversed.results import ResultStore, key_digest, load_results, run_record
+from diversed.tables import paper_table, transfer_table
 
 TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
 
@@ -163,7 +164,7 @@ def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_
     """Two seeds per setting: each seed's times against its own seed's autoregressive time, the
     figure's bars the interval over seeds; a panel per sample and one per token for each pair."""
     from diversed import figures
-    from diversed.report import _with_times
+    from diversed.tables import with_times
 
     rows = []
     for seed, ar_time in ((0, 1.0), (1, 2.0)):
@@ -178,7 +179,7 @@ def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_
     df = load_results(tmp_path / "run")
     by_seed = df.set_index(["method", "weight", "seed"])
     assert by_seed.loc[("lossless", None, 1), "normalized_time"] == pytest.approx(0.4)  # 0.8 / its own seed's 2.0
-    d = _with_times(mean_over_seeds(df), df)
+    d = with_times(mean_over_seeds(df), df)
     lossless = d.set_index("method").loc["lossless"]
     assert lossless["normalized_time"] == pytest.approx(0.6)
     assert lossless["normalized_time_ci_low"] < 0.6 < lossless["normalized_time_ci_high"]  # over the 2 seeds
