@@ -18,7 +18,7 @@ so that load from other processes slows every setting alike:
 
 Per setting it reports the median tokens/s over the repeats (new tokens up to and including EOS
 over wall time, prompt processing included), our ratio to transformers on the same setting, the
-acceptance rate α, tokens per target call against its bound, and the speedup over autoregressive
+α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its bound, and the speedup over autoregressive
 decoding with the same forward path (same batch size and temperature) against the theoretical
 speedup (`stats.theoretical_speedup`, c the draft/target forward-time ratio measured by hooks on
 the embeddings and the LM head of both models). That theory prices a verification forward over
@@ -366,8 +366,8 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     pooled = Totals()
     for r in runs:
         pooled.merge(r.totals)
-    speculative = s.engine in ("diversed", "transformers")
-    alpha = pooled.acceptance_rate if speculative else None
+    # the bounds' α: accepted / verified (Leviathan's), unknown where a decoder does not say (transformers): no bound
+    alpha, speculative = pooled.alpha, s.engine in ("diversed", "transformers") and pooled.alpha is not None
     tokens, rounds = pooled.new_tokens, pooled.rounds
     ms = {m: 1e3 * fwd[m] / calls[m] if calls[m] else None for m in ("target", "draft")}
     c = ms["draft"] / ms["target"] if ms["draft"] and ms["target"] else None
@@ -375,7 +375,7 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         **asdict(s),  # engine, verifier, batch size, temperature, weight, N, implementation, bonus token
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
         "tokens_per_s_runs": [r.totals.new_tokens / r.seconds for r in runs],
-        "acceptance_rate": alpha,
+        "acceptance_rate": pooled.acceptance_rate if s.engine != "autoregressive" else None, "alpha": alpha,
         "tokens_per_target_call": tokens / rounds if rounds else None,
         "tokens_per_target_call_bound": tokens_per_call_bound(alpha, s.num_draft_tokens) if speculative else None,
         "draft_target_time_ratio": c,
@@ -542,7 +542,7 @@ def table(records: list[dict[str, Any]]) -> str:
     for r in records:
         lines.append(
             f"{r['label']:<56} {r['tokens_per_s']:>8.1f} {_f(r.get('ratio_to_transformers')):>6} "
-            f"{_f(r['acceptance_rate']):>5} {_f(r['tokens_per_target_call']):>8} "
+            f"{_f(r.get('alpha')):>5} {_f(r['tokens_per_target_call']):>8} "
             f"{_f(r['tokens_per_target_call_bound']):>5} {_f(r['draft_target_time_ratio']):>5} "
             f"{_f(r.get('speedup')):>7} {_f(r.get('theoretical_speedup')):>6} "
             f"{_f(r.get('speedup_fraction_of_theory')):>5} {_f(r.get('speedup_over_v_sampling')):>7} "

@@ -97,23 +97,30 @@ def test_records_on_the_tiny_pair(pair):
         if r["engine"] == "autoregressive":
             assert r["acceptance_rate"] is None and r["tokens_per_target_call"] == 1.0
             continue
-        a, n, c = r["acceptance_rate"], r["num_draft_tokens"], r["draft_target_time_ratio"]
-        assert 0.0 <= a <= 1.0 and n == 2 and c > 0
+        # the bound's α is accepted / verified (Leviathan's), never below accepted / proposed; transformers'
+        # loop does not say which drafts it tested: no α, no bound
+        a, n, c = r["alpha"], r["num_draft_tokens"], r["draft_target_time_ratio"]
+        assert 0.0 <= r["acceptance_rate"] <= 1.0 and n == 2 and c > 0
         assert 1.0 <= r["tokens_per_target_call"] <= n + 1
-        assert r["tokens_per_target_call_bound"] == pytest.approx(
-            (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1
-        )
-        assert r["theoretical_speedup"] == pytest.approx(r["tokens_per_target_call_bound"] / (n * c + 1))
-        assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
+        if r["engine"] == "transformers":
+            assert a is None and r["tokens_per_target_call_bound"] is None and r["theoretical_speedup"] is None
+        else:
+            assert r["acceptance_rate"] <= a <= 1.0
+            assert r["tokens_per_target_call_bound"] == pytest.approx(
+                (1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1
+            )
+            assert r["theoretical_speedup"] == pytest.approx(r["tokens_per_target_call_bound"] / (n * c + 1))
+            assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
         assert 0 < r["forward_time_share"] <= 1
         same = ("autoregressive", None, "loop" if r["engine"] == "diversed" else "generate", r["batch_size"],
                 r["temperature"])  # fmt: skip
         key = lambda a: (a["engine"], a["verifier"], a["implementation"], a["batch_size"], a["temperature"])  # noqa: E731
         own = next(a for a in records if key(a) == same)
-        assert r["verify_decode_time_ratio"] == pytest.approx(r["target_forward_ms"] / own["target_forward_ms"])
-        assert r["speedup_fraction_at_verify_cost"] == pytest.approx(
-            r["speedup_fraction_of_theory"] * r["verify_decode_time_ratio"]
-        )
+        if r["engine"] != "transformers":  # no bound there (above), so no fraction of it either
+            assert r["verify_decode_time_ratio"] == pytest.approx(r["target_forward_ms"] / own["target_forward_ms"])
+            assert r["speedup_fraction_at_verify_cost"] == pytest.approx(
+                r["speedup_fraction_of_theory"] * r["verify_decode_time_ratio"]
+            )
         if r["engine"] == "diversed" and r["batch_size"] == 1 and r["verifier"] != "dynamic":
             assert r["ratio_to_transformers"] > 0
     rollouts = [r for r in records if "speedup_over_v_sampling" in r]
