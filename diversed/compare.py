@@ -13,7 +13,7 @@ Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixe
 report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
 quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ.
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
-back to a Student-t interval over the per-seed values, and to the record's own interval with one seed.
+back to a Student-t interval over the per-seed values (`results.mean_ci`), and to the record's own interval with one seed.
 
 `mean_over_seeds` gives one row per setting (the tables' and figures' input); `paired` one
 difference; `verdict` the word a table may print. It reads per-example rows through
@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from diversed.results import read_examples
+from diversed.results import mean_ci, read_examples
 
 # What identifies one setting across seeds, and the values averaged over seeds.
 SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
@@ -91,16 +91,9 @@ def bootstrap_interval(statistic: Statistic, arrays: Sequence[np.ndarray], *, co
 
 
 def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, low, high): Student-t interval of the mean of `values` (scipy); NaN bounds below 2 values."""
-    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    if x.size < 2:
-        return float(x.mean()), math.nan, math.nan
-    if np.ptp(x) == 0:
-        return float(x.mean()), float(x[0]), float(x[0])
-    low, high = stats.ttest_1samp(x, 0.0).confidence_interval(confidence)
-    return float(x.mean()), float(low), float(high)
+    """(mean, low, high): `results.mean_ci` over the values present; all NaN where none is."""
+    x = [v for v in values if v is not None and not pd.isna(v)]
+    return mean_ci(x, confidence) if x else (math.nan, math.nan, math.nan)
 
 
 # ----------------------------------------------------------------------------- per-example rows

@@ -266,13 +266,13 @@ def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, An
 
 
 # What says which examples a run scored: left out of the comparison group (see evaluate).
-_EXAMPLE_FIELDS = ("split", "n_examples", "n_loaded", "examples", "prompts", "selection", "data_files", "seed")
+_WHICH_EXAMPLES = ("split", "n_examples", "n_loaded", "examples", "prompts", "selection", "data_files", "seed")
 
 
 def comparison_group(common: dict[str, Any]) -> str:
     """Digest of the settings without the seed and without which examples were scored: records of one
     protocol on its validation and its test split share it."""
-    task = {k: v for k, v in common["task"].items() if k not in _EXAMPLE_FIELDS}
+    task = {k: v for k, v in common["task"].items() if k not in _WHICH_EXAMPLES}
     return digest({**{k: v for k, v in common.items() if k != "seed"}, "task": task})
 
 

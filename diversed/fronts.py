@@ -81,6 +81,18 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
 _CHOICE_KEYS = ["pair", "task", "temperature", "comparison_group", "num_draft_tokens"]
 
 
+def choice_key(r: pd.Series | dict) -> tuple:
+    """Which knob choice a row (a record, or a row of `choose_on`) belongs to: `_CHOICE_KEYS`, the
+    method and its knobs other than the family's, missing values alike however they are stored."""
+    from diversed.methods import METHODS
+
+    m = METHODS[r["method"]]
+    cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
+    return (r["pair"], r["task"], round(float(r["temperature"]), 6), "" if cg is None or pd.isna(cg) else cg,
+            None if pd.isna(n) else int(n), r["method"],
+            *(None if pd.isna(r.get(k)) else r.get(k) for k in m.knobs if k != m.family))  # fmt: skip
+
+
 def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive") -> pd.DataFrame:
     """Each knob family's setting chosen on `records` (one split's raw records, every seed, with
     `run_dir` for their per-example rows): per (pair, task, temperature, comparison group, N, method,

@@ -10,14 +10,12 @@ Pure DataFrame functions apart from reading per-example rows: `report` writes th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
 
 from diversed import published
 from diversed.compare import INTERVALS, SETTING_FIELDS, paired, per_example, verdict
-from diversed.fronts import best_at_quality
+from diversed.fronts import best_at_quality, choice_key
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.times import ci_fields, times_over_seeds
 
@@ -86,6 +84,16 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
     return m.label if m is not None else str(method)
 
 
+def _several(d: pd.DataFrame) -> set[str]:
+    """The methods with more than one head or fine-tuned draft in a cell of `d` (rows then name them)."""
+    several = set()
+    for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
+        rows = d[d["method"] == method]
+        if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
+            several.add(method)
+    return several
+
+
 def _n_order(n: str) -> int:
     return int(n) if n.isdigit() else -1  # "–" (autoregressive) and "?" (published) first
 
@@ -98,14 +106,6 @@ def _pair_labels(d: pd.DataFrame) -> pd.Series:
 
 
 # ----------------------------------------------------------------------------- which rows
-
-
-def _choice_key(r: pd.Series | dict, others: Sequence[str]) -> tuple:
-    cg = r.get("comparison_group")
-    cg = "" if cg is None or pd.isna(cg) else cg
-    n = r.get("num_draft_tokens")
-    return (r["pair"], r["task"], round(float(r["temperature"]), 6), cg, None if pd.isna(n) else int(n), r["method"],
-            *(None if pd.isna(r.get(k)) else r.get(k) for k in others))  # fmt: skip
 
 
 def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -121,17 +121,14 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
         return oracle
     picked, chosen_keys = [], set()
     for _, c in choices.iterrows():
-        m = METHODS[c["method"]]
-        others = [k for k in m.knobs if k != m.family]
-        key = _choice_key(c, others)
-        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[m.family], errors="coerce"), float(c["value"]))]
-        rows = rows[[_choice_key(r, others) == key for _, r in rows.iterrows()]]
+        key, family = choice_key(c), METHODS[c["method"]].family
+        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[family], errors="coerce"), float(c["value"]))]
+        rows = rows[[choice_key(r) == key for _, r in rows.iterrows()]]
         if len(rows):
             chosen_keys.add(key)
             picked.append(rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"]))
     family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
-    keep = [not f or _choice_key(r, [k for k in METHODS[r["method"]].knobs if k != METHODS[r["method"]].family]) not in chosen_keys
-            for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]  # fmt: skip
+    keep = [not f or choice_key(r) not in chosen_keys for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]
     return pd.concat([oracle[keep], *picked], ignore_index=True)
 
 
@@ -144,11 +141,7 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
     (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
     ×100. Knob families as `table_rows` chooses them."""
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
-    several = set()
-    for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
-        rows = d[d["method"] == method]
-        if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
-            several.add(method)
+    several = _several(d)
     order = {m: i for i, m in enumerate(METHOD_NAMES)}
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
@@ -198,8 +191,7 @@ def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
     rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if "run_dir" not in records or not (rows["method"] == "dynamic").any():
         return None
-    several = {"dynamic"} if rows[rows["method"] == "dynamic"].groupby(["pair_label", "task", "num_draft_tokens"])[
-        "head"].nunique().max() > 1 else set()  # fmt: skip
+    several = _several(rows)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
         mine = per_example(_records_of(records, dyn))
