@@ -30,6 +30,7 @@ the caller's no-grad/inference mode) and it does not support sliding windows in 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import weakref
@@ -86,6 +87,13 @@ class _Layer(NamedTuple):
 # for large matrices there is no consistent difference and a copy would double their memory. So
 # models up to this size keep [in, out] copies of their linear weights on CPU, views otherwise.
 CPU_COPY_BYTES = 64 * 2**20
+
+
+@functools.cache
+def _cache_name(model_type: type) -> str:
+    """The KV-cache argument's name: transformers 5.x renamed `past_key_values` to `cache` (the old
+    name warns on every call until 5.40); earlier releases know only the old one."""
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 def _weight_t(weight: Tensor, copy: bool) -> Tensor:
@@ -308,8 +316,7 @@ def plan(model: nn.Module) -> Plan:
 
 
 def _name(model: nn.Module) -> str:
-    config = getattr(model, "config", None)
-    return getattr(config, "name_or_path", None) or type(model).__name__
+    return getattr(getattr(model, "config", None), "name_or_path", None) or type(model).__name__
 
 
 def _choose(model: nn.Module) -> Plan:
@@ -360,15 +367,10 @@ class SlotModel:
                 self.cache = grown
             logits, hidden = how.run(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
         else:
-            out = self.model(
-                input_ids=ids[:, start:end],
-                attention_mask=slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end],
-                position_ids=pos[:, start:end],
-                past_key_values=self.cache,
-                use_cache=True,
-                output_hidden_states=self.hidden,
-                **({"logits_to_keep": keep} if how.keep else {}),
-            )
+            attention = slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end]
+            out = self.model(input_ids=ids[:, start:end], attention_mask=attention, position_ids=pos[:, start:end],
+                             **{_cache_name(type(self.model)): self.cache}, use_cache=True, output_hidden_states=self.hidden,
+                             **({"logits_to_keep": keep} if how.keep else {}))  # fmt: skip
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
         self.length = end
@@ -378,18 +380,16 @@ class SlotModel:
 
     def crop(self, length: int) -> None:
         """Forget slots from `length` on (the direct cache just overwrites them later)."""
-        if length < self.length:
-            if not self.plan.direct:
-                self.cache.crop(length - self.length)
-            self.length = length
+        if length < self.length and not self.plan.direct:
+            self.cache.crop(length - self.length)
+        self.length = min(self.length, length)
 
     def select(self, rows: Tensor) -> None:
         """Keep only these batch rows."""
-        if self.plan.direct:
-            if self.cache is not None:
-                self.cache = self.cache.index_select(2, rows)
-        else:
+        if not self.plan.direct:
             self.cache.batch_select_indices(rows)
+        elif self.cache is not None:
+            self.cache = self.cache.index_select(2, rows)
 
 
 @torch.no_grad()
@@ -431,7 +431,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         for start, end, keep in ((0, 3, 1), (3, 6, 3)):
             logits, _ = general.forward(ids, mask, pos, end, keep)
             hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
-                          past_key_values=cache, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
+                          **{_cache_name(type(base)): cache}, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
             pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
     except Exception as e:  # any surprise in the model's internals: the general way, and say why
         return None, f"the direct forward raised {type(e).__name__}: {e}", True

@@ -290,3 +290,18 @@ def test_a_deep_model_with_large_logits_takes_the_direct_path_when_it_agrees(cap
     assert "of the values' scale (tolerance 5e-05)" in caplog.text
     model.model.layers[5].register_forward_hook(lambda module, args, output: output * 1.001)
     assert not plan(model).direct
+
+
+def test_the_cache_is_passed_by_the_name_the_model_takes():
+    """transformers 5.x renamed `past_key_values` to `cache`; the old name warns on every forward
+    (6 warnings in one toy decode, 36 lines of the demo's stderr)."""
+    import warnings
+
+    from diversed.forward import use_forward
+
+    target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
+    for model in (target, draft):
+        use_forward(model, "hf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any deprecation raised inside a forward fails the test
+        assert_exact(target, draft, 3, 8)
