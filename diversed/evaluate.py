@@ -41,6 +41,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
+from diversed.compare import mean_interval
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
@@ -49,7 +50,7 @@ from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
-from diversed.results import ResultStore, grid_key, mean_ci
+from diversed.results import ResultStore, grid_key
 from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
@@ -189,7 +190,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
                 rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
                 rows[-1]["token_text"] = [pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]]  # for the report
                 rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
-    score, low, high = mean_ci(scores)
+    score, low, high = mean_interval(scores)
     spec = METHODS[point["method"]].speculative
     fields = {
         "score": score, "score_ci_low": low, "score_ci_high": high,

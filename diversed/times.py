@@ -228,7 +228,8 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
 
     Two seeds or more: the Student-t interval of the mean over the per-seed values (each a median
     over repeats divided by its own seed's autoregressive time), which counts how much seeds move
-    outputs and so times. One seed: that record's interval over its repeats (`ci_fields`). None:
+    outputs and so times: `scipy.stats.t.interval` itself, as `compare.t_interval` (which this module
+    cannot import: compare imports results, which imports this module). One seed: that record's interval over its repeats (`ci_fields`). None:
     (nan, nan, nan, 0). Raises if two records share a seed (they are not one setting)."""
     d = pd.DataFrame(list(records) if not isinstance(records, pd.DataFrame) else records)
     if "seed" in d and d["seed"].dropna().duplicated().any():

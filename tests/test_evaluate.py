@@ -82,6 +82,8 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     assert (df[df.method == "autoregressive"].normalized_time == 1.0).all()
     assert df[df.method != "autoregressive"].acceptance_rate.between(0, 1).all()
     assert (df.score_ci_low <= df.score).all() and (df.score <= df.score_ci_high).all()
+    # toy scores are 0/1: Wilson intervals, within [0, 1] and never of zero width (all wrong included)
+    assert (df.score_ci_low >= 0).all() and (df.score_ci_high <= 1).all() and (df.score_ci_low < df.score_ci_high).all()
     dyn = df[df.method == "dynamic"]
     assert dyn.mean_w.between(0.4, 0.6).all()  # an untrained head: w = 0.5
     # w = 0 accepts every draft; greedy w = 1 and lossless give the same text
