@@ -385,3 +385,20 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
         df[f] = pd.to_numeric(df[f]).astype(float)
     return fill_times(df)
 
+
+def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
+    """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
+    dir works), with `run_dir`, the directory holding the file: where the record's per-example rows are
+    (`read_examples(row.run_dir, row.key)`). Raises FileNotFoundError when there is none."""
+    frames = []
+    for run in run_dirs:
+        if not Path(run).exists():
+            raise FileNotFoundError(run)
+        for f in sorted(Path(run).rglob(_RESULTS_NAME)):
+            d = load_results(f)
+            d["run_dir"] = str(f.parent)
+            frames.append(d)
+    if not frames:
+        raise FileNotFoundError(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
+                                "python -m diversed.evaluate")  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
