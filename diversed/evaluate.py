@@ -8,6 +8,8 @@ batch size, seed, a head's files): re-running the same command skips finished po
 loading the pair, and a changed setting gives new points. Records from before fingerprints are
 read (plots) but never resumed into. Each fingerprint's settings and resolved config are kept in
 `settings/` and `configs/` beside the results; nothing is overwritten.
+`sweep.dry_run=true` stops there: it prints every point, done or to run, and how long those to run
+will take by the run's finished records (`times.estimate_seconds`; no estimate without them).
 
 A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
 `timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with
@@ -56,7 +58,7 @@ from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
-from diversed.times import BASELINE, baseline_key, measured, normalized
+from diversed.times import BASELINE, baseline_key, estimate_seconds, measured, normalized
 from diversed.verify import Verifier, hidden_size
 
 log = logging.getLogger(__name__)
@@ -333,6 +335,9 @@ def evaluate(cfg: DictConfig) -> Path:
         log.warning(f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
                     "resumed: their points run again")  # fmt: skip
     log.info(f"{len(points)} grid points, {len(points) - len(todo)} already done")
+    if sweep.get("dry_run", False):  # the plan, then out: no weights are read
+        print(plan(points, todo, store.records(), n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)))
+        return run_dir
     if not todo:
         return run_dir
 
@@ -368,6 +373,23 @@ def evaluate(cfg: DictConfig) -> Path:
             log.info(_line(record))
     finish(loggers)
     return run_dir
+
+
+def plan(points: list[dict[str, Any]], todo: list[dict[str, Any]], finished: list[dict[str, Any]], *,
+         n_examples: int, timing: dict[str, Any], batch_size: int) -> str:  # fmt: skip
+    """A dry run's text: each grid point (method and knobs, N, T, seed), done or to run, and how long those
+    to run will take by `times.estimate_seconds` from the run's finished records, with what that rests on."""
+    lines, waiting = [], {id(q) for q in todo}
+    for p in points:
+        n = f"  N={p['num_draft_tokens']}" if p.get("num_draft_tokens") is not None else ""
+        state = "to run" if id(p) in waiting else "done"
+        lines.append(f"{state:>6}  {METHODS[p['method']].describe(p)}{n}  T={p['temperature']:g}  seed={p['seed']}")
+    seconds, basis = estimate_seconds(todo, finished, n_examples=n_examples, timing=timing, batch_size=batch_size)
+    took = "no estimate" if seconds is None else "about " + (
+        f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.2g} s")
+    lines.append(f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on {n_examples} examples"
+                 f" each: {took} ({basis})")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _line(r: dict[str, Any]) -> str:
