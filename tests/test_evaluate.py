@@ -454,3 +454,16 @@ def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loa
     seconds = 2 * float(done.wall_time_s.iloc[0]) / 6 * 6 * 3  # 2 points
     assert float(re.search(r"about ([0-9.e-]+) s", out[3]).group(1)) == pytest.approx(seconds, rel=0.05)
     assert len(load_results(tmp_path)) == 1  # nothing ran
+
+
+def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, toy_tiny_dir, capsys):
+    timing = ["timing.warmup=1", "timing.latency=true", "timing.latency_examples=2", "timing.latency_repeats=2"]
+    ev.evaluate(small_eval(tmp_path / "on", toy_tiny_dir, "sweep.methods=[autoregressive]", "runtime.progress=true",
+                           *timing))  # fmt: skip
+    err = capsys.readouterr().err
+    # decode: 6 examples; timing: a warm-up batch of 4, 1 pass of 6, a warm-up of 1 and 2 passes of 2 alone
+    assert re.search(r"decode: +\d+%\|[^|]*\| \d+/6 \[", err) and re.search(r"timing: +\d+%\|[^|]*\| \d+/15 \[", err)
+    assert "point" in err  # the bar over points is still there
+    ev.evaluate(small_eval(tmp_path / "off", toy_tiny_dir, "sweep.methods=[autoregressive]", *timing))
+    err = capsys.readouterr().err
+    assert "decode" not in err and "timing:" not in err and "example/s" not in err
