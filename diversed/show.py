@@ -16,7 +16,7 @@ records (`results.load_runs`: one row per grid point, with `run_dir`; nested fie
 flattened into dotted columns, `timing.batch_size`) to the file itself, and every per-example row,
 with its record's `run_dir` and `key`, to `<name>.examples<ext>` beside it; join them on both.
 
-It reads runs only; nothing is decoded or rescored.
+It changes nothing in a run directory; nothing is decoded or rescored.
 """
 
 from __future__ import annotations

@@ -292,7 +292,7 @@ def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Map
     if not decode:
         return None, ("no finished points to estimate from: run a small sweep into this directory first "
                       "(e.g. task.n_examples=8), then dry-run again")  # fmt: skip
-    levels = {"of its method, N and T": 0, "of its method only": 0, "of every finished point": 0}
+    levels = {"the same method, N and T": 0, "the same method": 0, "every finished point": 0}
     total, k = 0.0, timing.get("latency_examples") or n_examples
     for p in points:
         keys = [(p.get("method"), p.get("num_draft_tokens"), p.get("temperature")), (p.get("method"),), ()]
@@ -303,8 +303,8 @@ def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Map
         if timing.get("latency"):
             lat = next((alone[key] for key in keys if key in alone), decode[keys[level]])
             total += lat * (timing.get("latency_repeats", 1) * k + timing.get("warmup", 0))
-    matched = ", ".join(f"{n} by the median {name}" for name, n in levels.items() if n)
+    matched = ", ".join(f"{name} ({n} {'point' if n == 1 else 'points'})" for name, n in levels.items() if n)
     n_done = sum(1 for r in finished if per_example(r, "wall_time_s", None) is not None)
     latency = "" if not timing.get("latency") or alone else "; no finished point timed latency: taken as the batched time"
-    return total, (f"from {n_done} finished points in this run, seconds per example ({matched}){latency}; "
+    return total, (f"from {n_done} finished points in this run: the median seconds per example of {matched}{latency}; "
                    "decoding and timing passes only, not loading or scoring")

@@ -190,12 +190,12 @@ def test_a_dry_runs_estimate_rests_on_finished_points_of_the_same_kind():
     # 0.2 s per example, 20 examples: 1 scored + 2 timed passes of 20, 1 warm-up pass over a batch of 4
     seconds, basis = estimate_seconds([lossless3], finished, n_examples=20, timing=timing, batch_size=4)
     assert seconds == pytest.approx(0.2 * (3 * 20 + 4))
-    assert basis.startswith("from 3 finished points in this run") and "1 by the median of its method, N and T" in basis
+    assert basis.startswith("from 3 finished points in this run") and "of the same method, N and T (1 point);" in basis
     # no record of its N: its method's median (0.2, 0.4 -> 0.3); no record of its method: every point's (0.4)
     other = [{**lossless3, "num_draft_tokens": 7}, {"method": "typical", "num_draft_tokens": 3, "temperature": 0.0}]
     seconds, basis = estimate_seconds(other, finished, n_examples=20, timing=timing, batch_size=4)
     assert seconds == pytest.approx((0.3 + 0.4) * 64)
-    assert "1 by the median of its method only, 1 by the median of every finished point" in basis
+    assert "of the same method (1 point), every finished point (1 point);" in basis
     # latency passes: 3 repeats over 5 examples alone plus 1 warm-up, at the 0.5 s per sample lossless N=5 took
     latency = {**timing, "latency": True, "latency_repeats": 3, "latency_examples": 5}
     seconds, _ = estimate_seconds([lossless3], finished, n_examples=20, timing=latency, batch_size=4)
