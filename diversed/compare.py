@@ -13,7 +13,9 @@ Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixe
 report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
 quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ.
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
-back to a Student-t interval over the per-seed values (`results.mean_ci`), and to the record's own interval with one seed.
+back to a Student-t interval over the per-seed values (`t_interval`, clipped to [0, 1]), and to the record's own
+interval with one seed. That one, the interval of a record's score over its examples, is `mean_interval`
+(evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
 
 `mean_over_seeds` gives one row per setting (the tables' and figures' input); `paired` one
 difference; `verdict` the word a table may print. It reads per-example rows through
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from diversed.results import mean_ci, read_examples
+from diversed.results import read_examples
 
 # What identifies one setting across seeds, and the values averaged over seeds.
 SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
@@ -44,6 +46,8 @@ INTERVALS = {"score": ("score_ci_low", "score_ci_high"), "acceptance_rate": ("ac
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 9999
+# Where scores (accuracy and pass@1 are 0/1, ROUGE an F-measure), acceptance rates and α lie
+SCORE_RANGE = (0.0, 1.0)
 
 Statistic = Callable[..., np.ndarray]
 
@@ -90,10 +94,47 @@ def bootstrap_interval(statistic: Statistic, arrays: Sequence[np.ndarray], *, co
     return estimate, math.nan, math.nan
 
 
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(mean, low, high): `results.mean_ci` over the values present; all NaN where none is."""
-    x = [v for v in values if v is not None and not pd.isna(v)]
-    return mean_ci(x, confidence) if x else (math.nan, math.nan, math.nan)
+def mean_interval(scores: Sequence[float], confidence: float = CONFIDENCE, *,
+                  bounds: tuple[float, float] = SCORE_RANGE) -> tuple[float, float, float]:  # fmt: skip
+    """(mean, low, high) of independent per-example scores: the interval of a record's score.
+
+    Scores all at the `bounds` (0/1: right or wrong, passed or not) are a proportion: the Wilson score
+    interval of k successes in n (`scipy.stats.binomtest(k, n).proportion_ci(method="wilson")`), rescaled
+    to the bounds. It stays within them and has a width even when every score is 0 (0 of 20: [0, 0.16]),
+    where a Student-t interval crosses the bounds near them and has none at them. Other scores (ROUGE's
+    F-measure, in [0, 1], skewed, with a spike at 0): the BCa bootstrap of the mean (`bootstrap_interval`,
+    fixed generator), the interval the report gives the same rows (`cell_intervals`). It needs no normal
+    approximation and stays within the scores' own [min, max], so within any range they have; a t clipped
+    to the range would stay symmetric about the mean where the scores are skewed. Constant scores that are
+    not at the bounds: zero width (nothing varies to resample); one such score: NaN bounds. Raises on none."""
+    x = np.asarray(scores, dtype=float)
+    if x.size == 0:
+        raise ValueError("mean_interval of no scores")
+    low, high = bounds
+    if np.isin(x, bounds).all():
+        ci = stats.binomtest(int(np.sum(x == high)), x.size).proportion_ci(confidence, method="wilson")
+        return float(x.mean()), low + (high - low) * float(ci.low), low + (high - low) * float(ci.high)
+    return bootstrap_interval(_mean, [x], confidence=confidence)
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
+               bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:  # fmt: skip
+    """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
+    `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
+    either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
+    none present (None, NaN): all NaN."""
+    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, math.nan, math.nan
+    sem = float(stats.sem(x))
+    low, high = (mean, mean) if sem == 0 else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean,
+                                                                                   scale=sem))  # fmt: skip
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
 
 
 # ----------------------------------------------------------------------------- per-example rows
@@ -146,7 +187,7 @@ def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: floa
 
     With `examples` (and records that have `run_dir` and their per-example rows) the score, the
     acceptance rate and α are recomputed over examples × seeds with cluster-bootstrap intervals
-    (module docstring); otherwise a t-interval over the seeds' values, or with one seed the record's
+    (module docstring); otherwise a t-interval over the seeds' values (within [0, 1]), or with one seed the record's
     own score interval. `interval_from` says which: "examples", "seeds" or "record"."""
     cols = [c for c in SETTING_FIELDS if c in df]
     values = [c for c in VALUE_FIELDS if c in df]
@@ -157,7 +198,8 @@ def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: floa
         row.update(n_seeds=int(g["seed"].nunique()) if "seed" in g else len(g), interval_from="seeds")
         for field, (low, high) in INTERVALS.items():
             if field in g:
-                _, row[low], row[high] = t_interval(pd.to_numeric(g[field], errors="coerce"), confidence)
+                per_seed = pd.to_numeric(g[field], errors="coerce")
+                _, row[low], row[high] = t_interval(per_seed, confidence, bounds=SCORE_RANGE)
         if len(g) == 1 and {"score_ci_low", "score_ci_high"} <= set(g):
             row.update(score_ci_low=g["score_ci_low"].iloc[0], score_ci_high=g["score_ci_high"].iloc[0],
                        interval_from="record")  # fmt: skip

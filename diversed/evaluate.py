@@ -8,6 +8,8 @@ batch size, seed, a head's files): re-running the same command skips finished po
 loading the pair, and a changed setting gives new points. Records from before fingerprints are
 read (plots) but never resumed into. Each fingerprint's settings and resolved config are kept in
 `settings/` and `configs/` beside the results; nothing is overwritten.
+`sweep.dry_run=true` stops there: it prints every point, done or to run, and how long those to run
+will take by the run's finished records (`times.estimate_seconds`; no estimate without them).
 
 A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
 `timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with
@@ -41,6 +43,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
+from diversed.compare import mean_interval
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
@@ -49,13 +52,13 @@ from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
-from diversed.results import ResultStore, grid_key, mean_ci
+from diversed.results import ResultStore, grid_key
 from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
-from diversed.times import BASELINE, baseline_key, measured, normalized
+from diversed.times import BASELINE, baseline_key, estimate_seconds, measured, normalized
 from diversed.verify import Verifier, hidden_size
 
 log = logging.getLogger(__name__)
@@ -148,9 +151,10 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
 
 def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
               seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None,
-              token_w: bool = False):  # fmt: skip
+              token_w: bool = False, progress: bool = False):  # fmt: skip
     """Decode every example once and score it; returns (record fields, per-example rows). With
-    `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens."""
+    `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens;
+    with `progress`, a transient bar counts the examples decoded."""
     tok = pair.tokenizer
     examples = list(task)
     prompts = task.encode(tok, examples)
@@ -158,6 +162,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
     metric_sums: dict[str, float] = {}
     scores: list[float] = []
+    bar = tqdm(total=len(examples), desc="decode", unit="example", leave=False, disable=not progress)
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
@@ -174,6 +179,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
                     metric_sums[k] = metric_sums.get(k, 0.0) + v
         new_tokens += int(n_new.sum())
         totals.add(stats)
+        bar.update(len(batch))
         speculative = METHODS[point["method"]].speculative
         for i, ex in enumerate(batch):
             rows.append({
@@ -189,7 +195,8 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
                 rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
                 rows[-1]["token_text"] = [pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]]  # for the report
                 rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
-    score, low, high = mean_ci(scores)
+    bar.close()
+    score, low, high = mean_interval(scores)
     spec = METHODS[point["method"]].speculative
     fields = {
         "score": score, "score_ci_low": low, "score_ci_high": high,
@@ -206,11 +213,12 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
 
 def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
                seed: int, timing: dict[str, Any], engine: dict[str, Any] | None = None,
-               drafts: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+               drafts: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:  # fmt: skip
     """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
     Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
     `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
-    the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds)."""
+    the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds).
+    With `progress`, a transient bar counts the examples decoded over all these passes."""
     tok = pair.tokenizer
     prompts = task.encode(tok, list(task))
     stop = task.stopper(tok)
@@ -225,22 +233,28 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
             for i, batch in enumerate(batches):
                 ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
                 outs.append(decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs))
+                bar.update(len(batch))
             times.append(time.perf_counter() - start)
             new_tokens[:] = [int(o.stats.new_tokens.sum()) for o in outs]
         return times
 
     out: dict[str, Any] = {}
     batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
+    alone = [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]] if timing.get("latency") else []
+    lat_repeats = timing.get("latency_repeats") or max(1, timing["repeats"])
+    total = timing["warmup"] * sum(map(len, batches[:1])) + timing["repeats"] * len(prompts)
+    bar = tqdm(total=total + bool(alone) * (timing["warmup"] + lat_repeats * len(alone)), desc="timing",
+               unit="example", leave=False, disable=not progress)  # fmt: skip
     passes(batches[:1], timing["warmup"])
     runs = passes(batches, timing["repeats"])
     if runs:
         out.update(wall_time_s=statistics.median(runs), wall_time_runs=runs)
-    if timing.get("latency"):
-        alone = [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
+    if alone:
         passes(alone[:1], timing["warmup"])
-        lat = [t / len(alone) for t in passes(alone, timing.get("latency_repeats") or max(1, timing["repeats"]))]
+        lat = [t / len(alone) for t in passes(alone, lat_repeats)]
         out.update(latency_s=statistics.median(lat), latency_runs=lat, latency_examples=len(alone),
                    latency_new_tokens=sum(new_tokens))
+    bar.close()
     return out
 
 
@@ -332,6 +346,9 @@ def evaluate(cfg: DictConfig) -> Path:
         log.warning(f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
                     "resumed: their points run again")  # fmt: skip
     log.info(f"{len(points)} grid points, {len(points) - len(todo)} already done")
+    if sweep.get("dry_run", False):  # the plan, then out: no weights are read
+        print(plan(points, todo, store.records(), n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)))
+        return run_dir
     if not todo:
         return run_dir
 
@@ -342,14 +359,15 @@ def evaluate(cfg: DictConfig) -> Path:
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     base = {baseline_key(r): r for r in store.records() if r["method"] == BASELINE}  # the time baselines
-    bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not cfg.get("runtime", {}).get("progress", True))
+    progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
+    bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
     with logging_redirect_tqdm():
         for index, point in enumerate(bar):
             bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
             _keep_settings(run_dir, point["settings"], settings_of(point), cfg)
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
-            args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts}
+            args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts, "progress": progress}
             fields, rows = run_point(pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False)))
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields |= measured(fields)
@@ -367,6 +385,23 @@ def evaluate(cfg: DictConfig) -> Path:
             log.info(_line(record))
     finish(loggers)
     return run_dir
+
+
+def plan(points: list[dict[str, Any]], todo: list[dict[str, Any]], finished: list[dict[str, Any]], *,
+         n_examples: int, timing: dict[str, Any], batch_size: int) -> str:  # fmt: skip
+    """A dry run's text: each grid point (method and knobs, N, T, seed), done or to run, and how long those
+    to run will take by `times.estimate_seconds` from the run's finished records, with what that rests on."""
+    lines, waiting = [], {id(q) for q in todo}
+    for p in points:
+        n = f"  N={p['num_draft_tokens']}" if p.get("num_draft_tokens") is not None else ""
+        state = "to run" if id(p) in waiting else "done"
+        lines.append(f"{state:>6}  {METHODS[p['method']].describe(p)}{n}  T={p['temperature']:g}  seed={p['seed']}")
+    seconds, basis = estimate_seconds(todo, finished, n_examples=n_examples, timing=timing, batch_size=batch_size)
+    took = "no estimate" if seconds is None else "about " + (
+        f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.2g} s")
+    lines.append(f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on {n_examples} examples"
+                 f" each: {took} ({basis})")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _line(r: dict[str, Any]) -> str:

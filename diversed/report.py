@@ -46,25 +46,17 @@ from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_ti
 from diversed.fronts import choose_on
 from diversed.heads import head_metadata
 from diversed.plot import plot_pareto
-from diversed.results import load_results, read_examples
+from diversed.results import load_runs as results_of_runs
+from diversed.results import read_examples
 from diversed.tables import paired_table, paper_table, transfer_table, with_times
 
 # ----------------------------------------------------------------------------- loading
 
 
 def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
-    """Every record of the run dirs, with `run_dir` (the directory holding its results.jsonl) and
-    `head_task` filled from the head's head_config.json where the record lacks it."""
-    frames = []
-    for run in run_dirs:
-        for f in sorted(Path(run).rglob("results.jsonl")):
-            d = load_results(f)
-            d["run_dir"] = str(f.parent)
-            frames.append(d)
-    if not frames:
-        raise FileNotFoundError(f"no results.jsonl under {', '.join(map(str, run_dirs))}: give run directories of "
-                                "python -m diversed.evaluate")  # fmt: skip
-    df = pd.concat(frames, ignore_index=True)
+    """Every record of the run dirs with `run_dir` (`results.load_runs`), and `head_task` filled from the
+    head's head_config.json where the record lacks it."""
+    df = results_of_runs(*run_dirs)
     if "head_task" not in df:
         df["head_task"] = None
     missing = df["head"].notna() & df["head_task"].isna()

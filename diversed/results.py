@@ -25,13 +25,11 @@ import json
 import math
 import os
 import re
-import statistics
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from diversed.methods import FLOAT_KNOBS, check_record_fields
@@ -73,7 +71,7 @@ RUN_FIELDS = (
     "seed",
     "n_examples",
     "score",  # mean task score
-    "score_ci_low",  # 95% t-interval of the mean (see mean_ci)
+    "score_ci_low",  # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
     "score_ci_high",
     "acceptance_rate",  # accepted drafts / proposed drafts
     "alpha",  # accepted drafts / verified drafts (up to and including a round's first rejection)
@@ -174,55 +172,6 @@ def run_record(**fields: Any) -> dict[str, Any]:
 def key_digest(key: str) -> str:
     """A short file-name-safe digest of a key (names the examples file)."""
     return hashlib.sha1(key.encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------- statistics
-
-
-def _t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for Student's t with integer df: the finite series of Abramowitz & Stegun 26.7.3/4."""
-    theta = math.atan(abs(t) / math.sqrt(df))
-    s, c = math.sin(theta), math.cos(theta)
-    if df % 2:  # odd: A = 2/π [θ + sinθ (cosθ + 2/3 cos³θ + ... + (2·4···(df−3))/(1·3···(df−2)) cos^(df−2)θ)]
-        term, acc = c, c if df > 1 else 0.0
-        for k in range(3, df - 1, 2):
-            term *= (k - 1) / k * c * c
-            acc += term
-        a = 2 / math.pi * (theta + s * acc)
-    else:  # even: A = sinθ [1 + 1/2 cos²θ + (1·3)/(2·4) cos⁴θ + ... + (1·3···(df−3))/(2·4···(df−2)) cos^(df−2)θ]
-        term = acc = 1.0
-        for k in range(2, df - 1, 2):
-            term *= (k - 1) / k * c * c
-            acc += term
-        a = s * acc
-    return 0.5 + math.copysign(a / 2, t)
-
-
-def _t_ppf(p: float, df: int) -> float:
-    """Quantile of Student's t by bisection on `_t_cdf` (the normal quantile above df = 1000)."""
-    if df > 1000:  # t_0.975 is 1.9623 at df = 1000 vs 1.9600 for the normal
-        return statistics.NormalDist().inv_cdf(p)
-    lo, hi = -1e6, 1e6  # |t| < 1e6 for p in [1e-6, 1 - 1e-6] even at df = 1
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_cdf(mid, df) < p else (lo, mid)
-    return (lo + hi) / 2
-
-
-def mean_ci(scores: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean and two-sided Student-t confidence interval of the mean: mean ± t_{(1+c)/2, n−1}·s/√n.
-
-    Exact t quantiles for n ≤ 1001, normal above. Constant scores give a zero-width interval;
-    a single score gives (score, nan, nan) because its spread is unknown. Raises on no scores.
-    """
-    x = np.asarray(scores, dtype=float)
-    if x.size == 0:
-        raise ValueError("mean_ci of no scores")
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, math.nan, math.nan
-    half = _t_ppf((1 + confidence) / 2, x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return mean, mean - half, mean + half
 
 
 # ---------------------------------------------------------------------------- JSONL I/O
@@ -435,3 +384,21 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
     for f in _FLOAT_FIELDS:
         df[f] = pd.to_numeric(df[f]).astype(float)
     return fill_times(df)
+
+
+def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
+    """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
+    dir works), with `run_dir`, the directory holding the file: where the record's per-example rows are
+    (`read_examples(row.run_dir, row.key)`). Raises FileNotFoundError when there is none."""
+    frames = []
+    for run in run_dirs:
+        if not Path(run).exists():
+            raise FileNotFoundError(run)
+        for f in sorted(Path(run).rglob(_RESULTS_NAME)):
+            d = load_results(f)
+            d["run_dir"] = str(f.parent)
+            frames.append(d)
+    if not frames:
+        raise FileNotFoundError(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
+                                "python -m diversed.evaluate")  # fmt: skip
+    return pd.concat(frames, ignore_index=True)

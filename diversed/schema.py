@@ -108,6 +108,7 @@ class SweepSettings(_Model):
     draft_models: list[str] = []
     token_w: bool = False
     num_seeds: PositiveInt = 1
+    dry_run: bool = False
 
     @field_validator("methods")
     @classmethod

@@ -1,7 +1,9 @@
-"""Completions side by side across methods: what a lossy setting changed, example by example.
+"""Completions side by side across methods: what a lossy setting changed, example by example; and
+every record and per-example row of runs as tables for pandas and other tools.
 
     python -m diversed.show RUN_DIR [--examples ID ...] [--n 3] [--temperature 1.0]
                                     [--num-draft-tokens 5] [--methods lossless static] [--all]
+    python -m diversed.show RUN_DIR [RUN_DIR ...] --export out.parquet   # or out.csv, out.jsonl
 
 Reads a run directory's records and per-example rows (`results.py`). For each chosen example it
 prints the prompt's end and the reference once, then one line per grid point: the method with its
@@ -9,19 +11,30 @@ knob, the score, what the task extracted (the number, the program) and the compl
 it picks the first examples on which the points disagree in score or extraction (`--all`: the
 first ones whatever they say), at the temperature and N with the most points.
 
-It reads only; nothing is decoded or rescored.
+`export` writes two tables in the format the file's extension names (.parquet, .csv, .jsonl): the
+records (`results.load_runs`: one row per grid point, with `run_dir`; nested fields such as `timing`
+flattened into dotted columns, `timing.batch_size`) to the file itself, and every per-example row,
+with its record's `run_dir` and `key`, to `<name>.examples<ext>` beside it; join them on both.
+
+It changes nothing in a run directory; nothing is decoded or rescored.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+
 from diversed.methods import METHOD_NAMES, METHODS
-from diversed.results import read_examples, read_records
+from diversed.results import load_runs, read_examples, read_records
+
+EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 
 
 def _label(record: dict[str, Any]) -> str:
@@ -96,9 +109,78 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
     return "\n".join(out)
 
 
+# ----------------------------------------------------------------------------- export
+
+
+def examples_file(out: str | Path) -> Path:
+    """Where `export` writes the per-example rows of `out`'s records: out.parquet -> out.examples.parquet."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.examples{out.suffix}")
+
+
+def flatten(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with each column of dicts (a record's `timing`) as one dotted column per key (`timing.warmup`)."""
+    parts = []
+    for name, column in df.items():
+        if column.map(lambda v: isinstance(v, dict)).any():
+            wide = pd.json_normalize([v if isinstance(v, dict) else {} for v in column], sep=".")
+            parts.append(wide.add_prefix(f"{name}.").set_axis(df.index))
+        else:
+            parts.append(column.to_frame())
+    return pd.concat(parts, axis=1) if parts else df
+
+
+def _json_cells(df: pd.DataFrame, *, arrow: bool) -> pd.DataFrame:
+    """Object columns a format cannot hold as they are, as JSON text: for CSV those with lists or dicts;
+    for Parquet those with mixed values (what a task extracted: a number here, a string there)."""
+    df = df.copy()
+    for name, column in df.items():
+        if column.dtype != object:
+            continue
+        if arrow:
+            try:
+                pa.array(column, from_pandas=True)
+                continue
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                pass
+        elif not column.map(lambda v: isinstance(v, list | dict)).any():
+            continue
+        df[name] = column.map(lambda v: None if v is None else json.dumps(v, ensure_ascii=False, default=str))
+    return df
+
+
+def _write_table(df: pd.DataFrame, path: Path) -> None:
+    if path.suffix == ".parquet":
+        _json_cells(df, arrow=True).to_parquet(path, index=False)
+    elif path.suffix == ".csv":
+        _json_cells(df, arrow=False).to_csv(path, index=False)
+    else:
+        df.to_json(path, orient="records", lines=True, force_ascii=False)
+
+
+def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write every record of the run dirs to `out` and their per-example rows to `examples_file(out)`
+    (module docstring); returns both tables as written (before any cell became JSON text)."""
+    out = Path(out)
+    if out.suffix not in EXPORT_FORMATS:
+        raise ValueError(f"--export {out}: its extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
+    records = flatten(load_runs(*run_dirs))
+    rows = [{"run_dir": r["run_dir"], **e} for r in records[["run_dir", "key"]].to_dict("records")
+            for e in read_examples(r["run_dir"], r["key"])]  # fmt: skip
+    examples = pd.DataFrame(rows, columns=None if rows else ["run_dir", "key", "example_id"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _write_table(records, out)
+    _write_table(examples, examples_file(out))
+    return records, examples
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog="python -m diversed.show", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", help="a run directory of python -m diversed.evaluate")
+    parser.add_argument("run_dirs", nargs="+", metavar="run_dir",
+                        help="a run directory of python -m diversed.evaluate (several with --export)")
+    parser.add_argument("--export", metavar="FILE", default=None,
+                        help=f"write every record to FILE and every per-example row to FILE's name + .examples; "
+                             f"the extension says the format ({', '.join(EXPORT_FORMATS)})")  # fmt: skip
     parser.add_argument("--examples", nargs="*", default=[], help="example ids (the dataset's own) to show")
     parser.add_argument("--n", type=int, default=3, help="how many examples (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=None)
@@ -107,8 +189,18 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--all", action="store_true", help="the first examples, not only those where points disagree")
     parser.add_argument("--width", type=int, default=100)
     args = parser.parse_args(argv)
-    text = show(args.run_dir, examples=args.examples, count=args.n, temperature=args.temperature,
-                num_draft_tokens=args.num_draft_tokens, methods=args.methods, everything=args.all, width=args.width)  # fmt: skip
+    if args.export is not None:
+        if Path(args.export).suffix not in EXPORT_FORMATS:
+            parser.error(f"--export {args.export}: the extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
+        records, examples = export(args.run_dirs, args.export)
+        text = (f"{len(records)} records to {args.export}, {len(examples)} per-example rows to "
+                f"{examples_file(args.export)}")  # fmt: skip
+    else:
+        if len(args.run_dirs) > 1:
+            parser.error(f"give one run directory to show ({len(args.run_dirs)} given; several only with --export)")
+        text = show(args.run_dirs[0], examples=args.examples, count=args.n, temperature=args.temperature,
+                    num_draft_tokens=args.num_draft_tokens, methods=args.methods, everything=args.all,
+                    width=args.width)  # fmt: skip
     print(text)
     return text
 

@@ -14,7 +14,9 @@ at batch 1 (the paper's time). Every time a record holds beyond those runs is co
   examples), never at the sweep's batch size; `normalized_time_batch_size` says which was used;
 - `fill_times`: the same for records written before these fields (`results.load_results`);
 - `time_over_seeds`, `times_over_seeds`: the mean over seeds of one setting with an interval that
-  counts the seeds (for tables and figures).
+  counts the seeds (for tables and figures);
+- `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
+  records of the same run (a dry run's estimate; none without finished records).
 
 It does not time anything, read files or know about models.
 """
@@ -228,7 +230,8 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
 
     Two seeds or more: the Student-t interval of the mean over the per-seed values (each a median
     over repeats divided by its own seed's autoregressive time), which counts how much seeds move
-    outputs and so times. One seed: that record's interval over its repeats (`ci_fields`). None:
+    outputs and so times: `scipy.stats.t.interval` itself, as `compare.t_interval` (which this module
+    cannot import: compare imports results, which imports this module). One seed: that record's interval over its repeats (`ci_fields`). None:
     (nan, nan, nan, 0). Raises if two records share a seed (they are not one setting)."""
     d = pd.DataFrame(list(records) if not isinstance(records, pd.DataFrame) else records)
     if "seed" in d and d["seed"].dropna().duplicated().any():
@@ -259,3 +262,49 @@ def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
             row.update({f: mean, **dict(zip(ci_fields(f), (low, high), strict=True))})
         rows.append(row)
     return pd.DataFrame(rows, columns=[*by, *(c for f in fields for c in (f, *ci_fields(f)))])
+
+
+# ----------------------------------------------------------------------------- before a sweep
+
+
+def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Mapping[str, Any]], *, n_examples: int,
+                     timing: Mapping[str, Any], batch_size: int) -> tuple[float | None, str]:  # fmt: skip
+    """(seconds, what they rest on) for decoding and timing `points` on `n_examples` examples each, from
+    the `finished` records of the same run: per point, the median seconds per example of finished
+    records of its method, N and temperature (else its method, else any), per pass at the sweep's batch
+    size (wall_time_s / n_examples) and alone at batch 1 (latency_s), times the passes `timing` asks
+    for: 1 scored + `repeats` over all examples, `warmup` over the first batch, and with `latency`,
+    `latency_repeats` over `latency_examples` alone (plus `warmup` of one). Loading, scoring and
+    start-up are not counted. Nothing finished: (None, a line saying so and how to get some)."""
+    def per_example(r: Mapping[str, Any], field: str, per: int | None) -> float | None:
+        v, n = r.get(field), r.get("n_examples")
+        return None if _missing(v) or (per is None and _missing(n)) or not (per or n) else float(v) / (per or int(n))
+
+    def medians(field: str, per_sample: bool) -> dict[tuple, float]:
+        by: dict[tuple, list[float]] = {}
+        for r in finished:
+            if (v := per_example(r, field, 1 if per_sample else None)) is not None:
+                for level in ((r.get("method"), r.get("num_draft_tokens"), r.get("temperature")), (r.get("method"),), ()):
+                    by.setdefault(level, []).append(v)
+        return {k: float(np.median(v)) for k, v in by.items()}
+
+    decode, alone = medians("wall_time_s", False), medians("latency_s", True)
+    if not decode:
+        return None, ("no finished points to estimate from: run a small sweep into this directory first "
+                      "(e.g. task.n_examples=8), then dry-run again")  # fmt: skip
+    levels = {"the same method, N and T": 0, "the same method": 0, "every finished point": 0}
+    total, k = 0.0, timing.get("latency_examples") or n_examples
+    for p in points:
+        keys = [(p.get("method"), p.get("num_draft_tokens"), p.get("temperature")), (p.get("method"),), ()]
+        level = next(i for i, key in enumerate(keys) if key in decode)
+        levels[list(levels)[level]] += 1
+        total += decode[keys[level]] * (n_examples * (1 + timing.get("repeats", 0))
+                                        + timing.get("warmup", 0) * min(batch_size, n_examples))  # fmt: skip
+        if timing.get("latency"):
+            lat = next((alone[key] for key in keys if key in alone), decode[keys[level]])
+            total += lat * (timing.get("latency_repeats", 1) * k + timing.get("warmup", 0))
+    matched = ", ".join(f"{name} ({n} {'point' if n == 1 else 'points'})" for name, n in levels.items() if n)
+    n_done = sum(1 for r in finished if per_example(r, "wall_time_s", None) is not None)
+    latency = "" if not timing.get("latency") or alone else "; no finished point timed latency: taken as the batched time"
+    return total, (f"from {n_done} finished points in this run: the median seconds per example of {matched}{latency}; "
+                   "decoding and timing passes only, not loading or scoring")

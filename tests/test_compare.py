@@ -3,11 +3,23 @@ on the validation split only; records with per-example rows written here (number
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from diversed.compare import bootstrap_interval, mean_over_seeds, non_inferior, paired, per_example, verdict
+from diversed.compare import (
+    bootstrap_interval,
+    mean_interval,
+    mean_over_seeds,
+    non_inferior,
+    paired,
+    per_example,
+    t_interval,
+    verdict,
+)
 from diversed.fronts import choose_on
 from diversed.report import load_runs, write_report
 from diversed.results import ResultStore, run_record
@@ -40,6 +52,52 @@ def test_bootstrap_intervals_behave():
     # one-sided: the other bound is open
     _, low1, high1 = bootstrap_interval(lambda a, axis=-1: a.mean(axis), [x], alternative="greater")
     assert high1 == np.inf and low < low1 < est
+
+
+def test_mean_interval_of_0_1_scores_is_wilson_and_stays_in_range():
+    # 3 of 10 right: Wilson's 95 % interval is [0.1078, 0.6032] (p = 0.3, z = 1.96), as scipy computes it
+    m, low, high = mean_interval([1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    assert m == pytest.approx(0.3) and (low, high) == (pytest.approx(0.1078, abs=1e-4), pytest.approx(0.6032, abs=1e-4))
+    ci = stats.binomtest(3, 10).proportion_ci(0.95, method="wilson")
+    assert (low, high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    # every wrong (or every right): a width all the same, inside [0, 1] (a t-interval had none)
+    m, low, high = mean_interval([0.0] * 20)
+    assert m == low == 0.0 and 0.15 < high < 0.17
+    m, low, high = mean_interval([1.0] * 20)
+    assert m == high == 1.0 and 0.83 < low < 0.85
+    # near the bounds a t-interval crossed them (1 of 5: 0.2 ± 0.555); these never do
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 5, 8, 20, 100):
+        for p in (0.0, 0.05, 0.3, 0.95, 1.0):
+            x = (rng.random(n) < p).astype(float)
+            m, low, high = mean_interval(x)
+            assert 0.0 <= low <= m <= high <= 1.0 and high > low, (n, p, x)
+    # other bounds: the same interval, rescaled
+    assert mean_interval([-1.0, 1.0, 1.0, 1.0], bounds=(-1.0, 1.0))[1:] == pytest.approx(
+        [2 * v - 1 for v in mean_interval([0.0, 1.0, 1.0, 1.0])[1:]])
+
+
+def test_mean_interval_of_bounded_scores_is_the_bootstrap():
+    rng = np.random.default_rng(2)
+    rouge = np.where(rng.random(40) < 0.4, 0.0, rng.beta(2, 8, 40))  # skewed, a spike at 0
+    m, low, high = mean_interval(rouge)
+    assert (m, low, high) == bootstrap_interval(lambda a, axis=-1: a.mean(axis), [rouge])  # the report's interval
+    assert 0.0 <= rouge.min() <= low < m < high <= rouge.max() <= 1.0
+    assert mean_interval([0.3, 0.3, 0.3]) == (pytest.approx(0.3), pytest.approx(0.3), pytest.approx(0.3))
+    assert math.isnan(mean_interval([0.25])[1])
+    with pytest.raises(ValueError, match="no scores"):
+        mean_interval([])
+
+
+def test_t_interval_is_scipys_and_clipped_to_bounds():
+    # mean 3, s = sqrt(2.5), t_{0.975, 4} = 2.7764: half-width 2.7764 · sqrt(2.5/5) = 1.9632
+    m, low, high = t_interval([1, 2, 3, 4, 5])
+    assert m == 3 and low == pytest.approx(1.0368, abs=1e-4) and high == pytest.approx(4.9632, abs=1e-4)
+    x = np.arange(10.0)  # 90 %: t_{0.95, 9} = 1.8331
+    assert t_interval(x, 0.9)[2] - 4.5 == pytest.approx(1.8331 * x.std(ddof=1) / math.sqrt(10), abs=1e-4)
+    assert t_interval([0.1, 0.9], bounds=(0.0, 1.0)) == (pytest.approx(0.5), 0.0, 1.0)  # 0.5 ± 5.08, clipped
+    assert t_interval([0.7, 0.7, None, float("nan")]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
+    assert math.isnan(t_interval([0.25])[1]) and all(math.isnan(v) for v in t_interval([None]))
 
 
 def test_mean_over_seeds_pools_examples_and_seeds(tmp_path):

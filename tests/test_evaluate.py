@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -82,6 +83,8 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     assert (df[df.method == "autoregressive"].normalized_time == 1.0).all()
     assert df[df.method != "autoregressive"].acceptance_rate.between(0, 1).all()
     assert (df.score_ci_low <= df.score).all() and (df.score <= df.score_ci_high).all()
+    # toy scores are 0/1: Wilson intervals, within [0, 1] and never of zero width (all wrong included)
+    assert (df.score_ci_low >= 0).all() and (df.score_ci_high <= 1).all() and (df.score_ci_low < df.score_ci_high).all()
     dyn = df[df.method == "dynamic"]
     assert dyn.mean_w.between(0.4, 0.6).all()  # an untrained head: w = 0.5
     # w = 0 accepts every draft; greedy w = 1 and lossless give the same text
@@ -422,3 +425,45 @@ def test_seeds_are_a_grid_axis_and_splits_share_a_comparison_group(tmp_path, toy
         accepted = sum(r["accepted_drafts"] for r in rs)
         assert accepted / sum(r["proposed_drafts"] for r in rs) == pytest.approx(rec.acceptance_rate)
         assert accepted / sum(r["verified_drafts"] for r in rs) == pytest.approx(rec.alpha)
+
+
+def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loading_weights(tmp_path, toy_tiny_dir,
+                                                                                              monkeypatch, capsys):  # fmt: skip
+    from transformers import PreTrainedModel
+
+    real = PreTrainedModel.from_pretrained.__func__
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded")))
+    # nothing finished: every point to run, and no number made up
+    assert ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.dry_run=true")) == tmp_path
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["to run  Autoregressive  T=1  seed=0", "to run  Lossless SD  N=2  T=1  seed=0",
+                       "to run  Static w=0.5  N=2  T=1  seed=0"]  # fmt: skip
+    assert "3 grid points, 0 done, 3 to run on 6 examples each: no estimate (no finished points" in out[3]
+    assert "task.n_examples=8" in out[3] and not (tmp_path / "results.jsonl").exists()
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(real))
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.methods=[autoregressive]"))
+    done = load_results(tmp_path)
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded")))
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.dry_run=true", "timing.repeats=2"))
+    out = capsys.readouterr().out.splitlines()
+    assert [line[:6] for line in out[:3]] == ["  done", "to run", "to run"]
+    assert "3 grid points, 1 done, 2 to run on 6 examples each: about " in out[3]
+    assert "from 1 finished points in this run: the median seconds per example of every finished point (2 points)" in out[3]
+    # the autoregressive point's seconds per example, times 1 scored + 2 timed passes of 6 and no warm-up (tests' timing)
+    seconds = 2 * float(done.wall_time_s.iloc[0]) / 6 * 6 * 3  # 2 points
+    assert float(re.search(r"about ([0-9.e-]+) s", out[3]).group(1)) == pytest.approx(seconds, rel=0.05)
+    assert len(load_results(tmp_path)) == 1  # nothing ran
+
+
+def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, toy_tiny_dir, capsys):
+    timing = ["timing.warmup=1", "timing.latency=true", "timing.latency_examples=2", "timing.latency_repeats=2"]
+    ev.evaluate(small_eval(tmp_path / "on", toy_tiny_dir, "sweep.methods=[autoregressive]", "runtime.progress=true",
+                           *timing))  # fmt: skip
+    err = capsys.readouterr().err
+    # decode: 6 examples; timing: a warm-up batch of 4, 1 pass of 6, a warm-up of 1 and 2 passes of 2 alone
+    assert re.search(r"decode: +\d+%\|[^|]*\| \d+/6 \[", err) and re.search(r"timing: +\d+%\|[^|]*\| \d+/15 \[", err)
+    assert "point" in err  # the bar over points is still there
+    ev.evaluate(small_eval(tmp_path / "off", toy_tiny_dir, "sweep.methods=[autoregressive]", *timing))
+    err = capsys.readouterr().err
+    assert "decode" not in err and "timing:" not in err and "example/s" not in err

@@ -1,9 +1,8 @@
-"""Results files: keys, confidence intervals, the crash-safe store, loading and Pareto fronts."""
+"""Results files: keys, the crash-safe store, loading and Pareto fronts."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -22,7 +21,6 @@ from diversed.results import (
     ResultStore,
     grid_key,
     load_results,
-    mean_ci,
     run_record,
 )
 
@@ -92,31 +90,6 @@ def test_run_record_fills_schema_and_checks_methods():
         run_record(**point(method="greedy"))
     with pytest.raises(ValueError, match="does not match"):
         run_record(**point(), key="stale")
-
-
-# ---------------------------------------------------------------------------- confidence intervals
-
-
-def test_mean_ci_known_values():
-    # mean 3, s = sqrt(2.5), t_{0.975, 4} = 2.7764: half-width 2.7764 · sqrt(2.5/5) = 1.9632
-    m, lo, hi = mean_ci([1, 2, 3, 4, 5])
-    assert m == 3 and lo == pytest.approx(1.0368, abs=1e-4) and hi == pytest.approx(4.9632, abs=1e-4)
-    # two points: t_{0.975, 1} = 12.7062, s/√n = 0.5
-    assert mean_ci([0, 1])[2] == pytest.approx(0.5 + 12.7062 * 0.5, abs=1e-3)
-    # 10 points, 90%: t_{0.95, 9} = 1.8331
-    x = np.arange(10.0)
-    assert mean_ci(x, 0.9)[2] - 4.5 == pytest.approx(1.8331 * x.std(ddof=1) / math.sqrt(10), abs=1e-4)
-    # large n falls back to the normal quantile
-    x = np.tile([0.0, 1.0], 1500)
-    assert mean_ci(x)[2] - 0.5 == pytest.approx(1.95996 * x.std(ddof=1) / math.sqrt(3000), rel=1e-4)
-
-
-def test_mean_ci_degenerate_inputs():
-    assert mean_ci([0.7, 0.7, 0.7]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
-    m, lo, hi = mean_ci([0.25])
-    assert m == 0.25 and math.isnan(lo) and math.isnan(hi)
-    with pytest.raises(ValueError):
-        mean_ci([])
 
 
 # ---------------------------------------------------------------------------- the store

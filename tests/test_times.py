@@ -18,6 +18,7 @@ from diversed.times import (
     TIME_FIELDS,
     baseline_key,
     ci_fields,
+    estimate_seconds,
     measured,
     median_interval,
     normalized,
@@ -177,3 +178,28 @@ def test_the_default_and_the_demo_time_with_repeats():
     demo = (Path(__file__).resolve().parents[1] / "scripts" / "demo.py").read_text()
     # the validation sweep is not timed (repeats 0); the test sweep, whose times the report shows, is
     assert int(re.findall(r"timing\.repeats=(\d+)", demo)[-1]) >= 5 and int(re.search(r"timing\.latency_repeats=(\d+)", demo)[1]) >= 3
+
+
+def test_a_dry_runs_estimate_rests_on_finished_points_of_the_same_kind():
+    finished = [{"method": "lossless", "num_draft_tokens": 3, "temperature": 0.0, "n_examples": 10, "wall_time_s": 2.0},
+                {"method": "lossless", "num_draft_tokens": 5, "temperature": 0.0, "n_examples": 10, "wall_time_s": 4.0,
+                 "latency_s": 0.5},
+                {"method": "static", "num_draft_tokens": 3, "temperature": 1.0, "n_examples": 20, "wall_time_s": 8.0}]  # fmt: skip
+    timing = {"warmup": 1, "repeats": 2, "latency": False}
+    lossless3 = {"method": "lossless", "num_draft_tokens": 3, "temperature": 0.0}
+    # 0.2 s per example, 20 examples: 1 scored + 2 timed passes of 20, 1 warm-up pass over a batch of 4
+    seconds, basis = estimate_seconds([lossless3], finished, n_examples=20, timing=timing, batch_size=4)
+    assert seconds == pytest.approx(0.2 * (3 * 20 + 4))
+    assert basis.startswith("from 3 finished points in this run") and "of the same method, N and T (1 point);" in basis
+    # no record of its N: its method's median (0.2, 0.4 -> 0.3); no record of its method: every point's (0.4)
+    other = [{**lossless3, "num_draft_tokens": 7}, {"method": "typical", "num_draft_tokens": 3, "temperature": 0.0}]
+    seconds, basis = estimate_seconds(other, finished, n_examples=20, timing=timing, batch_size=4)
+    assert seconds == pytest.approx((0.3 + 0.4) * 64)
+    assert "of the same method (1 point), every finished point (1 point);" in basis
+    # latency passes: 3 repeats over 5 examples alone plus 1 warm-up, at the 0.5 s per sample lossless N=5 took
+    latency = {**timing, "latency": True, "latency_repeats": 3, "latency_examples": 5}
+    seconds, _ = estimate_seconds([lossless3], finished, n_examples=20, timing=latency, batch_size=4)
+    assert seconds == pytest.approx(0.2 * 64 + 0.5 * (3 * 5 + 1))
+    # nothing finished: no number
+    seconds, basis = estimate_seconds([lossless3], [], n_examples=20, timing=timing, batch_size=4)
+    assert seconds is None and "no finished points" in basis and "task.n_examples=8" in basis
