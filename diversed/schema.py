@@ -4,8 +4,11 @@
 2.7 is not an int), ranges (n_examples >= 1, w in [0, 1], reg_scale >= 0, ...), known names
 (methods, tasks, dtypes, forward paths) and combinations (a group baseline needs two samples per
 prompt; a CUDA device needs a GPU). Every problem is reported at once in a `ConfigError` that
-names the config key, the value given and what to set instead. Unknown extra keys are allowed
-(Hydra already refuses keys that are not in the config without a `+`).
+names the config key, the value given and what to set instead. Unknown keys are refused too, each
+with the closest known key (`config_keys.py`): Hydra refuses a key that is not in the config, but
+not one added with `+` (`+sweep.weight=[0.9]`), which would otherwise be carried along unread. A
+section of another entry point (a preset holds train's, distill's and evaluate's) is checked for
+unknown keys and otherwise ignored.
 
 It checks settings only: data files, the pair's files and the context length are checked by
 `preflight.py`, still before any model weights are read.
@@ -33,7 +36,7 @@ Temperature = Annotated[float, Field(ge=0.0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=False)
+    model_config = ConfigDict(extra="ignore", strict=False)  # config_keys.py refuses unknown keys
 
 
 # ----------------------------------------------------------------------------- shared groups
@@ -88,6 +91,8 @@ class PairSettings(_Model):
 
 class RuntimeSettings(_Model):
     threads: PositiveInt | None = Field(None, description="null leaves torch's default")
+    progress: bool = True
+    verbose: bool = False
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -198,9 +203,12 @@ class ModelSettings(_Model):
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: NonNegativeInt = 0
     num_samples: PositiveInt = 1
+    do_sample: bool = True
     temperature: Annotated[float, Field(gt=0)] = 1.0
     num_draft_tokens: PositiveInt = 5
     max_new_tokens: PositiveInt | None = None
+    normalize_advantage: bool = False
+    val_do_sample: bool = False
     val_temperature: Annotated[float, Field(gt=0)] = 1.0
 
     @model_validator(mode="after")
@@ -330,11 +338,16 @@ def _container(cfg: Any, schema: type[BaseModel]) -> dict[str, Any]:
 
 
 def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
+    from diversed import CONFIG_DIR
+    from diversed.config_keys import unknown_keys
+
+    entries = (EvaluateSettings, TrainSettings, DistillSettings)
+    sections = {key: field.annotation for entry_schema in entries for key, field in entry_schema.model_fields.items()}
+    lines = unknown_keys(cfg, sections, CONFIG_DIR)
     values = _container(cfg, schema)
     try:
-        return schema.model_validate(values)
+        settings = schema.model_validate(values)
     except ValidationError as e:
-        lines = []
         for err in e.errors():
             key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
             value = err.get("input")
@@ -344,7 +357,9 @@ def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
                 lines.append(f"  {message}")
             else:
                 lines.append(f"  {key}={value!r}: {message}" + (f" ({hint})" if hint else ""))
+    if lines:
         raise ConfigError(f"bad settings for {entry}, nothing was loaded:\n" + "\n".join(lines)) from None
+    return settings
 
 
 def _description(schema: type[BaseModel], loc: tuple) -> str | None:

@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from tiny_models import compose_run
 
 import diversed.evaluate as ev
+from diversed import CONFIG_DIR
+from diversed.schema import ConfigError, check_distill, check_evaluate, check_train
 from diversed.train import train
 
 EVAL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=2", "sweep.draft_lengths=[2]",
@@ -76,6 +79,11 @@ EVAL_CASES = {
     "missing file": (["task.data_files={data[missing]}"], r"nowhere/test\.jsonl does not exist"),
     "broken line": (["task.data_files={data[broken]}"], r"broken\.jsonl:3: not a JSON row"),
     "too long": (["task.data_files={data[long]}"], r"longest prompt has \d+ tokens.*512 positions.*task\.max_prompt_tokens=508"),
+    # what Hydra's own hint suggests for a typo: with +, a key that nothing reads
+    "unknown key": (["+sweep.weight=[0.9]"], r"sweep\.weight=\[0\.9\]: unknown key; did you mean sweep\.weights\?"),
+    "unknown task key": (["+task.max_prompt_token=3"], r"task\.max_prompt_token=3: unknown key; did you mean task\.max_prompt_tokens\?"),
+    "unknown pair key": (["+pair.dtyp=float16"], r"pair\.dtyp='float16': unknown key; did you mean pair\.dtype\?"),
+    "unknown top key": (["+sweeps.weights=[0.9]"], r"sweeps=.*unknown key; did you mean sweep\?"),
 }
 
 
@@ -109,6 +117,11 @@ TRAIN_CASES = {
     "test selects": (["data.val_split=test"], r"data\.val_split='test' is the split the task is evaluated on.*holdout"),
     "test trains": (["task.split=validation"], r"data\.val_split='validation' is the split the task is evaluated on"),
     "empty data": (["task.data_files={{train: {data[empty]}, validation: {data[empty]}}}"], "has no rows"),
+    "unknown trainer key": (["+trainer.max_step=3"], r"trainer\.max_step=3: unknown key; did you mean trainer\.max_steps\?"),
+    "unknown head key": (["+head.hidden_size=[8]"], r"head\.hidden_size=\[8\]: unknown key; did you mean head\.hidden_sizes"),
+    "unknown optimizer key": (["+model.optimizer.lrr=1"], r"model\.optimizer\.lrr=1: unknown key; did you mean model\.optimizer\.lr\?"),
+    "unknown callback key": (["+callbacks.model_checkpoint.monitr=x"], r"did you mean callbacks\.model_checkpoint\.monitor\?"),
+    "another task's key": (["+task.use_stemmer=true"], r"task\.use_stemmer=True: unknown key"),
 }
 
 
@@ -128,3 +141,31 @@ def test_every_problem_is_named_at_once(tmp_path, toy_tiny_dir, no_weights):
     text = str(err.value)
     assert "task.n_examples=-1" in text and "sweep.batch_size=0" in text and "seed='x'" in text
     assert "nothing was loaded" in text
+
+
+EXPERIMENTS = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_passes_every_entry_points_checks(experiment):
+    """Our own yaml holds no key that the checks refuse: an experiment sets sections for several
+    entry points, and each entry point accepts (and ignores) the others' sections."""
+    for entry, check in (("evaluate", check_evaluate), ("train", check_train), ("distill", check_distill)):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name=entry):
+            check(compose(entry, overrides=[f"+experiment={experiment}"], return_hydra_config=True))
+
+
+def test_unknown_keys_are_found_in_every_kind_of_section():
+    """Sections of the schema, of another entry point, `_target_` nodes (by the target's signature,
+    anything for a **kwargs target), collections of loggers and callbacks."""
+    overrides = ["+experiment=distill_toy", "+distill.lora_r=4", "distill.lora={r: 4, alpha: 8}", "+model.reg_scal=1",
+                 "+distill.optimizer.betas=[0.9,0.99]", "+trainer.accumulate_grad_batches=2", "+paths.mine=x",
+                 "+callbacks.stop={_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: x, patiense: 3}",
+                 "+logger.wandb.tags=[a]", "+logger.csv.save_dirr=x", "+runtime.thread=1"]  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
+        cfg = compose("distill", overrides=overrides)
+    with pytest.raises(ConfigError) as err:
+        check_distill(cfg)
+    refused = sorted(line.split("=")[0].strip() for line in str(err.value).splitlines()[1:])
+    assert refused == ["callbacks.stop.patiense", "distill.lora_r", "logger.csv.save_dirr", "model.reg_scal",
+                       "runtime.thread"]  # fmt: skip
