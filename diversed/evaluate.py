@@ -302,7 +302,8 @@ def evaluate(cfg: DictConfig) -> Path:
     task = instantiate(cfg.task)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
-    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
+    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [],
+                               allow_other_pairs=bool(sweep.get("allow_other_pair_heads", False)))  # fmt: skip
     head_tasks = {h: head_metadata(h).get("task") for h in head_digests}  # Table 3: what each head learned on
     draft_digests = check_drafts(card, list(sweep.draft_models) if "finetuned_draft" in sweep.methods else [])
     for method, key, found in (("dynamic", "heads", head_digests), ("finetuned_draft", "draft_models", draft_digests)):
@@ -357,6 +358,8 @@ def evaluate(cfg: DictConfig) -> Path:
                                 "device": str(pair.device)}  # fmt: skip
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
+                if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
+                    fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
             record = {**meta, **point, **fields, **extras, "settings_group": group, "comparison_group": comparison}
             if point["method"] == BASELINE:
                 base[baseline_key(record)] = record

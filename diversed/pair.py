@@ -15,7 +15,7 @@ pair option `forward` (see `forward.py`). A member named as a `.gguf` file, `shi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class Pair:
     target_name: str
     draft_name: str
     forward: str = "auto"  # the engine's forward path asked for both models (forward.use_forward)
+    identity: dict[str, Any] = field(default_factory=dict)  # who the models are (its card's), where described
 
     @property
     def device(self) -> torch.device:

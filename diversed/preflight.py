@@ -2,19 +2,22 @@
 
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
-models' context, and each head was trained for this pair's hidden sizes. Each failure says what to
-set instead. (Data files, their lines and fields, and empty data are checked where they are read,
+models' context, and each head is readable and was trained for this pair (its hidden sizes, and
+the models it records). Each failure says what to set instead. (Data files, their lines and fields, and empty data are checked where they are read,
 in `tasks/data.py`.)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from diversed.provenance import directory_digest
+
+log = logging.getLogger(__name__)
 
 
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
@@ -36,27 +39,74 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
     return longest
 
 
-def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
-    """Each head directory's digest, after checking it is a saved head for this pair's hidden sizes."""
-    digests = {}
+def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False) -> dict[str, Any]:
+    """Each head directory's digest, after checking it is a saved head (its config and a readable
+    head.safetensors) for this pair: its hidden sizes, and the pair it records it was trained on
+    (`heads.same_pair`). A head of another pair is refused unless `allow_other_pairs`; then its
+    digest comes with the pair it was trained on (part of its points' settings). A head saved
+    without its pair's identity (older diversed) is let through with a warning."""
+    from safetensors import safe_open
+
+    from diversed.heads import WEIGHTS_NAME, same_pair
+
+    digests: dict[str, Any] = {}
     for head in heads:
         config_file = Path(head) / "head_config.json"
         if not config_file.is_file():
             raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
                              "(python -m diversed.train with the same pair and task), or leave dynamic out of "
                              "sweep.methods")  # fmt: skip
+        weights = Path(head) / WEIGHTS_NAME
+        try:
+            with safe_open(str(weights), "pt") as f:
+                f.keys()
+        except Exception as e:  # missing, truncated, not a safetensors file
+            raise ValueError(f"sweep.heads entry {head}: {weights} cannot be read ({e}): copy the head again, "
+                             "or train it again") from None  # fmt: skip
         config = json.loads(config_file.read_text())
-        if card is not None:
-            want = (card.hidden["draft"], card.hidden["target"])
-            got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
-            if None not in want and tuple(got) != want:
-                raise ValueError(
-                    f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
-                    f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
-                    "train a head for this pair"
-                )
         digests[str(head)] = directory_digest(head)
+        if card is None:
+            continue
+        want = (card.hidden["draft"], card.hidden["target"])
+        got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
+        if None not in want and tuple(got) != want:
+            raise ValueError(
+                f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
+                f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
+                "train a head for this pair"
+            )
+        recorded = config.get("pair_identity")
+        same = None if recorded is None else same_pair(recorded, card.identity)
+        theirs = f"{config.get('pair', 'unknown')} ({_models(recorded or {}, config)})"
+        ours = f"{card.name} ({_models(card.identity, {})})"
+        if recorded is None:
+            log.warning(f"head {head} does not record which models it was trained on (saved by an older diversed; "
+                        f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")  # fmt: skip
+        elif same is None:
+            log.warning(f"head {head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
+                        "(a Hub id on one side, a local directory on the other)")  # fmt: skip
+        elif not same and not allow_other_pairs:
+            raise ValueError(
+                f"head {head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
+                "its weights were learnt on other models' hidden states. Train a head for this pair "
+                f"(python -m diversed.train with this pair and task), or set sweep.allow_other_pair_heads=true "
+                "to evaluate it anyway (its points record the pair it was trained on)"
+            )
+        elif not same:
+            log.warning(f"head {head} was trained on the pair {theirs}, evaluated on {ours} "
+                        "(sweep.allow_other_pair_heads=true)")  # fmt: skip
+            digests[str(head)] = {"files": digests[str(head)], "trained_on_pair": config.get("pair"),
+                                  "trained_on_models": recorded}  # fmt: skip
     return digests
+
+
+def _models(identity: dict[str, Any], config: dict[str, Any]) -> str:
+    """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
+    if "random" in identity:
+        return f"random {identity['random']}, seed {identity.get('seed')}"
+    name = {r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
+            for r in ("target", "draft")}  # fmt: skip
+    return f"target {name['target'] or 'unknown'}, draft {name['draft'] or 'unknown'}"
 
 
 def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:

@@ -162,7 +162,9 @@ def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
     for task in (datamodule.train_task, datamodule.val_task):
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
     log.info(f"Loading pair <{cfg.pair._target_}>")
-    return datamodule, instantiate(cfg.pair)
+    pair = instantiate(cfg.pair)
+    pair.identity = card.identity if card is not None else {}  # what a trained head records of its pair
+    return datamodule, pair
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")

@@ -104,6 +104,7 @@ class SweepSettings(_Model):
     weights: list[Weight] = []
     temperatures: Annotated[list[Temperature], Field(min_length=1)]
     heads: list[str] = []
+    allow_other_pair_heads: bool = False
     batch_size: PositiveInt = 16
     lenience: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
     cascade_rules: list[Literal["chow", "diff", "opt"]] = []

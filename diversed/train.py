@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
+from diversed.heads import pair_record
 from diversed.inputs import left_pad
 from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
@@ -259,11 +260,13 @@ class DiversedModule(L.LightningModule):
 
 
 def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str) -> nn.Module:
-    """Instantiate the head for the pair's hidden sizes, recording the pair and task."""
+    """Instantiate the head for the pair's hidden sizes, recording the pair (its name and its models'
+    identity, which evaluation checks heads against) and task."""
     return head_factory(
         draft_hidden_size=hidden_size(pair.draft),
         target_hidden_size=hidden_size(pair.target),
         pair=pair.name, target_name=pair.target_name, draft_name=pair.draft_name, task=task_name,
+        pair_identity=pair_record(getattr(pair, "identity", None) or {}) or None,
     )  # fmt: skip
 
 
