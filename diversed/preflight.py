@@ -3,7 +3,8 @@
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
 models' context, and each head is readable and was trained for this pair (its hidden sizes, and
-the models it records). Each failure says what to set instead. (Data files, their lines and fields, and empty data are checked where they are read,
+the models it records), and a training run's `ckpt_path` is a readable checkpoint that fits the
+pair. Each failure says what to set instead. (Data files, their lines and fields, and empty data are checked where they are read,
 in `tasks/data.py`.)
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.provenance import directory_digest
+from diversed.schema import LIGHTNING_CKPT_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,54 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
                 check_tokenizers(card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}")
         digests[str(draft)] = model_digest(path)
     return digests
+
+
+def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool) -> None:
+    """ValueError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
+    Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
+    so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
+    wrapped names (base_model.model., .base_layer) are compared as the plain ones."""
+    if not path or str(path) in LIGHTNING_CKPT_NAMES:
+        return
+    import zipfile
+
+    import torch
+
+    fix = "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), or ckpt_path=null to start afresh"
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
+        size = Path(path).stat().st_size
+        raise ValueError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
+                         f"torch.save writes: cut short, damaged or another kind of file): {fix}")  # fmt: skip
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    except Exception as e:  # cut short, empty, not a torch file
+        raise ValueError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
+                         f"{str(e).split('. ')[0]}): {fix}") from None  # fmt: skip
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise ValueError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
+    shapes = {k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
+              for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}  # fmt: skip
+    common = [k for k in shapes if k in expected]
+    if expected and not common:
+        held = ", ".join(list(shapes)[:3]) or "nothing"
+        raise ValueError(f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}")
+    wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
+    if wrong:
+        raise ValueError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
+                         + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "") + f": {fix}")  # fmt: skip
+
+
+def model_shapes(card: Any, role: str) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes of a local model of the pair (`role`: target or draft) from its safetensors
+    headers (no tensor read); {} for a model that is not a local directory."""
+    from safetensors import safe_open
+
+    path = ((card.identity.get(role) or {}).get("path") if card is not None else None) or ""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(path).glob("*.safetensors")) if path else []:
+        with safe_open(str(file), "pt") as f:
+            shapes |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return shapes
 
 
 def describe(card: Any) -> dict[str, Any]:

@@ -141,10 +141,11 @@ def finish(loggers: list[Any], status: str = "success") -> None:
                 wandb.finish()
 
 
-def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
+def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any = None) -> tuple[Any, Any]:
     """Threads, quiet start-up and seeds; the data module set up (a data error before the pair
     loads); the pair's files described without weights and every training and validation prompt
     checked against its context with `max_new_tokens` (None: the task's own) new tokens after it;
+    `before_weights(card)`, the entry point's own check with the pair's card (its `ckpt_path`);
     only then the pair loaded. Returns (datamodule, pair). Settings are checked before this."""
     import hydra
     import lightning as L
@@ -161,6 +162,8 @@ def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
     card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
     for task in (datamodule.train_task, datamodule.val_task):
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
+    if before_weights is not None:
+        before_weights(card)
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)
     pair.identity = card.identity if card is not None else {}  # what a trained head records of its pair

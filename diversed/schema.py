@@ -192,6 +192,7 @@ class OptimizerSettings(_Model):
 
 
 BASELINES = ("running", "group", "constant")
+LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
 
 
 class ModelSettings(_Model):
@@ -239,6 +240,22 @@ class _Training(_Entry):
 
     trainer: TrainerSettings
     data: DataSettings
+    ckpt_path: str | None = None
+
+    @field_validator("ckpt_path")
+    @classmethod
+    def _checkpoint(cls, path: str | None) -> str | None:
+        """A file to resume from (its contents are checked against the pair by preflight.check_checkpoint)."""
+        if path is None or path in LIGHTNING_CKPT_NAMES:
+            return path
+        where = Path(path).expanduser()
+        if where.is_dir():
+            found = sorted(where.glob("*.ckpt")) or sorted(where.glob("checkpoints/*.ckpt"))
+            example = found[-1] if found else where / "checkpoints" / "last.ckpt"
+            raise ValueError(f"is a directory: give the checkpoint file, e.g. ckpt_path={example}")
+        if not where.is_file():
+            raise ValueError("no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), or null to start afresh")
+        return path
 
     @model_validator(mode="after")
     def _no_test_selection(self) -> _Training:

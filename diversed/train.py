@@ -35,6 +35,7 @@ from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
 from diversed.heads import pair_record
 from diversed.inputs import left_pad
+from diversed.preflight import check_checkpoint
 from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
@@ -270,11 +271,22 @@ def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str
     )  # fmt: skip
 
 
+def head_shapes(head_factory: Callable[..., nn.Module], card: Any) -> dict[str, tuple[int, ...]]:
+    """The module's head tensor shapes for a pair's card (its hidden sizes), without its weights."""
+    head = head_factory(draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"])
+    return {f"head.{k}": tuple(v.shape) for k, v in head.state_dict().items()}
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
     check_train(cfg)  # every setting, before anything is read
-    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"))
+
+    def fits(card: Any) -> None:  # ckpt_path: readable, and a head of this pair's shapes (before the weights)
+        expected = {} if card is None else head_shapes(hydra.utils.instantiate(cfg.head), card)
+        check_checkpoint(cfg.get("ckpt_path"), expected, "head", weights_only=True)
+
+    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"), before_weights=fits)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     run = fit(cfg, model, datamodule)

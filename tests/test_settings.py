@@ -169,3 +169,51 @@ def test_unknown_keys_are_found_in_every_kind_of_section():
     refused = sorted(line.split("=")[0].strip() for line in str(err.value).splitlines()[1:])
     assert refused == ["callbacks.stop.patiense", "distill.lora_r", "logger.csv.save_dirr", "model.reg_scal",
                        "runtime.thread"]  # fmt: skip
+
+
+def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
+    """Checkpoints a resume can be pointed at by mistake: a directory, none, an empty file, half a
+    file, a head of other hidden sizes, a draft of another pair, a file that is no checkpoint."""
+    import torch
+
+    from diversed.pair import describe_pair
+    from diversed.preflight import model_shapes
+
+    card = describe_pair(compose_run("train", tmp_path, toy_tiny_dir, TRAIN).pair)
+    d, t = card.hidden["draft"], card.hidden["target"]
+    files = {"directory": tmp_path / "run1", "missing": tmp_path / "gone.ckpt", "empty": write(tmp_path / "empty.ckpt", "")}
+    (tmp_path / "run1" / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t)}}, tmp_path / "run1" / "checkpoints" / "last.ckpt")
+    blob = (tmp_path / "run1" / "checkpoints" / "last.ckpt").read_bytes()
+    files["half"] = tmp_path / "half.ckpt"
+    files["half"].write_bytes(blob[: len(blob) // 2])
+    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t + 64), "head.net.0.bias": torch.zeros(2)}},
+               files.setdefault("other head", tmp_path / "other_head.ckpt"))  # fmt: skip
+    embed = "model.embed_tokens.weight"
+    (v, h) = model_shapes(card, "draft")[embed]
+    torch.save({"state_dict": {f"draft.{embed}": torch.zeros(v, h * 2)}}, files.setdefault("other draft", tmp_path / "d.ckpt"))
+    torch.save({"weights": torch.zeros(2)}, files.setdefault("no state", tmp_path / "plain.pt"))
+    return files
+
+
+CKPT_CASES = {
+    "directory": ("train", r"ckpt_path='.*run1': is a directory: give the checkpoint file, e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt"),
+    "missing": ("train", r"ckpt_path='.*gone\.ckpt': no such file: .*checkpoints/last\.ckpt.*null to start afresh"),
+    "empty": ("train", r"ckpt_path=.*empty\.ckpt is not a complete checkpoint \(0 bytes.*ckpt_path=null to start afresh"),
+    "half": ("train", r"ckpt_path=.*half\.ckpt is not a complete checkpoint \(\d+ bytes, not a whole zip archive"),
+    "other head": ("train", r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)"),
+    "other draft": ("distill", r"d\.ckpt was saved for another draft or pair: draft\.model\.embed_tokens\.weight"),
+    "no state": ("train", r"plain\.pt is not a Lightning checkpoint \(no state_dict\)"),
+}
+
+
+@pytest.mark.parametrize("case", CKPT_CASES)
+def test_a_bad_ckpt_path_is_named_before_the_pair_loads(case, tmp_path, toy_tiny_dir, no_weights):
+    from diversed.distill import distill
+
+    entry, message = CKPT_CASES[case]
+    path = ckpt_files(tmp_path, toy_tiny_dir)[case]
+    overrides = TRAIN if entry == "train" else ["+experiment=distill_toy", "logger=none", "data.n_val=2", "data.n_train=4"]
+    cfg = compose_run(entry, tmp_path / "run", toy_tiny_dir, overrides, [f"ckpt_path={path}"])
+    with pytest.raises(ValueError, match=message):
+        (train if entry == "train" else distill)(cfg)
