@@ -19,8 +19,8 @@ the engine's own forward path; transformers' `generate` is the separate referenc
 and seed (`times.normalized`: the one rule, which `results.load_results` applies to older records).
 
 Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
-partial), their per-example rows (dataset id, prompt, reference, completion, what the task
-extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
+partial), their per-example rows (dataset id, prompt as the model saw it, tokens cut from its
+start by task.max_prompt_tokens, reference, completion, what the task extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
 cluster fan-out) are Hydra multirun's job, not this module's.
 """
 
@@ -153,7 +153,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens."""
     tok = pair.tokenizer
     examples = list(task)
-    prompts = task.encode(tok, examples)
+    prompts, cuts = task.encode_cut(tok, examples)
     stop = task.stopper(tok)
     rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
     metric_sums: dict[str, float] = {}
@@ -177,7 +177,8 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         speculative = METHODS[point["method"]].speculative
         for i, ex in enumerate(batch):
             rows.append({
-                "example_id": task.example_id(ex, start + i), "prompt": task.full_prompt(ex),
+                "example_id": task.example_id(ex, start + i), "prompt_tokens_cut": cuts[start + i],
+                "prompt": tok.decode(prompts[start + i]) if cuts[start + i] else task.full_prompt(ex),  # what it saw
                 "reference": task.reference(ex), "completion": completions[i],
                 "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
                 "accepted_drafts": int(stats.accepted[i]) if speculative else None,

@@ -422,3 +422,21 @@ def test_seeds_are_a_grid_axis_and_splits_share_a_comparison_group(tmp_path, toy
         accepted = sum(r["accepted_drafts"] for r in rs)
         assert accepted / sum(r["proposed_drafts"] for r in rs) == pytest.approx(rec.acceptance_rate)
         assert accepted / sum(r["verified_drafts"] for r in rs) == pytest.approx(rec.alpha)
+
+
+def test_cut_prompts_are_said_and_their_rows_hold_what_the_model_saw(tmp_path, toy_tiny_dir, caplog):
+    cfg = compose_eval(tmp_path, toy_tiny_dir, "task.max_prompt_tokens=3", "sweep.methods=[autoregressive]",
+                       "sweep.temperatures=[0.0]", "timing.repeats=0")  # fmt: skip
+    with caplog.at_level("WARNING"):
+        ev.evaluate(cfg)
+    (record,) = load_results(tmp_path).to_dict("records")
+    rows = read_examples(tmp_path, record["key"])
+    task = ToyTask.load(split="test", n_examples=6)
+    tok = hydra.utils.instantiate(cfg.pair).tokenizer
+    full = [tok(task.full_prompt(e))["input_ids"] for e in task]
+    assert len(rows) == 6 and all(len(ids) > 3 for ids in full)
+    assert [r["prompt"] for r in rows] == [tok.decode(ids[-3:]) for ids in full]  # not the uncut prompt
+    assert [r["prompt_tokens_cut"] for r in rows] == [len(ids) - 3 for ids in full]
+    said = [m for m in caplog.messages if "task.max_prompt_tokens=3" in m]
+    assert len(said) == 1, said  # once per task, not per grid point
+    assert said[0].startswith("toy: 6 of 6 prompts are longer") and f"the longest has {max(map(len, full))} tokens" in said[0]
