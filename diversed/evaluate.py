@@ -44,7 +44,7 @@ from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
-from diversed.methods import METHOD_NAMES, METHODS
+from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
@@ -375,7 +375,7 @@ def evaluate(cfg: DictConfig) -> Path:
 
 def _line(r: dict[str, Any]) -> str:
     """One record as a rounded log line."""
-    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={Path(str(r[k])).name or r[k]}"
+    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={head_label(r[k])}"
                    for k in METHODS[r["method"]].knobs if r.get(k) is not None)  # fmt: skip
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""

@@ -44,6 +44,15 @@ class Pair:
         return next(self.target.parameters()).device
 
 
+def pair_name(target: str, draft: str) -> str:
+    """A pair's default name from its models: `<target dir or Hub name>+<draft's>-<digest of both as
+    given>` (configs/pair/local.yaml's `${diversed.pair_name:...}`), so that two local pairs get two
+    names and two run directories (the fine-tuned drafts of two runs are both `<run>/draft`)."""
+    from diversed.provenance import digest
+
+    return f"{Path(str(target)).name}+{Path(str(draft)).name}-{digest([str(target), str(draft)], 6)}"
+
+
 # ----------------------------------------------------------------------------- offline fail-fast
 
 
@@ -209,7 +218,7 @@ def load_pair(
         target=models["target"],
         draft=models["draft"],
         tokenizer=_prepare_tokenizer(tok),
-        name=name or f"{Path(given['target']).name}+{Path(given['draft']).name}",
+        name=name or pair_name(given["target"], given["draft"]),
         target_name=given["target"],
         draft_name=given["draft"],
         forward=forward,
@@ -257,7 +266,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
     else:
         if loader == "diversed.pair.load_pair":
             names = {"target": str(cfg["target"]), "draft": str(cfg["draft"])}
-            name = cfg.get("name") or f"{Path(names['target']).name}+{Path(names['draft']).name}"
+            name = cfg.get("name") or pair_name(names["target"], names["draft"])
         else:  # another loader (the toy pair's) says where its files are through `loader.pair_files`
             from hydra.utils import get_method
 

@@ -10,7 +10,8 @@
   each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
   closed at the end of the job.
 - `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
-  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest.
+  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest;
+  `${diversed.pair_name:target,draft}` names a local pair by its models (`pair.pair_name`).
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
@@ -47,6 +48,14 @@ def _register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("diversed.dirname"):
         OmegaConf.register_new_resolver("diversed.dirname", short_dirname)
+    if not OmegaConf.has_resolver("diversed.pair_name"):  # configs/pair/local.yaml: a name from its models
+        OmegaConf.register_new_resolver("diversed.pair_name", _pair_name)
+
+
+def _pair_name(target: Any, draft: Any) -> str:
+    from diversed.pair import pair_name  # torch is imported when a name is asked for, not with this module
+
+    return pair_name(target, draft)
 
 
 _register_resolvers()

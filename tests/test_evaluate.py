@@ -275,7 +275,7 @@ def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(tmp_
 
 
 def test_another_pair_under_the_same_name_is_not_resumed(tmp_path, toy_tiny_dir):
-    """`pair=local` names every pair 'local'... the weights' digest tells them apart."""
+    """Two pairs given one name (pair.name=tiny-toy): the weights' digest tells them apart."""
     ev.evaluate(small_eval(tmp_path / "run", toy_tiny_dir))
     other = tmp_path / "other"
     shutil.copytree(toy_tiny_dir, other)

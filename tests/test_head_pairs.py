@@ -78,12 +78,14 @@ def test_the_same_models_elsewhere_and_older_heads_pass(tmp_path, toy_tiny_dir, 
     assert f"head {head}" not in caplog.text
 
 
-def test_allowed_on_request_and_the_points_say_so(tmp_path, toy_tiny_dir, other_pair_dir):
+def test_allowed_on_request_and_the_points_say_so(tmp_path, toy_tiny_dir, other_pair_dir, caplog):
     card = card_of(tmp_path, toy_tiny_dir)
     head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
     out = tmp_path / "out"
     cfg = compose_run("evaluate", out, other_pair_dir, SMALL, [f"sweep.heads=[{head}]", "sweep.allow_other_pair_heads=true"])
-    ev.evaluate(cfg)
+    with caplog.at_level("INFO"):
+        ev.evaluate(cfg)
+    assert "head=run1/head" in caplog.text  # labelled by its run (every exported head is <run>/head)
     (record,) = load_results(out).to_dict("records")
     assert record["head_trained_on_pair"] == "tiny-toy"
     settings = json.loads((out / "settings" / f"{record['settings']}.json").read_text())
@@ -112,3 +114,22 @@ def test_same_pair_by_weights_hub_commit_and_random_shape():
     assert same_pair(hub, {**hub, "target": {"id": "org/other", "commit": "c1"}}) is False
     assert same_pair(hub, {**hub, "target": local["target"]}) is None  # a Hub id against a local copy
     assert same_pair({"random": "r", "seed": 0}, {"random": "r", "seed": 1, "dtype": "auto"}) is False
+
+
+def test_local_pairs_are_named_by_their_models(tmp_path):
+    """Two `pair=local` pairs get two names (and two run directories), also when both drafts are
+    `<run>/draft`; a name given is kept."""
+    from hydra import compose, initialize_config_dir
+
+    import diversed.runtime  # noqa: F401  (registers the resolvers, as every entry point does)
+    from diversed import CONFIG_DIR
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="evaluate"):
+            return compose("evaluate", overrides=["pair=local", "pair.target=/models/Big", *overrides], return_hydra_config=True)
+
+    one, two = composed("pair.draft=/runs/a/draft"), composed("pair.draft=/runs/b/draft")
+    assert one.pair.name.startswith("Big+draft-") and two.pair.name.startswith("Big+draft-")
+    assert one.pair.name != two.pair.name and one.hydra.run.dir != two.hydra.run.dir
+    assert composed("pair.draft=/runs/a/draft").pair.name == one.pair.name  # the same models, the same name
+    assert composed("pair.draft=/runs/a/draft", "pair.name=mine").pair.name == "mine"
