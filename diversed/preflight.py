@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from diversed.provenance import directory_digest
-from diversed.schema import LIGHTNING_CKPT_NAMES
 
 log = logging.getLogger(__name__)
+
+LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
 
 
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:

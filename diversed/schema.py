@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from diversed.methods import METHOD_NAMES
+from diversed.preflight import LIGHTNING_CKPT_NAMES
 from diversed.runtime import LR_SCHEDULES
 
 
@@ -192,7 +193,6 @@ class OptimizerSettings(_Model):
 
 
 BASELINES = ("running", "group", "constant")
-LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
 
 
 class ModelSettings(_Model):
