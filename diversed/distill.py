@@ -368,10 +368,16 @@ def merged(model: nn.Module) -> nn.Module:
 def distill(cfg: DictConfig) -> dict[str, Any]:
     """Check the data and the pair's files, fit, and save the best draft; returns its directory
     and the last metrics."""
+    from diversed.preflight import check_checkpoint, model_shapes
     from diversed.schema import check_distill
 
     check_distill(cfg)
-    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"))
+
+    def fits(card: Any) -> None:  # ckpt_path: readable, and the draft's shapes (safetensors headers)
+        expected = {f"draft.{k}": shape for k, shape in model_shapes(card, "draft").items()}
+        check_checkpoint(cfg.get("ckpt_path"), expected, "draft", weights_only=False)
+
+    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), before_weights=fits)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
     run = fit(cfg, model, datamodule, weights_only=False)

@@ -21,8 +21,8 @@ the engine's own forward path; transformers' `generate` is the separate referenc
 and seed (`times.normalized`: the one rule, which `results.load_results` applies to older records).
 
 Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
-partial), their per-example rows (dataset id, prompt, reference, completion, what the task
-extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
+partial), their per-example rows (dataset id, prompt as the model saw it, tokens cut from its
+start by task.max_prompt_tokens, reference, completion, what the task extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
 cluster fan-out) are Hydra multirun's job, not this module's.
 """
 
@@ -47,7 +47,7 @@ from diversed.compare import mean_interval
 from diversed.engine import speculative_generate
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
-from diversed.methods import METHOD_NAMES, METHODS
+from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
@@ -157,7 +157,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     with `progress`, a transient bar counts the examples decoded."""
     tok = pair.tokenizer
     examples = list(task)
-    prompts = task.encode(tok, examples)
+    prompts, cuts = task.encode_cut(tok, examples)
     stop = task.stopper(tok)
     rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
     metric_sums: dict[str, float] = {}
@@ -183,7 +183,8 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         speculative = METHODS[point["method"]].speculative
         for i, ex in enumerate(batch):
             rows.append({
-                "example_id": task.example_id(ex, start + i), "prompt": task.full_prompt(ex),
+                "example_id": task.example_id(ex, start + i), "prompt_tokens_cut": cuts[start + i],
+                "prompt": tok.decode(prompts[start + i]) if cuts[start + i] else task.full_prompt(ex),  # what it saw
                 "reference": task.reference(ex), "completion": completions[i],
                 "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
                 "accepted_drafts": int(stats.accepted[i]) if speculative else None,
@@ -316,7 +317,8 @@ def evaluate(cfg: DictConfig) -> Path:
     task = instantiate(cfg.task)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
-    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [])
+    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [],
+                               allow_other_pairs=bool(sweep.get("allow_other_pair_heads", False)))  # fmt: skip
     head_tasks = {h: head_metadata(h).get("task") for h in head_digests}  # Table 3: what each head learned on
     draft_digests = check_drafts(card, list(sweep.draft_models) if "finetuned_draft" in sweep.methods else [])
     for method, key, found in (("dynamic", "heads", head_digests), ("finetuned_draft", "draft_models", draft_digests)):
@@ -375,6 +377,8 @@ def evaluate(cfg: DictConfig) -> Path:
                                 "device": str(pair.device)}  # fmt: skip
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
+                if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
+                    fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
             record = {**meta, **point, **fields, **extras, "settings_group": group, "comparison_group": comparison}
             if point["method"] == BASELINE:
                 base[baseline_key(record)] = record
@@ -406,7 +410,7 @@ def plan(points: list[dict[str, Any]], todo: list[dict[str, Any]], finished: lis
 
 def _line(r: dict[str, Any]) -> str:
     """One record as a rounded log line."""
-    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={Path(str(r[k])).name or r[k]}"
+    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={head_label(r[k])}"
                    for k in METHODS[r["method"]].knobs if r.get(k) is not None)  # fmt: skip
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""

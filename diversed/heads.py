@@ -3,8 +3,10 @@
 `WeightHead` is the paper's head (a linear layer on [h_draft; h_target] giving two logits, then a
 softmax; w is the probability of the target logit) and generalises to an MLP and to extra
 per-position features that verification gets for free (entropies of p and q, TV(p, q)). Heads
-are saved as safetensors plus a JSON config and loaded without pickle. This module does not
-train heads (see `train.py`) and does not run models.
+are saved as safetensors plus a JSON config and loaded without pickle; the config records the
+pair a head was trained on (`pair_record`: its models' identity), and `same_pair` tells whether
+that is the pair at hand. This module does not train heads (see `train.py`) and does not run
+models.
 """
 
 from __future__ import annotations
@@ -23,6 +25,33 @@ from diversed.verify import total_variation
 CONFIG_NAME = "head_config.json"
 WEIGHTS_NAME = "head.safetensors"
 FEATURES = ("entropy_p", "entropy_q", "tv")
+
+
+def pair_record(identity: dict[str, Any]) -> dict[str, Any]:
+    """What a head records of the pair it is trained on (`pair_identity` in head_config.json): the
+    identity of the pair's card (`pair.describe_pair`) without dtype, device and forward path, which
+    do not change which models they are."""
+    return {k: v for k, v in identity.items() if k not in ("dtype", "device", "forward")}
+
+
+def same_pair(recorded: dict[str, Any], identity: dict[str, Any]) -> bool | None:
+    """Whether a head's recorded pair (`pair_record`) is the pair a card's `identity` describes:
+    local models by their weights' digest (not their paths: a copied directory is the same model),
+    Hub models by id and commit, random pairs by shape and seed. None where it cannot be told (one
+    side a Hub id, the other a local directory)."""
+    current = pair_record(identity)
+    if "random" in recorded or "random" in current:
+        return (recorded.get("random"), recorded.get("seed")) == (current.get("random"), current.get("seed"))
+    verdicts = [_same_model(recorded.get(role) or {}, current.get(role) or {}) for role in ("target", "draft")]
+    return False if False in verdicts else None if None in verdicts else True
+
+
+def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
+    if a.get("weights") and b.get("weights"):
+        return a["weights"] == b["weights"]
+    if a.get("id") and b.get("id"):
+        return a["id"] == b["id"] and (a.get("commit") == b.get("commit") or None in (a.get("commit"), b.get("commit")))
+    return None
 
 
 def head_metadata(directory: str | Path) -> dict[str, Any]:

@@ -15,7 +15,7 @@ pair option `forward` (see `forward.py`). A member named as a `.gguf` file, `shi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,20 @@ class Pair:
     target_name: str
     draft_name: str
     forward: str = "auto"  # the engine's forward path asked for both models (forward.use_forward)
+    identity: dict[str, Any] = field(default_factory=dict)  # who the models are (its card's), where described
 
     @property
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
+
+
+def pair_name(target: str, draft: str) -> str:
+    """A pair's default name from its models: `<target dir or Hub name>+<draft's>-<digest of both as
+    given>` (configs/pair/local.yaml's `${diversed.pair_name:...}`), so that two local pairs get two
+    names and two run directories (the fine-tuned drafts of two runs are both `<run>/draft`)."""
+    from diversed.provenance import digest
+
+    return f"{Path(str(target)).name}+{Path(str(draft)).name}-{digest([str(target), str(draft)], 6)}"
 
 
 # ----------------------------------------------------------------------------- offline fail-fast
@@ -208,7 +218,7 @@ def load_pair(
         target=models["target"],
         draft=models["draft"],
         tokenizer=_prepare_tokenizer(tok),
-        name=name or f"{Path(given['target']).name}+{Path(given['draft']).name}",
+        name=name or pair_name(given["target"], given["draft"]),
         target_name=given["target"],
         draft_name=given["draft"],
         forward=forward,
@@ -256,7 +266,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
     else:
         if loader == "diversed.pair.load_pair":
             names = {"target": str(cfg["target"]), "draft": str(cfg["draft"])}
-            name = cfg.get("name") or f"{Path(names['target']).name}+{Path(names['draft']).name}"
+            name = cfg.get("name") or pair_name(names["target"], names["draft"])
         else:  # another loader (the toy pair's) says where its files are through `loader.pair_files`
             from hydra.utils import get_method
 

@@ -2,19 +2,25 @@
 
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
-models' context, and each head was trained for this pair's hidden sizes. Each failure says what to
-set instead. (Data files, their lines and fields, and empty data are checked where they are read,
+models' context, and each head is readable and was trained for this pair (its hidden sizes, and
+the models it records), and a training run's `ckpt_path` is a readable checkpoint that fits the
+pair. Each failure says what to set instead. (Data files, their lines and fields, and empty data are checked where they are read,
 in `tasks/data.py`.)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from diversed.provenance import directory_digest
+
+log = logging.getLogger(__name__)
+
+LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
 
 
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
@@ -36,27 +42,74 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
     return longest
 
 
-def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
-    """Each head directory's digest, after checking it is a saved head for this pair's hidden sizes."""
-    digests = {}
+def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False) -> dict[str, Any]:
+    """Each head directory's digest, after checking it is a saved head (its config and a readable
+    head.safetensors) for this pair: its hidden sizes, and the pair it records it was trained on
+    (`heads.same_pair`). A head of another pair is refused unless `allow_other_pairs`; then its
+    digest comes with the pair it was trained on (part of its points' settings). A head saved
+    without its pair's identity (older diversed) is let through with a warning."""
+    from safetensors import safe_open
+
+    from diversed.heads import WEIGHTS_NAME, same_pair
+
+    digests: dict[str, Any] = {}
     for head in heads:
         config_file = Path(head) / "head_config.json"
         if not config_file.is_file():
             raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
                              "(python -m diversed.train with the same pair and task), or leave dynamic out of "
                              "sweep.methods")  # fmt: skip
+        weights = Path(head) / WEIGHTS_NAME
+        try:
+            with safe_open(str(weights), "pt") as f:
+                f.keys()
+        except Exception as e:  # missing, truncated, not a safetensors file
+            raise ValueError(f"sweep.heads entry {head}: {weights} cannot be read ({e}): copy the head again, "
+                             "or train it again") from None  # fmt: skip
         config = json.loads(config_file.read_text())
-        if card is not None:
-            want = (card.hidden["draft"], card.hidden["target"])
-            got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
-            if None not in want and tuple(got) != want:
-                raise ValueError(
-                    f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
-                    f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
-                    "train a head for this pair"
-                )
         digests[str(head)] = directory_digest(head)
+        if card is None:
+            continue
+        want = (card.hidden["draft"], card.hidden["target"])
+        got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
+        if None not in want and tuple(got) != want:
+            raise ValueError(
+                f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
+                f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
+                "train a head for this pair"
+            )
+        recorded = config.get("pair_identity")
+        same = None if recorded is None else same_pair(recorded, card.identity)
+        theirs = f"{config.get('pair', 'unknown')} ({_models(recorded or {}, config)})"
+        ours = f"{card.name} ({_models(card.identity, {})})"
+        if recorded is None:
+            log.warning(f"head {head} does not record which models it was trained on (saved by an older diversed; "
+                        f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")  # fmt: skip
+        elif same is None:
+            log.warning(f"head {head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
+                        "(a Hub id on one side, a local directory on the other)")  # fmt: skip
+        elif not same and not allow_other_pairs:
+            raise ValueError(
+                f"head {head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
+                "its weights were learnt on other models' hidden states. Train a head for this pair "
+                f"(python -m diversed.train with this pair and task), or set sweep.allow_other_pair_heads=true "
+                "to evaluate it anyway (its points record the pair it was trained on)"
+            )
+        elif not same:
+            log.warning(f"head {head} was trained on the pair {theirs}, evaluated on {ours} "
+                        "(sweep.allow_other_pair_heads=true)")  # fmt: skip
+            digests[str(head)] = {"files": digests[str(head)], "trained_on_pair": config.get("pair"),
+                                  "trained_on_models": recorded}  # fmt: skip
     return digests
+
+
+def _models(identity: dict[str, Any], config: dict[str, Any]) -> str:
+    """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
+    if "random" in identity:
+        return f"random {identity['random']}, seed {identity.get('seed')}"
+    name = {r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
+            for r in ("target", "draft")}  # fmt: skip
+    return f"target {name['target'] or 'unknown'}, draft {name['draft'] or 'unknown'}"
 
 
 def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
@@ -83,6 +136,54 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
                 check_tokenizers(card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}")
         digests[str(draft)] = model_digest(path)
     return digests
+
+
+def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool) -> None:
+    """ValueError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
+    Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
+    so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
+    wrapped names (base_model.model., .base_layer) are compared as the plain ones."""
+    if not path or str(path) in LIGHTNING_CKPT_NAMES:
+        return
+    import zipfile
+
+    import torch
+
+    fix = "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), or ckpt_path=null to start afresh"
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
+        size = Path(path).stat().st_size
+        raise ValueError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
+                         f"torch.save writes: cut short, damaged or another kind of file): {fix}")  # fmt: skip
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    except Exception as e:  # cut short, empty, not a torch file
+        raise ValueError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
+                         f"{str(e).split('. ')[0]}): {fix}") from None  # fmt: skip
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise ValueError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
+    shapes = {k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
+              for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}  # fmt: skip
+    common = [k for k in shapes if k in expected]
+    if expected and not common:
+        held = ", ".join(list(shapes)[:3]) or "nothing"
+        raise ValueError(f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}")
+    wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
+    if wrong:
+        raise ValueError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
+                         + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "") + f": {fix}")  # fmt: skip
+
+
+def model_shapes(card: Any, role: str) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes of a local model of the pair (`role`: target or draft) from its safetensors
+    headers (no tensor read); {} for a model that is not a local directory."""
+    from safetensors import safe_open
+
+    path = ((card.identity.get(role) or {}).get("path") if card is not None else None) or ""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(path).glob("*.safetensors")) if path else []:
+        with safe_open(str(file), "pt") as f:
+            shapes |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return shapes
 
 
 def describe(card: Any) -> dict[str, Any]:

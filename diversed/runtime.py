@@ -10,7 +10,8 @@
   each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
   closed at the end of the job.
 - `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
-  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest.
+  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest;
+  `${diversed.pair_name:target,draft}` names a local pair by its models (`pair.pair_name`).
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
@@ -47,6 +48,14 @@ def _register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("diversed.dirname"):
         OmegaConf.register_new_resolver("diversed.dirname", short_dirname)
+    if not OmegaConf.has_resolver("diversed.pair_name"):  # configs/pair/local.yaml: a name from its models
+        OmegaConf.register_new_resolver("diversed.pair_name", _pair_name)
+
+
+def _pair_name(target: Any, draft: Any) -> str:
+    from diversed.pair import pair_name  # torch is imported when a name is asked for, not with this module
+
+    return pair_name(target, draft)
 
 
 _register_resolvers()
@@ -141,10 +150,11 @@ def finish(loggers: list[Any], status: str = "success") -> None:
                 wandb.finish()
 
 
-def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
+def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any = None) -> tuple[Any, Any]:
     """Threads, quiet start-up and seeds; the data module set up (a data error before the pair
     loads); the pair's files described without weights and every training and validation prompt
     checked against its context with `max_new_tokens` (None: the task's own) new tokens after it;
+    `before_weights(card)`, the entry point's own check with the pair's card (its `ckpt_path`);
     only then the pair loaded. Returns (datamodule, pair). Settings are checked before this."""
     import hydra
     import lightning as L
@@ -161,8 +171,12 @@ def prepare_training(cfg: Any, max_new_tokens: int | None) -> tuple[Any, Any]:
     card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
     for task in (datamodule.train_task, datamodule.val_task):
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
+    if before_weights is not None:
+        before_weights(card)
     log.info(f"Loading pair <{cfg.pair._target_}>")
-    return datamodule, instantiate(cfg.pair)
+    pair = instantiate(cfg.pair)
+    pair.identity = card.identity if card is not None else {}  # what a trained head records of its pair
+    return datamodule, pair
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")

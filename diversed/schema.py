@@ -4,8 +4,11 @@
 2.7 is not an int), ranges (n_examples >= 1, w in [0, 1], reg_scale >= 0, ...), known names
 (methods, tasks, dtypes, forward paths) and combinations (a group baseline needs two samples per
 prompt; a CUDA device needs a GPU). Every problem is reported at once in a `ConfigError` that
-names the config key, the value given and what to set instead. Unknown extra keys are allowed
-(Hydra already refuses keys that are not in the config without a `+`).
+names the config key, the value given and what to set instead. Unknown keys are refused too, each
+with the closest known key (`config_keys.py`): Hydra refuses a key that is not in the config, but
+not one added with `+` (`+sweep.weight=[0.9]`), which would otherwise be carried along unread. A
+section of another entry point (a preset holds train's, distill's and evaluate's) is checked for
+unknown keys and otherwise ignored.
 
 It checks settings only: data files, the pair's files and the context length are checked by
 `preflight.py`, still before any model weights are read.
@@ -19,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from diversed.methods import METHOD_NAMES
+from diversed.preflight import LIGHTNING_CKPT_NAMES
 from diversed.runtime import LR_SCHEDULES
 
 
@@ -33,7 +37,7 @@ Temperature = Annotated[float, Field(ge=0.0)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=False)
+    model_config = ConfigDict(extra="ignore", strict=False)  # config_keys.py refuses unknown keys
 
 
 # ----------------------------------------------------------------------------- shared groups
@@ -88,6 +92,8 @@ class PairSettings(_Model):
 
 class RuntimeSettings(_Model):
     threads: PositiveInt | None = Field(None, description="null leaves torch's default")
+    progress: bool = True
+    verbose: bool = False
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -99,6 +105,7 @@ class SweepSettings(_Model):
     weights: list[Weight] = []
     temperatures: Annotated[list[Temperature], Field(min_length=1)]
     heads: list[str] = []
+    allow_other_pair_heads: bool = False
     batch_size: PositiveInt = 16
     lenience: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
     cascade_rules: list[Literal["chow", "diff", "opt"]] = []
@@ -199,9 +206,12 @@ class ModelSettings(_Model):
     lr_schedule: Literal[LR_SCHEDULES] = "constant"  # type: ignore[valid-type]
     warmup_steps: NonNegativeInt = 0
     num_samples: PositiveInt = 1
+    do_sample: bool = True
     temperature: Annotated[float, Field(gt=0)] = 1.0
     num_draft_tokens: PositiveInt = 5
     max_new_tokens: PositiveInt | None = None
+    normalize_advantage: bool = False
+    val_do_sample: bool = False
     val_temperature: Annotated[float, Field(gt=0)] = 1.0
 
     @model_validator(mode="after")
@@ -231,6 +241,22 @@ class _Training(_Entry):
 
     trainer: TrainerSettings
     data: DataSettings
+    ckpt_path: str | None = None
+
+    @field_validator("ckpt_path")
+    @classmethod
+    def _checkpoint(cls, path: str | None) -> str | None:
+        """A file to resume from (its contents are checked against the pair by preflight.check_checkpoint)."""
+        if path is None or path in LIGHTNING_CKPT_NAMES:
+            return path
+        where = Path(path).expanduser()
+        if where.is_dir():
+            found = sorted(where.glob("*.ckpt")) or sorted(where.glob("checkpoints/*.ckpt"))
+            example = found[-1] if found else where / "checkpoints" / "last.ckpt"
+            raise ValueError(f"is a directory: give the checkpoint file, e.g. ckpt_path={example}")
+        if not where.is_file():
+            raise ValueError("no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), or null to start afresh")
+        return path
 
     @model_validator(mode="after")
     def _no_test_selection(self) -> _Training:
@@ -331,11 +357,16 @@ def _container(cfg: Any, schema: type[BaseModel]) -> dict[str, Any]:
 
 
 def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
+    from diversed import CONFIG_DIR
+    from diversed.config_keys import unknown_keys
+
+    entries = (EvaluateSettings, TrainSettings, DistillSettings)
+    sections = {key: field.annotation for entry_schema in entries for key, field in entry_schema.model_fields.items()}
+    lines = unknown_keys(cfg, sections, CONFIG_DIR)
     values = _container(cfg, schema)
     try:
-        return schema.model_validate(values)
+        settings = schema.model_validate(values)
     except ValidationError as e:
-        lines = []
         for err in e.errors():
             key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
             value = err.get("input")
@@ -345,7 +376,9 @@ def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
                 lines.append(f"  {message}")
             else:
                 lines.append(f"  {key}={value!r}: {message}" + (f" ({hint})" if hint else ""))
+    if lines:
         raise ConfigError(f"bad settings for {entry}, nothing was loaded:\n" + "\n".join(lines)) from None
+    return settings
 
 
 def _description(schema: type[BaseModel], loc: tuple) -> str | None:

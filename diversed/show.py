@@ -97,7 +97,8 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
         prompt = str(first.get("prompt", "")).strip()
         out.append(f"\n== example {i}")
         if prompt:
-            out.append("prompt    …" + _clip(prompt[-300:], width))
+            cut = first.get("prompt_tokens_cut")  # task.max_prompt_tokens: the row holds what the model saw
+            out.append("prompt    …" + _clip(prompt[-300:], width) + (f"  ({cut} tokens cut from its start)" if cut else ""))
         out.append("reference " + _clip(first.get("reference"), width))
         for label, r in zip(labels, records, strict=True):
             e = rows[r["key"]].get(i)

@@ -33,7 +33,9 @@ from torch import Tensor, nn
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
+from diversed.heads import pair_record
 from diversed.inputs import left_pad
+from diversed.preflight import check_checkpoint
 from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
@@ -259,19 +261,32 @@ class DiversedModule(L.LightningModule):
 
 
 def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str) -> nn.Module:
-    """Instantiate the head for the pair's hidden sizes, recording the pair and task."""
+    """Instantiate the head for the pair's hidden sizes, recording the pair (its name and its models'
+    identity, which evaluation checks heads against) and task."""
     return head_factory(
         draft_hidden_size=hidden_size(pair.draft),
         target_hidden_size=hidden_size(pair.target),
         pair=pair.name, target_name=pair.target_name, draft_name=pair.draft_name, task=task_name,
+        pair_identity=pair_record(getattr(pair, "identity", None) or {}) or None,
     )  # fmt: skip
+
+
+def head_shapes(head_factory: Callable[..., nn.Module], card: Any) -> dict[str, tuple[int, ...]]:
+    """The module's head tensor shapes for a pair's card (its hidden sizes), without its weights."""
+    head = head_factory(draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"])
+    return {f"head.{k}": tuple(v.shape) for k, v in head.state_dict().items()}
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
     check_train(cfg)  # every setting, before anything is read
-    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"))
+
+    def fits(card: Any) -> None:  # ckpt_path: readable, and a head of this pair's shapes (before the weights)
+        expected = {} if card is None else head_shapes(hydra.utils.instantiate(cfg.head), card)
+        check_checkpoint(cfg.get("ckpt_path"), expected, "head", weights_only=True)
+
+    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"), before_weights=fits)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     run = fit(cfg, model, datamodule)

@@ -66,6 +66,18 @@ def mean_tv(pair_dir, draft_dir, n=64):
     return float(torch.stack(tvs).mean())
 
 
+def resumable(cfg, last):
+    """`ckpt_path=last` passes the check a resume makes before the pair loads, with every draft tensor compared."""
+    from diversed.pair import describe_pair
+    from diversed.preflight import check_checkpoint, model_shapes
+
+    expected = {f"draft.{k}": s for k, s in model_shapes(describe_pair(cfg.pair), "draft").items()}
+    check_checkpoint(str(last), expected, "draft", weights_only=False)
+    wrong = {k: (s[0] + 1, *s[1:]) for k, s in expected.items()}
+    with pytest.raises(ValueError, match="saved for another draft"):
+        check_checkpoint(str(last), wrong, "draft", weights_only=False)
+
+
 def test_a_short_distillation_raises_acceptance_and_saves_a_loadable_draft(tmp_path, toy_tiny_dir):
     cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL)
     result = distill(cfg)
@@ -75,6 +87,7 @@ def test_a_short_distillation_raises_acceptance_and_saves_a_loadable_draft(tmp_p
     assert 0 <= result["metrics"]["val/acceptance_rate"] <= 1
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert all(k.startswith("draft.") for k in ckpt["state_dict"])  # never the target
+    resumable(cfg, tmp_path / "run" / "checkpoints" / "last.ckpt")
     before = acceptance(toy_tiny_dir, toy_tiny_dir / "draft")
     after = acceptance(toy_tiny_dir, draft)
     assert after > before + 0.05, (before, after)
@@ -85,6 +98,7 @@ def test_lora_trains_adapters_only_and_saves_them_merged(tmp_path, toy_tiny_dir)
     cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL,
                       ["+distill.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"])  # fmt: skip
     distill(cfg)
+    resumable(cfg, tmp_path / "run" / "checkpoints" / "last.ckpt")  # LoRA's wrapped names too
     saved = load_file(tmp_path / "run" / "draft" / "model.safetensors")
     base = load_file(toy_tiny_dir / "draft" / "model.safetensors")
     assert set(saved) == set(base)  # merged: no adapter tensors left

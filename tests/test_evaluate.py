@@ -278,7 +278,7 @@ def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(tmp_
 
 
 def test_another_pair_under_the_same_name_is_not_resumed(tmp_path, toy_tiny_dir):
-    """`pair=local` names every pair 'local'... the weights' digest tells them apart."""
+    """Two pairs given one name (pair.name=tiny-toy): the weights' digest tells them apart."""
     ev.evaluate(small_eval(tmp_path / "run", toy_tiny_dir))
     other = tmp_path / "other"
     shutil.copytree(toy_tiny_dir, other)
@@ -467,3 +467,21 @@ def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, to
     ev.evaluate(small_eval(tmp_path / "off", toy_tiny_dir, "sweep.methods=[autoregressive]", *timing))
     err = capsys.readouterr().err
     assert "decode" not in err and "timing:" not in err and "example/s" not in err
+
+
+def test_cut_prompts_are_said_and_their_rows_hold_what_the_model_saw(tmp_path, toy_tiny_dir, caplog):
+    cfg = compose_eval(tmp_path, toy_tiny_dir, "task.max_prompt_tokens=3", "sweep.methods=[autoregressive]",
+                       "sweep.temperatures=[0.0]", "timing.repeats=0")  # fmt: skip
+    with caplog.at_level("WARNING"):
+        ev.evaluate(cfg)
+    (record,) = load_results(tmp_path).to_dict("records")
+    rows = read_examples(tmp_path, record["key"])
+    task = ToyTask.load(split="test", n_examples=6)
+    tok = hydra.utils.instantiate(cfg.pair).tokenizer
+    full = [tok(task.full_prompt(e))["input_ids"] for e in task]
+    assert len(rows) == 6 and all(len(ids) > 3 for ids in full)
+    assert [r["prompt"] for r in rows] == [tok.decode(ids[-3:]) for ids in full]  # not the uncut prompt
+    assert [r["prompt_tokens_cut"] for r in rows] == [len(ids) - 3 for ids in full]
+    said = [m for m in caplog.messages if "task.max_prompt_tokens=3" in m]
+    assert len(said) == 1, said  # once per task, not per grid point
+    assert said[0].startswith("toy: 6 of 6 prompts are longer") and f"the longest has {max(map(len, full))} tokens" in said[0]

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 import diversed.pair as pair_mod
 from diversed import hub
 from diversed.hub import probe as probe_hub
-from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, resolve
+from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, pair_name, resolve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs" / "pair"
 MISSING = "no-such-org-diversed/no-such-model"
@@ -42,7 +42,8 @@ def test_load_local_pair(toy_tiny_dir):
 
 def test_default_name_and_dtype_auto(toy_tiny_dir):
     pair = load_pair(str(toy_tiny_dir / "target"), str(toy_tiny_dir / "draft"), device="cpu")
-    assert pair.name == "target+draft"
+    assert pair.name == pair_name(str(toy_tiny_dir / "target"), str(toy_tiny_dir / "draft"))
+    assert pair.name.startswith("target+draft-")  # the directories' names and a digest of both paths
     assert next(pair.target.parameters()).dtype == torch.float32  # "auto" is fp32 on CPU
 
 

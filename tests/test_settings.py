@@ -7,9 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
 from tiny_models import compose_run
 
 import diversed.evaluate as ev
+from diversed import CONFIG_DIR
+from diversed.schema import ConfigError, check_distill, check_evaluate, check_train
 from diversed.train import train
 
 EVAL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=2", "sweep.draft_lengths=[2]",
@@ -76,6 +79,11 @@ EVAL_CASES = {
     "missing file": (["task.data_files={data[missing]}"], r"nowhere/test\.jsonl does not exist"),
     "broken line": (["task.data_files={data[broken]}"], r"broken\.jsonl:3: not a JSON row"),
     "too long": (["task.data_files={data[long]}"], r"longest prompt has \d+ tokens.*512 positions.*task\.max_prompt_tokens=508"),
+    # what Hydra's own hint suggests for a typo: with +, a key that nothing reads
+    "unknown key": (["+sweep.weight=[0.9]"], r"sweep\.weight=\[0\.9\]: unknown key; did you mean sweep\.weights\?"),
+    "unknown task key": (["+task.max_prompt_token=3"], r"task\.max_prompt_token=3: unknown key; did you mean task\.max_prompt_tokens\?"),
+    "unknown pair key": (["+pair.dtyp=float16"], r"pair\.dtyp='float16': unknown key; did you mean pair\.dtype\?"),
+    "unknown top key": (["+sweeps.weights=[0.9]"], r"sweeps=.*unknown key; did you mean sweep\?"),
 }
 
 
@@ -109,6 +117,11 @@ TRAIN_CASES = {
     "test selects": (["data.val_split=test"], r"data\.val_split='test' is the split the task is evaluated on.*holdout"),
     "test trains": (["task.split=validation"], r"data\.val_split='validation' is the split the task is evaluated on"),
     "empty data": (["task.data_files={{train: {data[empty]}, validation: {data[empty]}}}"], "has no rows"),
+    "unknown trainer key": (["+trainer.max_step=3"], r"trainer\.max_step=3: unknown key; did you mean trainer\.max_steps\?"),
+    "unknown head key": (["+head.hidden_size=[8]"], r"head\.hidden_size=\[8\]: unknown key; did you mean head\.hidden_sizes"),
+    "unknown optimizer key": (["+model.optimizer.lrr=1"], r"model\.optimizer\.lrr=1: unknown key; did you mean model\.optimizer\.lr\?"),
+    "unknown callback key": (["+callbacks.model_checkpoint.monitr=x"], r"did you mean callbacks\.model_checkpoint\.monitor\?"),
+    "another task's key": (["+task.use_stemmer=true"], r"task\.use_stemmer=True: unknown key"),
 }
 
 
@@ -128,3 +141,79 @@ def test_every_problem_is_named_at_once(tmp_path, toy_tiny_dir, no_weights):
     text = str(err.value)
     assert "task.n_examples=-1" in text and "sweep.batch_size=0" in text and "seed='x'" in text
     assert "nothing was loaded" in text
+
+
+EXPERIMENTS = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_passes_every_entry_points_checks(experiment):
+    """Our own yaml holds no key that the checks refuse: an experiment sets sections for several
+    entry points, and each entry point accepts (and ignores) the others' sections."""
+    for entry, check in (("evaluate", check_evaluate), ("train", check_train), ("distill", check_distill)):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name=entry):
+            check(compose(entry, overrides=[f"+experiment={experiment}"], return_hydra_config=True))
+
+
+def test_unknown_keys_are_found_in_every_kind_of_section():
+    """Sections of the schema, of another entry point, `_target_` nodes (by the target's signature,
+    anything for a **kwargs target), collections of loggers and callbacks."""
+    overrides = ["+experiment=distill_toy", "+distill.lora_r=4", "distill.lora={r: 4, alpha: 8}", "+model.reg_scal=1",
+                 "+distill.optimizer.betas=[0.9,0.99]", "+trainer.accumulate_grad_batches=2", "+paths.mine=x",
+                 "+callbacks.stop={_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: x, patiense: 3}",
+                 "+logger.wandb.tags=[a]", "+logger.csv.save_dirr=x", "+runtime.thread=1"]  # fmt: skip
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
+        cfg = compose("distill", overrides=overrides)
+    with pytest.raises(ConfigError) as err:
+        check_distill(cfg)
+    refused = sorted(line.split("=")[0].strip() for line in str(err.value).splitlines()[1:])
+    assert refused == ["callbacks.stop.patiense", "distill.lora_r", "logger.csv.save_dirr", "model.reg_scal",
+                       "runtime.thread"]  # fmt: skip
+
+
+def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
+    """Checkpoints a resume can be pointed at by mistake: a directory, none, an empty file, half a
+    file, a head of other hidden sizes, a draft of another pair, a file that is no checkpoint."""
+    import torch
+
+    from diversed.pair import describe_pair
+    from diversed.preflight import model_shapes
+
+    card = describe_pair(compose_run("train", tmp_path, toy_tiny_dir, TRAIN).pair)
+    d, t = card.hidden["draft"], card.hidden["target"]
+    files = {"directory": tmp_path / "run1", "missing": tmp_path / "gone.ckpt", "empty": write(tmp_path / "empty.ckpt", "")}
+    (tmp_path / "run1" / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t)}}, tmp_path / "run1" / "checkpoints" / "last.ckpt")
+    blob = (tmp_path / "run1" / "checkpoints" / "last.ckpt").read_bytes()
+    files["half"] = tmp_path / "half.ckpt"
+    files["half"].write_bytes(blob[: len(blob) // 2])
+    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t + 64), "head.net.0.bias": torch.zeros(2)}},
+               files.setdefault("other head", tmp_path / "other_head.ckpt"))  # fmt: skip
+    embed = "model.embed_tokens.weight"
+    (v, h) = model_shapes(card, "draft")[embed]
+    torch.save({"state_dict": {f"draft.{embed}": torch.zeros(v, h * 2)}}, files.setdefault("other draft", tmp_path / "d.ckpt"))
+    torch.save({"weights": torch.zeros(2)}, files.setdefault("no state", tmp_path / "plain.pt"))
+    return files
+
+
+CKPT_CASES = {
+    "directory": ("train", r"ckpt_path='.*run1': is a directory: give the checkpoint file, e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt"),
+    "missing": ("train", r"ckpt_path='.*gone\.ckpt': no such file: .*checkpoints/last\.ckpt.*null to start afresh"),
+    "empty": ("train", r"ckpt_path=.*empty\.ckpt is not a complete checkpoint \(0 bytes.*ckpt_path=null to start afresh"),
+    "half": ("train", r"ckpt_path=.*half\.ckpt is not a complete checkpoint \(\d+ bytes, not a whole zip archive"),
+    "other head": ("train", r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)"),
+    "other draft": ("distill", r"d\.ckpt was saved for another draft or pair: draft\.model\.embed_tokens\.weight"),
+    "no state": ("train", r"plain\.pt is not a Lightning checkpoint \(no state_dict\)"),
+}
+
+
+@pytest.mark.parametrize("case", CKPT_CASES)
+def test_a_bad_ckpt_path_is_named_before_the_pair_loads(case, tmp_path, toy_tiny_dir, no_weights):
+    from diversed.distill import distill
+
+    entry, message = CKPT_CASES[case]
+    path = ckpt_files(tmp_path, toy_tiny_dir)[case]
+    overrides = TRAIN if entry == "train" else ["+experiment=distill_toy", "logger=none", "data.n_val=2", "data.n_train=4"]
+    cfg = compose_run(entry, tmp_path / "run", toy_tiny_dir, overrides, [f"ckpt_path={path}"])
+    with pytest.raises(ValueError, match=message):
+        (train if entry == "train" else distill)(cfg)

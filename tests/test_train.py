@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -123,6 +124,11 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
     head = WeightHead.from_pretrained(result["head_dir"])
     cfg_json = (Path(result["head_dir"]) / "head_config.json").read_text()
     assert "tiny-toy" in cfg_json and '"task": "toy"' in cfg_json
+    # ... and the models it was trained on, which evaluation checks a head against
+    from diversed.heads import pair_record
+    from diversed.pair import describe_pair
+
+    assert json.loads(cfg_json)["pair_identity"] == pair_record(describe_pair(cfg.pair).identity)
     with pytest.raises(ValueError, match="draft_hidden_size"):
         WeightHead.from_pretrained(result["head_dir"], draft_hidden_size=head.draft_hidden_size + 1)
     # resume: continues from step 3 to step 5

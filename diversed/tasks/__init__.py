@@ -1,4 +1,5 @@
-"""Task registry: a plain dict from names to task classes, and `load_task`.
+"""Task registry: a plain dict from names to task classes, `load_task`, and `option_names` (the
+settings a task takes, for refusing unknown `task.*` keys before anything loads).
 
 Each task is one file (gsm8k.py, cnndm.py, xsum.py, mbpp.py, toy.py); a new task adds its import
 and one line to `TASKS`.
@@ -37,3 +38,27 @@ def load_task(
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
     return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
+
+
+def option_names(name: str | None) -> set[str] | None:
+    """The settings task `name` takes (the keys of its `task:` config): the named parameters of
+    `load_task`, of its class's `load` and of its constructor, up its base classes (each passes the
+    rest on with **options). None for an unknown task (the schema names that)."""
+    import inspect
+
+    if name not in TASKS:
+        return None
+    cls = TASKS[name]
+    functions = [load_task]
+    for klass in cls.__mro__:
+        if "load" in vars(klass):
+            functions.append(vars(klass)["load"].__func__)
+        if "__init__" in vars(klass) and issubclass(klass, Task):
+            functions.append(vars(klass)["__init__"])
+    names = {
+        p.name
+        for f in functions
+        for p in inspect.signature(f).parameters.values()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+    return names - {"self", "cls", "examples"}

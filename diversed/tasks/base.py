@@ -12,11 +12,14 @@ seed-stable subset); stopping at a stop sequence is `diversed/stopping.py`'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from diversed.stopping import StopAtText
 from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
+
+log = logging.getLogger(__name__)
 
 
 class Task:
@@ -181,7 +184,12 @@ class Task:
 
     def encode(self, tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[list[int]]:
         """Token ids of each example's prompt: chat template if asked, long prompts keep their end."""
-        out = []
+        return self.encode_cut(tokenizer, examples)[0]
+
+    def encode_cut(self, tokenizer: Any, examples: Sequence[dict[str, Any]]) -> tuple[list[list[int]], list[int]]:
+        """`encode`'s ids and how many tokens each prompt lost to `max_prompt_tokens` (its start). A
+        task that cuts prompts says so once (a warning with the count and the longest length)."""
+        out, cut = [], []
         for example in examples:
             text = self.full_prompt(example)
             if self.chat_template:
@@ -193,10 +201,17 @@ class Task:
                 ids = list(ids)
             else:
                 ids = tokenizer(text)["input_ids"]
-            if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-                ids = ids[-self.max_prompt_tokens :]
-            out.append(list(ids))
-        return out
+            cut.append(max(0, len(ids) - self.max_prompt_tokens) if self.max_prompt_tokens is not None else 0)
+            out.append(list(ids[cut[-1] :]))
+        if any(cut) and not getattr(self, "_cut_said", False):
+            self._cut_said = True
+            longest = max(len(ids) + n for ids, n in zip(out, cut, strict=True))
+            log.warning(
+                f"{self.name}: {sum(1 for n in cut if n)} of {len(cut)} prompts are longer than task.max_prompt_tokens="
+                f"{self.max_prompt_tokens} (the longest has {longest} tokens) and lose their start; the results' rows "
+                "hold the text the model saw. Raise task.max_prompt_tokens (or null) to keep prompts whole"
+            )
+        return out, cut
 
     # ---------------------------------------------------------------- scoring
 
