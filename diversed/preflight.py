@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from diversed.errors import ConfigError
 from diversed.provenance import directory_digest
 
 
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
-    """ValueError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
+    """ConfigError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
     (positions); returns the longest prompt's length. Nothing to check without a card."""
     if card is None or not len(task):
         return 0
@@ -28,7 +29,7 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
         fix = f"set {what}.max_prompt_tokens={room} (long prompts keep their end)" if room > 0 else (
             f"lower {what}.max_new_tokens below {card.positions}"
         )
-        raise ValueError(
+        raise ConfigError(
             f"{task.name}: the longest prompt has {longest} tokens and up to {max_new_tokens} new tokens "
             f"follow, but the pair {card.name} has {card.positions} positions: {fix}, or use models with a "
             "longer context"
@@ -42,7 +43,7 @@ def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
     for head in heads:
         config_file = Path(head) / "head_config.json"
         if not config_file.is_file():
-            raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
+            raise ConfigError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
                              "(python -m diversed.train with the same pair and task), or leave dynamic out of "
                              "sweep.methods")  # fmt: skip
         config = json.loads(config_file.read_text())
@@ -50,7 +51,7 @@ def check_heads(card: Any, heads: Sequence[str]) -> dict[str, str]:
             want = (card.hidden["draft"], card.hidden["target"])
             got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
             if None not in want and tuple(got) != want:
-                raise ValueError(
+                raise ConfigError(
                     f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
                     f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
                     "train a head for this pair"
@@ -69,7 +70,7 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
     for draft in drafts:
         path = Path(draft)
         if not (path / "config.json").is_file():
-            raise ValueError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
+            raise ConfigError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
                              "with python -m diversed.distill")  # fmt: skip
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer

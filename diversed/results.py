@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from diversed.errors import ConfigError, MissingFile
 from diversed.methods import FLOAT_KNOBS, check_record_fields
 from diversed.times import TIME_FIELDS, fill_times
 
@@ -400,7 +401,7 @@ def _result_files(path: Path) -> list[Path]:
         return sorted(p for p in path.rglob("results.*") if p.suffix in (".jsonl", ".parquet"))
     if path.suffix in (".jsonl", ".parquet"):
         return [path]
-    raise ValueError(f"{path}: expected a .jsonl or .parquet file or a directory")
+    raise ConfigError(f"{path}: expected a .jsonl or .parquet file or a directory")
 
 
 def load_results(*paths: str | Path) -> pd.DataFrame:
@@ -415,7 +416,7 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
     for p in paths:
         p = Path(p)
         if not p.exists():
-            raise FileNotFoundError(p)
+            raise MissingFile(f"{p} does not exist (give results.jsonl/.parquet files or run directories)")
         for f in _result_files(p):
             if f.suffix == ".parquet":
                 frame = pd.read_parquet(f).astype(object)

@@ -15,11 +15,13 @@ It reads only; nothing is decoded or rescored.
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from diversed.errors import ConfigError, MissingFile, cli
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import read_examples, read_records
 
@@ -59,9 +61,14 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
          num_draft_tokens: int | None = None, methods: Sequence[str] | None = None, everything: bool = False,
          width: int = 100) -> str:  # fmt: skip
     """The side-by-side text (see the module docstring)."""
-    records, temperature, n = choose(read_records(run_dir), temperature, num_draft_tokens, methods)
+    found = read_records(run_dir)
+    if not found:
+        raise MissingFile(f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
+                          "python -m diversed.evaluate")  # fmt: skip
+    records, temperature, n = choose(found, temperature, num_draft_tokens, methods)
     if not records:
-        raise SystemExit(f"{run_dir}: no records to show (at temperature {temperature}, N {n})")
+        raise ConfigError(f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
+                          "--num-draft-tokens, --methods)")  # fmt: skip
     rows = {r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"])} for r in records}
     ids = list(dict.fromkeys(i for r in records for i in rows[r["key"]]))
     if examples:
@@ -96,7 +103,8 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> str:
+def run(argv: list[str] | None = None) -> str:
+    """`python -m diversed.show`: the text printed."""
     parser = argparse.ArgumentParser(prog="python -m diversed.show", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", help="a run directory of python -m diversed.evaluate")
     parser.add_argument("--examples", nargs="*", default=[], help="example ids (the dataset's own) to show")
@@ -113,5 +121,10 @@ def main(argv: list[str] | None = None) -> str:
     return text
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
+from diversed.errors import hydra_task
 from diversed.inputs import left_pad
 from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
@@ -286,6 +287,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra_task
 def main(cfg: DictConfig) -> float | None:
     result = train(cfg)
     print(result["head_dir"])
