@@ -18,12 +18,24 @@ setup: $(STAMP)
 	    "the code sandbox runs without namespaces and warns"; \
 	fi
 
-# torch first: on CPU-only machines `torch==2.13.0` takes the local CPU wheel; pulling
-# torch through a dependency would fetch several GB of CUDA packages instead.
+# torch first, the build for this machine (pulled in as a dependency it would be PyPI's default,
+# several GB of CUDA packages): with a GPU (`nvidia-smi` answers) that default CUDA wheel; without
+# one the CPU wheel from PyTorch's CPU index, or, where that index gives nothing (one try, a 10 s
+# timeout: a machine that reaches only a PyPI mirror), plain `pip install torch==2.13.0`: a CPU
+# wheel only where that mirror provides one.
+TORCH := torch==2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	@if $(PY) -c "import torch" 2>/dev/null; then :; \
+	elif command -v nvidia-smi >/dev/null && nvidia-smi >/dev/null 2>&1; then \
+	  echo "GPU: $(TORCH), the CUDA wheel"; $(PY) -m pip install -q $(TORCH); \
+	else \
+	  echo "no GPU: $(TORCH), the CPU wheel from $(TORCH_CPU_INDEX)"; \
+	  $(PY) -m pip install -q --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH) || \
+	    { echo "no wheel from $(TORCH_CPU_INDEX) (unreachable?): $(TORCH) from the default index"; $(PY) -m pip install -q $(TORCH); }; \
+	fi
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -44,9 +44,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -58,9 +57,11 @@ from torch import Tensor, nn
 
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
+from diversed.errors import ConfigError, cli
 from diversed.heads import WeightHead
 from diversed.inputs import check_decoding, left_pad, token_ids
 from diversed.pair import RANDOM_PAIRS, Pair
+from diversed.provenance import machine
 from diversed.reference import transformers_generate
 from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
 from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, hidden_size
@@ -221,17 +222,29 @@ class BenchConfig:
 
 
 def check_config(config: BenchConfig) -> None:
-    """Bad settings fail here, before anything is loaded."""
+    """Bad settings fail here (a ConfigError naming the flag), before anything is loaded."""
+    at_least = {"-N/--num-draft-tokens": (config.num_draft_tokens, 1), "--batch-sizes": (min(config.batch_sizes, default=0), 1),
+                "--num-prompts": (config.num_prompts, 1), "--repeats": (config.repeats, 1), "--warmup": (config.warmup, 0),
+                "--threads": (config.threads, 0), "--num-few-shot": (config.num_few_shot, 0)}  # fmt: skip
+    for flag, (value, low) in at_least.items():
+        if value < low:
+            raise ConfigError(f"{flag} must be at least {low} (each of them), got {value}")
+    if not 0 < config.weight < 1:
+        raise ConfigError(f"--weight is the static target weight w, in (0, 1) (transformers' too), got {config.weight}")
+    try:
+        check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
+    except ValueError as e:  # "top_k must be ..." -> "--top-k must be ..."
+        name, rest = str(e).split(" ", 1)
+        raise ConfigError(f"--{name.replace('_', '-')} {rest}") from None
     if not isinstance(getattr(torch, config.dtype, None), torch.dtype):
-        raise ValueError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
+        raise ConfigError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
-    check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
+        raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
-        raise ValueError("give both --target and --draft, or neither (then --pair is used)")
+        raise ConfigError("give both --target and --draft, or neither (then --pair is used)")
     pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
     if not config.target and config.pair not in pairs:
-        raise ValueError(f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}")
+        raise ConfigError(f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}")
 
 
 def load_bench_pair(config: BenchConfig) -> Pair:
@@ -281,12 +294,12 @@ def load_prompt_task(config: BenchConfig):
     if config.task is None:
         return load_task("toy", n_examples=config.num_prompts, seed=config.seed)
     if config.task not in TASKS:
-        raise ValueError(f"--task must be one of {sorted(TASKS)}, got {config.task!r}")
+        raise ConfigError(f"--task must be one of {sorted(TASKS)}, got {config.task!r}")
     files: Any = list(config.data_files) or None
     if files and all("=" in f for f in files):  # split=path pairs, e.g. test=... train=...
         files = dict(f.split("=", 1) for f in files)
     elif files and any("=" in f for f in files):
-        raise ValueError("--data-files takes paths, or split=path pairs, not a mix of both")
+        raise ConfigError("--data-files takes paths, or split=path pairs, not a mix of both")
     # MBPP asks for a code-execution opt-in when built; the bench only encodes its prompts.
     extra = {"allow_code_execution": True} if config.task == "mbpp" else {}
     return load_task(
@@ -359,7 +372,6 @@ class Bench:
 
 def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     """One record: median tokens/s over the repeats, the other numbers pooled over them."""
-
     calls = {m: sum(r.calls[m] for r in runs) for m in ("target", "draft")}
     fwd = {m: sum(r.forward_s[m] for r in runs) for m in ("target", "draft")}
     seconds = sum(r.seconds for r in runs)
@@ -396,7 +408,6 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
 
 def compare(records: list[dict[str, Any]]) -> None:
     """Add the ratios between settings: to transformers, over autoregressive, over sampling from v."""
-
     def find(**kw: Any) -> dict[str, Any] | None:
         return next((r for r in records if all(r[k] == v for k, v in kw.items())), None)
 
@@ -435,23 +446,6 @@ def compare(records: list[dict[str, Any]]) -> None:
                    bonus_token=r["bonus_token"], first_token=r["first_token"])  # fmt: skip
         if one and r["batch_size"] != 1:
             r["ratio_to_batch_1"] = r["tokens_per_s"] / one["tokens_per_s"]
-
-
-def machine() -> str:
-    """CPU, threads, versions and load: what a timing needs next to it."""
-    import transformers
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    return (
-        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads{gpu}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}, load average {load}"
-    )
 
 
 def run_bench(
@@ -552,7 +546,8 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """`python -m diversed.bench`: the records (their table printed)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
     d = BenchConfig()
     add = parser.add_argument
@@ -596,5 +591,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     return records
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 from diversed import CONFIG_DIR, draft_vocab
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
+from diversed.errors import ConfigError, MissingPackage, hydra_task
 from diversed.inputs import left_pad
 from diversed.runtime import finish, fit, optimizers, prepare_training
 from diversed.stats import Totals
@@ -338,7 +339,7 @@ def freeze_bottom(model: nn.Module, layers: int) -> None:
     them). A head tied to the embeddings stays fixed with them."""
     stack = model.base_model.layers
     if not 0 <= layers <= len(stack):
-        raise ValueError(f"distill.freeze_layers={layers}: the draft has {len(stack)} decoder layers")
+        raise ConfigError(f"distill.freeze_layers={layers}: the draft has {len(stack)} decoder layers")
     model.get_input_embeddings().requires_grad_(False)
     for layer in list(stack)[:layers]:
         layer.requires_grad_(False)
@@ -349,7 +350,7 @@ def with_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise ImportError("distill.lora needs peft: pip install peft (or pip install 'diversed[lora]')") from None
+        raise MissingPackage("distill.lora needs peft: pip install peft (or pip install 'diversed[lora]')") from None
     config = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
                         lora_dropout=float(lora.get("dropout", 0.0)),
                         target_modules=list(lora.get("target_modules", ("q_proj", "k_proj", "v_proj", "o_proj"))),
@@ -394,6 +395,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="distill")
+@hydra_task
 def main(cfg: DictConfig) -> float | None:
     result = distill(cfg)
     print(result["draft_dir"])

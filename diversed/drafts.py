@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from diversed.errors import ConfigError, MissingFile, cli
+
 log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- recipes
@@ -107,7 +109,7 @@ def check_built(name: str, role: str = "draft") -> None:
     from diversed.weights import DRAFT_PREFIX, check_member
 
     if name not in RECIPES and not built_dir(name).is_dir():
-        raise ValueError(f"pair.{role}=draft:{name}: no such draft; the project builds {sorted(RECIPES)}")
+        raise ConfigError(f"pair.{role}=draft:{name}: no such draft; the project builds {sorted(RECIPES)}")
     check_member(DRAFT_PREFIX + name, role)
 
 
@@ -175,7 +177,7 @@ def local_files(task: str, data: str | Path | None) -> dict[str, str] | None:
     folder = Path(data) / task
     splits = {p.stem: str(p.resolve()) for p in sorted(folder.glob("*.jsonl"))}
     if not splits:
-        raise FileNotFoundError(f"no {folder}/<split>.jsonl files for task {task} (see scripts/real_data.py)")
+        raise MissingFile(f"no {folder}/<split>.jsonl files for task {task} (see scripts/real_data.py)")
     return splits
 
 
@@ -245,7 +247,7 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
     from diversed.weights import check_member, resolve_model
 
     if name not in RECIPES:
-        raise ValueError(f"unknown draft {name!r}; the project builds {sorted(RECIPES)}")
+        raise ConfigError(f"unknown draft {name!r}; the project builds {sorted(RECIPES)}")
     recipe, out = RECIPES[name], built_dir(name)
     if (out / "build.json").is_file() and not force:
         if measure and recipe.stages and "after" not in json.loads((out / "build.json").read_text()):
@@ -319,7 +321,8 @@ def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | 
 # ----------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> Path:
+    """`python -m diversed.drafts build NAME`: the built draft's directory (printed last)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.drafts", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (once) and cache a draft for a target")
@@ -332,19 +335,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure the undistilled draft's acceptance (always for a recipe without stages)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        out = build(args.name, data=args.data, force=args.force, steps_scale=args.steps_scale,
-                    measure=not args.no_measure, before=args.before)  # fmt: skip
-    except (FileNotFoundError, ValueError, ImportError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    out = build(args.name, data=args.data, force=args.force, steps_scale=args.steps_scale,
+                measure=not args.no_measure, before=args.before)  # fmt: skip
     report = json.loads((out / "build.json").read_text())
     print(
         json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds", "measure_seconds")}),
         file=sys.stderr,
     )
     print(out)
-    return 0
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
 from diversed.compare import mean_interval
 from diversed.engine import speculative_generate
+from diversed.errors import hydra_task
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.methods import METHOD_NAMES, METHODS, head_label
@@ -419,6 +420,7 @@ def _line(r: dict[str, Any]) -> str:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+@hydra_task
 def main(cfg: DictConfig) -> None:
     print(evaluate(cfg))
 

@@ -86,6 +86,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from diversed import confine
+from diversed.errors import UserError
 
 ALLOW_ENV = "DIVERSED_ALLOW_CODE_EXECUTION"
 LAYERS_ENV = "DIVERSED_SANDBOX"
@@ -110,7 +111,7 @@ _MISSING = {  # what is open when the layer is not enforced
 }
 
 
-class CodeExecutionNotAllowed(RuntimeError):
+class CodeExecutionNotAllowed(UserError, RuntimeError):
     """Running generated code needs an explicit opt-in."""
 
 

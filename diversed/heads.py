@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from diversed.errors import ConfigError, MissingFile
 from diversed.verify import total_variation
 
 CONFIG_NAME = "head_config.json"
@@ -149,11 +150,11 @@ class WeightHead(nn.Module):
         directory = Path(directory)
         config_file = directory / CONFIG_NAME
         if not config_file.is_file():
-            raise FileNotFoundError(f"{directory} is not a saved weight head (no {CONFIG_NAME})")
+            raise MissingFile(f"{directory} is not a saved weight head (no {CONFIG_NAME})")
         config = json.loads(config_file.read_text())
         for name, want in (("draft_hidden_size", draft_hidden_size), ("target_hidden_size", target_hidden_size)):
             if want is not None and int(config[name]) != int(want):
-                raise ValueError(
+                raise ConfigError(
                     f"head at {directory} was trained for {name}={config[name]} but the pair has {want} "
                     f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair"
                 )

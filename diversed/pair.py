@@ -1,8 +1,8 @@
 """Load a target/draft pair (Hub ids, local directories, GGUF files) with one shared tokenizer.
 
 `load_pair` is what every `configs/pair/*.yaml` instantiates. It loads both models frozen in
-eval mode, checks that target and draft tokenize identically, and gives the tokenizer left
-padding and a pad token. A name that is not a local directory is looked up in the local
+eval mode, checks that target and draft tokenize identically (a directory without tokenizer files
+is refused as such, `load_tokenizer`), and gives the tokenizer left padding and a pad token. A name that is not a local directory is looked up in the local
 Hugging Face cache; if it is not there and the Hub cannot be reached (HF_HUB_OFFLINE=1, or
 huggingface.co:443 does not answer within 3 s) it fails at once with a message saying how to
 point the config at local copies, instead of waiting on retries (the rule and the probe are
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from diversed import draft_vocab, hub
+from diversed.errors import ConfigError, MissingFile, UserError
 
 # ----------------------------------------------------------------------------- the pair
 
@@ -56,7 +57,7 @@ def pair_name(target: str, draft: str) -> str:
 # ----------------------------------------------------------------------------- offline fail-fast
 
 
-class HubUnavailableError(OSError):
+class HubUnavailableError(UserError, OSError):
     """A model id is neither a local directory nor cached, and the Hub cannot be reached."""
 
 
@@ -79,7 +80,7 @@ def resolve(name: str, role: str, *, revision: str | None = None, probe=None) ->
     if Path(name).expanduser().is_dir():
         return {}
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an "org/name" id
-        raise FileNotFoundError(f"the {role} model directory {name!r} does not exist")
+        raise MissingFile(f"the {role} model directory {name!r} does not exist")
     cached = in_hf_cache(name, revision)
     reason = hub.unreachable_reason(probe)
     if reason is None:
@@ -100,23 +101,43 @@ def resolve(name: str, role: str, *, revision: str | None = None, probe=None) ->
 
 
 def check_tokenizers(a: Any, b: Any, name_a: str = "target", name_b: str = "draft") -> None:
-    """ValueError unless `a` and `b` have the same vocabulary and special tokens."""
+    """ConfigError unless `a` and `b` have the same vocabulary and special tokens."""
     va, vb = a.get_vocab(), b.get_vocab()
     if va != vb:
         only_a = sorted(set(va) - set(vb))[:5]
         only_b = sorted(set(vb) - set(va))[:5]
         moved = sorted(t for t in set(va) & set(vb) if va[t] != vb[t])[:5]
-        raise ValueError(
+        raise ConfigError(
             f"tokenizers of {name_a} and {name_b} differ: {len(va)} vs {len(vb)} tokens; "
             f"only in {name_a}: {only_a}, only in {name_b}: {only_b}, different ids: {moved}. "
             "Speculative decoding needs a draft that shares the target's tokenizer."
         )
     for attr in ("bos_token_id", "eos_token_id", "unk_token_id"):
         if getattr(a, attr, None) != getattr(b, attr, None):
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizers of {name_a} and {name_b} differ in {attr}: "
                 f"{getattr(a, attr, None)} vs {getattr(b, attr, None)}"
             )
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+
+
+def load_tokenizer(name: str, role: str, **kwargs: Any) -> Any:
+    """`AutoTokenizer.from_pretrained(name, **kwargs)`; a local directory without tokenizer files is
+    refused first, saying so (transformers fails on one obscurely, or makes a one-token tokenizer)."""
+    from transformers import AutoTokenizer
+
+    local = Path(name).expanduser()
+    if local.is_dir() and not any((local / f).is_file() for f in TOKENIZER_FILES):
+        raise MissingFile(
+            f"the {role} directory {name!r} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}). "
+            "A pair decodes with one tokenizer and checks that its models share it: copy the tokenizer the "
+            f"model was trained with into the directory, e.g. the target's for a draft cut or distilled from it "
+            f"(`AutoTokenizer.from_pretrained(<target>).save_pretrained({name!r})`), or point pair.{role} at a "
+            "directory that has one."
+        )
+    return AutoTokenizer.from_pretrained(name, **kwargs)
 
 
 def _prepare_tokenizer(tokenizer: Any) -> Any:
@@ -166,12 +187,12 @@ def load_pair(
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
     `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from diversed.forward import FORWARD_PATHS, use_forward
 
     if forward not in FORWARD_PATHS:
-        raise ValueError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
+        raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
 
     probe_result: list[str | None] = []
 
@@ -191,11 +212,11 @@ def load_pair(
         names["tokenizer"] = tokenizer
     extra = {role: resolve(str(n), role, revision=revision, probe=probe_once) for role, n in names.items()}
 
-    tok_target = AutoTokenizer.from_pretrained(target, revision=revision, **extra["target"])
-    tok_draft = AutoTokenizer.from_pretrained(draft, revision=revision, **extra["draft"])
+    tok_target = load_tokenizer(target, "target", revision=revision, **extra["target"])
+    tok_draft = load_tokenizer(draft, "draft", revision=revision, **extra["draft"])
     check_tokenizers(tok_target, tok_draft, f"target {target!r}", f"draft {draft!r}")
     if tokenizer is not None:
-        tok = AutoTokenizer.from_pretrained(tokenizer, revision=revision, **extra["tokenizer"])
+        tok = load_tokenizer(tokenizer, "tokenizer", revision=revision, **extra["tokenizer"])
         check_tokenizers(tok, tok_target, f"tokenizer {tokenizer!r}", f"target {target!r}")
     else:
         tok = tok_target
@@ -258,7 +279,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
 
         pair = cfg.get("pair", "random-llama-8b-1b")
         if pair not in RANDOM_PAIRS:
-            raise ValueError(f"pair.pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
+            raise ConfigError(f"pair.pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
         configs = {role: LlamaConfig(**RANDOM_SHAPES[shape]) for role, shape in zip(("target", "draft"), RANDOM_PAIRS[pair], strict=True)}
         tok = build_tokenizer()
         identity = {"random": pair, "seed": cfg.get("seed", 0)}
@@ -282,7 +303,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
     vocab = {role: int(t.vocab_size) for role, t in text.items()}
     shared = shared_vocab(vocab["target"], vocab["draft"])
     if len(tok) > shared:
-        raise ValueError(
+        raise ConfigError(
             f"the tokenizer has {len(tok)} tokens but the models' output embeddings only {shared} rows "
             f"(target {vocab['target']}, draft {vocab['draft']}): ids past {shared - 1} have no logits; "
             "use the models' own tokenizer"
@@ -299,7 +320,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
 def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | None):
     """Configs, the checked tokenizer and the identity of each model, from config and tokenizer
     files only."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     from diversed.provenance import model_digest
     from diversed.weights import gguf_source, resolve_model
@@ -316,7 +337,7 @@ def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | No
     roles = {**names, **({"tokenizer": tokenizer} if tokenizer else {})}
     extra = {role: resolve(n, role, revision=revision, probe=probe_once) for role, n in roles.items()}
     configs = {role: AutoConfig.from_pretrained(names[role], revision=revision, **extra[role]) for role in names}
-    toks = {role: AutoTokenizer.from_pretrained(n, revision=revision, **extra[role]) for role, n in roles.items()}
+    toks = {role: load_tokenizer(n, role, revision=revision, **extra[role]) for role, n in roles.items()}
     check_tokenizers(toks["target"], toks["draft"], f"target {names['target']!r}", f"draft {names['draft']!r}")
     identity = {}
     for role, n in names.items():
@@ -375,13 +396,13 @@ def random_pair(
     from diversed.toy_corpus import build_tokenizer
 
     if pair not in RANDOM_PAIRS:
-        raise ValueError(f"random pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
+        raise ConfigError(f"random pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
     if forward not in FORWARD_PATHS:
-        raise ValueError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
+        raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
     dev = _device(device)
     torch_dtype = _dtype(dtype, dev)
     if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
+        raise ConfigError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
     tokenizer = _prepare_tokenizer(build_tokenizer())
     special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                    pad_token_id=tokenizer.pad_token_id)  # fmt: skip
@@ -393,7 +414,7 @@ def random_pair(
         sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
     need, free = sum(sizes) * torch_dtype.itemsize, free_memory(dev)
     if need > 0.9 * free:
-        raise ValueError(
+        raise ConfigError(
             f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
             f"{need / 2**30:.1f} GiB in {str(torch_dtype).removeprefix('torch.')} on {dev}, {free / 2**30:.1f} GiB "
             f"free: use a GPU (--device cuda) and --dtype bfloat16"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diversed.compare import mean_over_seeds
+from diversed.errors import cli
 from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_results
@@ -308,7 +310,8 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
 # ---------------------------------------------------------------------------- CLI
 
 
-def main(argv: Sequence[str] | None = None) -> list[Path]:
+def run(argv: Sequence[str] | None = None) -> list[Path]:
+    """`python -m diversed.plot`: the figures and tables written (printed, one a line)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.plot", description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="+", help="results.jsonl/.parquet files or run directories")
     parser.add_argument("--out", default="outputs/plots", help="output directory (default: %(default)s)")
@@ -333,5 +336,10 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     return paths
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from diversed.errors import ConfigError
 from diversed.provenance import directory_digest
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values L
 
 
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
-    """ValueError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
+    """ConfigError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
     (positions); returns the longest prompt's length. Nothing to check without a card."""
     if card is None or not len(task):
         return 0
@@ -34,7 +35,7 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
         fix = f"set {what}.max_prompt_tokens={room} (long prompts keep their end)" if room > 0 else (
             f"lower {what}.max_new_tokens below {card.positions}"
         )
-        raise ValueError(
+        raise ConfigError(
             f"{task.name}: the longest prompt has {longest} tokens and up to {max_new_tokens} new tokens "
             f"follow, but the pair {card.name} has {card.positions} positions: {fix}, or use models with a "
             "longer context"
@@ -56,7 +57,7 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
     for head in heads:
         config_file = Path(head) / "head_config.json"
         if not config_file.is_file():
-            raise ValueError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
+            raise ConfigError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
                              "(python -m diversed.train with the same pair and task), or leave dynamic out of "
                              "sweep.methods")  # fmt: skip
         weights = Path(head) / WEIGHTS_NAME
@@ -64,7 +65,7 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
             with safe_open(str(weights), "pt") as f:
                 f.keys()
         except Exception as e:  # missing, truncated, not a safetensors file
-            raise ValueError(f"sweep.heads entry {head}: {weights} cannot be read ({e}): copy the head again, "
+            raise ConfigError(f"sweep.heads entry {head}: {weights} cannot be read ({e}): copy the head again, "
                              "or train it again") from None  # fmt: skip
         config = json.loads(config_file.read_text())
         digests[str(head)] = directory_digest(head)
@@ -73,7 +74,7 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
         want = (card.hidden["draft"], card.hidden["target"])
         got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
         if None not in want and tuple(got) != want:
-            raise ValueError(
+            raise ConfigError(
                 f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
                 f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
                 "train a head for this pair"
@@ -89,7 +90,7 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
             log.warning(f"head {head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
                         "(a Hub id on one side, a local directory on the other)")  # fmt: skip
         elif not same and not allow_other_pairs:
-            raise ValueError(
+            raise ConfigError(
                 f"head {head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
                 "its weights were learnt on other models' hidden states. Train a head for this pair "
                 f"(python -m diversed.train with this pair and task), or set sweep.allow_other_pair_heads=true "
@@ -122,7 +123,7 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
     for draft in drafts:
         path = Path(draft)
         if not (path / "config.json").is_file():
-            raise ValueError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
+            raise ConfigError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
                              "with python -m diversed.distill")  # fmt: skip
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer
@@ -152,24 +153,24 @@ def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], wha
     fix = "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), or ckpt_path=null to start afresh"
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
         size = Path(path).stat().st_size
-        raise ValueError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
+        raise ConfigError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
                          f"torch.save writes: cut short, damaged or another kind of file): {fix}")  # fmt: skip
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
     except Exception as e:  # cut short, empty, not a torch file
-        raise ValueError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
+        raise ConfigError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
                          f"{str(e).split('. ')[0]}): {fix}") from None  # fmt: skip
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
-        raise ValueError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
+        raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
     shapes = {k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
               for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}  # fmt: skip
     common = [k for k in shapes if k in expected]
     if expected and not common:
         held = ", ".join(list(shapes)[:3]) or "nothing"
-        raise ValueError(f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}")
+        raise ConfigError(f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}")
     wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
     if wrong:
-        raise ValueError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
+        raise ConfigError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
                          + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "") + f": {fix}")  # fmt: skip
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import lightning as L
 from torch.utils.data import DataLoader, Sampler
 
+from diversed.errors import ConfigError
+
 HOLDOUT = "holdout"
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,7 @@ class PromptDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if val_split == HOLDOUT and not n_val:
-            raise ValueError("data.val_split=holdout needs data.n_val >= 1 examples to hold out of the train split")
+            raise ConfigError("data.val_split=holdout needs data.n_val >= 1 examples to hold out of the train split")
         self.task_factory = task
         self.train_split, self.val_split = train_split, val_split
         self.n_train, self.n_val, self.seed = n_train, n_val, seed
@@ -74,7 +76,7 @@ class PromptDataModule(L.LightningDataModule):
         if self.train_task is not None and self.train_split != self.val_split:
             train_rows = {_row_key(e) for e in self.train_task}
             if all(_row_key(e) in train_rows for e in self.val_task):
-                raise ValueError(
+                raise ConfigError(
                     f"the {self.val_split!r} examples are all in the {self.train_split!r} split: a single "
                     "task.data_files path serves every split; give a mapping instead, e.g. "
                     "task.data_files='{train: train.jsonl, validation: val.jsonl}', or data.val_split=holdout"
@@ -104,7 +106,7 @@ class PromptDataModule(L.LightningDataModule):
                 continue
             keep = [i for i, e in enumerate(task) if _row_key(e) not in seen]
             if not keep:
-                raise ValueError(
+                raise ConfigError(
                     f"every {name!r} example is also in the evaluation split {split!r} (task.split): one "
                     "task.data_files path serves every split; give a split mapping, e.g. "
                     "task.data_files='{train: train.jsonl, test: test.jsonl}'"
@@ -121,7 +123,7 @@ class PromptDataModule(L.LightningDataModule):
         order = list(range(len(full)))
         random.Random(f"holdout-{self.seed}").shuffle(order)
         if len(order) <= self.n_val:
-            raise ValueError(
+            raise ConfigError(
                 f"data.val_split=holdout: the {self.train_split!r} split has {len(order)} examples, not more than "
                 f"data.n_val={self.n_val}; lower data.n_val"
             )

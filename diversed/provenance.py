@@ -11,6 +11,7 @@ A grid point's record is keyed by a fingerprint of everything that determines it
   `$DIVERSED_CACHE/digests.json`, so a file is read once until it changes.
 - `model_digest(directory)`: the digest of a saved model's weights, configuration and tokenizer.
 - `task_settings(task)`: a task's settings with digests of its examples and prompt texts.
+- `machine()`: the CPU, threads, GPU, versions and load a timing was taken with (`bench.py`).
 
 It reads files and writes its cache; it does not load models or decide what a result depends on.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import threading
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,21 @@ def task_settings(task: Any) -> dict[str, Any]:
         "examples": digest(task.examples),
         "prompts": digest([task.full_prompt(e) for e in task.examples]),
     }
+
+
+def machine() -> str:
+    """CPU, threads, versions and load: what a timing needs next to it."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    return (
+        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads{gpu}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, load average {load}"
+    )

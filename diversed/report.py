@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from diversed.compare import mean_over_seeds
+from diversed.errors import cli
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
 from diversed.fronts import choose_on
 from diversed.heads import head_metadata
@@ -217,7 +219,8 @@ def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     return d.merge(sums, on=cols, how="left")
 
 
-def main(argv: Sequence[str] | None = None) -> list[Path]:
+def run(argv: Sequence[str] | None = None) -> list[Path]:
+    """`python -m diversed.report`: the files written (the report's README printed)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.report", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run directories of python -m diversed.evaluate (searched recursively)")
     parser.add_argument("--out", required=True, help="where the report goes")
@@ -240,5 +243,10 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     return paths
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from diversed.errors import ConfigError, MissingFile
 from diversed.methods import FLOAT_KNOBS, check_record_fields
 from diversed.times import TIME_FIELDS, fill_times
 
@@ -349,7 +350,7 @@ def _result_files(path: Path) -> list[Path]:
         return sorted(p for p in path.rglob("results.*") if p.suffix in (".jsonl", ".parquet"))
     if path.suffix in (".jsonl", ".parquet"):
         return [path]
-    raise ValueError(f"{path}: expected a .jsonl or .parquet file or a directory")
+    raise ConfigError(f"{path}: expected a .jsonl or .parquet file or a directory")
 
 
 def load_results(*paths: str | Path) -> pd.DataFrame:
@@ -364,7 +365,7 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
     for p in paths:
         p = Path(p)
         if not p.exists():
-            raise FileNotFoundError(p)
+            raise MissingFile(f"{p} does not exist (give results.jsonl/.parquet files or run directories)")
         for f in _result_files(p):
             if f.suffix == ".parquet":
                 frame = pd.read_parquet(f).astype(object)
@@ -389,16 +390,16 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
 def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
     """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
     dir works), with `run_dir`, the directory holding the file: where the record's per-example rows are
-    (`read_examples(row.run_dir, row.key)`). Raises FileNotFoundError when there is none."""
+    (`read_examples(row.run_dir, row.key)`). Raises MissingFile (a FileNotFoundError) when there is none."""
     frames = []
     for run in run_dirs:
         if not Path(run).exists():
-            raise FileNotFoundError(run)
+            raise MissingFile(f"{run}: no such run directory (give run directories of python -m diversed.evaluate)")
         for f in sorted(Path(run).rglob(_RESULTS_NAME)):
             d = load_results(f)
             d["run_dir"] = str(f.parent)
             frames.append(d)
     if not frames:
-        raise FileNotFoundError(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
+        raise MissingFile(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
                                 "python -m diversed.evaluate")  # fmt: skip
     return pd.concat(frames, ignore_index=True)

@@ -12,6 +12,9 @@
 - `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
   Hydra's override_dirname cut to a length every file system takes, with a digest of the rest;
   `${diversed.pair_name:target,draft}` names a local pair by its models (`pair.pair_name`).
+- `help_groups(choices)` / `module_doc(name)`: the `--help` of the Hydra entry points
+  (`${diversed.groups:...}`, `${diversed.doc:...}` in `configs/hydra/help/`): the config groups the
+  entry point composes, with their options, and what the program does (its docstring).
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
@@ -43,13 +46,37 @@ def short_dirname(name: str, limit: int = 120) -> str:
     return f"{name[: limit - 13]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
+def module_doc(name: str) -> str:
+    """The first paragraph of module `name`'s docstring, on one line (a `--help`'s description)."""
+    import importlib
+
+    doc = importlib.import_module(name).__doc__ or ""
+    return " ".join(doc.strip().split("\n\n")[0].split()).replace("$", "$$")  # $: Hydra's help template
+
+
+def help_groups(choices: Any) -> str:
+    """One line per config group the entry point composes (its `hydra.runtime.choices`, Hydra's own
+    left out, and `+experiment`): the group's options in `configs/`, the one in use marked."""
+    from diversed import CONFIG_DIR
+
+    chosen = {str(k): v for k, v in dict(choices or {}).items() if not str(k).startswith("hydra")}
+    chosen.setdefault("experiment", None)
+    lines = []
+    for group in sorted(chosen, key=lambda g: (g != "experiment", g)):
+        options = sorted(p.stem for p in (Path(CONFIG_DIR) / group).glob("*.yaml"))
+        if options:
+            named = [f"{o} (in use)" if o == chosen[group] else o for o in options]
+            lines.append(f"  {'+' if group == 'experiment' else ''}{group}: {', '.join(named)}")
+    return "\n".join(lines)
+
+
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    if not OmegaConf.has_resolver("diversed.dirname"):
-        OmegaConf.register_new_resolver("diversed.dirname", short_dirname)
-    if not OmegaConf.has_resolver("diversed.pair_name"):  # configs/pair/local.yaml: a name from its models
-        OmegaConf.register_new_resolver("diversed.pair_name", _pair_name)
+    for name, resolver in (("diversed.dirname", short_dirname), ("diversed.doc", module_doc),
+                           ("diversed.groups", help_groups), ("diversed.pair_name", _pair_name)):  # fmt: skip
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
 
 
 def _pair_name(target: Any, draft: Any) -> str:

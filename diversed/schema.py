@@ -21,14 +21,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from diversed.errors import ConfigError
 from diversed.methods import METHOD_NAMES
 from diversed.preflight import LIGHTNING_CKPT_NAMES
 from diversed.runtime import LR_SCHEDULES
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message names each bad key and the fix."""
-
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]

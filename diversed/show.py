@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from diversed.errors import ConfigError, MissingFile, cli
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_runs, read_examples, read_records
 
@@ -72,9 +74,14 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
          num_draft_tokens: int | None = None, methods: Sequence[str] | None = None, everything: bool = False,
          width: int = 100) -> str:  # fmt: skip
     """The side-by-side text (see the module docstring)."""
-    records, temperature, n = choose(read_records(run_dir), temperature, num_draft_tokens, methods)
+    found = read_records(run_dir)
+    if not found:
+        raise MissingFile(f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
+                          "python -m diversed.evaluate")  # fmt: skip
+    records, temperature, n = choose(found, temperature, num_draft_tokens, methods)
     if not records:
-        raise SystemExit(f"{run_dir}: no records to show (at temperature {temperature}, N {n})")
+        raise ConfigError(f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
+                          "--num-draft-tokens, --methods)")  # fmt: skip
     rows = {r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"])} for r in records}
     ids = list(dict.fromkeys(i for r in records for i in rows[r["key"]]))
     if examples:
@@ -164,7 +171,7 @@ def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFram
     (module docstring); returns both tables as written (before any cell became JSON text)."""
     out = Path(out)
     if out.suffix not in EXPORT_FORMATS:
-        raise ValueError(f"--export {out}: its extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
+        raise ConfigError(f"--export {out}: its extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
     records = flatten(load_runs(*run_dirs))
     rows = [{"run_dir": r["run_dir"], **e} for r in records[["run_dir", "key"]].to_dict("records")
             for e in read_examples(r["run_dir"], r["key"])]  # fmt: skip
@@ -175,7 +182,8 @@ def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFram
     return records, examples
 
 
-def main(argv: list[str] | None = None) -> str:
+def run(argv: list[str] | None = None) -> str:
+    """`python -m diversed.show`: the text printed."""
     parser = argparse.ArgumentParser(prog="python -m diversed.show", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="run_dir",
                         help="a run directory of python -m diversed.evaluate (several with --export)")
@@ -206,5 +214,10 @@ def main(argv: list[str] | None = None) -> str:
     return text
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

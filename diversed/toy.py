@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from diversed.errors import cli
 from diversed.toy_corpus import build_tokenizer, corpus, examples
 
 FORMAT_VERSION = 3  # bump when the corpus, tokenizer or training code changes the artefacts (3: two skills)
@@ -397,7 +398,8 @@ load_toy_pair.pair_files = toy_pair_files  # type: ignore[attr-defined]
 # ----------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> Path:
+def run(argv: list[str] | None = None) -> Path:
+    """`python -m diversed.toy`: the pair's directory (printed last)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.toy", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -415,5 +417,10 @@ def main(argv: list[str] | None = None) -> Path:
     return path
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

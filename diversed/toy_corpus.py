@@ -29,6 +29,8 @@ import random
 import string
 from typing import Any
 
+from diversed.errors import ConfigError
+
 OPENERS = ("so", "thus", "then", "well", "hence", "now")
 PHRASES = ("that makes", "we get", "it equals", "this gives", "you get", "it is")
 LOW, HIGH = 10, 99  # operands are two-digit numbers
@@ -61,7 +63,7 @@ def problems(split: str, seed: int = 0, skill: str = "add") -> list[tuple[int, .
     """The problems of `split`: for "add" all two-digit pairs (a, b), for "count" all strings of
     seven letters a-d (as letter indices); shuffled by `seed` and cut into test, validation and train."""
     if split not in SPLITS:
-        raise ValueError(f"unknown toy split {split!r}; choose from {SPLITS}")
+        raise ConfigError(f"unknown toy split {split!r}; choose from {SPLITS}")
     if skill == "add":
         items = [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
         random.Random(f"toy-split-{seed}").shuffle(items)
@@ -69,7 +71,7 @@ def problems(split: str, seed: int = 0, skill: str = "add") -> list[tuple[int, .
         items = list(itertools.product(range(len(COUNT_LETTERS)), repeat=COUNT_LENGTH))
         random.Random(f"toy-count-split-{seed}").shuffle(items)
     else:
-        raise ValueError(f"unknown toy skill {skill!r}; choose from {SKILLS}")
+        raise ConfigError(f"unknown toy skill {skill!r}; choose from {SKILLS}")
     n_test, n_val = SPLIT_SIZES["test"], SPLIT_SIZES["validation"]
     bounds = {"test": (0, n_test), "validation": (n_test, n_test + n_val), "train": (n_test + n_val, len(items))}
     lo, hi = bounds[split]

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
+from diversed.errors import hydra_task
 from diversed.heads import pair_record
 from diversed.inputs import left_pad
 from diversed.preflight import check_checkpoint
@@ -301,6 +302,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra_task
 def main(cfg: DictConfig) -> float | None:
     result = train(cfg)
     print(result["head_dir"])

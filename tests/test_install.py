@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRY_POINTS = {"train": "diversed.train:main", "evaluate": "diversed.evaluate:main", "plot": "diversed.plot:main",
-                "bench": "diversed.bench:main", "toy": "diversed.toy:main", "show": "diversed.show:main"}  # fmt: skip
+# every console script: `main` returns its exit status (tests/test_cli.py runs them)
+ENTRY_POINTS = {name: f"diversed.{name}:main" for name in ("train", "evaluate", "plot", "bench", "toy", "show", "distill",
+                                                           "report", "weights", "drafts")}  # fmt: skip
 
 COMPOSE = """
 import sys

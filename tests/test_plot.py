@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
-from diversed.plot import main, method_label, plot_pareto, summary_table, write_table
+from diversed.plot import method_label, plot_pareto, run, summary_table, write_table
 from diversed.results import ResultStore, load_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_small.jsonl"
@@ -135,7 +135,7 @@ def test_cli_end_to_end(tmp_path, capsys):
             rec, [dict(example_id="0", completion="", score=rec["score"], new_tokens=1, accepted_drafts=0)]
         )
     out = tmp_path / "plots"
-    paths = main(
+    paths = run(
         [str(tmp_path / "multirun"), "--out", str(out), "--num-draft-tokens", "4", "--temperature", "0"]
     )
     names = ["pareto_tiny-pair_gsm8k_T0.png", "pareto_tiny-pair_gsm8k_T0.pdf", "table.md", "table.csv",
@@ -147,7 +147,7 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert table.startswith("N = 4 draft tokens, temperature 0")
     assert "| tiny-pair | Lossless SD | 0.450 | 0.600 |" in table
     with pytest.raises(SystemExit):
-        main([str(run_dir / "examples"), "--out", str(out)])  # no run records there
+        run([str(run_dir / "examples"), "--out", str(out)])  # no run records there
 
 
 # ---------------------------------------------------------------------------- notebook

@@ -14,7 +14,7 @@ from tiny_models import compose_run
 from diversed import published
 from diversed.compare import mean_over_seeds
 from diversed.figures import prop1_gaps, token_class
-from diversed.report import main, write_report
+from diversed.report import run, write_report
 from diversed.results import ResultStore, key_digest, load_results, run_record
 from diversed.tables import paper_table, transfer_table
 
@@ -123,7 +123,7 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
 
 def test_the_report_writes_every_table_and_figure(report_dir):
     out = report_dir / "report"
-    paths = main([str(report_dir / "run"), "--out", str(out), "--paper"])
+    paths = run([str(report_dir / "run"), "--out", str(out), "--paper"])
     assert paths[0] == out / "README.md"
     for name in ("table_T1", "table_T0.1", "transfer_T1", "transfer_T0.1"):
         assert (out / f"{name}.md").is_file() and (out / f"{name}.csv").is_file(), name
@@ -206,7 +206,7 @@ def test_token_classes():
 
 def test_bad_input_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main([str(tmp_path / "missing"), "--out", str(tmp_path / "r")])
+        run([str(tmp_path / "missing"), "--out", str(tmp_path / "r")])
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="no results.jsonl"):
         write_report([tmp_path], tmp_path / "r")

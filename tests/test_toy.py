@@ -144,7 +144,7 @@ def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys)
     config = toy.ToyBuildConfig.tiny()
     assert toy.pair_dir(config, tmp_path) != toy.pair_dir(toy.ToyBuildConfig.tiny(seed=1), tmp_path)
     assert toy.pair_dir(config, tmp_path).parent == tmp_path
-    path = toy.main(["--tiny", "--cache-dir", str(tmp_path)])
+    path = toy.run(["--tiny", "--cache-dir", str(tmp_path)])
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(path)  # the last line is the directory
     assert toy.is_built(path) and path == toy.pair_dir(config, tmp_path)
 
@@ -153,7 +153,7 @@ def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(toy, "build", no_build)
     assert toy.ensure_toy_pair(config, cache_dir=tmp_path) == path
-    assert toy.main(["--tiny", "--cache-dir", str(tmp_path)]) == path
+    assert toy.run(["--tiny", "--cache-dir", str(tmp_path)]) == path
     said = capsys.readouterr()
     assert said.out.strip().splitlines()[-1] == str(path)
     assert "loaded from the cache" in said.err and ": built in" not in said.err  # it says what it did

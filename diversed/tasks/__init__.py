@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from diversed.errors import ConfigError
 from diversed.tasks.base import Task
 from diversed.tasks.cnndm import CNNDailyMail
 from diversed.tasks.gsm8k import GSM8K
@@ -36,7 +37,7 @@ def load_task(
 ) -> Task:
     """Build task `name` (a key of `TASKS`) with its examples loaded; `options` go to its `load`."""
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+        raise ConfigError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
     return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
 
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from diversed.errors import ConfigError
 from diversed.stopping import StopAtText
 from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
 
@@ -36,6 +37,7 @@ class Task:
     revision: ClassVar[str | None] = None
     fields: ClassVar[tuple[str, ...]] = ()
     required_fields: ClassVar[tuple[str, ...] | None] = None  # what scoring needs (default: `fields`)
+    hub_splits: ClassVar[tuple[str, ...]] = ()  # the Hub dataset's splits (another is refused offline); (): unknown
     default_split: ClassVar[str] = "test"
     few_shot_split: ClassVar[str] = "train"
     # How few-shot examples are joined: prompt + target_delimiter + target + fewshot_delimiter.
@@ -60,7 +62,7 @@ class Task:
             self.max_new_tokens = int(max_new_tokens)
         if stop is not None:
             if isinstance(stop, str) or not all(isinstance(x, str) and x for x in stop):
-                raise ValueError(
+                raise ConfigError(
                     f"stop must be a list of non-empty strings, got {stop!r} (quote numbers in overrides: "
                     "task.stop=['\\n\\n','1'])"
                 )
@@ -92,7 +94,8 @@ class Task:
         split = split or cls.default_split
         hub_config = hub_config or cls.dataset_config
         revision = revision or cls.revision
-        rows = load_rows(cls.dataset, hub_config, split, data_files, revision=revision, fields=cls.fields)
+        rows = load_rows(cls.dataset, hub_config, split, data_files, revision=revision, fields=cls.fields,
+                         hub_splits=cls.hub_splits)  # fmt: skip
         where = f"task.data_files ({as_plain(data_files)}), split {split!r}" if data_files else f"{cls.dataset} {split!r}"
         if not rows:
             raise DataFileError(f"{cls.name}: {where} has no rows; give a file with the dataset's rows")
@@ -102,14 +105,13 @@ class Task:
         few_shot: list[dict[str, Any]] = []
         if num_few_shot:
             if data_files is not None and not isinstance(data_files, Mapping):
-                raise ValueError(
+                raise ConfigError(
                     f"{cls.name}: few-shot examples come from the {cls.few_shot_split!r} split, but "
                     f"task.data_files names one split only; give a mapping, e.g. "
                     f"task.data_files={{{split}: ..., {cls.few_shot_split}: ...}}"
                 )
-            pool = load_rows(
-                cls.dataset, hub_config, cls.few_shot_split, data_files, revision=revision, fields=cls.fields
-            )
+            pool = load_rows(cls.dataset, hub_config, cls.few_shot_split, data_files, revision=revision,
+                             fields=cls.fields, hub_splits=cls.hub_splits)  # fmt: skip
             # A different stream from the subset's, so changing n_examples never changes the shots.
             few_shot = subset(pool, num_few_shot, seed + 1, keep_order=False)
         task = cls(examples, few_shot=few_shot, **options)

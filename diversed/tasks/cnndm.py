@@ -26,6 +26,7 @@ class CNNDailyMail(SummarizationTask):
 
     dataset: ClassVar[str] = "abisee/cnn_dailymail"
     dataset_config: ClassVar[str | None] = "3.0.0"
+    hub_splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
     fields: ClassVar[tuple[str, ...]] = ("article", "highlights", "id")
     required_fields: ClassVar[tuple[str, ...] | None] = ("article", "highlights")  # the id is optional
     document_field: ClassVar[str] = "article"

@@ -3,7 +3,8 @@
 `load_rows` reads a split either from local files (`data_files`: JSONL, JSON or parquet rows with
 the dataset's fields, for air-gapped clusters) or from the Hub through `datasets`. It never waits
 on an unreachable Hub: offline (`diversed.hub`'s rule and probe), it fails within seconds and
-names the config key to set instead. `subset` keeps a seed-stable part of the rows.
+names the config key to set instead; a split the Hub dataset does not have (a task's `hub_splits`,
+e.g. GSM8K's validation) is refused before the network is tried. `subset` keeps a seed-stable part of the rows.
 
 It knows nothing about prompts, scores or any particular dataset (the tasks do).
 """
@@ -18,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from diversed import hub
+from diversed.errors import ConfigError, UserError
 
 
-class DatasetUnavailable(RuntimeError):
+class DatasetUnavailable(UserError, RuntimeError):
     """The dataset is neither in local files nor reachable on the Hugging Face Hub."""
 
 
-class DataFileError(ValueError):
+class DataFileError(UserError, ValueError):
     """A local data file is missing or unreadable; the message names the file (and line) and the fix."""
 
 
@@ -97,9 +99,19 @@ def load_rows(
     *,
     revision: str | None = None,
     fields: Sequence[str] = (),
+    hub_splits: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Rows of `split`: from `data_files` if given, else from the Hub (failing fast when offline)."""
+    """Rows of `split`: from `data_files` if given, else from the Hub (failing fast when offline). A
+    split that is not one of the Hub dataset's `hub_splits` (when given) is refused before the network."""
     if data_files is None:
+        if hub_splits and split not in hub_splits:
+            other = "test" if "test" in hub_splits else hub_splits[0]
+            raise ConfigError(
+                f"{dataset!r}{f' (config {config!r})' if config else ''} has no {split!r} split on the Hugging Face "
+                f"Hub, only {', '.join(hub_splits)}: evaluate on one of them (task.split={other}), hold "
+                f"validation examples out of the train split in a training run (data.val_split=holdout), or give "
+                f"local rows for {split!r} (task.data_files={{{split}: <JSONL or parquet file>, ...}})"
+            )
         return _rows_from_hub(dataset, config, split, revision, fields)
     if isinstance(data_files, Mapping):
         if split not in data_files:
@@ -136,7 +148,7 @@ def _rows_from_hub(
     hint = (
         f"Point the task at local files instead: task.data_files=<JSONL or parquet file with the "
         f"fields {', '.join(fields) or 'of the dataset'}> (or a mapping such as "
-        f"task.data_files={{{split}: ..., train: ...}})"
+        f"task.data_files={{{split}: ..., {'test' if split == 'train' else 'train'}: ...}})"
     )
     offline = hub.offline_reason()
     if offline:

@@ -56,6 +56,7 @@ class GSM8K(Task):
 
     dataset: ClassVar[str] = "openai/gsm8k"
     dataset_config: ClassVar[str | None] = "main"
+    hub_splits: ClassVar[tuple[str, ...]] = ("train", "test")  # no validation split
     fields: ClassVar[tuple[str, ...]] = ("question", "answer")
 
     def prompt(self, example: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from diversed import execution
+from diversed.errors import ConfigError
 from diversed.tasks.base import Task
 
 # The first fenced block: an opening ``` with an optional language tag, up to the closing fence
@@ -57,6 +58,7 @@ class MBPP(Task):
 
     dataset: ClassVar[str] = "google-research-datasets/mbpp"
     dataset_config: ClassVar[str | None] = "full"
+    hub_splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test", "prompt")  # full and sanitized alike
     fields: ClassVar[tuple[str, ...]] = ("task_id", "text", "code", "test_list", "test_setup_code")
     target_delimiter: ClassVar[str] = "\n"  # few-shot solutions start on their own line
 
@@ -73,7 +75,7 @@ class MBPP(Task):
     ) -> None:
         execution.require_code_execution(allow_code_execution, "The mbpp task")
         if test_format not in TEST_FORMATS:
-            raise ValueError(f"mbpp test_format must be one of {TEST_FORMATS}, not {test_format!r}")
+            raise ConfigError(f"mbpp test_format must be one of {TEST_FORMATS}, not {test_format!r}")
         super().__init__(examples, **kwargs)
         self.test_format = test_format
         self.allow_code_execution = True
@@ -86,7 +88,7 @@ class MBPP(Task):
         """`subset`: the Hub config, "full" or "sanitized". The opt-in is checked before any loading."""
         execution.require_code_execution(allow_code_execution, "The mbpp task")
         if subset not in ("full", "sanitized"):
-            raise ValueError(f"mbpp subset must be 'full' or 'sanitized', not {subset!r}")
+            raise ConfigError(f"mbpp subset must be 'full' or 'sanitized', not {subset!r}")
         return super().load(hub_config=subset, subset=subset, allow_code_execution=True, **kwargs)
 
     @classmethod

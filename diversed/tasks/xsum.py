@@ -29,6 +29,7 @@ class XSum(SummarizationTask):
     dataset: ClassVar[str] = "EdinburghNLP/xsum"
     dataset_config: ClassVar[str | None] = None  # the conversion's only config
     revision: ClassVar[str | None] = "refs/convert/parquet"
+    hub_splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test")
     fields: ClassVar[tuple[str, ...]] = ("document", "summary", "id")
     required_fields: ClassVar[tuple[str, ...] | None] = ("document", "summary")  # the id is optional
 
