@@ -52,7 +52,7 @@ from diversed import CONFIG_DIR, draft_vocab
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
-from diversed.runtime import finish, fit, optimizers, prepare_training
+from diversed.runtime import finish, fit, optimizers, prepare_training, show_config
 from diversed.stats import Totals
 from diversed.teacher import (
     DIVERGENCES,
@@ -329,7 +329,7 @@ class DistillModule(L.LightningModule):
             return
         metrics = {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call,
                    "val/objective": totals.acceptance_rate}  # fmt: skip
-        self.log_dict(metrics, prog_bar=True)
+        self.log_dict(metrics, prog_bar=True, sync_dist=True)  # already over every process: the mean keeps them
 
 
 def freeze_bottom(model: nn.Module, layers: int) -> None:
@@ -371,10 +371,11 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     from diversed.schema import check_distill
 
     check_distill(cfg)
+    show_config(cfg)
     datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"))
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
-    run = fit(cfg, model, datamodule, weights_only=False)
+    run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")
     if run.state is not None:  # the best draft by the monitored metric
         model.load_state_dict(run.state)
     out_dir = Path(cfg.paths.output_dir) / "draft"

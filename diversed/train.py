@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from diversed import CONFIG_DIR
 from diversed.engine import speculative_generate
 from diversed.inputs import left_pad
-from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
+from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training, show_config
 from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -252,7 +252,8 @@ class DiversedModule(L.LightningModule):
             # what training maximises: task score, plus λ times the acceptance rate
             "val/objective": score + self.hparams.reg_scale * totals.acceptance_rate,
         }
-        self.log_dict({k: float(v) for k, v in metrics.items()}, prog_bar=True)
+        # the values are already over every process (identical on each): sync_dist's mean keeps them
+        self.log_dict({k: float(v) for k, v in metrics.items()}, prog_bar=True, sync_dist=True)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -271,6 +272,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
     check_train(cfg)  # every setting, before anything is read
+    show_config(cfg)
     datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"))
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)

@@ -184,7 +184,7 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
 
 
 def test_multirun_job_directories_stay_short_and_distinct():
-    from diversed.runtime import short_dirname
+    from diversed.jobs import short_dirname
 
     assert short_dirname("seed=0,task=toy") == "seed=0,task=toy"
     long = ",".join(f"sweep.option_{i}=[{i},{i + 1}]" for i in range(20))
