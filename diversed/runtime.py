@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from diversed.jobs import register_resolvers
+from diversed.methods import KNOB_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +93,24 @@ def quiet(verbose: bool = False) -> None:
 
 
 def show_config(cfg: Any) -> None:
-    """Log the job's config as YAML, resolved (interpolations that need what is not there yet,
-    such as Hydra's runtime outside Hydra, left as written)."""
-    from omegaconf import OmegaConf
+    """Log the job's config as YAML, each value resolved where it can be (one that needs what is
+    not there, such as Hydra's runtime outside Hydra, as written); once in a distributed run."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    if os.environ.get("LOCAL_RANK", "0") != "0":  # a distributed run's other processes: said once
-        return
-    try:
-        text = OmegaConf.to_yaml(cfg, resolve=True)
-    except OmegaConfBaseException:
-        text = OmegaConf.to_yaml(cfg)
-    log.info("Config:\n" + text.rstrip())
+    def resolved(node: Any) -> Any:
+        if not isinstance(node, DictConfig | ListConfig):
+            return node
+        raw, out = OmegaConf.to_container(node, resolve=False), {}
+        for key in range(len(node)) if isinstance(node, ListConfig) else node.keys():
+            try:
+                out[key] = resolved(node[key])
+            except OmegaConfBaseException:
+                out[key] = raw[key]
+        return list(out.values()) if isinstance(node, ListConfig) else out
+
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # a distributed run's other processes: said once
+        log.info("Config:\n" + OmegaConf.to_yaml(resolved(cfg)).rstrip())
 
 
 def _sweep() -> tuple[str | None, str | None]:
@@ -162,11 +169,10 @@ class PointLog:
     wandb can, so a killed job keeps its rows), never as steps of a chart; to any other logger (CSV),
     the record's numbers and names as one row, the point's index as its step."""
 
-    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", "weight", "head", "draft_model",
-               "lenience", "cascade_rule", "cascade_alpha", "typical_epsilon", "typical_delta", "seed",
-               "n_examples", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha",
-               "tokens_per_target_call", "mean_accepted_length", "mean_w", "new_tokens", "wall_time_s",
-               "normalized_time", "tokens_per_s", "latency_s", "normalized_latency", "key")  # fmt: skip
+    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", *KNOB_FIELDS, "seed", "n_examples",
+               "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "tokens_per_target_call",
+               "mean_accepted_length", "mean_w", "new_tokens", "wall_time_s", "normalized_time", "tokens_per_s",
+               "latency_s", "normalized_latency", "key")  # fmt: skip
 
     def __init__(self, loggers: list[Any]) -> None:
         self.loggers, self.rows, self.table = loggers, [], None
@@ -183,7 +189,7 @@ class PointLog:
     def _table(self) -> Any:
         import wandb
 
-        try:  # wandb >= 0.19: only the new rows are written each time
+        try:  # a wandb with incremental tables: only the new rows are written each time
             if self.table is None:
                 self.table = wandb.Table(columns=list(self.COLUMNS), log_mode="INCREMENTAL", allow_mixed_types=True)
             self.table.add_data(*self.rows[-1])
@@ -196,11 +202,11 @@ def progress_bar() -> Any:
     """Lightning's rich bar (its default where rich is installed; None: its tqdm bar), whose title read
     `Epoch 0/-2` when training runs by steps (max_epochs = -1): here `Epoch 0 · steps 1-20 of 200`.
     The logger's version is left out of its metrics."""
-    from lightning.pytorch.callbacks import RichProgressBar
-    from lightning.pytorch.callbacks.progress.rich_progress import _RICH_AVAILABLE
+    import importlib.util
 
-    if not _RICH_AVAILABLE:
+    if importlib.util.find_spec("rich") is None:
         return None
+    from lightning.pytorch.callbacks import RichProgressBar
 
     class StepsBar(RichProgressBar):
         def _get_train_description(self, current_epoch: int) -> str:
