@@ -1,4 +1,4 @@
-"""How an entry point runs: torch threads, quiet third-party output, and one logger run per job.
+"""How an entry point runs: torch threads, quiet third-party output, its config, and one logger run per job.
 
 - `set_threads(n)`: `runtime.threads` in the train and evaluate configs. Two CPU jobs side by side
   with torch's default threads each (one per core) fight over the cores: a toy training took 259 s
@@ -20,7 +20,7 @@
 - `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
   `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
-It does not decide what is logged (the entry points do).
+It does not decide what a training run logs (its module does) nor where a job writes (`jobs.py`).
 """
 
 from __future__ import annotations

@@ -89,10 +89,19 @@ def run_hydra(monkeypatch, tmp_path):
 
         quiet = ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
         monkeypatch.setattr(sys, "argv", ["prog", *args, *quiet])
+        # Hydra configures logging (dictConfig disables the loggers that exist): put it back after
+        root = logging.getLogger()
+        state = (root.level, list(root.handlers), {n: g.disabled for n, g in logging.Logger.manager.loggerDict.items()
+                                                  if isinstance(g, logging.Logger)})  # fmt: skip
         try:
             hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(task)()
         finally:
             GlobalHydra.instance().clear()
+            root.setLevel(state[0])
+            root.handlers[:] = state[1]
+            for name, g in logging.Logger.manager.loggerDict.items():
+                if isinstance(g, logging.Logger):
+                    g.disabled = state[2].get(name, False)
         return seen
 
     return run
