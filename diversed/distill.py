@@ -53,7 +53,7 @@ from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.errors import ConfigError, MissingPackage, hydra_task
 from diversed.inputs import left_pad
-from diversed.runtime import finish, fit, optimizers, prepare_training
+from diversed.runtime import finish, fit, optimizers, prepare_training, show_config
 from diversed.stats import Totals
 from diversed.teacher import (
     DIVERGENCES,
@@ -330,7 +330,7 @@ class DistillModule(L.LightningModule):
             return
         metrics = {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call,
                    "val/objective": totals.acceptance_rate}  # fmt: skip
-        self.log_dict(metrics, prog_bar=True)
+        self.log_dict(metrics, prog_bar=True, sync_dist=True)  # already over every process: the mean keeps them
 
 
 def freeze_bottom(model: nn.Module, layers: int) -> None:
@@ -373,6 +373,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     from diversed.schema import check_distill
 
     check_distill(cfg)
+    show_config(cfg)
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and the draft's shapes (safetensors headers)
         expected = {f"draft.{k}": shape for k, shape in model_shapes(card, "draft").items()}
@@ -381,7 +382,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), before_weights=fits)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
-    run = fit(cfg, model, datamodule, weights_only=False)
+    run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")
     if run.state is not None:  # the best draft by the monitored metric
         model.load_state_dict(run.state)
     out_dir = Path(cfg.paths.output_dir) / "draft"

@@ -48,13 +48,14 @@ from diversed.engine import speculative_generate
 from diversed.errors import hydra_task
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
+from diversed.jobs import parallel_launcher
 from diversed.methods import METHOD_NAMES, METHODS, head_label
 from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
 from diversed.results import ResultStore, grid_key
-from diversed.runtime import finish, instantiate, make_loggers, quiet, set_threads
+from diversed.runtime import PointLog, finish, instantiate, make_loggers, quiet, set_threads, show_config
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -307,6 +308,7 @@ def _keep_settings(run_dir: Path, key: str, settings: dict[str, Any], cfg: DictC
 def evaluate(cfg: DictConfig) -> Path:
     """Run every grid point not yet in the run directory; returns the directory."""
     check_evaluate(cfg)  # every setting, before anything is read
+    show_config(cfg)
     set_threads(cfg.get("runtime", {}).get("threads"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     sweep, timing = cfg.sweep, OmegaConf.to_container(cfg.timing, resolve=True)
@@ -358,9 +360,14 @@ def evaluate(cfg: DictConfig) -> Path:
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)
     heads, drafts = load_heads(list(head_digests), pair), load_drafts(list(draft_digests), pair)
-    loggers = make_loggers(cfg)
+    loggers = make_loggers(cfg, job_type="evaluate")
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    points_log, beside = PointLog(loggers), parallel_launcher()
+    if beside and (timing["repeats"] or timing.get("latency")):
+        log.warning(f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
+                    "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
+                    "and time later; the records say parallel_launcher")  # fmt: skip
     base = {baseline_key(r): r for r in store.records() if r["method"] == BASELINE}  # the time baselines
     progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
@@ -375,7 +382,7 @@ def evaluate(cfg: DictConfig) -> Path:
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields |= measured(fields)
             fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
-                                "device": str(pair.device)}  # fmt: skip
+                                "device": str(pair.device)} | ({"parallel_launcher": beside} if beside else {})  # fmt: skip
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
                 if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
@@ -385,8 +392,7 @@ def evaluate(cfg: DictConfig) -> Path:
                 base[baseline_key(record)] = record
             record |= normalized(record, base.get(baseline_key(record)))
             record = store.write(record, rows)
-            for lg in loggers:
-                lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"}, step=index)
+            points_log.add(record, index)
             log.info(_line(record))
     finish(loggers)
     return run_dir

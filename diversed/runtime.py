@@ -1,4 +1,4 @@
-"""How an entry point runs: torch threads, quiet third-party output, and one logger run per job.
+"""How an entry point runs: torch threads, quiet third-party output, its config, and one logger run per job.
 
 - `set_threads(n)`: `runtime.threads` in the train and evaluate configs. Two CPU jobs side by side
   with torch's default threads each (one per core) fight over the cores: a toy training took 259 s
@@ -6,12 +6,14 @@
 - `quiet()`: third-party start-up noise (transformers' weight-loading bars and advice, Lightning's
   tips, known harmless warnings) off unless `runtime.verbose` is true; our own log lines stay.
 - `instantiate(cfg)`: Hydra's, with our errors unwrapped (the message says what to set).
-- `make_loggers(cfg)` / `finish(loggers)`: the configured Lightning loggers (CSV, wandb offline),
-  each job of a Hydra multirun in its own run (wandb would otherwise reuse the first job's run),
-  closed at the end of the job.
-- `short_dirname(name)`: a multirun job's directory (`${diversed.dirname:...}` in the hydra config),
-  Hydra's override_dirname cut to a length every file system takes, with a digest of the rest;
-  `${diversed.pair_name:target,draft}` names a local pair by its models (`pair.pair_name`).
+- `show_config(cfg)`: the job's config, resolved where it can be, in the log at the start.
+- `make_loggers(cfg, job_type)` / `finish(loggers)`: the configured Lightning loggers (CSV by
+  default; wandb when asked, offline and silent unless set otherwise), each job of a Hydra
+  multirun in its own wandb run, grouped by the sweep's directory; closed at the end of the job.
+- `PointLog`: an evaluation's records to those loggers: one CSV row per grid point, and one row
+  per point of a wandb Table logged as points finish (a killed job keeps what it logged).
+- `progress_bar()`: Lightning's bar, reading steps when training runs by steps.
+- `${diversed.pair_name:target,draft}` names a local pair by its models (`pair.pair_name`).
 - `help_groups(choices)` / `module_doc(name)`: the `--help` of the Hydra entry points
   (`${diversed.groups:...}`, `${diversed.doc:...}` in `configs/hydra/help/`): the config groups the
   entry point composes, with their options, and what the program does (its docstring).
@@ -22,28 +24,22 @@
 - `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
   `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
-It does not decide what is logged (the entry points do).
+It does not decide what a training run logs (its module does) nor where a job writes (`jobs.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from diversed.jobs import register_resolvers
+from diversed.methods import KNOB_FIELDS
+
 log = logging.getLogger(__name__)
-
-
-def short_dirname(name: str, limit: int = 120) -> str:
-    """`name` if it is at most `limit` characters, else its start and a digest of the whole
-    (a file name stops at 255 bytes; a sweep with many overrides names its jobs longer)."""
-    if len(name) <= limit:
-        return name
-    import hashlib
-
-    return f"{name[: limit - 13]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
 
 
 def module_doc(name: str) -> str:
@@ -73,8 +69,8 @@ def help_groups(choices: Any) -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    for name, resolver in (("diversed.dirname", short_dirname), ("diversed.doc", module_doc),
-                           ("diversed.groups", help_groups), ("diversed.pair_name", _pair_name)):  # fmt: skip
+    for name, resolver in (("diversed.doc", module_doc), ("diversed.groups", help_groups),
+                           ("diversed.pair_name", _pair_name)):  # fmt: skip
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 
@@ -86,6 +82,7 @@ def _pair_name(target: Any, draft: Any) -> str:
 
 
 _register_resolvers()
+register_resolvers()  # the hydra configs' ${diversed.*} (diversed/jobs.py), before Hydra composes
 
 # Messages that say nothing to a user of these entry points (each seen on every run).
 _NOISE = (
@@ -133,36 +130,68 @@ def quiet(verbose: bool = False) -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                 "lightning.pytorch.accelerators.cuda", "huggingface_hub", "datasets"):  # fmt: skip
+                 "lightning.fabric.utilities.seed", "lightning.pytorch.accelerators.cuda", "huggingface_hub",
+                 "datasets"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _job_suffix() -> str | None:
-    """'-<job number>' inside a Hydra multirun job, else None."""
+def show_config(cfg: Any) -> None:
+    """Log the job's config as YAML, each value resolved where it can be (one that needs what is
+    not there, such as Hydra's runtime outside Hydra, as written); once in a distributed run."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    def resolved(node: Any) -> Any:
+        if not isinstance(node, DictConfig | ListConfig):
+            return node
+        raw, out = OmegaConf.to_container(node, resolve=False), {}
+        for key in range(len(node)) if isinstance(node, ListConfig) else node.keys():
+            try:
+                out[key] = resolved(node[key])
+            except OmegaConfBaseException:
+                out[key] = raw[key]
+        return list(out.values()) if isinstance(node, ListConfig) else out
+
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # a distributed run's other processes: said once
+        log.info("Config:\n" + OmegaConf.to_yaml(resolved(cfg)).rstrip())
+
+
+def _sweep() -> tuple[str | None, str | None]:
+    """('-<job number>', the sweep's directory) inside a Hydra multirun job, else (None, None)."""
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
-        return f"-{hc.job.num}" if hc.mode == RunMode.MULTIRUN else None
+        return (f"-{hc.job.num}", str(hc.sweep.dir)) if hc.mode == RunMode.MULTIRUN else (None, None)
     except Exception:  # not under Hydra (tests call the functions directly)
-        return None
+        return None, None
 
 
-def make_loggers(cfg: Any) -> list[Any]:
-    """The Lightning loggers of `cfg.logger` (a group of `_target_` entries); in a multirun each
-    job's wandb run gets its own name (the job number appended)."""
+def make_loggers(cfg: Any, job_type: str | None = None) -> list[Any]:
+    """The Lightning loggers of `cfg.logger` (a group of `_target_` entries). A wandb run gets the
+    entry point as its `job_type` and, in a multirun, the job number appended to its name and the
+    sweep's directory as its `group` (the entry's own settings win); wandb's console output is
+    what `logger.wandb.settings` says (silent by default)."""
     import hydra
 
-    suffix = _job_suffix()
+    suffix, sweep_dir = _sweep()
     loggers = []
     for entry in (cfg.get("logger") or {}).values():
         if not entry or "_target_" not in entry:
             continue
         extra = {}
-        if suffix and "Wandb" in str(entry["_target_"]) and entry.get("name"):
-            extra["name"] = f"{entry['name']}{suffix}"
-        loggers.append(hydra.utils.instantiate(entry, **extra))
+        if "Wandb" in str(entry["_target_"]):
+            if suffix and entry.get("name"):
+                extra["name"] = f"{entry['name']}{suffix}"
+            if sweep_dir and not entry.get("group"):
+                extra["group"] = sweep_dir
+            if job_type and not entry.get("job_type"):
+                extra["job_type"] = job_type
+        lg = hydra.utils.instantiate(entry, **extra)
+        if "Wandb" in type(lg).__name__:
+            lg._wandb_init.pop("anonymous", None)  # Lightning always passes it; wandb warns it has no effect
+        loggers.append(lg)
     return loggers
 
 
@@ -175,6 +204,66 @@ def finish(loggers: list[Any], status: str = "success") -> None:
 
             if wandb.run is not None:
                 wandb.finish()
+
+
+class PointLog:
+    """An evaluation's records to its loggers as they are written: to wandb, one row per grid point
+    of the Table `points` (the point's settings and results, `COLUMNS`; logged incrementally where
+    wandb can, so a killed job keeps its rows), never as steps of a chart; to any other logger (CSV),
+    the record's numbers and names as one row, the point's index as its step."""
+
+    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", *KNOB_FIELDS, "seed", "n_examples",
+               "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "tokens_per_target_call",
+               "mean_accepted_length", "mean_w", "new_tokens", "wall_time_s", "normalized_time", "tokens_per_s",
+               "latency_s", "normalized_latency", "key")  # fmt: skip
+
+    def __init__(self, loggers: list[Any]) -> None:
+        self.loggers, self.rows, self.table = loggers, [], None
+
+    def add(self, record: dict[str, Any], index: int) -> None:
+        self.rows.append([record.get(c) for c in self.COLUMNS])
+        for lg in self.loggers:
+            if type(lg).__name__ == "WandbLogger":
+                lg.experiment.log({"points": self._table()})
+            else:
+                lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"},
+                               step=index)  # fmt: skip
+
+    def _table(self) -> Any:
+        import wandb
+
+        try:  # a wandb with incremental tables: only the new rows are written each time
+            if self.table is None:
+                self.table = wandb.Table(columns=list(self.COLUMNS), log_mode="INCREMENTAL", allow_mixed_types=True)
+            self.table.add_data(*self.rows[-1])
+            return self.table
+        except TypeError:  # older wandb: the whole table again
+            return wandb.Table(columns=list(self.COLUMNS), data=self.rows, allow_mixed_types=True)
+
+
+def progress_bar() -> Any:
+    """Lightning's rich bar (its default where rich is installed; None: its tqdm bar), whose title read
+    `Epoch 0/-2` when training runs by steps (max_epochs = -1): here `Epoch 0 · steps 1-20 of 200`.
+    The logger's version is left out of its metrics."""
+    import importlib.util
+
+    if importlib.util.find_spec("rich") is None:
+        return None
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    class StepsBar(RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            t = self.trainer
+            if t.max_epochs != -1 or t.max_steps < 1:
+                return super()._get_train_description(current_epoch)
+            first = t.global_step + 1
+            return f"Epoch {current_epoch} · steps {first}-{first - 1 + int(self.total_train_batches)} of {t.max_steps}"
+
+        def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
+            return {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k != "v_num"}
+
+    # in a log file (no terminal) one wide line, not the metrics wrapped at 80 columns one per line
+    return StepsBar(console_kwargs=None if sys.stdout.isatty() else {"width": 250})
 
 
 def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any = None) -> tuple[Any, Any]:
@@ -225,6 +314,16 @@ def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_s
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
+def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
+    if not ckpt_path:
+        return
+    if Path(ckpt_path).resolve().parent.parent == out.resolve():
+        log.info(f"Resuming in place from {ckpt_path}: logs, checkpoints and the export continue in {out}")
+    else:
+        log.info(f"Resuming from {ckpt_path}, which is not in <run dir>/checkpoints/ of this run: this run "
+                 f"writes to {out}")  # fmt: skip
+
+
 class Fitted(NamedTuple):
     metrics: dict[str, float]  # the trainer's last callback metrics
     best: str  # the best checkpoint's path ("" without a monitored checkpoint)
@@ -233,19 +332,24 @@ class Fitted(NamedTuple):
     loggers: list[Any]  # to `finish` once the export is written
 
 
-def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True) -> Fitted:
-    """Instantiate `cfg.callbacks`, the loggers and `cfg.trainer`; fit `model` (resuming from
-    `cfg.ckpt_path`); write the latest state, optimizer included, to
-    `<paths.output_dir>/checkpoints/last.ckpt`; load the best checkpoint's state dict."""
+def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job_type: str = "train") -> Fitted:
+    """Instantiate `cfg.callbacks` (and the progress bar), the loggers (`job_type`: the entry point)
+    and `cfg.trainer`; fit `model` (resuming from `cfg.ckpt_path`); write the latest state,
+    optimizer included, to `<paths.output_dir>/checkpoints/last.ckpt`; load the best checkpoint's
+    state dict."""
     import hydra
     import torch
     from omegaconf import OmegaConf
 
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
-    loggers = make_loggers(cfg)
+    bar = progress_bar() if cfg.trainer.get("enable_progress_bar", True) else None
+    if bar is not None and not any("ProgressBar" in type(c).__name__ for c in callbacks):
+        callbacks.append(bar)
+    loggers = make_loggers(cfg, job_type=job_type)
     trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
+    _say_where_it_resumes(cfg.get("ckpt_path"), Path(cfg.paths.output_dir))
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=weights_only)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)

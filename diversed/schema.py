@@ -173,6 +173,19 @@ class TrainerSettings(_Model):
     max_epochs: int | None = None
     val_check_interval: Annotated[float, Field(gt=0)] | None = None
     gradient_clip_val: Annotated[float, Field(ge=0)] | None = None
+    strategy: Any = "auto"
+    devices: Any = "auto"
+    num_nodes: int = 1
+
+    @model_validator(mode="after")
+    def _processes(self) -> TrainerSettings:
+        one = self.devices in (1, "1") or (isinstance(self.devices, list) and len(self.devices) == 1)
+        if str(self.strategy).startswith(("ddp", "fsdp", "deepspeed")) and one and self.num_nodes == 1:
+            raise ValueError(f"trainer.strategy={self.strategy} with trainer.devices={self.devices} and "
+                             "trainer.num_nodes=1 runs one process (an experiment's trainer.devices: 1 wins over "
+                             "trainer=ddp's): set trainer.devices=N (with trainer.accelerator=cpu for N CPU "
+                             "processes) or leave trainer=ddp out")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _length(self) -> TrainerSettings:

@@ -177,19 +177,24 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
         sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",
         "seed=0,1", "task.n_examples=4", "task.max_new_tokens=4", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
         "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]", f"hydra.sweep.dir={tmp_path}",
-        "timing.repeats=1",
+        "timing.repeats=1", "sweep.num_seeds=1",
         *pair_overrides(toy_tiny_dir),
     ]  # fmt: skip
     subprocess.run(cmd, check=True, timeout=900)
     df = load_results(tmp_path)
     assert sorted(df.seed.unique().tolist()) == [0, 1] and len(df) == 6
-    assert len(list(tmp_path.glob("*/results.jsonl"))) == 2
+    # each job's directory named by what the sweep varies (diversed/jobs.py), under either launcher
+    assert sorted(p.parent.name for p in tmp_path.glob("*/results.jsonl")) == ["seed=0", "seed=1"]
+    # joblib's default n_jobs=-1 times the jobs side by side: each record says so
+    beside = {(t or {}).get("parallel_launcher") for t in df.timing}
+    assert beside == ({"joblib n_jobs=-1"} if launcher == "joblib" else {None})
 
 
 def test_multirun_job_directories_stay_short_and_distinct():
-    from diversed.runtime import short_dirname
+    from diversed.jobs import short_dirname
 
     assert short_dirname("seed=0,task=toy") == "seed=0,task=toy"
+    assert short_dirname("pair.target=/m/t") == "pair.target=_m_t" and short_dirname("") == "single"
     long = ",".join(f"sweep.option_{i}=[{i},{i + 1}]" for i in range(20))
     a, b = short_dirname(long), short_dirname(long.replace("option_19", "option_x"))
     assert len(a) == len(b) == 120 and a != b and a == short_dirname(long) and a.startswith(long[:100])

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from diversed.results import ResultStore, load_runs, run_record
-from diversed.show import examples_file, export, main
+from diversed.show import examples_file, export, run
 
 
 def _run(run_dir, n_points: int, n_examples: int) -> ResultStore:
@@ -31,7 +31,7 @@ def _run(run_dir, n_points: int, n_examples: int) -> ResultStore:
 def test_export_round_trips_records_and_rows(tmp_path, ext):
     a, b = _run(tmp_path / "runs" / "a", 3, 5), _run(tmp_path / "runs" / "b", 2, 4)
     out = tmp_path / "out" / f"all{ext}"
-    text = main([str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b"), "--export", str(out)])
+    text = run([str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b"), "--export", str(out)])
     assert "5 records" in text and "23 per-example rows" in text
     assert examples_file(out) == tmp_path / "out" / f"all.examples{ext}"
 
@@ -58,11 +58,11 @@ def test_export_round_trips_records_and_rows(tmp_path, ext):
 def test_export_refuses_an_unknown_format_and_missing_runs(tmp_path, capsys):
     _run(tmp_path / "a", 1, 2)
     with pytest.raises(SystemExit) as e:
-        main([str(tmp_path / "a"), "--export", str(tmp_path / "out.xlsx")])
+        run([str(tmp_path / "a"), "--export", str(tmp_path / "out.xlsx")])
     assert e.value.code == 2 and ".parquet, .csv, .jsonl" in capsys.readouterr().err
     with pytest.raises(ValueError, match="extension"):
         export([tmp_path / "a"], tmp_path / "out.txt")
     with pytest.raises(FileNotFoundError):
         export([tmp_path / "nowhere"], tmp_path / "out.csv")
     with pytest.raises(SystemExit):  # several run dirs are for --export only
-        main([str(tmp_path / "a"), str(tmp_path / "a")])
+        run([str(tmp_path / "a"), str(tmp_path / "a")])

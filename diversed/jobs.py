@@ -1,0 +1,100 @@
+"""Where a Hydra job writes, and what it knows of the jobs beside it.
+
+- `run_dir(ckpt_path, new)`: `${diversed.run_dir:...}` in `hydra/default.yaml`. A training run
+  resumed from `<run>/checkpoints/<name>.ckpt` writes to `<run>` again (its logs, checkpoints and
+  exported head or draft continue there; Hydra keeps the resumed run's config apart,
+  `config_subdir`); a checkpoint outside that layout, or none, gets `new` (a new timestamped
+  directory).
+- `NameJobsBySweep`: a Hydra callback (`hydra/evaluate.yaml`) that names a multirun's jobs by the
+  overrides swept on the command line (`seed=0,1 task=gsm8k,xsum` gives `seed=0,task=gsm8k`, ...;
+  `choice(...)`, `range(...)`, globs and `hydra.sweeper.params` count as sweeps): the fixed
+  overrides are left out of Hydra's `override_dirname`, so a long command no longer cuts the
+  differing part off, and the same command maps to the same directories (resume).
+- `short_dirname(name)`: a job directory's name (`${diversed.dirname:...}`), cut with a digest of
+  the whole past 120 characters, path separators replaced.
+- `parallel_launcher()`: the launcher running this job beside others (joblib with n_jobs != 1),
+  or None: times measured side by side are not comparable.
+
+It launches nothing (Hydra's launchers do) and decides nothing about what a job computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+
+def short_dirname(name: str, limit: int = 120) -> str:
+    """`name` with path separators replaced (a swept path would nest directories), as it is if at
+    most `limit` characters, else its start and a digest of the whole (a file name stops at 255
+    bytes); "" (a multirun with nothing swept) gives "single"."""
+    name = name.replace("/", "_") or "single"
+    if len(name) <= limit:
+        return name
+    return f"{name[: limit - 13]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def run_dir(ckpt_path: Any, new: str) -> str:
+    """The run directory of an existing `<run>/checkpoints/<file>` (resume in place), else `new`."""
+    ckpt = Path(str(ckpt_path)) if ckpt_path else None
+    if ckpt is not None and ckpt.parent.name == "checkpoints" and ckpt.is_file():
+        return str(ckpt.parent.parent)
+    return new
+
+
+def config_subdir(ckpt_path: Any, now: str) -> str:
+    """Where Hydra saves the job's config in its run directory: `.hydra`, and `.hydra/resumed_<now>`
+    for a run resumed in place (the first run's config stays as it was)."""
+    return f".hydra/resumed_{now}" if run_dir(ckpt_path, "") else ".hydra"
+
+
+class NameJobsBySweep(Callback):
+    """Before a multirun's jobs are launched, leave every override that is not swept out of the
+    jobs' `override_dirname` (the jobs' configs are composed from the multirun's own overrides, so
+    this reaches every launcher: in-process, joblib workers, a cluster)."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import read_write
+
+        hydra_cfg = config.hydra
+        given = OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task))
+        swept = {o.key_or_group for o in given if o.is_sweep_override()}
+        swept |= set((hydra_cfg.sweeper.get("params") or {}).keys())  # sweeps written in the config
+        excluded = set(hydra_cfg.job.config.override_dirname.exclude_keys) - swept
+        excluded |= {o.key_or_group for o in given} - swept
+        keys = ",".join(f"'{k}'" for k in sorted(excluded))
+        with read_write(hydra_cfg.overrides):
+            hydra_cfg.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{keys}]")
+
+
+def parallel_launcher() -> str | None:
+    """'joblib n_jobs=<n>' when this job runs under Hydra's joblib launcher with n_jobs != 1 (jobs
+    side by side on one machine), else None (not under Hydra, one job at a time)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        launcher = HydraConfig.get().launcher
+    except Exception:  # not under Hydra (tests call the entry points' functions directly)
+        return None
+    n_jobs = launcher.get("n_jobs")
+    if "joblib" in str(launcher.get("_target_", "")).lower() and n_jobs != 1:
+        return f"joblib n_jobs={n_jobs}"
+    return None
+
+
+def register_resolvers() -> None:
+    """`diversed.dirname`, `diversed.run_dir` and `diversed.config_subdir` for the hydra configs
+    (registered when the entry points import `runtime`, before Hydra composes)."""
+    from omegaconf import OmegaConf
+
+    for name, fn in (("diversed.dirname", short_dirname), ("diversed.run_dir", run_dir),
+                     ("diversed.config_subdir", config_subdir)):  # fmt: skip
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+register_resolvers()
