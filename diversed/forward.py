@@ -30,7 +30,6 @@ the caller's no-grad/inference mode) and it does not support sliding windows in 
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import weakref
@@ -89,11 +88,12 @@ class _Layer(NamedTuple):
 CPU_COPY_BYTES = 64 * 2**20
 
 
-@functools.cache
-def _cache_name(model_type: type) -> str:
+def _cache_name(model: nn.Module) -> str:
     """The KV-cache argument's name: transformers 5.x renamed `past_key_values` to `cache` (the old
-    name warns on every call until 5.40); earlier releases know only the old one."""
-    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+    name warns on every call until 5.40); earlier releases know only the old one. A wrapper (peft's
+    LoRA) passes it on to the model it wraps, whose name counts."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
 def _weight_t(weight: Tensor, copy: bool) -> Tensor:
@@ -369,7 +369,7 @@ class SlotModel:
         else:
             attention = slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end]
             out = self.model(input_ids=ids[:, start:end], attention_mask=attention, position_ids=pos[:, start:end],
-                             **{_cache_name(type(self.model)): self.cache}, use_cache=True, output_hidden_states=self.hidden,
+                             **{_cache_name(self.model): self.cache}, use_cache=True, output_hidden_states=self.hidden,
                              **({"logits_to_keep": keep} if how.keep else {}))  # fmt: skip
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
@@ -431,7 +431,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         for start, end, keep in ((0, 3, 1), (3, 6, 3)):
             logits, _ = general.forward(ids, mask, pos, end, keep)
             hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
-                          **{_cache_name(type(base)): cache}, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
+                          **{_cache_name(base): cache}, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
             pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
     except Exception as e:  # any surprise in the model's internals: the general way, and say why
         return None, f"the direct forward raised {type(e).__name__}: {e}", True

@@ -161,7 +161,7 @@ def test_unknown_keys_are_found_in_every_kind_of_section():
     overrides = ["+experiment=distill_toy", "+distill.lora_r=4", "distill.lora={r: 4, alpha: 8}", "+model.reg_scal=1",
                  "+distill.optimizer.betas=[0.9,0.99]", "+trainer.accumulate_grad_batches=2", "+paths.mine=x",
                  "+callbacks.stop={_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: x, patiense: 3}",
-                 "+logger.wandb.tags=[a]", "+logger.csv.save_dirr=x", "+runtime.thread=1"]  # fmt: skip
+                 "logger=wandb", "+logger.wandb.tags=[a]", "+logger.csv.save_dirr=x", "+runtime.thread=1"]  # fmt: skip
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
         cfg = compose("distill", overrides=overrides)
     with pytest.raises(ConfigError) as err:
