@@ -167,9 +167,13 @@ def per_example(records: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[str, float]:
-    """Score, acceptance rate and α of one setting with their intervals, from `per_example` rows."""
+    """Score, acceptance rate and α of one setting with their intervals, from `per_example` rows (the
+    cluster bootstrap over examples; a score of 0 or 1 on every example: `mean_interval`'s Wilson)."""
     out: dict[str, float] = {}
-    score = bootstrap_interval(_mean, [ex["score"]], confidence=confidence)
+    s = ex["score"].to_numpy(dtype=float)
+    # every example right (or every one wrong) leaves nothing to resample: Wilson's interval over the examples
+    constant = len(s) > 1 and np.ptp(s) == 0 and np.isin(s, SCORE_RANGE).all()
+    score = mean_interval(s, confidence) if constant else bootstrap_interval(_mean, [s], confidence=confidence)
     out.update(zip(("score", *INTERVALS["score"]), score, strict=True))
     for field, denominator in (("acceptance_rate", "proposed"), ("alpha", "verified")):
         if ex[denominator].notna().all() and ex["accepted"].notna().all() and ex[denominator].sum() > 0:

@@ -12,6 +12,7 @@ from scipy import stats
 
 from diversed.compare import (
     bootstrap_interval,
+    cell_intervals,
     mean_interval,
     mean_over_seeds,
     non_inferior,
@@ -75,6 +76,18 @@ def test_mean_interval_of_0_1_scores_is_wilson_and_stays_in_range():
     # other bounds: the same interval, rescaled
     assert mean_interval([-1.0, 1.0, 1.0, 1.0], bounds=(-1.0, 1.0))[1:] == pytest.approx(
         [2 * v - 1 for v in mean_interval([0.0, 1.0, 1.0, 1.0])[1:]])
+
+
+def test_a_report_cell_of_all_wrong_or_all_right_examples_has_a_width():
+    """The cluster bootstrap has nothing to resample when every example scores 0 (or 1): Wilson's interval
+    over the examples instead of a zero-width one; a cell whose scores vary keeps the bootstrap."""
+    rows = lambda scores: pd.DataFrame({"score": scores, "accepted": 1.0, "proposed": 2.0, "verified": 2.0})  # noqa: E731
+    cell = cell_intervals(rows([0.0] * 20))
+    assert cell["score"] == cell["score_ci_low"] == 0.0 and 0.15 < cell["score_ci_high"] < 0.17
+    cell = cell_intervals(rows([1.0] * 20))
+    assert cell["score"] == cell["score_ci_high"] == 1.0 and 0.83 < cell["score_ci_low"] < 0.85
+    varied = [0.0, 1 / 3, 1.0, 2 / 3] * 5
+    assert cell_intervals(rows(varied))["score_ci_low"] == bootstrap_interval(lambda x, axis: x.mean(axis), [varied])[1]
 
 
 def test_mean_interval_of_bounded_scores_is_the_bootstrap():
