@@ -88,7 +88,7 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
                         f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")  # fmt: skip
         elif same is None:
             log.warning(f"head {head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
-                        "(a Hub id on one side, a local directory on the other)")  # fmt: skip
+                        "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)")  # fmt: skip
         elif not same and not allow_other_pairs:
             raise ConfigError(
                 f"head {head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "

@@ -122,9 +122,10 @@ def setup(tmp: Path, tree: Path, env: dict[str, str]) -> None:
 
     config_file = tmp / "foreign_head" / "head_config.json"
     config = json.loads(config_file.read_text())
-    for key in list(config):  # same hidden sizes, another pair's identity
-        if "pair" in key:
-            config[key] = "someone-else/other-pair" if isinstance(config[key], str) else {"name": "other"}
+    config["pair"] = "other"  # same hidden sizes, other models (as a head trained on another local pair records)
+    for role, member in (config.get("pair_identity") or {}).items():
+        if isinstance(member, dict):
+            config["pair_identity"][role] = {"path": f"/models/other-{role}", "weights": "0123456789abcdef"}
     config_file.write_text(json.dumps(config))
     toy = Path(env.get("DIVERSED_CACHE", Path.home() / ".cache/diversed")) / "toy"
     draft = next(toy.glob("*/draft"))
