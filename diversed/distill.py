@@ -53,7 +53,7 @@ from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.errors import ConfigError, MissingPackage, hydra_task
 from diversed.inputs import left_pad
-from diversed.runtime import finish, fit, optimizers, prepare_training, show_config
+from diversed.runtime import finish, fit, optimizers, prepare_training
 from diversed.stats import Totals
 from diversed.teacher import (
     DIVERGENCES,
@@ -373,7 +373,6 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     from diversed.schema import check_distill
 
     check_distill(cfg)
-    show_config(cfg)
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and the draft's shapes (safetensors headers)
         expected = {f"draft.{k}": shape for k, shape in model_shapes(card, "draft").items()}

@@ -308,7 +308,6 @@ def _keep_settings(run_dir: Path, key: str, settings: dict[str, Any], cfg: DictC
 def evaluate(cfg: DictConfig) -> Path:
     """Run every grid point not yet in the run directory; returns the directory."""
     check_evaluate(cfg)  # every setting, before anything is read
-    show_config(cfg)
     set_threads(cfg.get("runtime", {}).get("threads"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     sweep, timing = cfg.sweep, OmegaConf.to_container(cfg.timing, resolve=True)
@@ -357,6 +356,7 @@ def evaluate(cfg: DictConfig) -> Path:
     if not todo:
         return run_dir
 
+    show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)
     heads, drafts = load_heads(list(head_digests), pair), load_drafts(list(draft_digests), pair)

@@ -6,7 +6,8 @@
 - `quiet()`: third-party start-up noise (transformers' weight-loading bars and advice, Lightning's
   tips, known harmless warnings) off unless `runtime.verbose` is true; our own log lines stay.
 - `instantiate(cfg)`: Hydra's, with our errors unwrapped (the message says what to set).
-- `show_config(cfg)`: the job's config, resolved where it can be, in the log at the start.
+- `show_config(cfg)`: the job's config, resolved where it can be, in the log once every check has
+  passed (before the weights load; an error is not printed under the config).
 - `make_loggers(cfg, job_type)` / `finish(loggers)`: the configured Lightning loggers (CSV by
   default; wandb when asked, offline and silent unless set otherwise), each job of a Hydra
   multirun in its own wandb run, grouped by the sweep's directory; closed at the end of the job.
@@ -289,6 +290,7 @@ def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any =
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
     if before_weights is not None:
         before_weights(card)
+    show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)
     pair.identity = card.identity if card is not None else {}  # what a trained head records of its pair

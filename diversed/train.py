@@ -37,7 +37,7 @@ from diversed.errors import hydra_task
 from diversed.heads import pair_record
 from diversed.inputs import left_pad
 from diversed.preflight import check_checkpoint
-from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training, show_config
+from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
@@ -283,7 +283,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the head."""
     check_train(cfg)  # every setting, before anything is read
-    show_config(cfg)
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and a head of this pair's shapes (before the weights)
         expected = {} if card is None else head_shapes(hydra.utils.instantiate(cfg.head), card)

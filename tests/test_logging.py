@@ -39,7 +39,7 @@ def test_every_entry_point_logs_csv_by_default_and_wandb_offline_and_silent_when
     assert wandb.wandb.offline is True and wandb.wandb.settings.silent is True and wandb.wandb.settings.console == "off"
 
 
-def test_the_resolved_config_is_logged_at_the_start(caplog):
+def test_the_resolved_config_is_logged(caplog):
     cfg = OmegaConf.create({"task_name": "toy", "model": {"name": "${task_name}-head"}, "later": "${hydra:runtime.output_dir}"})
     with caplog.at_level(logging.INFO, logger="diversed.runtime"):
         runtime.show_config(cfg)
