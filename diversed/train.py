@@ -274,8 +274,10 @@ def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str
 
 
 def head_shapes(head_factory: Callable[..., nn.Module], card: Any) -> dict[str, tuple[int, ...]]:
-    """The module's head tensor shapes for a pair's card (its hidden sizes), without its weights."""
-    head = head_factory(draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"])
+    """The module's head tensor shapes for a pair's card (its hidden sizes), without its weights: built
+    on the meta device, the random generator's state kept (the run's own head is drawn after this)."""
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        head = head_factory(draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"])
     return {f"head.{k}": tuple(v.shape) for k, v in head.state_dict().items()}
 
 
@@ -285,6 +287,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_train(cfg)  # every setting, before anything is read
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and a head of this pair's shapes (before the weights)
+        if not cfg.get("ckpt_path"):
+            return
         expected = {} if card is None else head_shapes(hydra.utils.instantiate(cfg.head), card)
         check_checkpoint(cfg.get("ckpt_path"), expected, "head", weights_only=True)
 

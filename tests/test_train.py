@@ -223,3 +223,19 @@ def test_each_multirun_job_gets_its_own_logger_run(tmp_path, monkeypatch):
     monkeypatch.setattr(wandb, "finish", lambda: finished.append(True))
     runtime.finish(loggers)
     assert finished == [True]
+
+
+@pytest.mark.parametrize("hidden_sizes", [[], [16]])
+def test_checking_a_checkpoint_against_the_pair_draws_nothing_from_the_generator(hidden_sizes):
+    """The shapes a checkpoint must have come from a head built on the meta device with the generator's
+    state kept: the run's own head, drawn after the check, is the one drawn without it."""
+    import functools
+
+    from diversed.train import head_shapes
+
+    card = SimpleNamespace(hidden={"draft": 64, "target": 128})
+    torch.manual_seed(0)
+    before = torch.random.get_rng_state()
+    shapes = head_shapes(functools.partial(WeightHead, hidden_sizes=hidden_sizes), card)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert shapes["head.net.0.weight"] == ((hidden_sizes or [2])[0], 64 + 128)
