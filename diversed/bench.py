@@ -63,6 +63,7 @@ from diversed.inputs import check_decoding, left_pad, token_ids
 from diversed.pair import RANDOM_PAIRS, Pair
 from diversed.provenance import machine
 from diversed.reference import transformers_generate
+from diversed.runtime import quiet
 from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
 from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, hidden_size
 
@@ -458,11 +459,9 @@ def run_bench(
     pad_token_id: int | None = None,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Time every setting `repeats` times, interleaved; return one record per setting.
-
-    Without a pair, loads the configured one and the toy test prompts (or `config.task`'s prompts);
-    with a pair, `prompts` (lists of token ids) must be given too.
-    """
+    """Time every setting `repeats` times, interleaved; return one record per setting. Without a pair,
+    loads the configured one and the toy test prompts (or `config.task`'s prompts); with a pair,
+    `prompts` (lists of token ids) must be given too."""
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -584,6 +583,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = vars(parser.parse_args(argv))
     output = args.pop("output")
     config = BenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+    quiet()  # transformers' weight-loading bars and advice, as in the other entry points
     records = run_bench(config)
     print(table(records))
     if output:
