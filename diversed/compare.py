@@ -13,7 +13,7 @@ Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixe
 report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
 quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ.
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
-back to a Student-t interval over the per-seed values (`t_interval`, clipped to [0, 1]), and to the record's own
+back to a Student-t interval over the per-seed values (`times.t_interval`, clipped to [0, 1]), and to the record's own
 interval with one seed. That one, the interval of a record's score over its examples, is `mean_interval`
 (evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
 
@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import stats
 
 from diversed.results import read_examples
+from diversed.times import CONFIDENCE, t_interval
 
 # What identifies one setting across seeds, and the values averaged over seeds.
 SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
@@ -44,7 +45,6 @@ VALUE_FIELDS = ("score", "acceptance_rate", "alpha", "mean_tv", "normalized_time
 INTERVALS = {"score": ("score_ci_low", "score_ci_high"), "acceptance_rate": ("acceptance_ci_low", "acceptance_ci_high"),
              "alpha": ("alpha_ci_low", "alpha_ci_high")}  # fmt: skip
 
-CONFIDENCE = 0.95
 N_RESAMPLES = 9999
 # Where scores (accuracy and pass@1 are 0/1, ROUGE an F-measure), acceptance rates and α lie
 SCORE_RANGE = (0.0, 1.0)
@@ -115,26 +115,6 @@ def mean_interval(scores: Sequence[float], confidence: float = CONFIDENCE, *,
         ci = stats.binomtest(int(np.sum(x == high)), x.size).proportion_ci(confidence, method="wilson")
         return float(x.mean()), low + (high - low) * float(ci.low), low + (high - low) * float(ci.high)
     return bootstrap_interval(_mean, [x], confidence=confidence)
-
-
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
-               bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:  # fmt: skip
-    """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
-    `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
-    either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
-    none present (None, NaN): all NaN."""
-    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, math.nan, math.nan
-    sem = float(stats.sem(x))
-    low, high = (mean, mean) if sem == 0 else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean,
-                                                                                   scale=sem))  # fmt: skip
-    if bounds is not None:
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-    return mean, low, high
 
 
 # ----------------------------------------------------------------------------- per-example rows

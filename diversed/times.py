@@ -13,6 +13,8 @@ at batch 1 (the paper's time). Every time a record holds beyond those runs is co
   e.g. hf_static) is divided by autoregressive decoding at batch 1 (its latency pass over the same
   examples), never at the sweep's batch size; `normalized_time_batch_size` says which was used;
 - `fill_times`: the same for records written before these fields (`results.load_results`);
+- `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the one
+  interval over seeds, for times here and for scores in `compare.mean_over_seeds`;
 - `time_over_seeds`, `times_over_seeds`: the mean over seeds of one setting with an interval that
   counts the seeds (for tables and figures);
 - `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
@@ -223,6 +225,26 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- over seeds
 
 
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
+               bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:  # fmt: skip
+    """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
+    `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
+    either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
+    none present (None, NaN): all NaN."""
+    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, math.nan, math.nan
+    sem = float(stats.sem(x))
+    low, high = (mean, mean) if sem == 0 else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean,
+                                                                                   scale=sem))  # fmt: skip
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
+
+
 def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: str = "normalized_time",
                     confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:  # fmt: skip
     """The mean of a normalised time over the per-seed records of ONE setting, its interval, and
@@ -230,9 +252,9 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
 
     Two seeds or more: the Student-t interval of the mean over the per-seed values (each a median
     over repeats divided by its own seed's autoregressive time), which counts how much seeds move
-    outputs and so times: `scipy.stats.t.interval` itself, as `compare.t_interval` (which this module
-    cannot import: compare imports results, which imports this module). One seed: that record's interval over its repeats (`ci_fields`). None:
-    (nan, nan, nan, 0). Raises if two records share a seed (they are not one setting)."""
+    outputs and so times (`t_interval`, which the report's scores over seeds use too). One seed: that
+    record's interval over its repeats (`ci_fields`). None: (nan, nan, nan, 0). Raises if two records
+    share a seed (they are not one setting)."""
     d = pd.DataFrame(list(records) if not isinstance(records, pd.DataFrame) else records)
     if "seed" in d and d["seed"].dropna().duplicated().any():
         raise ValueError("time_over_seeds takes the records of one setting, one per seed")
@@ -245,9 +267,8 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
         r = d.loc[x.index[0]]
         low, high = (float(r[f]) if f in r and not _missing(r[f]) else math.nan for f in ci_fields(field))
         return float(x.iloc[0]), low, high, 1
-    mean, sem = float(x.mean()), float(stats.sem(x))
-    low, high = (mean, mean) if sem == 0 else stats.t.interval(confidence, len(x) - 1, loc=mean, scale=sem)
-    return mean, float(low), float(high), len(x)
+    mean, low, high = t_interval(x, confidence)
+    return mean, low, high, len(x)
 
 
 def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
