@@ -18,8 +18,8 @@ The data, Hub, fetch and sandbox errors of `tasks/data.py`, `pair.py`, `weights.
 - `hydra_task(task)`: a Hydra entry point's task function: a user error's message alone and exit
   status 2, instead of Hydra's "Error executing job" and traceback (exit status 1).
 `HYDRA_FULL_ERROR=1` keeps the traceback of a user error too (and `runtime.verbose=true` in a Hydra
-entry point). The modules decide what to raise; this module depends on nothing of the project's
-(every module may import it).
+entry point). The modules decide what to raise; this module depends on nothing of the project's but `jobs.sweep_job`
+(which depends on nothing), so every module may import it.
 """
 
 from __future__ import annotations
@@ -74,14 +74,10 @@ def cli(run: Callable[[list[str] | None], Any], argv: list[str] | None = None) -
     return 0
 
 
-def _multirun() -> bool:
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+def _in_multirun() -> bool:
+    from diversed.jobs import sweep_job  # Hydra's state, read only when a user error is reported
 
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except Exception:  # not under Hydra
-        return False
+    return sweep_job() is not None
 
 
 def hydra_task(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -96,7 +92,7 @@ def hydra_task(task: Callable[[Any], Any]) -> Callable[[Any], Any]:
             return task(cfg)
         except Exception as e:
             verbose = bool((cfg.get("runtime") or {}).get("verbose", False))
-            if (err := user_error(e)) is None or verbose or _full_error() or _multirun():
+            if (err := user_error(e)) is None or verbose or _full_error() or _in_multirun():
                 raise
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(2) from None

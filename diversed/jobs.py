@@ -12,8 +12,13 @@
   differing part off, and the same command maps to the same directories (resume).
 - `short_dirname(name)`: a job directory's name (`${diversed.dirname:...}`), cut with a digest of
   the whole past 120 characters, path separators replaced.
+- `sweep_job()`: this job's number and its sweep's directory inside a multirun, else None.
 - `parallel_launcher()`: the launcher running this job beside others (joblib with n_jobs != 1),
   or None: times measured side by side are not comparable.
+
+`run_dir`, `config_subdir` and `short_dirname` are the hydra configs' `${diversed.run_dir:...}`,
+`${diversed.config_subdir:...}` and `${diversed.dirname:...}`, registered with the other resolvers
+by `runtime.py` (which every entry point imports before Hydra composes).
 
 It launches nothing (Hydra's launchers do) and decides nothing about what a job computes.
 """
@@ -71,6 +76,19 @@ class NameJobsBySweep(Callback):
             hydra_cfg.overrides.hydra.append(f"hydra.job.config.override_dirname.exclude_keys=[{keys}]")
 
 
+def sweep_job() -> tuple[int, str] | None:
+    """(the job's number, the sweep's directory) inside a Hydra multirun job; None outside one (a
+    single run, or not under Hydra: tests call the entry points' functions directly)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        return (int(hc.job.num), str(hc.sweep.dir)) if hc.mode == RunMode.MULTIRUN else None
+    except Exception:  # not under Hydra (or a Hydra config without a job's fields)
+        return None
+
+
 def parallel_launcher() -> str | None:
     """'joblib n_jobs=<n>' when this job runs under Hydra's joblib launcher with n_jobs != 1 (jobs
     side by side on one machine), else None (not under Hydra, one job at a time)."""
@@ -84,17 +102,3 @@ def parallel_launcher() -> str | None:
     if "joblib" in str(launcher.get("_target_", "")).lower() and n_jobs != 1:
         return f"joblib n_jobs={n_jobs}"
     return None
-
-
-def register_resolvers() -> None:
-    """`diversed.dirname`, `diversed.run_dir` and `diversed.config_subdir` for the hydra configs
-    (registered when the entry points import `runtime`, before Hydra composes)."""
-    from omegaconf import OmegaConf
-
-    for name, fn in (("diversed.dirname", short_dirname), ("diversed.run_dir", run_dir),
-                     ("diversed.config_subdir", config_subdir)):  # fmt: skip
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
-
-
-register_resolvers()

@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from diversed.jobs import register_resolvers
+from diversed.jobs import config_subdir, run_dir, short_dirname, sweep_job
 from diversed.methods import KNOB_FIELDS
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,8 @@ def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
     for name, resolver in (("diversed.doc", module_doc), ("diversed.groups", help_groups),
-                           ("diversed.pair_name", _pair_name)):  # fmt: skip
+                           ("diversed.pair_name", _pair_name), ("diversed.dirname", short_dirname),
+                           ("diversed.run_dir", run_dir), ("diversed.config_subdir", config_subdir)):  # fmt: skip
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 
@@ -82,8 +83,7 @@ def _pair_name(target: Any, draft: Any) -> str:
     return pair_name(target, draft)
 
 
-_register_resolvers()
-register_resolvers()  # the hydra configs' ${diversed.*} (diversed/jobs.py), before Hydra composes
+_register_resolvers()  # every ${diversed.*} of the hydra configs, before Hydra composes
 
 # Messages that say nothing to a user of these entry points (each seen on every run).
 _NOISE = (
@@ -157,18 +157,6 @@ def show_config(cfg: Any) -> None:
         log.info("Config:\n" + OmegaConf.to_yaml(resolved(cfg)).rstrip())
 
 
-def _sweep() -> tuple[str | None, str | None]:
-    """('-<job number>', the sweep's directory) inside a Hydra multirun job, else (None, None)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        hc = HydraConfig.get()
-        return (f"-{hc.job.num}", str(hc.sweep.dir)) if hc.mode == RunMode.MULTIRUN else (None, None)
-    except Exception:  # not under Hydra (tests call the functions directly)
-        return None, None
-
-
 def make_loggers(cfg: Any, job_type: str | None = None) -> list[Any]:
     """The Lightning loggers of `cfg.logger` (a group of `_target_` entries). A wandb run gets the
     entry point as its `job_type` and, in a multirun, the job number appended to its name and the
@@ -176,7 +164,8 @@ def make_loggers(cfg: Any, job_type: str | None = None) -> list[Any]:
     what `logger.wandb.settings` says (silent by default)."""
     import hydra
 
-    suffix, sweep_dir = _sweep()
+    job = sweep_job()
+    suffix, sweep_dir = (f"-{job[0]}", job[1]) if job else (None, None)
     loggers = []
     for entry in (cfg.get("logger") or {}).values():
         if not entry or "_target_" not in entry:

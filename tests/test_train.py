@@ -206,14 +206,14 @@ def test_each_multirun_job_gets_its_own_logger_run(tmp_path, monkeypatch):
     cfg = OmegaConf.create({"logger": {"wandb": {"_target_": "lightning.pytorch.loggers.WandbLogger", "name": "toy",
                                                  "save_dir": str(tmp_path), "offline": True, "project": "t"},
                                        "csv": {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)}}})  # fmt: skip
-    monkeypatch.setattr(runtime, "_sweep", lambda: ("-3", "multirun/evaluate/toy"))
+    monkeypatch.setattr(runtime, "sweep_job", lambda: (3, "multirun/evaluate/toy"))
     loggers = runtime.make_loggers(cfg, job_type="evaluate")
     wandb_logger = next(lg for lg in loggers if type(lg).__name__ == "WandbLogger")
     init = wandb_logger._wandb_init
     # one group per sweep, the entry point as the job type, and no `anonymous` (wandb warns it does nothing)
     assert (init["name"], init["group"], init["job_type"]) == ("toy-3", "multirun/evaluate/toy", "evaluate")
     assert "anonymous" not in init
-    monkeypatch.setattr(runtime, "_sweep", lambda: (None, None))
+    monkeypatch.setattr(runtime, "sweep_job", lambda: None)
     init = next(lg for lg in runtime.make_loggers(cfg) if type(lg).__name__ == "WandbLogger")._wandb_init
     assert init["name"] == "toy" and "group" not in init
     finished = []
