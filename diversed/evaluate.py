@@ -21,9 +21,10 @@ the engine's own forward path; transformers' `generate` is the separate referenc
 and seed (`times.normalized`: the one rule, which `results.load_results` applies to older records).
 
 Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
-partial), their per-example rows (dataset id, prompt as the model saw it, tokens cut from its
-start by task.max_prompt_tokens, reference, completion, what the task extracted, score) beside them, and to the configured loggers. Coarse axes (task, experiment,
-cluster fan-out) are Hydra multirun's job, not this module's.
+partial), their per-example rows (dataset id, prompt as the model saw it, tokens cut from its start
+by task.max_prompt_tokens, reference, completion, what the task extracted, score) beside them, and
+to the configured loggers. Coarse axes (task, experiment, cluster fan-out) are Hydra multirun's job,
+not this module's.
 """
 
 from __future__ import annotations

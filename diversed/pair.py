@@ -1,15 +1,15 @@
 """Load a target/draft pair (Hub ids, local directories, GGUF files) with one shared tokenizer.
 
-`load_pair` is what every `configs/pair/*.yaml` instantiates. It loads both models frozen in
-eval mode, checks that target and draft tokenize identically (a directory without tokenizer files
-is refused as such, `load_tokenizer`), and gives the tokenizer left padding and a pad token. A name that is not a local directory is looked up in the local
-Hugging Face cache; if it is not there and the Hub cannot be reached (HF_HUB_OFFLINE=1, or
-huggingface.co:443 does not answer within 3 s) it fails at once with a message saying how to
-point the config at local copies, instead of waiting on retries (the rule and the probe are
-`hub.py`'s). `random_pair` builds random-initialised models with the shapes of public checkpoints
-(no download), for timing real sizes. The forward path the engine takes for both models is the
-pair option `forward` (see `forward.py`). A member named as a `.gguf` file, `shipped:<name>` or
-`draft:<name>` is made a local directory first by `weights.resolve_model`.
+`load_pair` is what every `configs/pair/*.yaml` instantiates. It loads both models frozen in eval
+mode, checks that target and draft tokenize identically (a directory without tokenizer files is
+refused as such, `load_tokenizer`), and gives the tokenizer left padding and a pad token. A name
+that is not a local directory is looked up in the local Hugging Face cache; if it is not there and
+the Hub cannot be reached (HF_HUB_OFFLINE=1, or huggingface.co:443 does not answer within 3 s) it
+fails at once with a message saying how to point the config at local copies, instead of waiting on
+retries (the rule and the probe are `hub.py`'s). `random_pair` builds random-initialised models with
+the shapes of public checkpoints (no download), for timing real sizes. The forward path the engine
+takes for both models is the pair option `forward` (see `forward.py`). A member named as a `.gguf`
+file, `shipped:<name>` or `draft:<name>` is made a local directory first by `weights.resolve_model`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
-models' context, and each head is readable and was trained for this pair (its hidden sizes, and
-the models it records), and a training run's `ckpt_path` is a readable checkpoint that fits the
-pair. Each failure says what to set instead. (Data files, their lines and fields, and empty data are checked where they are read,
-in `tasks/data.py`.)
+models' context, and each head is readable and was trained for this pair (its hidden sizes, and the
+models it records), and a training run's `ckpt_path` is a readable checkpoint that fits the pair.
+Each failure says what to set instead. (Data files, their lines and fields, and empty data are
+checked where they are read, in `tasks/data.py`.)
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
 
 
 def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool) -> None:
-    """ValueError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
+    """ConfigError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
     Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
     so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
     wrapped names (base_model.model., .base_layer) are compared as the plain ones."""

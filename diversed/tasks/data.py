@@ -1,10 +1,11 @@
 """Where a task's examples come from: local files or the Hugging Face Hub, and a seed-stable subset.
 
 `load_rows` reads a split either from local files (`data_files`: JSONL, JSON or parquet rows with
-the dataset's fields, for air-gapped clusters) or from the Hub through `datasets`. It never waits
-on an unreachable Hub: offline (`diversed.hub`'s rule and probe), it fails within seconds and
-names the config key to set instead; a split the Hub dataset does not have (a task's `hub_splits`,
-e.g. GSM8K's validation) is refused before the network is tried. `subset` keeps a seed-stable part of the rows.
+the dataset's fields, for air-gapped clusters) or from the Hub through `datasets`. It never waits on
+an unreachable Hub: offline (`diversed.hub`'s rule and probe), it fails within seconds and names the
+config key to set instead; a split the Hub dataset does not have (a task's `hub_splits`, e.g.
+GSM8K's validation) is refused before the network is tried. `subset` keeps a seed-stable part of the
+rows.
 
 It knows nothing about prompts, scores or any particular dataset (the tasks do).
 """
