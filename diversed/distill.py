@@ -378,7 +378,7 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
         expected = {f"draft.{k}": shape for k, shape in model_shapes(card, "draft").items()}
         check_checkpoint(cfg.get("ckpt_path"), expected, "draft", weights_only=False)
 
-    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), before_weights=fits)
+    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), check_resume=fits)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
     run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")

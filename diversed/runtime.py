@@ -256,11 +256,11 @@ def progress_bar() -> Any:
     return StepsBar(console_kwargs=None if sys.stdout.isatty() else {"width": 250})
 
 
-def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any = None) -> tuple[Any, Any]:
+def prepare_training(cfg: Any, max_new_tokens: int | None, check_resume: Any = None) -> tuple[Any, Any]:
     """Threads, quiet start-up and seeds; the data module set up (a data error before the pair
     loads); the pair's files described without weights and every training and validation prompt
     checked against its context with `max_new_tokens` (None: the task's own) new tokens after it;
-    `before_weights(card)`, the entry point's own check with the pair's card (its `ckpt_path`);
+    with `cfg.ckpt_path`, `check_resume(card)`, the entry point's check of that checkpoint against the pair;
     only then the pair loaded. Returns (datamodule, pair). Settings are checked before this."""
     import hydra
     import lightning as L
@@ -277,8 +277,8 @@ def prepare_training(cfg: Any, max_new_tokens: int | None, before_weights: Any =
     card = describe_pair(cfg.pair)  # the pair's files, no weights: vocabularies, context
     for task in (datamodule.train_task, datamodule.val_task):
         check_context(card, task, max_new_tokens or datamodule.train_task.max_new_tokens)
-    if before_weights is not None:
-        before_weights(card)
+    if check_resume is not None and cfg.get("ckpt_path"):
+        check_resume(card)
     show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")
     pair = instantiate(cfg.pair)

@@ -287,12 +287,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_train(cfg)  # every setting, before anything is read
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and a head of this pair's shapes (before the weights)
-        if not cfg.get("ckpt_path"):
-            return
         expected = {} if card is None else head_shapes(hydra.utils.instantiate(cfg.head), card)
         check_checkpoint(cfg.get("ckpt_path"), expected, "head", weights_only=True)
 
-    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"), before_weights=fits)
+    datamodule, pair = prepare_training(cfg, cfg.model.get("max_new_tokens"), check_resume=fits)
     head = build_head(hydra.utils.instantiate(cfg.head), pair, cfg.task.name)
     model = hydra.utils.instantiate(cfg.model, head=head, pair=pair)
     run = fit(cfg, model, datamodule)
