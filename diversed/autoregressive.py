@@ -129,7 +129,6 @@ def autoregressive_generate(
             for m in models:
                 m.select(idx)
 
-    calls = {"target": models[0].calls, "draft": models[1].calls if draft is not None else 0}
-    stats = counter.finish(target_calls=calls["target"], draft_calls=calls["draft"],
+    stats = counter.finish(target=models[0], draft=models[1] if draft is not None else None,
                            verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}")  # fmt: skip
     return SpeculativeOutput.of(input_ids, out, stats, t_start)

@@ -370,7 +370,7 @@ def speculative_generate(
             n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
         _leave(done_h, s, host, T, D)
 
-    stats = counter.finish(target_calls=T.calls, draft_calls=D.calls, verifier=verifier.kind)
+    stats = counter.finish(target=T, draft=D, verifier=verifier.kind)
     return SpeculativeOutput.of(input_ids, s.out, stats, t_start)
 
 

@@ -353,8 +353,8 @@ class SlotModel:
         self.cache: DynamicCache | Tensor | None = None
         if not self.plan.direct:
             self.cache = DynamicCache() if self.plan.window else DynamicCache(config=model.config)
-        self.length = 0  # slots in the cache
-        self.calls = 0
+        self.length, self.calls = 0, 0  # slots in the cache, forward calls (the caller counts them)
+        self.finite: Tensor | bool = True  # on the device: every row of logits so far had a finite max (stats.finish)
 
     def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
         """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
@@ -373,10 +373,10 @@ class SlotModel:
                              **({"logits_to_keep": keep} if how.keep else {}))  # fmt: skip
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
-        self.length = end
-        if logits.shape[-1] != self.vocab:
-            logits = logits[..., : self.vocab]
-        return logits.float(), (hidden if self.hidden else None)
+        self.length, logits = end, logits[..., : self.vocab].float()
+        # a row whose max is NaN, +inf or −inf (all −inf) has no distribution; read once, at the end
+        self.finite = torch.isfinite(logits.amax(-1)).all() & self.finite
+        return logits, (hidden if self.hidden else None)
 
     def crop(self, length: int) -> None:
         """Forget slots from `length` on (the direct cache just overwrites them later)."""

@@ -3,7 +3,8 @@
 - `RowCounter` counts on the device while a decoding loop runs (no host sync): per original row,
   rounds (target calls it took part in), drafts proposed and accepted, new tokens kept, the
   accepted-length histogram, and Σ w / count over the positions that emitted a token (for
-  verifiers with a per-position weight). `finish` hands back a `SpeculativeStats`.
+  verifiers with a per-position weight). `finish` hands back a `SpeculativeStats`, and warns
+  (`warn_nonfinite`) when a model's logits had a row with no finite maximum: no distribution there.
 - `SpeculativeStats`: one generation's statistics, per row (tensors) and in total (properties).
 - `Totals`: sums over many generations (batches, repeats, processes) with the same summary;
   `SpeculativeStats.summary()` is `Totals().add(stats).summary()`, so every caller (the engine,
@@ -31,6 +32,22 @@ def ratio(a: Any, b: Any) -> float:
     """a / b as a float, 0.0 when b is 0."""
     b = float(b)
     return float(a) / b if b > 0 else 0.0
+
+
+def warn_nonfinite(models: list[str], verifier: str) -> None:
+    """One RuntimeWarning naming the models whose logits had a row without a finite maximum (NaN,
+    +inf, or −inf everywhere): such a row has no distribution, so what was decoded from it and the
+    acceptance and TV counted there mean nothing (softmax gives NaN; argmax picks token 0)."""
+    if models:
+        import warnings
+
+        warnings.warn(
+            f"{' and '.join(models)} gave logits that are not finite (NaN, +inf, or -inf for every token) during "
+            f"{verifier} decoding: those positions have no distribution, and the tokens, acceptance and TV "
+            "computed from them are meaningless. Check the model's weights and dtype (fp16 overflow?) "
+            "and any logits processor that masks every token.",
+            RuntimeWarning, stacklevel=5,  # the caller of the decoding loop (past inference_mode)
+        )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- one generation
@@ -325,10 +342,18 @@ class RowCounter:
         self.floats[:, :2].index_add_(0, rows, torch.stack(sums, 1))
         self.rounds_n.append(n)
 
-    def finish(self, *, target_calls: int, draft_calls: int, verifier: str) -> SpeculativeStats:
-        """The statistics on the host: two reads, the integer counts and the float sums."""
-        ints, floats = torch.cat([self.counts, self.hist], 1).cpu(), self.floats.cpu()
-        counts, hist = ints[:, :6], ints[:, 6:]
+    def finish(self, *, target: Any, draft: Any | None, verifier: str) -> SpeculativeStats:
+        """The statistics on the host: two reads, the integer counts (with each model's flag of finite
+        logits, `warn_nonfinite`) and the float sums. `target` and `draft` are the loop's
+        `forward.SlotModel`s (their `calls` and `finite`); `draft` None: the target alone."""
+        models = {"target": target, "draft": draft}
+        finite = torch.stack([torch.as_tensor(m is None or m.finite, device=self.counts.device) for m in models.values()])
+        flags = finite.long().expand(self.counts.shape[0], 2)
+        ints, floats = torch.cat([self.counts, flags, self.hist], 1).cpu(), self.floats.cpu()
+        counts, hist = ints[:, :6], ints[:, 8:]
+        ok = ints[:1, 6:8].numpy().all(0)  # on the host already (no rows: all true)
+        warn_nonfinite([m for m, good in zip(models, ok, strict=True) if not good], verifier)
+        target_calls, draft_calls = target.calls, 0 if draft is None else draft.calls
         return SpeculativeStats(
             proposed=counts[:, 1], accepted=counts[:, 2], rounds=counts[:, 0], new_tokens=counts[:, 3],
             accepted_hist=hist, w_sum=floats[:, 0], w_count=counts[:, 4], target_calls=target_calls, verified=counts[:, 5],

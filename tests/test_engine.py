@@ -581,3 +581,41 @@ def test_one_host_sync_per_round_and_a_second_only_for_an_ensemble_bonus(pair, p
     # before the loop the prompts' padding is checked (2 reads); after it the statistics come to the
     # host (2 tensors) with the longest row's length (1): nothing per round or per draft step
     assert counts["other"] == 5, counts
+
+
+# ----------------------------------------------------------------------------- non-finite logits
+
+
+@pytest.mark.parametrize("broken", ["draft", "target"])
+@pytest.mark.parametrize("do_sample", [False, True])
+@pytest.mark.parametrize("value", [float("-inf"), float("nan")])
+def test_logits_that_are_not_finite_are_warned_about(pair, prompts, broken, do_sample, value):
+    """A model whose logits have no finite maximum (all −inf, NaN) has no distribution: decoding
+    runs (acceptance 0 or 1, TV NaN) but says which model, once per call; a sound pair says nothing."""
+    import warnings
+
+    from diversed.autoregressive import autoregressive_generate
+
+    target, draft = pair
+    ids, mask = prompts
+    kw = dict(max_new_tokens=6, do_sample=do_sample, temperature=1.0, eos_token_id=EOS, pad_token_id=PAD)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a sound pair: no warning at all
+        speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3, **kw)
+    model = draft if broken == "draft" else target
+
+    def poison(module, args, out):
+        out.logits = torch.full_like(out.logits, value)
+        return out
+
+    handle = model.register_forward_hook(poison)
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"^{broken} gave logits that are not finite") as caught:
+            speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3, **kw)
+        assert len([w for w in caught if "not finite" in str(w.message)]) == 1
+        assert caught[0].filename == __file__  # points at the caller, not inside the package
+        if broken == "target":  # the target alone too
+            with pytest.warns(RuntimeWarning, match=r"^target gave logits that are not finite"):
+                autoregressive_generate(target, ids, mask, **kw)
+    finally:
+        handle.remove()
