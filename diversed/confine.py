@@ -100,7 +100,10 @@ def _watch(pid: int, timeout: float, files: tuple[list[str], int] | None) -> str
 
 
 def _inodes(path: str) -> int:
-    st = os.statvfs(path)
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
     return st.f_files - st.f_ffree
 
 

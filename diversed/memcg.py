@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -46,8 +48,10 @@ def where() -> tuple[Path, int] | str:
                 found = _find(Path("/proc/self/cgroup"), Path("/proc/self/mountinfo"))
                 if isinstance(found, tuple):
                     _sweep(found[0])
-                    MemoryGroup.make(*found, 64 << 20).remove()  # it must really work
-            except (OSError, ValueError) as e:
+                    with MemoryGroup.make(*found, 64 << 20) as group:  # a process must really enter one
+                        command = [sys.executable, "-I", "-S", "-c", ""]
+                        subprocess.run(command, preexec_fn=group.enter, check=True, timeout=60)
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
                 found = f"cannot make one here: {e}"
             _where.append(found)
         return _where[0]
