@@ -3,10 +3,10 @@
 `execution.run_program` starts this file as `python -I -B -S confine.py <config>` (inside bubblewrap
 where it can), so it must stay runnable with the standard library only and import nothing from
 `diversed` (`-I` does not put the package on the path). `main` is the *monitor*: it forks once,
-enforces the timeout, kills and reaps whatever the program left, reports on a pipe the program never
-holds and exits with the program's status. The child locks itself down (resource limits,
-no_new_privs, no capability, Landlock, seccomp: `lock_down`), installs the Python guard and runs the
-program, writing the sentinel only if its last line ran.
+enforces the timeout (and under bwrap the most files), kills and reaps whatever the program left,
+reports on a pipe the program never holds and exits with the program's status. The child locks itself
+down (resource limits, no_new_privs, no capability, Landlock, seccomp: `lock_down`), installs the
+Python guard and runs the program, writing the sentinel only if its last line ran.
 
 `execution.py` says which layer closes which escape and what stays open; this file only applies
 them. It does not choose the layers (the caller probes the machine and passes its choice).
@@ -65,22 +65,46 @@ def main() -> None:
     if pid == 0:
         os.close(status_fd)
         _run_child(sentinel, config)
-    timed_out = []
-
-    def on_alarm(*_: object) -> None:
-        timed_out.append(True)
-        os.kill(pid, signal.SIGKILL)
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, config["timeout"])
-    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped yet: the alarm cannot hit another pid
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    ended = _watch(pid, config["timeout"], config["files"])
     _, status = os.waitpid(pid, 0)
     if _LINUX and not config["seccomp"]:  # (with seccomp, the program cannot start processes)
         _kill_descendants()
-    os.write(status_fd, b"timeout\n" if timed_out else b"done\n")
+    os.write(status_fd, f"{ended}\n".encode())
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
+
+
+def _watch(pid: int, timeout: float, files: tuple[list[str], int] | None) -> str:
+    """Wait for the child, killing it at the timeout or, if `files` = (paths, most), once the file
+    systems at those paths (the sandbox's own tmpfs) hold more than `most` inodes, checked every
+    20 ms: tmpfs has no inode limit bwrap can set, and each one is kernel memory. Returns "done",
+    "timeout" or "files"; the child is not reaped yet."""
+    import time
+
+    deadline, ended = time.monotonic() + timeout, ["done"]
+
+    def on_alarm(*_: object) -> None:
+        if ended[0] == "done" and (not files or time.monotonic() >= deadline - 0.001):
+            ended[0] = "timeout"
+        elif ended[0] == "done" and files and sum(_inodes(path) for path in files[0]) > files[1]:
+            ended[0] = "files"
+            os.write(2, f"\ndiversed sandbox: the program made more than {files[1]} files.\n".encode())
+        if ended[0] != "done":
+            os.kill(pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, min(timeout, 0.02) if files else timeout, 0.02 if files else 0)
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped yet: the alarm cannot hit another pid
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return ended[0]
+
+
+def _inodes(path: str) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_files - st.f_ffree
 
 
 def _kill_descendants() -> None:
@@ -131,11 +155,9 @@ def _run_child(sentinel: str, config: dict) -> None:
         sys.stderr.flush()
         write(1, f"\n{sentinel}\n".encode())
     except BaseException:  # SystemExit too: exiting early is not passing
-        try:
-            import traceback  # (only here: passing programs start faster without it)
-
+        try:  # (the interpreter's own printer: importing traceback needs a file, and it may have none left)
             sys.stdout.flush()
-            traceback.print_exc()
+            sys.__excepthook__(*sys.exc_info())
             sys.stderr.flush()
         finally:
             exit_(1)
@@ -143,10 +165,17 @@ def _run_child(sentinel: str, config: dict) -> None:
 
 
 def lock_down(config: dict) -> None:
+    try:  # the first the kernel's OOM killer picks: before the monitor, the caller or anything else
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     cpu = int(config["timeout"]) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE"):  # no real-time scheduling, no higher priority
+    resource.setrlimit(resource.RLIMIT_NOFILE, (config["open_files"], config["open_files"]))
+    # no real-time scheduling, no higher priority, no POSIX message queue (they outlive the program)
+    for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_MSGQUEUE"):
         if hasattr(resource, name):
             resource.setrlimit(getattr(resource, name), (0, 0))
     if not _LINUX:
@@ -243,7 +272,9 @@ ioperm 173 - init_module 175 105 finit_module 313 273 delete_module 176 106 kexe
 kexec_file_load 320 294 acct 163 89 quotactl 179 60 quotactl_fd 443 443 settimeofday 164 170
 clock_settime 227 112 clock_adjtime 305 266 adjtimex 159 171 syslog 103 116 bpf 321 280
 perf_event_open 298 241 userfaultfd 323 282 keyctl 250 219 add_key 248 217 request_key 249 218
-vhangup 153 58 fanotify_init 300 262 open_by_handle_at 304 265 name_to_handle_at 303 264
+vhangup 153 58 fanotify_init 300 262 fanotify_mark 301 263 inotify_init 253 - inotify_init1 294 26
+inotify_add_watch 254 27 open_by_handle_at 304 265 name_to_handle_at 303 264 memfd_create 319 279
+memfd_secret 447 447
 io_uring_setup 425 425 io_uring_enter 426 426 io_uring_register 427 427
 socket 41 198 socketpair 53 199 shmget 29 194 shmat 30 196 shmctl 31 195 semget 64 190 semop 65 193
 semtimedop 220 192 semctl 66 191 msgget 68 186 msgsnd 69 189 msgrcv 70 188 msgctl 71 187

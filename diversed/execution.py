@@ -14,25 +14,30 @@ by default, any subset, or `none`; or the `layers` argument):
 - bwrap (bubblewrap; unprivileged, through a user namespace): new PID, network, IPC, UTS, cgroup,
   mount and user namespaces, no capability, no further user namespace, `--die-with-parent`. The
   program sees read-only /usr, /lib*, /bin, the /etc files in _ETC and the Python installation; its
-  own /proc (without /proc/sys), read-only /dev and a 16 MiB /tmp; a 64 MiB tmpfs as scratch.
+  own /proc (without /proc/sys), read-only /dev and a 16 MiB /tmp; a 64 MiB tmpfs as scratch. As bwrap
+  cannot cap a tmpfs's inodes, the monitor kills a program holding more than FILES files in the two.
 - Landlock (Linux >= 5.13, through ctypes): reading only those paths and /proc/self, writing only
   in scratch and to /dev/null, /dev/zero, /dev/full, executing nothing. A Landlock domain cannot
   ptrace outside itself, so the /proc/<pid>/mem, environ, maps, fd of the caller, the monitor and
   other programs stay closed, for root too. ABI >= 3 also stops truncation, >= 4 TCP, >= 6 signals
   to and abstract unix sockets of processes outside.
-- seccomp (Linux x86_64 and aarch64): EPERM for the calls in confine.py's _DENY (new processes and threads,
-  exec, setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts, sockets,
-  SysV and POSIX IPC, io_uring, bpf, keyrings, modules, clocks, link, mknod, truncate by path, the
-  chmod, chown, utime and xattr families; unlink and rename unless bwrap or Landlock keeps writes in
-  scratch); prlimit, setpriority, sched_set*, ioprio_set on any process but itself; F_SETOWN,
-  F_SETSIG, FIOSETOWN (signals sent through a file) and TIOCSTI.
+- seccomp (Linux x86_64 and aarch64): EPERM for the calls in confine.py's _DENY (new processes and
+  threads, exec, setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts,
+  sockets, SysV and POSIX IPC, memfd, inotify, fanotify, io_uring, bpf, keyrings, modules, clocks,
+  link, mknod, truncate by path, the chmod, chown, utime and xattr families; unlink and rename unless
+  bwrap or Landlock keeps writes in scratch); prlimit, setpriority, sched_set*, ioprio_set on any
+  process but itself; F_SETOWN, F_SETSIG, FIOSETOWN (signals sent through a file) and TIOCSTI.
 
-Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_CPU,
-RLIMIT_CORE/NPROC/RTPRIO/NICE 0; 64 KiB of output read back; a minimal environment; a Python guard
-that makes os.kill, os.fork, posix.execv, subprocess.Popen, socket.socket, ... raise (clear
-messages; ctypes gets round it). On Linux also: no_new_privs; no capability in the child (root cannot mount,
-override permissions or ptrace a non-dumpable process); the monitor non-dumpable, a subreaper that
-kills what the program leaves, and the program dying with it (PR_SET_PDEATHSIG).
+Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_NOFILE 32
+(hard limit too), RLIMIT_CPU, RLIMIT_CORE/NPROC/RTPRIO/NICE/MSGQUEUE 0; 64 KiB of output read back; a
+minimal environment; a Python guard that makes os.kill, os.fork, posix.execv, subprocess.Popen,
+socket.socket, ... raise (clear messages; ctypes gets round it). On Linux also: no_new_privs; no
+capability in the child (root cannot mount, override permissions or ptrace a non-dumpable process);
+the monitor non-dumpable, a subreaper that kills what the program leaves, and the program dying with
+it (PR_SET_PDEATHSIG); the program first for the kernel's OOM killer (oom_score_adj 1000). Where this
+user may make one, a memory cgroup per program (memcg.py) caps all it holds at the same 2 GiB, the
+kernel's memory for it included (memfd, tmpfs and pipe pages, inodes): past it the program is killed
+and its output says so.
 
 Which layer closes an escape on its own:
     escape                                    bwrap     Landlock    seccomp
@@ -48,27 +53,34 @@ Which layer closes an escape on its own:
     outlive the timeout (setsid, fork)         yes       [3]         yes
     files left in /tmp, /dev/shm, $HOME        yes       yes         no
     fill the disk                              yes       no          no
+    watch file names (inotify, fanotify)       yes       no          yes
+    hold memory RLIMIT_AS misses (memfd) [5]   no        no          yes
 [1] Without bwrap and Landlock the caller makes itself non-dumpable at its first run (it warns):
     with no capability in the child, that closes its memory and environ for root and non-root.
 [2] Closed in every configuration: the child has no capability.
 [3] Closed in every configuration by the monitor (kill by pid, subreaper).
 [4] Signals from ABI 6 on (kernel 6.12); ptrace (and so /proc/<pid>/mem) from ABI 1.
+[5] Closed in every configuration where there is a memory cgroup. Without one, RLIMIT_NOFILE bounds
+    what open files hold: 16 pipes of 1 MiB (pipe-max-size), without seccomp 32 memfds of 16 MiB.
 
-Left open: the verdict is decided inside the program's process, so a program written to cheat can
-find the sentinel (in the calling frame or its own memory) and print it: the sentinel stops early
-exits, not forgery. Kernel exploits and side channels; contention for CPU and memory. Reading the
-Python installation, /usr and the /etc files in _ETC. Without bwrap: metadata (stat) of any path,
-other processes and their command lines in /proc, and a scratch directory on disk whose files are
-bounded one by one (RLIMIT_FSIZE), not in number. With seccomp alone, root programs can write every
-file root can (/etc, /proc/sys): the warning says so.
+Left open: the verdict is decided inside the program's process, so a program written to cheat can find
+the sentinel (in the calling frame or its own memory) and print it: the sentinel stops early exits,
+not forgery. Kernel exploits and side channels; contention for CPU and memory. Reading the Python
+installation, /usr and the /etc files in _ETC. Without bwrap: metadata (stat) of any path, other
+processes and their command lines in /proc, and a scratch directory whose files are bounded one by one
+(RLIMIT_FSIZE), not in number: on disk that can fill the disk, on tmpfs (TMPDIR on one) it is memory,
+capped by the memory cgroup only. Without a memory cgroup also: SysV shared memory under bwrap alone
+(its own IPC namespace, freed when the program ends), fcntl record locks (tens of MiB in a timeout:
+each costs time linear in those held), negative dentries. With seccomp alone, root programs can write
+every file root can (/etc, /proc/sys): the warning says so.
 
 Degrading: at the first run in a process, every layer that is not enforced (not installed, not in
 this kernel, other CPU, not Linux, or switched off) gets one RuntimeWarning saying what is then
 open. A layer probed to work that then fails in the child fails the program (status 125).
 
 This file is the caller's side: the opt-in, which layers this machine has, the bwrap command and
-running programs. What runs inside the sandbox (the monitor, the lock-down, the filters) is
-`confine.py`, a script with the standard library only.
+running programs; the memory cgroup is memcg.py's. What runs inside the sandbox (the monitor, the
+lock-down, the filters) is `confine.py`, a script with the standard library only.
 """
 
 from __future__ import annotations
@@ -85,7 +97,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from diversed import confine
+from diversed import confine, memcg
 from diversed.errors import UserError
 
 ALLOW_ENV = "DIVERSED_ALLOW_CODE_EXECUTION"
@@ -96,6 +108,8 @@ MEMORY_BYTES = 2 << 30  # RLIMIT_AS
 FILE_BYTES = 16 << 20  # RLIMIT_FSIZE: also the most output a program can write
 OUTPUT_BYTES = 64 << 10  # how much of the output is read back
 SCRATCH_BYTES = 64 << 20  # the scratch tmpfs under bwrap
+FILES = 10_000  # the most files and directories a program may hold in scratch and /tmp under bwrap
+OPEN_FILES = 32  # RLIMIT_NOFILE: Python needs a few; each open memfd or pipe holds kernel memory
 BACKSTOP_S = 5.0  # the caller kills the monitor this long after the timeout, if it still runs
 
 _LINUX = sys.platform.startswith("linux")
@@ -278,13 +292,20 @@ def run_program(
     use = {name for name, why in sandbox_layers(layers).items() if why is None}
     if not use & {"bwrap", "landlock"}:
         _protect_caller()
+    try:
+        source = program.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate, say: this program fails, not the batch it is in
+        why = f"diversed sandbox: the program did not run: it is not text UTF-8 can encode ({e.reason}: "
+        why += f"{program[e.start : e.end]!r} at {e.start})."
+        return ExecutionResult(False, "failed", None, why, 0.0)
     sentinel = os.urandom(16).hex()
     with (
+        memcg.MemoryGroup.for_program(memory_bytes) as group,
         tempfile.TemporaryDirectory(prefix="diversed-exec-", ignore_cleanup_errors=True) as workdir,
         tempfile.TemporaryFile() as out,
     ):
-        with open(os.path.join(workdir, confine.PROGRAM_FILE), "w", encoding="utf-8") as f:
-            f.write(program)
+        with open(os.path.join(workdir, confine.PROGRAM_FILE), "wb") as f:
+            f.write(source)
         status_r, status_w = os.pipe()
         config = {
             "timeout": timeout,
@@ -295,6 +316,8 @@ def run_program(
             "contained": bool(use & {"bwrap", "landlock"}),  # writes cannot leave scratch
             "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
             "path": _site_packages(),
+            "open_files": OPEN_FILES,
+            "files": ([workdir, "/tmp"], FILES) if "bwrap" in use else None,  # the sandbox's own tmpfs
         }
         # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
         # (marshal, not json: importing json would cost the monitor's start-up 6 ms)
@@ -309,7 +332,7 @@ def run_program(
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, for the backstop
-                preexec_fn=_rlimits(memory_bytes, file_bytes),
+                preexec_fn=_preexec(memory_bytes, file_bytes, group),
                 pass_fds=(status_w,),
             )
         finally:
@@ -349,7 +372,8 @@ def run_program(
         finished = out.read().endswith(f"\n{sentinel}\n".encode())
         out.seek(0)
         output = out.read(output_bytes).decode("utf-8", "replace").replace(f"\n{sentinel}\n", "")
-
+        if group is not None and group.oom_kills():
+            output += f"\ndiversed sandbox: the program went over its memory limit ({memory_bytes} bytes).\n"
     timed_out = backstop.is_set() or said.startswith(b"timeout")
     returncode = -signal.SIGKILL if timed_out else proc.returncode  # killed, as the caller sees it
     passed = finished and returncode == 0 and not timed_out
@@ -367,6 +391,7 @@ def run_programs(
     if not programs:
         return []
     sandbox_layers(limits.get("layers"))  # warn once, from the caller's thread, before starting
+    memcg.available()
     workers = max(1, min(len(programs), workers or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(lambda p: run_program(p, **limits), programs))
@@ -385,8 +410,8 @@ def _environment(workdir: str) -> dict[str, str]:
     }
 
 
-def _rlimits(memory_bytes: int, file_bytes: int) -> Callable[[], None]:
-    """The `preexec_fn`: it runs between fork and exec, so it only calls setrlimit."""
+def _preexec(memory_bytes: int, file_bytes: int, group: memcg.MemoryGroup | None) -> Callable[[], None]:
+    """The `preexec_fn`: it runs between fork and exec, so it only enters the cgroup and calls setrlimit."""
     limits = []
     for kind, value in (
         (resource.RLIMIT_AS, memory_bytes),
@@ -398,6 +423,8 @@ def _rlimits(memory_bytes: int, file_bytes: int) -> Callable[[], None]:
         limits.append((kind, (value, value)))
 
     def apply() -> None:
+        if group is not None:
+            group.enter()
         for kind, pair in limits:
             resource.setrlimit(kind, pair)
 

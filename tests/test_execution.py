@@ -4,16 +4,25 @@ and what each layer closes are in test_sandbox.py."""
 from __future__ import annotations
 
 import os
+import resource
 import warnings
+from pathlib import Path
 
 import pytest
 
-from diversed import confine, execution
+from diversed import confine, execution, memcg
 from diversed.execution import ExecutionResult, run_program, run_programs
 
 TIMEOUT = 3.0
 
 CORRECT = "def add(a, b):\n    return a + b\n\nassert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
+STDLIB = (  # what MBPP solutions import, and more, with 20 files open: RLIMIT_NOFILE leaves room for it
+    "import abc, argparse, array, ast, bisect, collections, copy, csv, dataclasses, datetime, decimal\n"
+    "import difflib, email.message, enum, fractions, functools, hashlib, heapq, inspect, io, itertools\n"
+    "import json, logging, math, operator, pathlib, pprint, random, re, statistics, string, struct, zlib\n"
+    "import tempfile, textwrap, tokenize, traceback, typing, unittest, urllib.parse, xml.etree.ElementTree\n"
+    "files = [open(f'f{i}', 'w') for i in range(20)]\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +40,15 @@ def batch() -> dict[str, ExecutionResult]:
         "sleeps": "import time\ntime.sleep(60)\n",
         "print_100mb": "print('x' * 100_000_000)\n",
         "exit_code_3": "import os\nos._exit(3)\n",
+        "stdlib_and_open_files": STDLIB,
+        "too_many_open_files": "files = [open(f'f{i}', 'w') for i in range(100)]\n",
+        "lone_surrogate": "x = '\udcff'\n",  # one bad program fails alone; the batch is scored
     }
     return dict(zip(programs, run_programs(programs.values(), timeout=TIMEOUT), strict=True))
 
 
 def test_correct_programs_pass(batch: dict) -> None:
-    for name in ("correct", "report_parent", "runs_like_a_script"):
+    for name in ("correct", "report_parent", "runs_like_a_script", "stdlib_and_open_files"):
         r = batch[name]
         assert r.passed and r.status == "passed" and r.returncode == 0, (name, r)
     assert int(batch["report_parent"].output.split()[1]) != os.getpid()  # the monitor, never the caller
@@ -49,6 +61,10 @@ def test_errors_and_output_are_reported(batch: dict) -> None:
     assert batch["exit_code_3"].returncode == 3 and batch["exit_code_3"].status == "failed"
     big = batch["print_100mb"]
     assert not big.passed and 0 < len(big.output) <= execution.OUTPUT_BYTES
+    assert "Too many open files" in batch["too_many_open_files"].output
+    surrogate = batch["lone_surrogate"]
+    assert surrogate.status == "failed" and "did not run" in surrogate.output
+    assert "'\\udcff'" in surrogate.output
 
 
 def test_timeout(batch: dict) -> None:
@@ -61,6 +77,55 @@ def test_sentinel_requires_running_to_the_end() -> None:
     # A program that prints a look-alike of the sentinel line still fails if it exits early.
     r = run_program("print('\\n' + 'f' * 32)\nimport os\nos._exit(0)\n", timeout=TIMEOUT)
     assert not r.passed and r.returncode == 0
+
+
+MEMFD = "import os\nfds = [os.memfd_create('x') for _ in range(24)]\nfor fd in fds:\n    {fill}\n"
+
+
+def test_a_memory_cgroup_caps_what_the_kernel_holds_for_a_program() -> None:
+    # 24 memfds of 15 MiB: outside RLIMIT_AS and within RLIMIT_NOFILE, over the group's 192 MiB.
+    # Landlock alone: seccomp would deny memfd_create before the group is reached.
+    if isinstance(memcg.where(), str):
+        pytest.skip(f"no memory cgroup here: {memcg.where()}")
+    fills = ("os.posix_fallocate(fd, 0, 15 << 20)", "os.write(fd, bytes(15 << 20))")
+    programs = [MEMFD.format(fill=fill) for fill in fills]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the layers switched off
+        results = run_programs(
+            [*programs, CORRECT, CORRECT], layers=["landlock"], memory_bytes=192 << 20, timeout=TIMEOUT
+        )
+    for r in results[:2]:
+        assert r.status == "failed" and "went over its memory limit" in r.output, r
+    assert [r.passed for r in results[2:]] == [True, True]
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before  # KiB
+    assert grew < 32 << 10, "the caller's memory grew"
+
+
+def test_memory_cgroups_are_found_in_v1_and_delegated_v2(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cgroups, mountinfo = tmp_path / "cgroup", tmp_path / "mountinfo"
+    mount = "35 31 0:32 {root} {point} rw,relatime - {fs} cgroup rw{opts}\n"
+    cgroups.write_text("4:memory:/jobs/a\n1:cpu:/\n0::/user/app\n")
+    mountinfo.write_text(mount.format(root="/", point="/cg/memory", fs="cgroup", opts=",memory"))
+    assert memcg._find(cgroups, mountinfo) == (Path("/cg/memory/jobs/a"), 1)
+    mountinfo.write_text(mount.format(root="/jobs", point="/cg/memory", fs="cgroup", opts=",memory"))
+    assert memcg._find(cgroups, mountinfo) == (Path("/cg/memory/a"), 1)  # a mount of a sub-tree
+    # v2: the caller's cgroup may hand `memory` down once the caller has moved into a child of it
+    own = tmp_path / "v2" / "user" / "app"
+    own.mkdir(parents=True)
+    files = {"cgroup.controllers": "cpu memory", "cgroup.subtree_control": "", "cgroup.procs": "1 2"}
+    for name, text in files.items():
+        (own / name).write_text(text)
+    cgroups.write_text("0::/user/app\n")
+    mountinfo.write_text(mount.format(root="/", point=tmp_path / "v2", fs="cgroup2", opts=""))
+    with pytest.raises(PermissionError, match="holds other processes too"):
+        memcg._find(cgroups, mountinfo)
+    (own / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    assert memcg._find(cgroups, mountinfo) == (own, 2)
+    assert (own / "diversed-caller" / "cgroup.procs").read_text() == str(os.getpid())
+    assert (own / "cgroup.subtree_control").read_text() == "+memory"
+    (own / "cgroup.controllers").write_text("cpu")
+    assert "no memory controller" in memcg._find(cgroups, mountinfo)
 
 
 def test_run_programs_keeps_order_and_handles_empty() -> None:
@@ -145,6 +210,8 @@ def test_seccomp_filter_is_well_formed(machine: str) -> None:
             "clone3",
             "kill",
             "fchmodat",
+            "memfd_create",
+            "inotify_add_watch",
         ):
             assert numbers[name] in denied, name
         assert (confine._syscalls(confine._DELETE, column)["unlinkat"] in denied) != allow_delete

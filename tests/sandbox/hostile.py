@@ -97,6 +97,14 @@ def _tmp_verdict(active: frozenset[str]) -> str:
     return "failed" if "landlock" in active else "passed"
 
 
+MEMFD = """
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1:] * 2)
+for i in range(64):
+    fd = libc.memfd_create(b"x", 0)
+    ok(fd)
+    {fill}
+return True"""
 NOT_LANDLOCK = frozenset({BWRAP, SECCOMP})
 FILES = frozenset({BWRAP, LANDLOCK})
 CANARY = "@OUT@/canary.txt"
@@ -299,6 +307,29 @@ time.sleep(0.5)
     Case("sleep_forever", "import time\ntime.sleep(1000)\n", tests=(), verdict="timeout", prelude=False, layers=ONCE),
     Case("allocate_10gb", "x = bytearray(10 * 2**30)\nx[-1] = 1\n", tests=(), prelude=False, layers=ONCE),
     Case("print_100mb", "print('x' * 100_000_000)\n", tests=(), prelude=False, layers=ONCE),
+    # memory RLIMIT_AS does not count: holding many open files passes; RLIMIT_NOFILE (32, hard) stops them
+    Case("memfd_fallocate", _escape(MEMFD.format(fill="os.posix_fallocate(fd, 0, 2**20)"))),
+    Case("memfd_write", _escape(MEMFD.format(fill="os.write(fd, bytes(2**20))"))),
+    Case("pipe_buffers", _escape("""
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1:] * 2)
+for i in range(256):  # 64 KiB each (pipe-user-pages-soft keeps F_SETPIPE_SZ from making them bigger)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    os.write(w, bytes(2**16))
+return True""")),
+    Case("inode_flood", _escape("""
+for i in range(200_000):
+    open(f"f{i}", "w").close()
+return True"""), layers=frozenset({BWRAP})),
+    Case("inode_flood_tmp", _escape("""
+for i in range(200_000):
+    os.mkdir(f"/tmp/d{i}")
+return True"""), layers=frozenset({BWRAP})),
+    Case("inotify_watch", _escape("""
+fd = libc.inotify_init1(0)
+ok(fd)
+return ok(libc.inotify_add_watch(fd, b"@OUT@", 0x100))  # IN_CREATE: new files' names"""), layers=NOT_LANDLOCK),
     Case("fill_scratch", """wrote = 0
 for i in range(6):
     with open(f"big{i}", "wb") as f:
@@ -306,6 +337,7 @@ for i in range(6):
     wrote += 1
 """, tests=("assert wrote == 6",), layers=frozenset({BWRAP}), prelude=False),
     # -- verdict games: ending early or hiding a failure does not pass
+    Case("lone_surrogate", "x = '\udcff'\n", tests=(), prelude=False, layers=ONCE),  # cannot be written out
     Case("exit_0_early", "import os\nos._exit(0)\n", tests=("assert False",), prelude=False, layers=ONCE),
     Case("sys_exit_0", "import sys\nsys.exit(0)\n", tests=("assert False",), prelude=False, layers=ONCE),
     Case("fake_sentinel", "import os\nprint('\\n' + 'f' * 32)\nos._exit(0)\n", tests=(), prelude=False, layers=ONCE),
