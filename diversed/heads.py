@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
+from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile
 from diversed.verify import total_variation
 
@@ -128,13 +129,13 @@ class WeightHead(nn.Module):
         }
 
     def save_pretrained(self, directory: str | Path, **metadata: Any) -> Path:
-        """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...)."""
+        """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...), each whole
+        or not at all (`atomic.write_file`)."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         self.metadata.update(metadata)
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME))
-        (directory / CONFIG_NAME).write_text(json.dumps(self.config(), indent=2, default=str) + "\n")
+        write_file(directory / WEIGHTS_NAME, save(state))
+        write_file(directory / CONFIG_NAME, (json.dumps(self.config(), indent=2, default=str) + "\n").encode())
         return directory
 
     @classmethod
