@@ -34,7 +34,7 @@ class DiskFull(UserError, OSError):
     """The disk (or quota) holding a run directory is full: the message names the directory."""
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     """The single place bytes reach a file written here (tests replace it to fill the disk)."""
     view = memoryview(data)
     while view:
@@ -68,7 +68,7 @@ def _disk_full(e: BaseException, path: Path) -> DiskFull:
                     f"the run directory, and run again{resume}")  # fmt: skip
 
 
-def write_file(path: str | os.PathLike[str], data: bytes) -> Path:
+def write_file(path: str | os.PathLike[str], data: bytes | memoryview) -> Path:
     """`data` as the whole content of `path`, or `path` unchanged (see the module docstring)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

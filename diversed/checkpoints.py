@@ -1,5 +1,6 @@
 """What makes a resumed training run the run it continues, and how its checkpoints are written
-(`runtime.fit` adds both to every training run, train and distill alike).
+(train and distill alike: `runtime.fit` adds `StepSeeds` and `AtomicCheckpointIO` to every run,
+`configs/callbacks/default.yaml` names `LastCheckpoint`).
 
 - `StepSeeds`, a Lightning callback: each training batch draws its randomness (torch on the CPU and
   every GPU, python's `random`, numpy: rollouts, dropout, drawn prompt positions) from generators
@@ -19,9 +20,11 @@
   saved once `trainer.fit` has returned (`max_steps` reached mid-epoch) counts that epoch as
   done: a run continued from it to more steps skips the epoch's other batches.
 - `AtomicCheckpointIO`: Lightning's checkpoint IO writing each checkpoint whole or not at all
-  (`atomic.write_file`: temp file beside it, fsync, rename; Lightning's own writes a temporary
-  file under /tmp and then copies it, which a full disk cuts short). A full disk stops the run with
-  `atomic.DiskFull` naming the directory; the previous checkpoints are intact.
+  (`atomic.write_file`: temp file beside it, fsync, rename). Lightning's own writes a temporary
+  file in the system's temporary directory and moves it into place, a copy where that is another
+  filesystem, which a full disk cut short: a 4 KiB `step_N.ckpt`, a `last.ckpt` replaced by part
+  of one. A full disk stops the run with `atomic.DiskFull` naming the directory; the previous
+  checkpoints are intact.
 
 It does not choose what a checkpoint holds beyond that (the modules' state dicts) nor check a
 checkpoint given to resume from (`preflight.check_checkpoint`).
