@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from diversed import CONFIG_DIR, draft_vocab
+from diversed.atomic import write_directory
 from diversed.autoregressive import autoregressive_generate
 from diversed.engine import speculative_generate
 from diversed.errors import ConfigError, MissingPackage, hydra_task
@@ -123,7 +123,6 @@ class DistillModule(L.LightningModule):
             if lora:
                 self.draft = with_lora(self.draft, lora)
         self.val_totals = Totals()
-        self.rng = random.Random(0)
         self.samples_file: Path | None = None  # distill.reuse: where the drawn samples are kept (distill() sets it)
 
     @property
@@ -158,7 +157,8 @@ class DistillModule(L.LightningModule):
         """Completions of `examples` from the draft or the target; (sequences, prompt mask, new tokens)."""
         hp, tok = self.hparams, self.pair.tokenizer
         ids, mask = left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
-        source = hp.rollout if hp.rollout != "mixed" else ("draft" if self.rng.random() < hp.mixed_fraction else "target")
+        # (torch's generator: seeded per step, `checkpoints.StepSeeds`, so a resumed run draws the same)
+        source = hp.rollout if hp.rollout != "mixed" else ("draft" if float(torch.rand(())) < hp.mixed_fraction else "target")
         model = self.draft if source == "draft" else self.pair.target
         out = autoregressive_generate(
             model, ids, mask, max_new_tokens=hp.max_new_tokens or task.max_new_tokens, do_sample=True,
@@ -387,8 +387,12 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir) / "draft"
     if run.is_global_zero:
         draft = merged(model.draft).eval().requires_grad_(False)
-        draft_vocab.save_pretrained(draft, out_dir, safe_serialization=True)  # a restricted head kept apart
-        pair.tokenizer.save_pretrained(out_dir)
+
+        def export(directory: Path) -> None:
+            draft_vocab.save_pretrained(draft, directory, safe_serialization=True)  # a restricted head kept apart
+            pair.tokenizer.save_pretrained(directory)
+
+        write_directory(out_dir, export)  # whole or not at all: a kill or a full disk leaves the previous one
         log.info(f"Saved the distilled draft to {out_dir} (use it as pair.draft={out_dir} or sweep.draft_models=[{out_dir}])")
     finish(run.loggers)
     return {"metrics": run.metrics, "draft_dir": str(out_dir), "best_checkpoint": run.best}

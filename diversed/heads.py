@@ -3,7 +3,8 @@
 `WeightHead` is the paper's head (a linear layer on [h_draft; h_target] giving two logits, then a
 softmax; w is the probability of the target logit) and generalises to an MLP and to extra
 per-position features that verification gets for free (entropies of p and q, TV(p, q)). Heads
-are saved as safetensors plus a JSON config and loaded without pickle; the config records the
+are saved as safetensors plus a JSON config (each file written whole, `atomic.py`) and loaded
+without pickle, a damaged file named with the fix (`read_config`); the config records the
 pair a head was trained on (`pair_record`: its models' identity), and `same_pair` tells whether
 that is the pair at hand. This module does not train heads (see `train.py`) and does not run
 models.
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor, nn
 
+from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile
 from diversed.verify import total_variation
 
@@ -60,6 +62,23 @@ def head_metadata(directory: str | Path) -> dict[str, Any]:
     where there is none (a moved or deleted head)."""
     path = Path(directory) / CONFIG_NAME
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def read_config(directory: str | Path) -> dict[str, Any]:
+    """A saved head's `head_config.json`; MissingFile naming it where there is none or it is not
+    whole JSON (cut short, damaged)."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        raise MissingFile(f"{directory} is not a saved weight head (no {CONFIG_NAME}): train one first "
+                          "(python -m diversed.train with the same pair and task)")  # fmt: skip
+    try:
+        config = json.loads(path.read_text())
+    except (ValueError, OSError) as e:  # cut short, damaged, not UTF-8
+        raise MissingFile(f"{path} cannot be read ({type(e).__name__}: {e}): copy the head again, or train it "
+                          "again") from None  # fmt: skip
+    if not isinstance(config, dict):
+        raise MissingFile(f"{path} is not a head's config (a JSON object): copy the head again, or train it again")
+    return config
 
 
 def _entropy(p: Tensor) -> Tensor:
@@ -128,13 +147,13 @@ class WeightHead(nn.Module):
         }
 
     def save_pretrained(self, directory: str | Path, **metadata: Any) -> Path:
-        """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...)."""
+        """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...), each whole
+        or not at all (`atomic.write_file`)."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         self.metadata.update(metadata)
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME))
-        (directory / CONFIG_NAME).write_text(json.dumps(self.config(), indent=2, default=str) + "\n")
+        write_file(directory / WEIGHTS_NAME, save(state))
+        write_file(directory / CONFIG_NAME, (json.dumps(self.config(), indent=2, default=str) + "\n").encode())
         return directory
 
     @classmethod
@@ -148,10 +167,7 @@ class WeightHead(nn.Module):
     ) -> WeightHead:
         """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error."""
         directory = Path(directory)
-        config_file = directory / CONFIG_NAME
-        if not config_file.is_file():
-            raise MissingFile(f"{directory} is not a saved weight head (no {CONFIG_NAME})")
-        config = json.loads(config_file.read_text())
+        config = read_config(directory)
         for name, want in (("draft_hidden_size", draft_hidden_size), ("target_hidden_size", target_hidden_size)):
             if want is not None and int(config[name]) != int(want):
                 raise ConfigError(
@@ -159,5 +175,10 @@ class WeightHead(nn.Module):
                     f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair"
                 )
         head = cls(**config)
-        head.load_state_dict(load_file(str(directory / WEIGHTS_NAME), device=str(map_location)))
+        try:
+            state = load_file(str(directory / WEIGHTS_NAME), device=str(map_location))
+        except Exception as e:  # missing, cut short, not a safetensors file
+            raise MissingFile(f"{directory / WEIGHTS_NAME} cannot be read ({e}): copy the head again, or train "
+                              "it again") from None  # fmt: skip
+        head.load_state_dict(state)
         return head

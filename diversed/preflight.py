@@ -3,9 +3,10 @@
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
 models' context, and each head is readable and was trained for this pair (its hidden sizes, and the
-models it records), and a training run's `ckpt_path` is a readable checkpoint that fits the pair.
-Each failure says what to set instead. (Data files, their lines and fields, and empty data are
-checked where they are read, in `tasks/data.py`.)
+models it records), each fine-tuned draft is readable and has the pair's vocabulary, and a training
+run's `ckpt_path` is a readable checkpoint that fits the pair (a damaged one is named with the run's
+other whole checkpoints). Each failure says what to set instead. (Data files, their lines and
+fields, and empty data are checked where they are read, in `tasks/data.py`.)
 """
 
 from __future__ import annotations
@@ -49,25 +50,22 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
     (`heads.same_pair`). A head of another pair is refused unless `allow_other_pairs`; then its
     digest comes with the pair it was trained on (part of its points' settings). A head saved
     without its pair's identity (older diversed) is let through with a warning."""
-    from safetensors import safe_open
-
-    from diversed.heads import WEIGHTS_NAME, same_pair
+    from diversed.heads import CONFIG_NAME, WEIGHTS_NAME, read_config, same_pair
 
     digests: dict[str, Any] = {}
     for head in heads:
-        config_file = Path(head) / "head_config.json"
-        if not config_file.is_file():
-            raise ConfigError(f"sweep.heads entry {head} is not a saved head (no head_config.json): train one first "
+        if not (Path(head) / CONFIG_NAME).is_file():
+            raise ConfigError(f"sweep.heads entry {head} is not a saved head (no {CONFIG_NAME}): train one first "
                              "(python -m diversed.train with the same pair and task), or leave dynamic out of "
                              "sweep.methods")  # fmt: skip
         weights = Path(head) / WEIGHTS_NAME
+        if (problem := unreadable_safetensors(weights)) is not None:
+            raise ConfigError(f"sweep.heads entry {head}: {weights} cannot be read ({problem}): copy the head again, "
+                             "or train it again")  # fmt: skip
         try:
-            with safe_open(str(weights), "pt") as f:
-                f.keys()
-        except Exception as e:  # missing, truncated, not a safetensors file
-            raise ConfigError(f"sweep.heads entry {head}: {weights} cannot be read ({e}): copy the head again, "
-                             "or train it again") from None  # fmt: skip
-        config = json.loads(config_file.read_text())
+            config = read_config(head)
+        except OSError as e:  # cut short or damaged: named with the fix
+            raise ConfigError(f"sweep.heads entry {head}: {e}") from None
         digests[str(head)] = directory_digest(head)
         if card is None:
             continue
@@ -104,6 +102,19 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
     return digests
 
 
+def unreadable_safetensors(path: str | Path) -> str | None:
+    """Why the safetensors file `path` cannot be read (missing, cut short, damaged: its header and
+    its size are checked, no tensor is read), or None."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            f.keys()
+    except Exception as e:  # missing, truncated, not a safetensors file
+        return str(e) or type(e).__name__
+    return None
+
+
 def _models(identity: dict[str, Any], config: dict[str, Any]) -> str:
     """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
     if "random" in identity:
@@ -125,6 +136,15 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
         if not (path / "config.json").is_file():
             raise ConfigError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
                              "with python -m diversed.distill")  # fmt: skip
+        try:
+            json.loads((path / "config.json").read_text())
+        except (ValueError, OSError) as e:
+            raise ConfigError(f"sweep.draft_models entry {draft}: {path / 'config.json'} cannot be read "
+                             f"({type(e).__name__}: {e}): copy the draft again, or distil it again") from None  # fmt: skip
+        for file in sorted(path.glob("*.safetensors")):
+            if (problem := unreadable_safetensors(file)) is not None:
+                raise ConfigError(f"sweep.draft_models entry {draft}: {file} cannot be read ({problem}): copy the "
+                                 "draft again, or distil it again")  # fmt: skip
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer
 
@@ -154,12 +174,12 @@ def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], wha
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
         size = Path(path).stat().st_size
         raise ConfigError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
-                         f"torch.save writes: cut short, damaged or another kind of file): {fix}")  # fmt: skip
+                         f"torch.save writes: cut short, damaged or another kind of file): {_instead(path, fix)}")  # fmt: skip
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
     except Exception as e:  # cut short, empty, not a torch file
         raise ConfigError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
-                         f"{str(e).split('. ')[0]}): {fix}") from None  # fmt: skip
+                         f"{str(e).split('. ')[0]}): {_instead(path, fix)}") from None  # fmt: skip
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
     shapes = {k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
@@ -172,6 +192,19 @@ def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], wha
     if wrong:
         raise ConfigError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
                          + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "") + f": {fix}")  # fmt: skip
+
+
+def _instead(path: str | Path, fix: str) -> str:
+    """The fix for a damaged checkpoint: the run's other whole checkpoints (beside it, newest first), or `fix`."""
+    import zipfile
+
+    path = Path(path)
+    others = [p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)]
+    if not others:
+        return fix
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    named = ", ".join(f"ckpt_path={p}" for p in others[:3])
+    return f"resume from another checkpoint of the run ({named}), or ckpt_path=null to start afresh"
 
 
 def model_shapes(card: Any, role: str) -> dict[str, tuple[int, ...]]:

@@ -8,6 +8,11 @@ is evaluated on (`task.split`, e.g. test) trains or selects a checkpoint: such e
 out (a warning says how many), and a data file that serves every split is refused. The held-out
 examples never appear among the training ones.
 
+The training batches come in an order drawn from (seed, epoch) alone (`SeededShuffle`, and
+`LengthGroupedBatches` for rows served by the module), by a `ResumableLoader` whose position
+(epoch, batches served) Lightning keeps in the checkpoints: a resumed run trains on the batches the
+uninterrupted run trained on, from the one after the checkpoint. Validation batches keep their order.
+
 It does not decode or score (the training modules do).
 """
 
@@ -20,7 +25,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
-from torch.utils.data import DataLoader, Sampler
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 from diversed.errors import ConfigError
 
@@ -131,41 +137,100 @@ class PromptDataModule(L.LightningDataModule):
         train = sorted(rest if self.n_train is None else rest[: self.n_train])
         return full.select(train, "train, without the held-out examples"), full.select(val, "held out of train")
 
-    def _loader(self, task: Any, batch_size: int, shuffle: bool) -> DataLoader:
-        return DataLoader(list(task), batch_size=batch_size, shuffle=shuffle, collate_fn=list, num_workers=self.num_workers)
-
     def train_dataloader(self) -> DataLoader:
+        """The training rows (the train examples, or the served ones) in an order drawn from (seed,
+        epoch) alone, by a loader whose position Lightning keeps in its checkpoints: a resumed run
+        gets the batches the uninterrupted one got, from the batch after the checkpoint's."""
+        rows = list(self.train_task) if self.train_items is None else self.train_items
+        order = SeededShuffle(len(rows), self.seed)
+        common = {"collate_fn": list, "num_workers": self.num_workers, "generator": torch.Generator().manual_seed(self.seed)}
         if self.train_items is None:
-            return self._loader(self.train_task, self.batch_size, shuffle=True)
+            return ResumableLoader(rows, batch_size=self.batch_size, sampler=order, **common)
         # served rows (token sequences): batches of similar lengths, so that little of each is padding
-        sampler = LengthGroupedBatches([len(item.ids) for item in self.train_items], self.batch_size, self.seed)
-        return DataLoader(self.train_items, batch_sampler=sampler, collate_fn=list, num_workers=self.num_workers)
+        lengths = [len(item.ids) for item in rows]
+        return ResumableLoader(rows, batch_sampler=LengthGroupedBatches(order, self.batch_size, lengths=lengths), **common)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_task, self.val_batch_size, shuffle=False)
+        return DataLoader(list(self.val_task), batch_size=self.val_batch_size, shuffle=False, collate_fn=list,
+                          num_workers=self.num_workers)  # fmt: skip
 
 
-class LengthGroupedBatches(Sampler[list[int]]):
-    """Batches of rows of similar lengths, in a new random order each epoch (as transformers'
-    `group_by_length`): the rows are shuffled, cut into groups of 16 batches, each group sorted by
-    length and cut into batches, and the batches shuffled. Every row once per epoch."""
+# ----------------------------------------------------------------------------- resumable batches
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int = 0, group: int = 16) -> None:
-        self.lengths, self.batch_size, self.seed, self.group = list(lengths), int(batch_size), int(seed), int(group)
-        self.epoch = 0
+
+class SeededShuffle(Sampler[int]):
+    """0 .. n − 1 in a random order drawn from (seed, epoch) alone (not from the global generators):
+    the same order in every run, resumed or not. Lightning sets the epoch (`set_epoch`)."""
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        self.n, self.seed, self.epoch = int(n), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
-        return -(-len(self.lengths) // self.batch_size)
+        return self.n
+
+    def __iter__(self) -> Iterator[int]:
+        order = list(range(self.n))
+        random.Random(f"shuffle-{self.seed}-{self.epoch}").shuffle(order)
+        return iter(order)
+
+
+class LengthGroupedBatches(BatchSampler):
+    """Batches of rows of similar lengths, in a new random order each epoch (as transformers'
+    `group_by_length`): the rows in `sampler`'s order (a `SeededShuffle`, or Lightning's distributed
+    wrapper of it: this process's share) are cut into groups of `group` batches, each group sorted
+    by length and cut into batches, and the batches shuffled by (seed, epoch). Every row once per epoch."""
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool = False, *, lengths: list[int],
+                 group: int = 16) -> None:  # fmt: skip
+        super().__init__(sampler, batch_size, drop_last)
+        self.lengths, self.group = list(lengths), int(group)
 
     def __iter__(self) -> Iterator[list[int]]:
-        rng = random.Random(f"length-grouped-{self.seed}-{self.epoch}")
-        self.epoch += 1
-        order = list(range(len(self.lengths)))
-        rng.shuffle(order)
-        size = self.batch_size * self.group
+        order, size = list(self.sampler), self.batch_size * self.group
         batches = []
         for start in range(0, len(order), size):
             chunk = sorted(order[start : start + size], key=self.lengths.__getitem__)
             batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        rng.shuffle(batches)
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        seed, epoch = (getattr(self.sampler, k, 0) for k in ("seed", "epoch"))
+        random.Random(f"length-grouped-{seed}-{epoch}").shuffle(batches)
         return iter(batches)
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader whose position is part of Lightning's checkpoints (Lightning's protocol for
+    stateful loaders, `state_dict` / `load_state_dict`): the epoch of its samplers' order and how
+    many batches of it were served. Given that state, its next pass starts after those batches (the
+    next epoch's first batch where the epoch was done); Lightning restores the loops' counters."""
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self._skip = getattr(self, "_skip", 0), 0
+        self._served = skip
+        for i, batch in enumerate(super().__iter__()):
+            if i < skip:  # served before the checkpoint (rows in memory: skipping them costs nothing)
+                continue
+            self._served = i + 1
+            yield batch
+
+    def _epoch_samplers(self) -> list[Any]:
+        found = {}
+        for sampler in (self.sampler, getattr(self.batch_sampler, "sampler", None)):  # as Lightning's set_epoch
+            if callable(getattr(sampler, "set_epoch", None)):
+                found[id(sampler)] = sampler
+        return list(found.values())
+
+    def state_dict(self) -> dict[str, int]:
+        epochs = [getattr(s, "epoch", 0) for s in self._epoch_samplers()]
+        return {"epoch": int(epochs[0]) if epochs else 0, "served": int(getattr(self, "_served", 0))}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        epoch, served = int(state.get("epoch", 0)), int(state.get("served", 0))
+        if served >= len(self):  # the epoch was done: the next one from its start
+            epoch, served = epoch + 1, 0
+        for sampler in self._epoch_samplers():
+            sampler.set_epoch(epoch)
+        self._skip = served

@@ -21,7 +21,7 @@
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
-  trainer, fit or resume, last.ckpt, the best checkpoint's state).
+  trainer, fit or resume exactly, last.ckpt, the best checkpoint's state; `checkpoints.py`).
 - `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
   `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
@@ -324,26 +324,37 @@ class Fitted(NamedTuple):
 
 
 def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job_type: str = "train") -> Fitted:
-    """Instantiate `cfg.callbacks` (and the progress bar), the loggers (`job_type`: the entry point)
-    and `cfg.trainer`; fit `model` (resuming from `cfg.ckpt_path`); write the latest state,
-    optimizer included, to `<paths.output_dir>/checkpoints/last.ckpt`; load the best checkpoint's
-    state dict."""
+    """Instantiate `cfg.callbacks` (and the progress bar, and `checkpoints.StepSeeds`), the loggers
+    (`job_type`: the entry point) and `cfg.trainer`, its checkpoints written atomically
+    (`checkpoints.AtomicCheckpointIO`; temporary files of a killed writer removed first); fit
+    `model` (resuming from `cfg.ckpt_path`: the run it continues, step for step); write the latest
+    state, optimizer included, to `<paths.output_dir>/checkpoints/last.ckpt`; load the best
+    checkpoint's state dict."""
     import hydra
     import torch
     from omegaconf import OmegaConf
+
+    from diversed.atomic import remove_stale
+    from diversed.checkpoints import AtomicCheckpointIO, LastCheckpoint, StepSeeds
 
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
     bar = progress_bar() if cfg.trainer.get("enable_progress_bar", True) else None
     if bar is not None and not any("ProgressBar" in type(c).__name__ for c in callbacks):
         callbacks.append(bar)
+    callbacks.append(StepSeeds(cfg.seed))
+    for stale in remove_stale(Path(cfg.paths.output_dir) / "checkpoints"):
+        log.info(f"Removed {stale}, left by a run killed while writing it")
     loggers = make_loggers(cfg, job_type=job_type)
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
+                                      plugins=[AtomicCheckpointIO()])  # fmt: skip
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     _say_where_it_resumes(cfg.get("ckpt_path"), Path(cfg.paths.output_dir))
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=weights_only)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
+    if not any(isinstance(c, LastCheckpoint) and c.saved_step == trainer.global_step for c in callbacks):
+        # (LastCheckpoint wrote the last step as the loop stood then: this one counts the epoch as done)
+        trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
     best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
     state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"] if best else None
     return Fitted(metrics, best, state, trainer.is_global_zero, loggers)

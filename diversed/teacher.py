@@ -16,12 +16,15 @@ It does not draw samples or train (`distill.py` does).
 
 from __future__ import annotations
 
+import io
 import logging
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from diversed.atomic import write_file
 
 log = logging.getLogger(__name__)
 DIVERGENCES = ("forward_kl", "tvd", "reverse_kl")
@@ -120,14 +123,13 @@ _SAMPLE_FIELDS = ("ids", "prompt", "at", "logp", "top", "rest")
 
 
 def write_samples(path: Path, key: str, samples: list[TeacherSample], support: Tensor | None) -> None:
-    """Write `samples` to `path` atomically (temp file, then rename): a kill leaves the old file or none."""
+    """Write `samples` to `path` atomically (`atomic.write_file`): a kill leaves the old file or none."""
     columns = {"ids": [s.ids for s in samples], "prompt": [s.prompt for s in samples], "at": [s.at for s in samples],
                "logp": [s.teacher.logp for s in samples], "top": [s.teacher.ids for s in samples],
                "rest": [s.teacher.rest for s in samples]}  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"key": key, "support": None if support is None else support.cpu(), **columns}, tmp)
-    tmp.replace(path)
+    buffer = io.BytesIO()
+    torch.save({"key": key, "support": None if support is None else support.cpu(), **columns}, buffer)
+    write_file(path, buffer.getbuffer())  # a temporary file of this process's own: every process of a DDP run writes
 
 
 def read_samples(path: Path, support: Tensor | None, key: str | None = None) -> list[TeacherSample] | None:

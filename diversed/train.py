@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from diversed import CONFIG_DIR
+from diversed.atomic import write_directory
 from diversed.engine import speculative_generate
 from diversed.errors import hydra_task
 from diversed.heads import pair_record
@@ -298,7 +299,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         model.head.load_state_dict({k.removeprefix("head."): v for k, v in run.state.items() if k.startswith("head.")})
     out_dir = Path(cfg.paths.output_dir) / "head"
     if run.is_global_zero:
-        model.head.save_pretrained(out_dir, reg_scale=cfg.model.reg_scale, checkpoint=run.best or None)
+        # whole or not at all: a kill or a full disk leaves the previous export (a resumed run's) or none
+        write_directory(out_dir, lambda d: model.head.save_pretrained(d, reg_scale=cfg.model.reg_scale,
+                                                                      checkpoint=run.best or None))  # fmt: skip
         log.info(f"Exported the head to {out_dir}")
     finish(run.loggers)
     return {"metrics": run.metrics, "head_dir": str(out_dir), "best_checkpoint": run.best}

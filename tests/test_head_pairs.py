@@ -103,6 +103,26 @@ def test_a_damaged_head_file_is_named(tmp_path, toy_tiny_dir, no_weights):
         ev.evaluate(cfg)
 
 
+def test_a_damaged_head_config_or_draft_file_is_named_before_the_pair_loads(tmp_path, toy_tiny_dir, no_weights):
+    card = card_of(tmp_path, toy_tiny_dir)
+    head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
+    config = head / "head_config.json"
+    config.write_text(config.read_text()[:40])
+    cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL, [f"sweep.heads=[{head}]"])
+    with pytest.raises(ValueError, match=rf"sweep\.heads entry {head}: {config} cannot be read \(JSONDecodeError.*copy the head again"):
+        ev.evaluate(cfg)
+    with pytest.raises(FileNotFoundError, match=rf"{config} cannot be read"):  # loading it directly says the same
+        WeightHead.from_pretrained(head)
+    draft = tmp_path / "run2" / "draft"  # a distilled draft whose weights were cut short (a full disk, a copy)
+    shutil.copytree(toy_tiny_dir / "draft", draft)
+    weights = draft / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL,
+                      ["sweep.methods=[finetuned_draft]", f"sweep.draft_models=[{draft}]"])  # fmt: skip
+    with pytest.raises(ValueError, match=rf"sweep\.draft_models entry {draft}: {weights} cannot be read .*distil it again"):
+        ev.evaluate(cfg)
+
+
 def test_same_pair_by_weights_hub_commit_and_random_shape():
     local = {"target": {"path": "/a/t", "weights": "1"}, "draft": {"path": "/a/d", "weights": "2"}, "dtype": "auto"}
     moved = {"target": {"path": "/b/t", "weights": "1"}, "draft": {"path": "/b/d", "weights": "2"}, "device": "cpu"}

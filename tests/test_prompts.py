@@ -102,11 +102,15 @@ def test_paper_presets_select_checkpoints_on_train_problems_only(preset, tmp_pat
 def test_length_grouped_batches_serve_every_row_once_per_epoch_in_batches_of_similar_lengths():
     import random
 
-    from diversed.prompts import LengthGroupedBatches
+    from diversed.prompts import LengthGroupedBatches, SeededShuffle
 
     lengths = [random.Random(i).randint(10, 500) for i in range(203)]
-    sampler = LengthGroupedBatches(lengths, batch_size=8, seed=3, group=4)
-    epochs = [list(sampler) for _ in range(2)]
+    order = SeededShuffle(len(lengths), seed=3)
+    sampler = LengthGroupedBatches(order, 8, lengths=lengths, group=4)
+    epochs = []
+    for epoch in range(2):
+        order.set_epoch(epoch)  # as Lightning does at each epoch's start
+        epochs.append(list(sampler))
     for batches in epochs:
         assert len(batches) == len(sampler) == 26
         assert sorted(i for b in batches for i in b) == list(range(203))  # every row once
@@ -114,4 +118,53 @@ def test_length_grouped_batches_serve_every_row_once_per_epoch_in_batches_of_sim
         spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
         assert spread < 150, spread  # random batches of 8 from [10, 500] spread about 380
     assert epochs[0] != epochs[1]  # a new order each epoch
-    assert list(LengthGroupedBatches(lengths, 8, seed=3, group=4)) == epochs[0]  # and the same from a seed
+    assert list(sampler) == epochs[1]  # drawn from (seed, epoch) alone: the same again
+    assert list(LengthGroupedBatches(SeededShuffle(203, seed=3), 8, lengths=lengths, group=4)) == epochs[0]
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_the_train_loader_resumes_at_the_batch_after_its_checkpoint(grouped):
+    """The loader's state (epoch, batches served) puts a new loader, in a new process, at the next
+    batch of the same order; a finished epoch resumes at the next epoch's first batch."""
+    from types import SimpleNamespace
+
+    from diversed.prompts import PromptDataModule
+
+    def loader():
+        dm = PromptDataModule(lambda **_: None, batch_size=4, seed=7)
+        dm.train_task = [{"i": i} for i in range(10)]  # 3 batches an epoch
+        if grouped:
+            dm.serve([SimpleNamespace(ids=[0] * (1 + i % 4), i=i) for i in range(10)])
+        return dm.train_dataloader()
+
+    def ids(batch):
+        return [r["i"] if isinstance(r, dict) else r.i for r in batch]
+
+    def set_epoch(dl, epoch):  # Lightning's `_set_sampler_epoch`
+        for s in {id(x): x for x in (dl.sampler, getattr(dl.batch_sampler, "sampler", None))}.values():
+            getattr(s, "set_epoch", lambda e: None)(epoch)
+
+    whole, dl = [], loader()
+    for epoch in range(4):
+        set_epoch(dl, epoch)
+        whole += [ids(b) for b in dl]
+    assert sorted(sum(whole[:3], [])) == list(range(10)) and whole[:3] != whole[3:6]
+    for stop in range(1, 9):  # stop after `stop` batches, resume in a fresh loader
+        dl, seen, states = loader(), [], []
+        for epoch in range(3):
+            set_epoch(dl, epoch)
+            for b in dl:
+                seen.append(ids(b))
+                if len(seen) == stop:
+                    states.append(dl.state_dict())
+                    break
+            if states:
+                break
+        assert states[0] == {"epoch": (stop - 1) // 3, "served": (stop - 1) % 3 + 1}
+        fresh = loader()
+        fresh.load_state_dict(states[0])
+        rest = [ids(b) for b in fresh]
+        epoch = stop // 3
+        assert seen + rest == whole[: 3 * (epoch + 1)], stop
+        set_epoch(fresh, epoch + 1)
+        assert [ids(b) for b in fresh] == whole[3 * (epoch + 1) : 3 * (epoch + 2)]

@@ -187,6 +187,10 @@ def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
     blob = (tmp_path / "run1" / "checkpoints" / "last.ckpt").read_bytes()
     files["half"] = tmp_path / "half.ckpt"
     files["half"].write_bytes(blob[: len(blob) // 2])
+    (tmp_path / "run2" / "checkpoints").mkdir(parents=True)  # a run whose last.ckpt was cut short, its best whole
+    (tmp_path / "run2" / "checkpoints" / "step_000040.ckpt").write_bytes(blob)
+    files["half, another whole"] = tmp_path / "run2" / "checkpoints" / "last.ckpt"
+    files["half, another whole"].write_bytes(blob[: len(blob) // 2])
     torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t + 64), "head.net.0.bias": torch.zeros(2)}},
                files.setdefault("other head", tmp_path / "other_head.ckpt"))  # fmt: skip
     embed = "model.embed_tokens.weight"
@@ -201,6 +205,8 @@ CKPT_CASES = {
     "missing": ("train", r"ckpt_path='.*gone\.ckpt': no such file: .*checkpoints/last\.ckpt.*null to start afresh"),
     "empty": ("train", r"ckpt_path=.*empty\.ckpt is not a complete checkpoint \(0 bytes.*ckpt_path=null to start afresh"),
     "half": ("train", r"ckpt_path=.*half\.ckpt is not a complete checkpoint \(\d+ bytes, not a whole zip archive"),
+    "half, another whole": ("distill", r"run2/checkpoints/last\.ckpt is not a complete checkpoint .*resume from another "
+                                       r"checkpoint of the run \(ckpt_path=.*run2/checkpoints/step_000040\.ckpt\)"),
     "other head": ("train", r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)"),
     "other draft": ("distill", r"d\.ckpt was saved for another draft or pair: draft\.model\.embed_tokens\.weight"),
     "no state": ("train", r"plain\.pt is not a Lightning checkpoint \(no state_dict\)"),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from resuming import Killed, assert_resumed_is_uninterrupted, kill_at
 from tiny_models import compose_run, pair_overrides, tiny_pair
 
 from diversed import WeightHead
@@ -239,3 +240,83 @@ def test_checking_a_checkpoint_against_the_pair_draws_nothing_from_the_generator
     shapes = head_shapes(functools.partial(WeightHead, hidden_sizes=hidden_sizes), card)
     assert torch.equal(torch.random.get_rng_state(), before)
     assert shapes["head.net.0.weight"] == ((hidden_sizes or [2])[0], 64 + 128)
+
+
+# ----------------------------------------------------------------------------- resumed = uninterrupted
+
+
+RESUMABLE = ["trainer.max_steps=9", "trainer.val_check_interval=3", "callbacks.last_checkpoint.every_n_train_steps=2",
+             "data.n_train=16", "model.optimizer.lr=0.05",  # 4 batches an epoch: resumes mid-epoch and at its end
+             # the toy's objective is flat at this size; the falling mean w makes "best" move with each validation
+             "callbacks.model_checkpoint.monitor=val/mean_w", "callbacks.model_checkpoint.mode=min"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_train(tmp_path_factory, toy_tiny_dir):
+    run = tmp_path_factory.mktemp("uninterrupted") / "run"
+    return run, train(compose_train(run, toy_tiny_dir, *RESUMABLE))
+
+
+@pytest.mark.parametrize(("hook", "step", "resume_from"), [
+    ("on_train_batch_start", 3, "last.ckpt"),         # last.ckpt of step 2, mid-epoch, before step 3's validation
+    ("on_train_batch_start", 5, "last.ckpt"),         # last.ckpt of step 4: the end of the first epoch
+    ("on_train_batch_start", 7, "step_000006.ckpt"),  # the best checkpoint, saved at the end of a validation
+    ("on_validation_start", 6, "last.ckpt"),          # killed in step 6's validation: last.ckpt is step 4's
+    (None, 5, "last.ckpt"),                           # a run of 5 steps (mid-epoch) continued to 9
+])  # fmt: skip
+def test_a_resumed_training_is_the_run_it_continues(hook, step, resume_from, tmp_path, toy_tiny_dir, monkeypatch,
+                                                   uninterrupted_train):  # fmt: skip
+    """Killed (or stopped by max_steps), then resumed in place: the final head, optimizer and
+    baseline are bit for bit the uninterrupted run's, so is the exported best head, its step, and
+    every logged metric."""
+    ref, ref_result = uninterrupted_train
+    run = tmp_path / "run"
+    if hook is None:
+        train(compose_train(run, toy_tiny_dir, *RESUMABLE, f"trainer.max_steps={step}"))
+    else:
+        with monkeypatch.context() as m:
+            kill_at(m, DiversedModule, hook, step)
+            with pytest.raises(Killed):
+                train(compose_train(run, toy_tiny_dir, *RESUMABLE))
+    saved = step if hook is None else (step - 1) // 2 * 2
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved
+    result = train(compose_train(run, toy_tiny_dir, *RESUMABLE, f"ckpt_path={run / 'checkpoints' / resume_from}"))
+    assert_resumed_is_uninterrupted(ref, run, result, ref_result, "head/head.safetensors")
+
+
+def test_only_the_best_step_checkpoint_is_kept(uninterrupted_train):
+    """Lightning's bookkeeping through the atomic writes: the best moved at each validation (steps 3,
+    6, 9) and each earlier best was removed; nothing temporary is left."""
+    run, result = uninterrupted_train
+    assert Path(result["best_checkpoint"]).name == "step_000009.ckpt"
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "step_000009.ckpt"]
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
+
+
+def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(tmp_path, toy_tiny_dir, monkeypatch):
+    import errno
+    import os
+    import re
+
+    from diversed import atomic
+
+    real = atomic._write_all
+
+    def half_then_full(fd, data):
+        os.write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fill_the_disk(self, batch, batch_idx):  # after step 3 (and its validation): every later write fails
+        if self.global_step == 3:
+            monkeypatch.setattr(atomic, "_write_all", half_then_full)
+
+    monkeypatch.setattr(DiversedModule, "on_train_batch_start", fill_the_disk, raising=False)
+    run = tmp_path / "run"
+    where = re.escape(str(run / "checkpoints"))
+    with pytest.raises(atomic.DiskFull, match=rf"the disk holding {where} is full \(no space left writing last\.ckpt\)"):
+        train(compose_train(run, toy_tiny_dir, *RESUMABLE))
+    monkeypatch.setattr(atomic, "_write_all", real)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "step_000003.ckpt"]
+    for name, step in (("last.ckpt", 2), ("step_000003.ckpt", 3)):  # the previous checkpoints, whole
+        assert torch.load(run / "checkpoints" / name, weights_only=True)["global_step"] == step
+    assert not (run / "head").exists()
