@@ -365,7 +365,8 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         return run_dir
     if store is None:
         raise ConfigError(f"{run_dir} cannot be written (read-only) and {len(todo)} of its {len(points)} grid points "
-                          "are still to run: make it writable, or give another directory (paths.output_dir=... or hydra.run.dir=...)")  # fmt: skip
+                          "are still to run: make it writable, or give another directory (paths.output_dir=... or "
+                          "hydra.run.dir=...)")  # fmt: skip
 
     show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")

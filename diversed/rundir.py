@@ -17,11 +17,14 @@ with a warning that names what cannot be read.
   plain write) is written again.
 - `json_line(row)`: a row as a strict JSON line; `read_jsonl(path, take)`: the lines of a file
   that `take` accepts, every other (not UTF-8, not JSON, rejected) named in one warning with its
-  line number and why, but a torn last line (a kill leaves it), which is skipped silently.
+  line number and why, but a torn last line (a kill leaves it), which is skipped silently;
+  `skipped(path, bad)` is that warning (also for the rows of a table file).
 - `read_json(path)`: a JSON object file, or None with a warning naming the file and why.
 
 It knows nothing of what records hold (`results.py`) or what a fingerprint holds (`evaluate.py`);
-readers take no lock (a sweep may be writing while they read: they see whole files only). The lock
+readers take no lock (a sweep may be writing while they read: they see whole files, and at most a
+torn last line of an appended one). Hydra writes its own files (`.hydra/`, the job's log) before
+evaluate takes the lock: a refused second run still rewrites `.hydra/` and logs its refusal. The lock
 is advisory: it stops a second evaluate, not a hand edit, and on a network file system it is only
 as good as that system's `flock`.
 """
@@ -243,7 +246,8 @@ def keep_settings(run_dir: str | Path, digest: str, settings: dict[str, Any], co
     and a torn one is written again."""
     run_dir = Path(run_dir)
     for path, load, text in (
-        (run_dir / "settings" / f"{digest}.json", json.loads, lambda: json.dumps(settings, indent=1, default=str) + "\n"),
+        (run_dir / "settings" / f"{digest}.json", json.loads,
+         lambda: json.dumps(settings, indent=1, default=str) + "\n"),
         (run_dir / "configs" / f"{digest}.yaml", yaml.safe_load, config),
     ):  # fmt: skip
         if not (path.exists() and _parses(path, load)):
