@@ -14,7 +14,8 @@ will take by the run's finished records (`times.estimate_seconds`; no estimate w
 One evaluate at a time writes a run directory: it holds the directory's lock (`rundir.hold`) from
 start to end, and a second one is refused at once, told who holds it (a dry run takes no lock).
 When every point is done it writes nothing but that lock, and on a read-only directory not even
-that: a finished sweep re-runs there (Hydra's own files too: `hydra/evaluate.yaml`).
+that: a finished sweep re-runs there (Hydra's own files too: `hydra/evaluate.yaml`,
+`hydra/job_logging/diversed.yaml`).
 
 A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
 `timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with

@@ -71,7 +71,7 @@ def config_subdir(ckpt_path: Any, now: str, output_dir: Any = None) -> str | Non
 
 
 class LogFile(logging.FileHandler):
-    """The job's log file (`hydra/evaluate.yaml`'s job_logging): where it cannot be opened (a
+    """The job's log file (evaluate's `hydra/job_logging: diversed`): where it cannot be opened (a
     read-only run directory), one warning on stderr, and the console handler alone shows the log."""
 
     def _open(self):  # noqa: ANN202 (logging.FileHandler's)

@@ -75,7 +75,8 @@ def test_settings_are_kept_once_and_written_again_where_torn(tmp_path):
 # ----------------------------------------------------------------------------- the lock
 
 
-HOLDER = "import sys, time; from diversed import rundir; lock = rundir.hold(sys.argv[1]); lock.__enter__(); print('held', flush=True); time.sleep(120)"
+HOLDER = ("import sys, time; from diversed import rundir; lock = rundir.hold(sys.argv[1]); lock.__enter__(); "
+          "print('held', flush=True); time.sleep(120)")
 
 
 def test_a_second_writer_is_refused_with_who_holds_the_directory_and_a_killed_holder_blocks_nothing(tmp_path):
