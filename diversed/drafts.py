@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.errors import ConfigError, MissingFile, cli
+from diversed.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -312,9 +313,7 @@ def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | 
                        for t in recipe.eval_tasks}  # fmt: skip
     log.info("draft %s after distillation: %s", recipe.name, report["after"])
     report["measure_seconds"] = round(report.get("measure_seconds", 0.0) + time.perf_counter() - t3, 1)
-    tmp = out / "build.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, out / "build.json")
+    write_atomic(out / "build.json", json.dumps(report, indent=1) + "\n")
     return out
 
 

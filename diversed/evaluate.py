@@ -7,9 +7,15 @@ that determines its output (task settings and prompt texts, the pair's identity,
 batch size, seed, a head's files): re-running the same command skips finished points without even
 loading the pair, and a changed setting gives new points. Records from before fingerprints are
 read (plots) but never resumed into. Each fingerprint's settings and resolved config are kept in
-`settings/` and `configs/` beside the results; nothing is overwritten.
+`settings/` and `configs/` beside the results; nothing is overwritten (but a torn file).
 `sweep.dry_run=true` stops there: it prints every point, done or to run, and how long those to run
 will take by the run's finished records (`times.estimate_seconds`; no estimate without them).
+
+One evaluate at a time writes a run directory: it holds the directory's lock (`rundir.hold`) from
+start to end, and a second one is refused at once, told who holds it (a dry run takes no lock).
+When every point is done it writes nothing but that lock, and on a read-only directory not even
+that: a finished sweep re-runs there (Hydra's own files too: `hydra/evaluate.yaml`,
+`hydra/job_logging/diversed.yaml`).
 
 A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
 `timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with
@@ -46,7 +52,7 @@ from diversed import CONFIG_DIR
 from diversed.autoregressive import autoregressive_generate
 from diversed.compare import mean_interval
 from diversed.engine import speculative_generate
-from diversed.errors import hydra_task
+from diversed.errors import ConfigError, hydra_task
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.jobs import parallel_launcher
@@ -55,7 +61,8 @@ from diversed.pair import describe_pair
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
-from diversed.results import ResultStore, grid_key
+from diversed.results import ResultStore, grid_key, read_records
+from diversed.rundir import hold, keep_settings
 from diversed.runtime import PointLog, finish, instantiate, make_loggers, quiet, set_threads, show_config
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
@@ -294,27 +301,24 @@ def comparison_group(common: dict[str, Any]) -> str:
     return digest({**{k: v for k, v in common.items() if k != "seed"}, "task": task})
 
 
-def _keep_settings(run_dir: Path, key: str, settings: dict[str, Any], cfg: DictConfig) -> None:
-    """Write settings/<key>.json and configs/<key>.yaml once: never replaced by another run's."""
-    import json
-
-    for sub, text in (("settings", lambda: json.dumps(settings, indent=1, default=str) + "\n"),
-                      ("configs", lambda: OmegaConf.to_yaml(cfg, resolve=True))):  # fmt: skip
-        path = run_dir / sub / f"{key}.{'json' if sub == 'settings' else 'yaml'}"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text())
-
-
 def evaluate(cfg: DictConfig) -> Path:
-    """Run every grid point not yet in the run directory; returns the directory."""
+    """Run every grid point not yet in the run directory, holding its lock (`rundir.hold`: one writer at a
+    time; a dry run only reads); returns the directory."""
     check_evaluate(cfg)  # every setting, before anything is read
     set_threads(cfg.get("runtime", {}).get("threads"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
+    run_dir = Path(cfg.paths.output_dir)
+    if cfg.sweep.get("dry_run", False):
+        return _sweep(cfg, run_dir, writable=False)
+    with hold(run_dir) as writable:  # False: a read-only directory, which a finished sweep may be
+        return _sweep(cfg, run_dir, writable=writable)
+
+
+def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     sweep, timing = cfg.sweep, OmegaConf.to_container(cfg.timing, resolve=True)
     engine = OmegaConf.to_container(cfg.engine, resolve=True)
-    run_dir = Path(cfg.paths.output_dir)
-    store = ResultStore(run_dir)
+    store = ResultStore(run_dir) if writable else None  # (opening it repairs what a killed run left)
+    finished = read_records(run_dir)
 
     log.info(f"Loading task <{cfg.task.name}>")
     task = instantiate(cfg.task)
@@ -344,18 +348,26 @@ def evaluate(cfg: DictConfig) -> Path:
     comparison = comparison_group(common)
     points = [{**p, "seed": seed} for seed in seeds for p in grid(sweep, head_digests, draft_digests)]
     points = [{**p, "settings": digest(settings_of(p))} for p in points]
-    done = store.done_keys()
+    done = {r["key"] for r in finished}
     todo = [p for p in points if grid_key(**meta, **p) not in done]
-    legacy = sum(1 for r in store.records() if not r.get("settings"))
+    legacy = sum(1 for r in finished if not r.get("settings"))
     if legacy:
         log.warning(f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
                     "resumed: their points run again")  # fmt: skip
     log.info(f"{len(points)} grid points, {len(points) - len(todo)} already done")
+    if store is not None:  # each fingerprint's settings and config, written again where torn
+        for p in {p["settings"]: p for p in points}.values():
+            keep_settings(run_dir, p["settings"], settings_of(p), lambda: OmegaConf.to_yaml(cfg, resolve=True))
     if sweep.get("dry_run", False):  # the plan, then out: no weights are read
-        print(plan(points, todo, store.records(), n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)))
+        print(plan(points, todo, finished, n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)))
         return run_dir
     if not todo:
+        log.info(f"Every grid point is done ({run_dir}): nothing to run")
         return run_dir
+    if store is None:
+        raise ConfigError(f"{run_dir} cannot be written (read-only) and {len(todo)} of its {len(points)} grid points "
+                          "are still to run: make it writable, or give another directory (paths.output_dir=... or "
+                          "hydra.run.dir=...)")  # fmt: skip
 
     show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")
@@ -369,13 +381,12 @@ def evaluate(cfg: DictConfig) -> Path:
         log.warning(f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
                     "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
                     "and time later; the records say parallel_launcher")  # fmt: skip
-    base = {baseline_key(r): r for r in store.records() if r["method"] == BASELINE}  # the time baselines
+    base = {baseline_key(r): r for r in finished if r["method"] == BASELINE}  # the time baselines
     progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
     with logging_redirect_tqdm():
         for index, point in enumerate(bar):
             bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
-            _keep_settings(run_dir, point["settings"], settings_of(point), cfg)
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
             args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts, "progress": progress}

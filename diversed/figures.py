@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from diversed.fronts import pareto_front
 from diversed.methods import METHODS
 from diversed.plot import safe_name
+from diversed.rundir import write_atomic
 from diversed.times import ci_fields
 
 
@@ -46,12 +47,9 @@ def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1) -> tuple[Figure,
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        fig.savefig(out_dir / f"{stem}.{fmt}", dpi=150)
-        paths.append(out_dir / f"{stem}.{fmt}")
-    return paths
+    """`fig` as `<out_dir>/<stem>.<format>` for each format, each file written whole (`rundir.write_atomic`)."""
+    return [write_atomic(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
+            for fmt in formats]  # fmt: skip
 
 
 def _label(method: str) -> str:
@@ -244,8 +242,8 @@ def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_e
         spans.append(f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>")
     legend = "".join(f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6))
     page = out_dir / f"head_learned_{name}.html"
-    page.write_text(f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
-                    f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n")  # fmt: skip
+    write_atomic(page, f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
+                       f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n")  # fmt: skip
 
     frame = pd.DataFrame([(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
                          columns=["cls", "w"])  # fmt: skip

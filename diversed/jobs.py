@@ -12,6 +12,9 @@
   differing part off, and the same command maps to the same directories (resume).
 - `short_dirname(name)`: a job directory's name (`${diversed.dirname:...}`), cut with a digest of
   the whole past 120 characters, path separators replaced.
+- `LogFile`: Hydra's job log file handler, which a read-only run directory does not stop (the
+  console alone then shows the log); `config_subdir` likewise saves Hydra's copy of the config
+  nowhere when given a run directory that cannot be written.
 - `sweep_job()`: this job's number and its sweep's directory inside a multirun, else None.
 - `parallel_launcher()`: the launcher running this job beside others (joblib with n_jobs != 1),
   or None: times measured side by side are not comparable.
@@ -26,6 +29,9 @@ It launches nothing (Hydra's launchers do) and decides nothing about what a job 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +56,31 @@ def run_dir(ckpt_path: Any, new: str) -> str:
     return new
 
 
-def config_subdir(ckpt_path: Any, now: str) -> str:
+def config_subdir(ckpt_path: Any, now: str, output_dir: Any = None) -> str | None:
     """Where Hydra saves the job's config in its run directory: `.hydra`, and `.hydra/resumed_<now>`
-    for a run resumed in place (the first run's config stays as it was)."""
-    return f".hydra/resumed_{now}" if run_dir(ckpt_path, "") else ".hydra"
+    for a run resumed in place (the first run's config stays as it was); nowhere (None) where
+    `output_dir` is given and cannot be written (evaluate re-running a finished sweep read-only)."""
+    sub = f".hydra/resumed_{now}" if run_dir(ckpt_path, "") else ".hydra"
+    if output_dir is not None:
+        path = Path(str(output_dir)) / sub
+        while not path.exists() and path != path.parent:  # what would be written: the nearest existing part
+            path = path.parent
+        if not os.access(path, os.W_OK):
+            return None
+    return sub
+
+
+class LogFile(logging.FileHandler):
+    """The job's log file (evaluate's `hydra/job_logging: diversed`): where it cannot be opened (a
+    read-only run directory), one warning on stderr, and the console handler alone shows the log."""
+
+    def _open(self):  # noqa: ANN202 (logging.FileHandler's)
+        try:
+            return super()._open()
+        except OSError as e:
+            print(f"warning: cannot write the log file {self.baseFilename} ({e.strerror}): the log goes to the "
+                  "console only", file=sys.stderr)  # fmt: skip
+            return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the handler closes it)
 
 
 class NameJobsBySweep(Callback):

@@ -34,6 +34,7 @@ from diversed.errors import cli
 from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_results
+from diversed.rundir import write_atomic
 
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
 
@@ -127,7 +128,7 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
     # Horizontal 95% CI of the quality, faint so that it does not hide the curves.
     pts = d[d[y].notna() & d["score_ci_low"].notna() & d["score_ci_high"].notna()]
     if len(pts):
-        err = np.vstack([pts["score"] - pts["score_ci_low"], pts["score_ci_high"] - pts["score"]])
+        err = np.vstack([pts["score"] - pts["score_ci_low"], pts["score_ci_high"] - pts["score"]]).clip(min=0)
         ax.errorbar(
             pts["score"], pts[y], xerr=err, fmt="none", ecolor="0.6", elinewidth=0.6, alpha=0.5, zorder=1
         )
@@ -209,10 +210,8 @@ def plot_pareto(
             frameon=False,
         )
         stem = f"pareto_{safe_name(pair)}_{safe_name(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
-        for fmt in formats:
-            path = out_dir / f"{stem}.{fmt}"
-            fig.savefig(path, dpi=150)
-            paths.append(path)
+        for fmt in formats:  # each file whole or not at all
+            paths.append(write_atomic(out_dir / f"{stem}.{fmt}", lambda f, fig=fig, fmt=fmt: fig.savefig(f, format=fmt, dpi=150)))
     return paths
 
 
@@ -300,10 +299,10 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
         else ""
     )
     md, csv = out_dir / f"{name}.md", out_dir / f"{name}.csv"
-    md.write_text(caption + _markdown(table))
+    write_atomic(md, caption + _markdown(table))
     flat = table.copy()
     flat.columns = [f"{task} {q}" for task, q in table.columns]
-    flat.to_csv(csv)
+    write_atomic(csv, flat.to_csv())
     return [md, csv]
 
 

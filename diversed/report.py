@@ -50,6 +50,7 @@ from diversed.heads import head_metadata
 from diversed.plot import plot_pareto
 from diversed.results import load_runs as results_of_runs
 from diversed.results import read_examples
+from diversed.rundir import read_json, write_atomic
 from diversed.tables import paired_table, paper_table, transfer_table, with_times
 
 # ----------------------------------------------------------------------------- loading
@@ -76,8 +77,8 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def _write_table(table: pd.DataFrame, out: Path, name: str, caption: str) -> tuple[list[Path], str]:
     md = f"{caption}\n\n{_markdown(table)}"
-    (out / f"{name}.md").write_text(md)
-    table.to_csv(out / f"{name}.csv")
+    write_atomic(out / f"{name}.md", md)
+    write_atomic(out / f"{name}.csv", table.to_csv())
     return [out / f"{name}.md", out / f"{name}.csv"], md
 
 
@@ -96,7 +97,9 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
              f"{join(int(n) for n in sorted(r['num_draft_tokens'].dropna().unique()))} · examples per point "
              f"{join(int(n) for n in sorted(r['n_examples'].dropna().unique()))}", "", "## Settings fingerprints", ""]  # fmt: skip
     for s in sorted((run_dir / "settings").glob("*.json")):
-        body = json.loads(s.read_text())
+        if (body := read_json(s)) is None:  # (a torn file of an older version: named in a warning)
+            lines.append(f"- [`{s.stem}`]({link(s)}): cannot be read")
+            continue
         task, pair = body.get("task", {}), body.get("pair", {})
         which = "".join(f", {k} {str(body[k])[:8]}" for k in ("head", "draft") if body.get(k))
         lines.append(f"- [`{s.stem}`]({link(s)}){which}: pair {pair.get('name', '?')}, task {task.get('task', '?')} "
@@ -136,7 +139,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
     claims = []
     if choices is not None and len(choices):
-        choices.to_csv(out / "choices.csv", index=False)
+        write_atomic(out / "choices.csv", choices.to_csv(index=False))
         written.append(out / "choices.csv")
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
     how = (f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
@@ -201,11 +204,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     sections += ["", "## Run directories", ""]
     for run in sorted(df["run_dir"].unique()):
         page = out / "runs" / f"{'_'.join(Path(run).parts[-3:])}.md"
-        page.write_text(run_summary(Path(run), df, shown, page))
+        write_atomic(page, run_summary(Path(run), df, shown, page))
         written.append(page)
         sections.append(f"- [{run}]({_rel(page, out)})")
-    (out / "README.md").write_text("\n".join(sections) + "\n")
-    (out / "claims.md").write_text("\n".join(claims) + "\n")  # what a README may quote: tables and captions
+    write_atomic(out / "README.md", "\n".join(sections) + "\n")
+    write_atomic(out / "claims.md", "\n".join(claims) + "\n")  # what a README may quote: tables and captions
     return [out / "README.md", out / "claims.md", *written]
 
 

@@ -7,15 +7,21 @@ per-example rows (`EXAMPLE_FIELDS`, plus extras) go to a separate file. A run di
     run_dir/results.jsonl                 one JSON line per finished grid point
     run_dir/examples/<key digest>.jsonl   that point's per-example rows
 
-`ResultStore.write` makes the examples file durable first (temp file, fsync, `os.replace`),
-then appends the record as one complete line (fsync). A grid point therefore counts as done
-only once its record line is whole, and a killed process leaves at most a torn last line
-(truncated when the store is next opened) and a stale temp file (deleted then); the point is
-simply redone. Readers skip torn lines and keep the last record of each key.
+`ResultStore.write` makes the examples file durable first (`rundir.write_atomic`), then appends
+the record as one complete line (fsync). A grid point therefore counts as done only once its
+record line is whole, and a killed process leaves at most a torn last line (truncated when the
+store is next opened) and a stale temp file (deleted then); the point is simply redone.
+
+Readers keep the last record of each key and skip, naming each in one warning per file (file,
+line, why), every line that is not one: a torn last line (silently: a kill leaves it), a line
+that is not UTF-8 or not JSON, a JSON value that is not a record (`as_record`: an object with
+pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0 and
+scores and rates within [0, 1]: every task's metric is a fraction, and the report shows it ×100)
+or not an example row (`as_example`).
 
 It does not compute scores or timings (the runner does; `times.py` derives times from the runs and
-fills them into older records as they load), nor lock the files: one writer per run directory is
-assumed (Hydra multirun gives each job its own directory).
+fills them into older records as they load), nor lock the directory: its one writer, evaluate,
+holds `rundir.hold` (Hydra multirun gives each job its own directory).
 """
 
 from __future__ import annotations
@@ -23,18 +29,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import numbers
 import os
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from diversed import rundir
 from diversed.errors import ConfigError, MissingFile
 from diversed.methods import FLOAT_KNOBS, check_record_fields
-from diversed.times import TIME_FIELDS, fill_times
+from diversed.rundir import json_line, read_jsonl
+from diversed.times import RUNS, TIME_FIELDS, fill_times
 
 # Fields that identify a grid point, in key order.
 GRID_FIELDS = (
@@ -104,8 +112,12 @@ _FLOAT_FIELDS = (
     "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
     "normalized_latency", "mean_w", "alpha", "mean_tv",
 )  # fmt: skip
+# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1.
+_NUMBERS = (*_INT_FIELDS, *_FLOAT_FIELDS, *TIME_FIELDS, "new_tokens", "latency_new_tokens", "latency_examples",
+            "scored_wall_time_s", "verified_drafts")  # fmt: skip
+_FRACTIONS = ("weight", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "mean_w")
+_COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
-_TMP_PREFIX = ".tmp-"
 
 
 # ---------------------------------------------------------------------------- records
@@ -175,61 +187,66 @@ def key_digest(key: str) -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
-# ---------------------------------------------------------------------------- JSONL I/O
+# ---------------------------------------------------------------------------- what readers take
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON values: NaN, inf and pandas' NA become None; numpy/torch values Python ones."""
-    if value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
-        return None  # strict JSON has no NaN/inf
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "tolist") and callable(value.tolist):  # numpy / torch scalars and arrays
-        return _jsonable(value.tolist())
-    if isinstance(value, Path):
-        return str(value)
-    return value
+def _problem(name: str, value: Any, fraction: bool = False) -> str | None:
+    """Why `value` cannot be the number `name` holds (None: it can, or it is missing). NaN is not missing
+    here: JSON's null is, and the writer never writes NaN."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"{name} is {value!r}, not a number"
+    if not (math.isfinite(value) and 0 <= value <= (1 if fraction else math.inf)):
+        return f"{name} is {value!r}, not {'in [0, 1]' if fraction else 'a finite number >= 0'}"
+    return None
 
 
-def json_line(row: Mapping[str, Any]) -> bytes:
-    """One row as a strict JSON line (UTF-8 bytes, newline-terminated), as the results files hold it."""
-    return (json.dumps(_jsonable(row), allow_nan=False, ensure_ascii=False) + "\n").encode()
+def as_record(row: Any) -> dict[str, Any]:
+    """`row` as readers take a record (its key made from its fields where it has none, as parquet files
+    may lack it); ValueError saying why it is not one (module docstring)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"a JSON {type(row).__name__}, not a record")
+    for f in ("pair", "task", "method", "temperature"):
+        if _missing(row.get(f)) or row.get(f) == "":
+            raise ValueError(f"no {f}")
+    for f in ("pair", "task", "method"):
+        if not isinstance(row[f], str):
+            raise ValueError(f"{f} is {row[f]!r}, not a string")
+    for f in _NUMBERS:
+        if why := _problem(f, row.get(f), f in _FRACTIONS):
+            raise ValueError(why)
+    for f in RUNS.values():
+        value = row.get(f)
+        if not _missing(value) and not (isinstance(value, list) and not any(_problem(f, v) for v in value)):
+            raise ValueError(f"{f} is {value!r}, not a list of times")
+    if _missing(row.get("key")):
+        row["key"] = grid_key(**row)
+    elif not isinstance(row["key"], str):
+        raise ValueError(f"key is {row['key']!r}, not a string")
+    return row
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """The single place bytes reach a results file (tests replace it to simulate a crash)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The complete JSON lines of a file; a torn last line (a crash) and bad lines are skipped."""
-    rows = []
-    data = Path(path).read_bytes()
-    n_complete = data.count(b"\n")  # a line after the last newline is torn
-    for i, line in enumerate(data.split(b"\n")):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < n_complete:  # a torn last line is expected after a crash, a bad complete one is not
-                warnings.warn(f"{path}: skipping unreadable line {i + 1}", stacklevel=2)
-    return rows
+def as_example(row: Any, key: str | None = None) -> dict[str, Any]:
+    """`row` as readers take a per-example row of the grid point `key`: an object with an example_id,
+    that key (if it names one), a score in [0, 1], counts >= 0, and as many w's as tokens
+    (sweep.token_w); ValueError saying why it is not one."""
+    if not isinstance(row, dict):
+        raise ValueError(f"a JSON {type(row).__name__}, not an example row")
+    if _missing(row.get("example_id")) or isinstance(row["example_id"], dict | list):
+        raise ValueError(f"example_id is {row.get('example_id')!r}")
+    if key is not None and row.get("key", key) != key:
+        raise ValueError(f"key {row.get('key')!r} is another grid point's")
+    if _missing(row.get("score")):
+        raise ValueError("no score")
+    for f, fraction in (("score", True), *((c, False) for c in _COUNTS)):
+        if why := _problem(f, row.get(f), fraction):
+            raise ValueError(why)
+    w = row.get("token_w")
+    if not _missing(w) and not (isinstance(w, list) and isinstance(row.get("token_text"), list)
+                                and len(w) == len(row["token_text"]) and not any(_problem("w", v, True) for v in w)):
+        raise ValueError("token_w is not a w in [0, 1] for each of token_text")  # fmt: skip
+    return row
 
 
 def _last_per_key(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -252,9 +269,7 @@ class ResultStore:
         self.examples_dir = self.run_dir / "examples"
         self.examples_dir.mkdir(parents=True, exist_ok=True)
         self._repair()
-        self._done = (
-            {r["key"] for r in read_jsonl(self.results_path)} if self.results_path.exists() else set()
-        )
+        self._done = {r["key"] for r in read_records(self.run_dir)}
 
     def _repair(self) -> None:
         """Undo what a killed writer left: cut a torn last record line, delete temp files."""
@@ -264,8 +279,8 @@ class ResultStore:
                 with open(self.results_path, "r+b") as f:
                     f.truncate(data.rfind(b"\n") + 1)
                     os.fsync(f.fileno())
-        for tmp in self.examples_dir.glob(_TMP_PREFIX + "*"):
-            tmp.unlink()
+        for sub in (self.run_dir, self.examples_dir, self.run_dir / "settings", self.run_dir / "configs"):
+            rundir.remove_temps(sub)
 
     def done_keys(self) -> set[str]:
         """Keys of the grid points whose record is written (skip these when resuming)."""
@@ -289,27 +304,18 @@ class ResultStore:
             rows.append({"key": key, **{k: v for k, v in ex.items() if k != "key"}})
 
         # 1. examples: temp file, fsync, atomic rename; a crash here leaves only the temp file.
-        final = self.examples_path(key)
-        tmp = final.with_name(f"{_TMP_PREFIX}{os.getpid()}-{final.name}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, b"".join(json_line(r) for r in rows))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        _fsync_dir(self.examples_dir)
+        rundir.write_atomic(self.examples_path(key), b"".join(json_line(r) for r in rows))
 
         # 2. the record: one complete line appended; a crash here leaves a torn last line.
         new_file = not self.results_path.exists()
         fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            _write_all(fd, json_line(record))
+            rundir.write_all(fd, json_line(record))
             os.fsync(fd)
         finally:
             os.close(fd)
         if new_file:
-            _fsync_dir(self.run_dir)
+            rundir.fsync_dir(self.run_dir)
         self._done.add(key)
         return record
 
@@ -331,15 +337,17 @@ def examples_path(run_dir: str | Path, key: str) -> Path:
 
 
 def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The run records of `run_dir`, the last one of each key; a torn last line is skipped."""
+    """The run records of `run_dir`, the last one of each key; lines that are not records are skipped
+    (a torn last line silently, the others named in a warning)."""
     path = Path(run_dir) / _RESULTS_NAME
-    return _last_per_key(read_jsonl(path)) if path.exists() else []
+    return _last_per_key(read_jsonl(path, as_record)) if path.exists() else []
 
 
 def read_examples(run_dir: str | Path, key: str) -> list[dict[str, Any]]:
-    """The per-example rows of one grid point of `run_dir` (empty if it has none)."""
+    """The per-example rows of one grid point of `run_dir` (empty if it has none); lines that are not
+    its rows are skipped and named in a warning."""
     path = examples_path(run_dir, key)
-    return read_jsonl(path) if path.exists() else []
+    return read_jsonl(path, lambda row: as_example(row, key)) if path.exists() else []
 
 
 # ---------------------------------------------------------------------------- loading
@@ -351,6 +359,18 @@ def _result_files(path: Path) -> list[Path]:
     if path.suffix in (".jsonl", ".parquet"):
         return [path]
     raise ConfigError(f"{path}: expected a .jsonl or .parquet file or a directory")
+
+
+def _take(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """The rows of a table file that are records (`as_record`), the others named in one warning."""
+    kept, bad = [], []
+    for i, row in enumerate(rows):
+        try:
+            kept.append(as_record(row))
+        except ValueError as e:
+            bad.append(f"row {i}: {e}")
+    rundir.skipped(path, bad, "row")
+    return kept
 
 
 def load_results(*paths: str | Path) -> pd.DataFrame:
@@ -369,12 +389,9 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
         for f in _result_files(p):
             if f.suffix == ".parquet":
                 frame = pd.read_parquet(f).astype(object)
-                rows.extend(frame.where(frame.notna(), None).to_dict("records"))
+                rows.extend(_take(frame.where(frame.notna(), None).to_dict("records"), f))
             else:
-                rows.extend(read_jsonl(f))
-    for row in rows:
-        if row.get("key") is None:
-            row["key"] = grid_key(**row)
+                rows.extend(read_jsonl(f, as_record))
     df = pd.DataFrame(_last_per_key(rows))
     for f in RUN_FIELDS:
         if f not in df:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
+from diversed.errors import ConfigError
 from diversed.inputs import left_pad
 from diversed.provenance import digest
 from diversed.results import ResultStore, load_results, read_examples
@@ -30,14 +32,16 @@ def head_dir(toy_tiny_dir, tmp_path_factory):
     return out
 
 
+SMALL = [
+    "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
+    "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
+    "timing.warmup=0", "timing.repeats=1", "runtime.progress=false", "sweep.num_seeds=1",
+    "sweep.methods=[autoregressive,lossless,static,dynamic]",
+]  # fmt: skip
+
+
 def compose_eval(out: Path, pair_dir: Path, *overrides: str):
-    small = [
-        "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
-        "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
-        "timing.warmup=0", "timing.repeats=1", "runtime.progress=false", "sweep.num_seeds=1",
-        "sweep.methods=[autoregressive,lossless,static,dynamic]",
-    ]  # fmt: skip
-    return compose_run("evaluate", out, pair_dir, small, overrides)
+    return compose_run("evaluate", out, pair_dir, SMALL, overrides)
 
 
 def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
@@ -216,10 +220,12 @@ def test_the_runner_does_not_import_lightning():
 # ----------------------------------------------------------------------------- settings, timing, reading
 
 
+SMALL_ONE = ["sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
+             "sweep.temperatures=[1.0]"]  # fmt: skip
+
+
 def small_eval(out, pair_dir, *overrides):
-    base = ["sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
-            "sweep.temperatures=[1.0]"]  # fmt: skip
-    return compose_eval(out, pair_dir, *base, *overrides)
+    return compose_eval(out, pair_dir, *SMALL_ONE, *overrides)
 
 
 def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without_the_pair(tmp_path, toy_tiny_dir, monkeypatch):
@@ -312,6 +318,87 @@ def test_records_from_before_fingerprints_are_read_but_not_resumed(tmp_path, toy
     assert "3 records from before settings fingerprints" in caplog.text
     df = load_results(tmp_path)
     assert len(df) == 6 and df.settings.isna().sum() == 3  # re-run beside the old ones
+
+
+# ----------------------------------------------------------------------------- the run directory under faults
+
+
+def no_pair(monkeypatch):
+    from transformers import PreTrainedModel
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded")))
+
+
+def test_a_second_evaluate_on_one_directory_is_refused_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
+    from diversed.rundir import hold
+
+    cfg = small_eval(tmp_path, toy_tiny_dir)
+    with hold(tmp_path), monkeypatch.context() as m:  # another writer (this process holds it apart: one writer)
+        no_pair(m)
+        with pytest.raises(ConfigError, match=r"being written by another process \(pid \d+ on .*wait for it"):
+            ev.evaluate(cfg)
+        ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.dry_run=true"))  # a dry run only reads: no lock
+    assert not (tmp_path / "results.jsonl").exists()
+    ev.evaluate(cfg)  # released: it runs
+    assert len(load_results(tmp_path)) == 3
+
+
+def test_resuming_skips_bad_lines_redoes_their_points_and_rewrites_a_torn_settings_file(tmp_path, toy_tiny_dir,
+                                                                                       monkeypatch):  # fmt: skip
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    results = tmp_path / "results.jsonl"
+    lines = results.read_bytes().splitlines(keepends=True)
+    lossless = json.loads(lines[1])
+    (settings,) = (tmp_path / "settings").glob("*.json")
+    results.write_bytes(lines[0] + b'{"pair": "\xff"}\n[1, 2, 3]\n{"score": 1}\n'
+                        + json.dumps({**lossless, "score": 9.5}).encode() + b"\n" + lines[2])  # fmt: skip
+    settings.write_bytes(settings.read_bytes()[:40])  # as a kill left it under an older version
+    ran = []
+    real = ev.run_point
+    monkeypatch.setattr(ev, "run_point", lambda pair, task, point, *a, **k: ran.append(point) or real(pair, task, point, *a, **k))
+    with pytest.warns(UserWarning, match=r"line 2: not UTF-8; line 3: a JSON list.*line 5: score is 9.5"):
+        ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    assert [p["method"] for p in ran] == ["lossless"]  # its line was impossible: the point is redone, once
+    assert json.loads(settings.read_text())["seed"] == 0  # written again
+    with pytest.warns(UserWarning, match="skipping 4 unreadable lines"):
+        df = load_results(tmp_path)
+    assert len(df) == 3 and df.score.between(0, 1).all()
+
+
+def test_a_finished_sweep_reruns_on_a_read_only_directory(tmp_path, toy_tiny_dir, monkeypatch):
+    """In-process (the runner), then as a user runs it, where a read-only mount can be made (Hydra's own
+    log file and config copy)."""
+    import contextlib
+    import subprocess
+    import sys
+
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    with monkeypatch.context() as m:
+        m.setattr(ev, "hold", lambda run_dir: contextlib.nullcontext(False))  # what a read-only directory gives
+        no_pair(m)
+        assert ev.evaluate(small_eval(tmp_path, toy_tiny_dir)) == tmp_path  # every point done: out, writing nothing
+        assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+        with pytest.raises(ConfigError, match="cannot be written .* 1 of its 4 grid points are still to run"):
+            ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.weights=[0.5,1.0]"))
+
+    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    if os.geteuid() != 0:
+        wrap = []
+        for p in [tmp_path, *tmp_path.rglob("*")]:
+            p.chmod(p.stat().st_mode & ~0o222)
+    elif probe is not None and probe.returncode == 0:
+        wrap = ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{tmp_path}" "{tmp_path}" && '
+                f'mount -o remount,bind,ro "{tmp_path}" "{tmp_path}" && exec "$0" "$@"']  # fmt: skip
+    else:
+        pytest.skip("no read-only directory can be made here (root without user namespaces)")
+    cmd = [*wrap, sys.executable, "-m", "diversed.evaluate", *SMALL, *SMALL_ONE, *pair_overrides(toy_tiny_dir),
+           f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "Every grid point is done" in proc.stdout + proc.stderr
+    assert proc.stderr.count("cannot write the log file") == 1
+    assert not (tmp_path / ".hydra").exists() and not (tmp_path / "evaluate.log").exists()
 
 
 def test_points_are_timed_apart_from_scoring(tmp_path, toy_tiny_dir):
