@@ -1,8 +1,11 @@
-"""Files and directories written whole or not at all: what training leaves on disk (checkpoints, the
-exported head and draft) after a kill or a full disk is the previous version or nothing, never a part.
+"""Files and directories written whole or not at all: what diversed leaves on disk (a run directory's
+records, examples, settings and report; checkpoints, the exported head and draft) after a kill or a
+full disk is the previous version or nothing, never a part.
 
-- `write_file(path, data)`: the bytes to a temporary file beside `path` (`.<name>.tmp-<pid>`),
-  fsynced, then renamed over `path` (atomic on one filesystem); the directory is fsynced too.
+- `write_file(path, data)`: `data` (bytes, text, or a function writing a binary file object) to a
+  temporary file beside `path` (`.<name>.tmp-<pid>`), fsynced, then renamed over `path` (atomic on
+  one filesystem); the directory is fsynced too (`fsync_path`). `write_all(fd, data)` is the single
+  place bytes reach a file (tests replace it to fill the disk or die halfway).
 - `write_directory(path, fill)`: `fill(tmp)` writes a whole directory beside `path`; its files are
   fsynced, then it takes `path`'s place (the previous one is moved aside first and deleted last: a
   kill between the two renames leaves it as `.<name>.old-<pid>`, never a mix of both).
@@ -23,6 +26,7 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from diversed.errors import UserError
 
@@ -34,14 +38,15 @@ class DiskFull(UserError, OSError):
     """The disk (or quota) holding a run directory is full: the message names the directory."""
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    """The single place bytes reach a file written here (tests replace it to fill the disk)."""
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Every byte of `data` to `fd`: the single place bytes reach a file written here (tests replace it)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Make `path` durable: a directory's new or renamed entries, or a file's bytes."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # e.g. platforms that cannot open directories
@@ -68,15 +73,20 @@ def _disk_full(e: BaseException, path: Path) -> DiskFull:
                     f"the run directory, and run again{resume}")  # fmt: skip
 
 
-def write_file(path: str | os.PathLike[str], data: bytes | memoryview) -> Path:
-    """`data` as the whole content of `path`, or `path` unchanged (see the module docstring)."""
+def write_file(path: str | os.PathLike[str], data: bytes | memoryview | str | Callable[[BinaryIO], object]) -> Path:
+    """`data` as the whole content of `path`, or `path` unchanged (see the module docstring): bytes,
+    text (UTF-8), or a function that writes a binary file (`lambda f: fig.savefig(f, format="png")`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, data)
+            if callable(data):
+                with os.fdopen(os.dup(fd), "wb") as f:
+                    data(f)
+            else:
+                write_all(fd, data.encode() if isinstance(data, str) else data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -86,7 +96,7 @@ def write_file(path: str | os.PathLike[str], data: bytes | memoryview) -> Path:
         if _full(e):
             raise _disk_full(e, path) from e
         raise
-    _fsync(path.parent)
+    fsync_path(path.parent)
     return path
 
 
@@ -102,8 +112,8 @@ def write_directory(path: str | os.PathLike[str], fill: Callable[[Path], object]
         fill(tmp)
         for file in sorted(tmp.rglob("*")):
             if file.is_file():
-                _fsync(file)
-        _fsync(tmp)
+                fsync_path(file)
+        fsync_path(tmp)
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.rename(path, old)
@@ -116,7 +126,7 @@ def write_directory(path: str | os.PathLike[str], fill: Callable[[Path], object]
         if _full(e):
             raise _disk_full(e, path) from e
         raise
-    _fsync(path.parent)
+    fsync_path(path.parent)
     shutil.rmtree(old, ignore_errors=True)
     return path
 

@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile, cli
-from diversed.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | 
                        for t in recipe.eval_tasks}  # fmt: skip
     log.info("draft %s after distillation: %s", recipe.name, report["after"])
     report["measure_seconds"] = round(report.get("measure_seconds", 0.0) + time.perf_counter() - t3, 1)
-    write_atomic(out / "build.json", json.dumps(report, indent=1) + "\n")
+    write_file(out / "build.json", json.dumps(report, indent=1) + "\n")
     return out
 
 

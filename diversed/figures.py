@@ -26,10 +26,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from diversed.atomic import write_file
 from diversed.fronts import pareto_front
 from diversed.methods import METHODS
 from diversed.plot import safe_name
-from diversed.rundir import write_atomic
 from diversed.times import ci_fields
 
 
@@ -47,8 +47,8 @@ def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1) -> tuple[Figure,
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    """`fig` as `<out_dir>/<stem>.<format>` for each format, each file written whole (`rundir.write_atomic`)."""
-    return [write_atomic(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
+    """`fig` as `<out_dir>/<stem>.<format>` for each format, each file written whole (`atomic.write_file`)."""
+    return [write_file(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
             for fmt in formats]  # fmt: skip
 
 
@@ -242,7 +242,7 @@ def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_e
         spans.append(f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>")
     legend = "".join(f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6))
     page = out_dir / f"head_learned_{name}.html"
-    write_atomic(page, f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
+    write_file(page, f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
                        f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n")  # fmt: skip
 
     frame = pd.DataFrame([(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],

@@ -29,12 +29,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from diversed.atomic import write_file
 from diversed.compare import mean_over_seeds
 from diversed.errors import cli
 from diversed.fronts import best_at_quality, pareto_front
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_results
-from diversed.rundir import write_atomic
 
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
 
@@ -211,7 +211,7 @@ def plot_pareto(
         )
         stem = f"pareto_{safe_name(pair)}_{safe_name(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
         for fmt in formats:  # each file whole or not at all
-            paths.append(write_atomic(out_dir / f"{stem}.{fmt}", lambda f, fig=fig, fmt=fmt: fig.savefig(f, format=fmt, dpi=150)))
+            paths.append(write_file(out_dir / f"{stem}.{fmt}", lambda f, fig=fig, fmt=fmt: fig.savefig(f, format=fmt, dpi=150)))
     return paths
 
 
@@ -299,10 +299,10 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
         else ""
     )
     md, csv = out_dir / f"{name}.md", out_dir / f"{name}.csv"
-    write_atomic(md, caption + _markdown(table))
+    write_file(md, caption + _markdown(table))
     flat = table.copy()
     flat.columns = [f"{task} {q}" for task, q in table.columns]
-    write_atomic(csv, flat.to_csv())
+    write_file(csv, flat.to_csv())
     return [md, csv]
 
 

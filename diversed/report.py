@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from diversed.atomic import write_file
 from diversed.compare import mean_over_seeds
 from diversed.errors import cli
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
@@ -50,7 +51,7 @@ from diversed.heads import head_metadata
 from diversed.plot import plot_pareto
 from diversed.results import load_runs as results_of_runs
 from diversed.results import read_examples
-from diversed.rundir import read_json, write_atomic
+from diversed.rundir import read_json
 from diversed.tables import paired_table, paper_table, transfer_table, with_times
 
 # ----------------------------------------------------------------------------- loading
@@ -77,8 +78,8 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def _write_table(table: pd.DataFrame, out: Path, name: str, caption: str) -> tuple[list[Path], str]:
     md = f"{caption}\n\n{_markdown(table)}"
-    write_atomic(out / f"{name}.md", md)
-    write_atomic(out / f"{name}.csv", table.to_csv())
+    write_file(out / f"{name}.md", md)
+    write_file(out / f"{name}.csv", table.to_csv())
     return [out / f"{name}.md", out / f"{name}.csv"], md
 
 
@@ -139,7 +140,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
     claims = []
     if choices is not None and len(choices):
-        write_atomic(out / "choices.csv", choices.to_csv(index=False))
+        write_file(out / "choices.csv", choices.to_csv(index=False))
         written.append(out / "choices.csv")
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
     how = (f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
@@ -204,11 +205,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
     sections += ["", "## Run directories", ""]
     for run in sorted(df["run_dir"].unique()):
         page = out / "runs" / f"{'_'.join(Path(run).parts[-3:])}.md"
-        write_atomic(page, run_summary(Path(run), df, shown, page))
+        write_file(page, run_summary(Path(run), df, shown, page))
         written.append(page)
         sections.append(f"- [{run}]({_rel(page, out)})")
-    write_atomic(out / "README.md", "\n".join(sections) + "\n")
-    write_atomic(out / "claims.md", "\n".join(claims) + "\n")  # what a README may quote: tables and captions
+    write_file(out / "README.md", "\n".join(sections) + "\n")
+    write_file(out / "claims.md", "\n".join(claims) + "\n")  # what a README may quote: tables and captions
     return [out / "README.md", out / "claims.md", *written]
 
 

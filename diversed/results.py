@@ -7,7 +7,7 @@ per-example rows (`EXAMPLE_FIELDS`, plus extras) go to a separate file. A run di
     run_dir/results.jsonl                 one JSON line per finished grid point
     run_dir/examples/<key digest>.jsonl   that point's per-example rows
 
-`ResultStore.write` makes the examples file durable first (`rundir.write_atomic`), then appends
+`ResultStore.write` makes the examples file durable first (`atomic.write_file`), then appends
 the record as one complete line (fsync). A grid point therefore counts as done only once its
 record line is whole, and a killed process leaves at most a torn last line (truncated when the
 store is next opened) and a stale temp file (deleted then); the point is simply redone.
@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from diversed import rundir
+from diversed import atomic, rundir
 from diversed.errors import ConfigError, MissingFile
 from diversed.methods import FLOAT_KNOBS, check_record_fields
 from diversed.rundir import json_line, read_jsonl
@@ -280,7 +280,7 @@ class ResultStore:
                     f.truncate(data.rfind(b"\n") + 1)
                     os.fsync(f.fileno())
         for sub in (self.run_dir, self.examples_dir, self.run_dir / "settings", self.run_dir / "configs"):
-            rundir.remove_temps(sub)
+            atomic.remove_stale(sub)
 
     def done_keys(self) -> set[str]:
         """Keys of the grid points whose record is written (skip these when resuming)."""
@@ -304,18 +304,18 @@ class ResultStore:
             rows.append({"key": key, **{k: v for k, v in ex.items() if k != "key"}})
 
         # 1. examples: temp file, fsync, atomic rename; a crash here leaves only the temp file.
-        rundir.write_atomic(self.examples_path(key), b"".join(json_line(r) for r in rows))
+        atomic.write_file(self.examples_path(key), b"".join(json_line(r) for r in rows))
 
         # 2. the record: one complete line appended; a crash here leaves a torn last line.
         new_file = not self.results_path.exists()
         fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            rundir.write_all(fd, json_line(record))
+            atomic.write_all(fd, json_line(record))
             os.fsync(fd)
         finally:
             os.close(fd)
         if new_file:
-            rundir.fsync_dir(self.run_dir)
+            atomic.fsync_path(self.run_dir)
         self._done.add(key)
         return record
 

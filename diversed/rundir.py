@@ -1,12 +1,10 @@
 """Files of a run directory: each written whole or not at all, one writer at a time, and read back
 with a warning that names what cannot be read.
 
-- `write_atomic(path, data)`: the one way a file of a run directory (and of a report) is written:
-  a temp file `.<name>.<pid>.tmp` beside it, fsync, `os.replace`, fsync of the directory. A kill
-  or a full disk leaves the old file (or none) and at most that temp file, never a torn file;
-  `remove_temps` deletes such leftovers (the writer, once it holds the directory).
-  `write_all(fd, data)` is the single place bytes reach a file (tests replace it to simulate a
-  crash); `fsync_dir(path)` makes a rename or a new file durable.
+- Every file of a run directory (and of a report) is written whole by `atomic.write_file` (temp
+  file beside it, fsync, `os.replace`, fsync of the directory): a kill or a full disk leaves the old
+  file (or none) and at most that temp file, never a torn one; the writer, once it holds the
+  directory, removes such leftovers (`atomic.remove_stale`).
 - `hold(run_dir)`: the writer's advisory lock (`fcntl.flock` on `<run_dir>/.lock`), held while
   the block runs and released by the kernel when the process ends however it ends (kill -9
   too), so a stale lock file never blocks. The holder writes its pid, host, command line and
@@ -44,76 +42,16 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pandas as pd
 import yaml
 
+from diversed.atomic import write_file
 from diversed.errors import ConfigError
 
 LOCK_NAME = ".lock"
 _READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
-
-
-# ----------------------------------------------------------------------------- writing
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Every byte of `data` to `fd` (the single place bytes reach a run directory's file)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def fsync_dir(path: str | Path) -> None:
-    """Make the entries of directory `path` (a new or renamed file) durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # e.g. platforms that cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def temp_path(path: Path) -> Path:
-    """Where `write_atomic` writes `path` before the rename (no reader's glob matches it)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def write_atomic(path: str | Path, data: bytes | str | Callable[[BinaryIO], Any]) -> Path:
-    """Write `path` whole or not at all (module docstring): `data` as bytes, text (UTF-8), or a
-    function that writes a binary file (`lambda f: fig.savefig(f, format="png")`). The parent
-    directory is made; the temp file is removed when the write fails (a full disk). Returns `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if callable(data):
-                with os.fdopen(os.dup(fd), "wb") as f:
-                    data(f)
-            else:
-                write_all(fd, data.encode() if isinstance(data, str) else data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
-    return path
-
-
-def remove_temps(directory: str | Path) -> None:
-    """Delete what a killed `write_atomic` left in `directory` (only its writer may: see `hold`)."""
-    for tmp in Path(directory).glob(".*.tmp"):
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 # ----------------------------------------------------------------------------- JSON lines
@@ -251,4 +189,4 @@ def keep_settings(run_dir: str | Path, digest: str, settings: dict[str, Any], co
         (run_dir / "configs" / f"{digest}.yaml", yaml.safe_load, config),
     ):  # fmt: skip
         if not (path.exists() and _parses(path, load)):
-            write_atomic(path, text())
+            write_file(path, text())

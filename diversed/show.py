@@ -32,10 +32,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile, cli
 from diversed.methods import METHOD_NAMES, METHODS
 from diversed.results import load_runs, read_examples, read_records
-from diversed.rundir import write_atomic
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 
@@ -159,13 +159,13 @@ def _json_cells(df: pd.DataFrame, *, arrow: bool) -> pd.DataFrame:
 
 
 def _write_table(df: pd.DataFrame, path: Path) -> None:
-    """`df` in the format `path`'s extension names, written whole or not at all (`rundir.write_atomic`)."""
+    """`df` in the format `path`'s extension names, written whole or not at all (`atomic.write_file`)."""
     if path.suffix == ".parquet":
-        write_atomic(path, lambda f: _json_cells(df, arrow=True).to_parquet(f, index=False))
+        write_file(path, lambda f: _json_cells(df, arrow=True).to_parquet(f, index=False))
     elif path.suffix == ".csv":
-        write_atomic(path, _json_cells(df, arrow=False).to_csv(index=False))
+        write_file(path, _json_cells(df, arrow=False).to_csv(index=False))
     else:
-        write_atomic(path, df.to_json(orient="records", lines=True, force_ascii=False))
+        write_file(path, df.to_json(orient="records", lines=True, force_ascii=False))
 
 
 def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

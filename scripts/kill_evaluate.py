@@ -50,10 +50,10 @@ def slowed(write):
         write(fd, data[: len(data) // 2]); os.fsync(fd); time.sleep(slow); write(fd, data[len(data) // 2 :])
     return halves
 if slow:
-    try:  # this tree: one writer for every file of a run directory
-        from diversed import rundir
-        rundir.write_all = slowed(rundir.write_all)
-    except ImportError:  # before rundir.py: the results' writer, and settings/configs' plain write_text
+    try:  # this tree: one writer for every file (atomic.write_all)
+        from diversed import atomic
+        atomic.write_all = slowed(atomic.write_all)
+    except ImportError:  # before atomic.py: the results' writer, and settings/configs' plain write_text
         from diversed import results
         results._write_all = slowed(results._write_all)
         def write_text(self, text, *a, **k):

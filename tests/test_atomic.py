@@ -21,7 +21,7 @@ def full_disk(monkeypatch):
         os.write(fd, bytes(data[: len(data) // 2]))
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(atomic, "_write_all", half_then_full)
+    monkeypatch.setattr(atomic, "write_all", half_then_full)
 
 
 def test_a_file_is_replaced_whole(tmp_path):

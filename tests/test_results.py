@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from diversed import atomic
 from diversed import results as R
-from diversed import rundir
 from diversed.fronts import pareto_front
 from diversed.results import (
     GRID_FIELDS,
@@ -137,7 +137,7 @@ def test_store_rejects_bad_examples_before_writing(tmp_path):
 def crash_on_call(monkeypatch, n: int) -> None:
     """Make the n-th write to a results file stop halfway, as if the process were killed."""
     calls = {"n": 0}
-    real = rundir.write_all
+    real = atomic.write_all
 
     def torn(fd: int, data: bytes) -> None:
         calls["n"] += 1
@@ -146,7 +146,7 @@ def crash_on_call(monkeypatch, n: int) -> None:
             raise KeyboardInterrupt("killed mid-write")
         real(fd, data)
 
-    monkeypatch.setattr(rundir, "write_all", torn)
+    monkeypatch.setattr(atomic, "write_all", torn)
 
 
 def test_crash_while_appending_the_record(tmp_path, monkeypatch):
@@ -187,13 +187,16 @@ def test_crash_while_writing_examples(tmp_path, monkeypatch):
     assert list((tmp_path / "examples").iterdir()) == []  # never the final name; the temp file removed
     assert not store.results_path.exists()
     # what a kill -9 leaves instead (no handler runs): temp files, which the next writer deletes
+    # (a pid that no longer runs: its writer was killed)
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
     for sub in ("examples", "settings", "configs", "."):
         (tmp_path / sub).mkdir(exist_ok=True)
-        (tmp_path / sub / ".abc.jsonl.123.tmp").write_text('{"half')
+        (tmp_path / sub / f".abc.jsonl.tmp-{gone.pid}").write_text('{"half')
 
     resumed = ResultStore(tmp_path)
     assert resumed.done_keys() == set() and list((tmp_path / "examples").iterdir()) == []
-    assert not list(tmp_path.rglob("*.tmp"))
+    assert not list(tmp_path.rglob(".*.tmp-*"))
     resumed.write(point(), examples())
     assert resumed.done_keys() == {key} and len(lines(resumed.examples_path(key))) == 3
 
@@ -211,7 +214,7 @@ def test_killed_process_leaves_a_valid_store(tmp_path):
         rec = dict(pair="tiny", task="gsm8k", metric="accuracy", method="lossless", num_draft_tokens=4,
                    temperature=0.0, seed=0, n_examples=1, score=1.0)
         store.write(rec, ex)
-        real = R.rundir.write_all
+        real = R.atomic.write_all
         calls = []
         def dying(fd, data):
             calls.append(1)
@@ -219,7 +222,7 @@ def test_killed_process_leaves_a_valid_store(tmp_path):
                 real(fd, data[:10])
                 os._exit(9)
             real(fd, data)
-        R.rundir.write_all = dying
+        R.atomic.write_all = dying
         store.write(dict(rec, num_draft_tokens=8), ex)
     """)
     proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
@@ -328,6 +331,6 @@ def test_pareto_front_matches_brute_force():
 
 def test_write_all_writes_everything(tmp_path):
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
-    rundir.write_all(fd, b"x" * 1_000_000)
+    atomic.write_all(fd, b"x" * 1_000_000)
     os.close(fd)
     assert (tmp_path / "f").stat().st_size == 1_000_000

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from diversed import jobs, rundir
+from diversed import atomic, jobs, rundir
 from diversed.errors import ConfigError
 from diversed.results import ResultStore, examples_path, load_results, read_examples, read_records, run_record
 
@@ -26,35 +26,35 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch):
     path = tmp_path / "sub" / "settings.json"
-    rundir.write_atomic(path, '{"old": 1}\n')
+    atomic.write_file(path, '{"old": 1}\n')
     assert path.read_text() == '{"old": 1}\n' and oct(path.stat().st_mode & 0o777) != "0o600"
 
     def full_disk(fd, data):
         os.write(fd, data[:3])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rundir, "write_all", full_disk)
-    with pytest.raises(OSError, match="No space"):
-        rundir.write_atomic(path, '{"new": 2222222}\n')
+    monkeypatch.setattr(atomic, "write_all", full_disk)
+    with pytest.raises(atomic.DiskFull, match="is full"):
+        atomic.write_file(path, '{"new": 2222222}\n')
     assert path.read_text() == '{"old": 1}\n' and os.listdir(path.parent) == ["settings.json"]
     monkeypatch.undo()
-    rundir.write_atomic(path, lambda f: f.write(b"from a writer"))  # figures and tables write a file object
+    atomic.write_file(path, lambda f: f.write(b"from a writer"))  # figures and tables write a file object
     assert path.read_bytes() == b"from a writer" and os.listdir(path.parent) == ["settings.json"]
 
 
 def test_a_kill_during_a_write_leaves_the_old_file_and_a_temp_file_the_writer_removes(tmp_path):
     path = tmp_path / "a.json"
-    rundir.write_atomic(path, "old\n")
-    child = ("import os, sys; from diversed import rundir\n"
+    atomic.write_file(path, "old\n")
+    child = ("import os, sys; from diversed import atomic\n"
              "def dying(fd, data):\n    os.write(fd, data[:5]); os._exit(9)\n"
-             "rundir.write_all = dying\nrundir.write_atomic(sys.argv[1], 'new, and longer\\n')")  # fmt: skip
+             "atomic.write_all = dying\natomic.write_file(sys.argv[1], 'new, and longer\\n')")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", child, str(path)], cwd=ROOT, capture_output=True, timeout=120)
     assert proc.returncode == 9, proc.stderr
     assert path.read_text() == "old\n"
     (leftover,) = [p for p in tmp_path.iterdir() if p != path]
-    assert leftover.name.startswith(".a.json.") and leftover.name.endswith(".tmp")
+    assert re.fullmatch(r"\.a\.json\.tmp-\d+", leftover.name), leftover.name
     assert [p.name for p in tmp_path.glob("*.json")] == ["a.json"]  # no reader's glob sees the temp file
-    rundir.remove_temps(tmp_path)
+    atomic.remove_stale(tmp_path)  # its writer no longer runs
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 
@@ -170,7 +170,7 @@ def damaged_run(tmp_path):
         f.write(b"".join(line + b"\n" for line, _ in BAD_RECORDS) + b'{"pair": "torn')
     with open(examples_path(run, records[0]["key"]), "ab") as f:
         f.write(b"".join(line + b"\n" for line, _ in BAD_EXAMPLES))
-    rundir.write_atomic(run / "settings" / "s1.json", b'{"task": {"ta')  # as a killed older version left it
+    atomic.write_file(run / "settings" / "s1.json", b'{"task": {"ta')  # as a killed older version left it
     return run, records
 
 

@@ -300,7 +300,7 @@ def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(
 
     from diversed import atomic
 
-    real = atomic._write_all
+    real = atomic.write_all
 
     def half_then_full(fd, data):
         os.write(fd, bytes(data[: len(data) // 2]))
@@ -308,14 +308,14 @@ def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(
 
     def fill_the_disk(self, batch, batch_idx):  # after step 3 (and its validation): every later write fails
         if self.global_step == 3:
-            monkeypatch.setattr(atomic, "_write_all", half_then_full)
+            monkeypatch.setattr(atomic, "write_all", half_then_full)
 
     monkeypatch.setattr(DiversedModule, "on_train_batch_start", fill_the_disk, raising=False)
     run = tmp_path / "run"
     where = re.escape(str(run / "checkpoints"))
     with pytest.raises(atomic.DiskFull, match=rf"the disk holding {where} is full \(no space left writing last\.ckpt\)"):
         train(compose_train(run, toy_tiny_dir, *RESUMABLE))
-    monkeypatch.setattr(atomic, "_write_all", real)
+    monkeypatch.setattr(atomic, "write_all", real)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "step_000003.ckpt"]
     for name, step in (("last.ckpt", 2), ("step_000003.ckpt", 3)):  # the previous checkpoints, whole
         assert torch.load(run / "checkpoints" / name, weights_only=True)["global_step"] == step
