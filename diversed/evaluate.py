@@ -181,7 +181,7 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         stats, n_new = out.stats, out.stats.new_tokens
         wall += stats.wall_time_s
         completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
-        batch_scores = task.score_batch(batch, completions)
+        batch_scores = task.checked_scores(batch, completions)
         scores += batch_scores
         if type(task).metrics is not Task.metrics:  # tasks with several metrics (ROUGE-1/2/L)
             for ex, c in zip(batch, completions, strict=True):

@@ -601,3 +601,19 @@ def test_stopper_without_triggers_when_the_tokenizer_cannot_decode_every_id(capl
     assert stopper.triggers is None and "stop triggers unavailable (KeyError" in caplog.text
     ids = tok.tok.encode("so 12.", add_special_tokens=False)
     assert stopper(ids) == len(ids)  # the stopper itself still works, for every row
+
+
+@pytest.mark.parametrize("bad", [2.0, -0.5, float("nan"), "1", None, True])
+def test_a_score_that_is_not_a_fraction_stops_the_sweep_at_its_first_batch(bad):
+    """evaluate scores through `checked_scores`: a task's score outside [0, 1] (or not a number) is
+    refused with the task, the value and the fix, before a record that readers would skip is written."""
+    from diversed.tasks.toy import ToyTask
+
+    class Broken(ToyTask):
+        def score(self, example, completion):
+            return bad if example["prompt"] == "b" else 1.0
+
+    task = Broken([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
+    assert ToyTask(task.examples).checked_scores(task.examples, ["1", "2"]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match=r"task 'toy' scored a completion .*a score must be a number in \[0, 1\]"):
+        task.checked_scores(task.examples, ["1", "2"])

@@ -13,6 +13,7 @@ seed-stable subset); stopping at a stop sequence is `diversed/stopping.py`'s.
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -251,7 +252,8 @@ class Task:
         return self._stopper
 
     def score(self, example: dict[str, Any], completion: str) -> float:
-        """Score of one completion (raw or already truncated: tasks cut at `stop` first)."""
+        """Score of one completion (raw or already truncated: tasks cut at `stop` first), a fraction in
+        [0, 1] (accuracy, pass@1, an F-measure): intervals, reports (×100) and readers assume it."""
         raise NotImplementedError
 
     def reference(self, example: dict[str, Any]) -> str:
@@ -269,6 +271,16 @@ class Task:
     def score_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
         """Scores of many completions (MBPP overrides this to run programs in parallel)."""
         return [self.score(e, c) for e, c in zip(examples, completions, strict=True)]
+
+    def checked_scores(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
+        """`score_batch`, refused unless every score is a number in [0, 1] (`score`): a task's bug stops
+        the sweep at its first batch, before records the readers would skip are written."""
+        scores = self.score_batch(examples, completions)
+        for i, s in enumerate(scores):
+            if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0.0 <= s <= 1.0:  # NaN fails too
+                raise ValueError(f"task {self.name!r} scored a completion {s!r} (metric {self.metric!r}, example "
+                                 f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its score()")
+        return scores
 
     def reward(self, example: dict[str, Any], completion: str) -> float:
         """Training reward: the task's score of the sample."""
