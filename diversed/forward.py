@@ -354,7 +354,7 @@ class SlotModel:
         if not self.plan.direct:
             self.cache = DynamicCache() if self.plan.window else DynamicCache(config=model.config)
         self.length, self.calls = 0, 0  # slots in the cache, forward calls (the caller counts them)
-        self.finite: Tensor | bool = True  # on the device: every row of logits so far had a finite max (stats.finish)
+        self.maxima: list[Tensor] = []  # each call's row maxima, on the device: finite or no distribution (stats)
 
     def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
         """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
@@ -374,8 +374,7 @@ class SlotModel:
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
         self.length, logits = end, logits[..., : self.vocab].float()
-        # a row whose max is NaN, +inf or −inf (all −inf) has no distribution; read once, at the end
-        self.finite = torch.isfinite(logits.amax(-1)).all() & self.finite
+        self.maxima.append(logits.amax(-1))  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
         return logits, (hidden if self.hidden else None)
 
     def crop(self, length: int) -> None:

@@ -345,9 +345,10 @@ class RowCounter:
     def finish(self, *, target: Any, draft: Any | None, verifier: str) -> SpeculativeStats:
         """The statistics on the host: two reads, the integer counts (with each model's flag of finite
         logits, `warn_nonfinite`) and the float sums. `target` and `draft` are the loop's
-        `forward.SlotModel`s (their `calls` and `finite`); `draft` None: the target alone."""
+        `forward.SlotModel`s (their `calls` and `maxima`); `draft` None: the target alone."""
         models = {"target": target, "draft": draft}
-        finite = torch.stack([torch.as_tensor(m is None or m.finite, device=self.counts.device) for m in models.values()])
+        finite = torch.stack([torch.cat([x.reshape(-1) for x in m.maxima]).isfinite().all() if m and m.maxima
+                              else self.counts.new_ones((), dtype=torch.bool) for m in models.values()])  # fmt: skip
         flags = finite.long().expand(self.counts.shape[0], 2)
         ints, floats = torch.cat([self.counts, flags, self.hist], 1).cpu(), self.floats.cpu()
         counts, hist = ints[:, :6], ints[:, 8:]
