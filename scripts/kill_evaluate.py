@@ -14,7 +14,7 @@ random delay). It then checks each round's run against the reference: the grid k
 keys with more than one record line, every file parsing (records, examples, settings, configs), temp
 files left, and `python -m diversed.report` on it. `--tree` is the source tree the children import
 (default: this checkout), so one script measures two commits side by side; the slowing patch knows
-both the rundir.py writer and the older one.
+both the atomic.py writer and the older one.
 
 It measures; it is not a test (tests/ hold the checks that must stay true). Prints one line per kill
 and a summary; exits 1 when a check fails.
