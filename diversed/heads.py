@@ -59,9 +59,8 @@ def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
 
 def head_metadata(directory: str | Path) -> dict[str, Any]:
     """A saved head's `head_config.json` (hidden sizes, pair, the task it was trained on, ...), or {}
-    where there is none (a moved or deleted head)."""
-    path = Path(directory) / CONFIG_NAME
-    return json.loads(path.read_text()) if path.is_file() else {}
+    where there is none (a moved or deleted head); a damaged one is `read_config`'s error."""
+    return read_config(directory) if (Path(directory) / CONFIG_NAME).is_file() else {}
 
 
 def read_config(directory: str | Path) -> dict[str, Any]:
