@@ -318,7 +318,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     sweep, timing = cfg.sweep, OmegaConf.to_container(cfg.timing, resolve=True)
     engine = OmegaConf.to_container(cfg.engine, resolve=True)
     store = ResultStore(run_dir) if writable else None  # (opening it repairs what a killed run left)
-    finished = read_records(run_dir)
+    finished = store.found if store is not None else read_records(run_dir)  # (the file read once)
 
     log.info(f"Loading task <{cfg.task.name}>")
     task = instantiate(cfg.task)

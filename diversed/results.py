@@ -269,7 +269,8 @@ class ResultStore:
         self.examples_dir = self.run_dir / "examples"
         self.examples_dir.mkdir(parents=True, exist_ok=True)
         self._repair()
-        self._done = {r["key"] for r in read_records(self.run_dir)}
+        self.found = read_records(self.run_dir)  # the records as the store was opened (after the repair)
+        self._done = {r["key"] for r in self.found}
 
     def _repair(self) -> None:
         """Undo what a killed writer left: cut a torn last record line, delete temp files."""
