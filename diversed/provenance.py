@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from diversed.atomic import write_file
+
 FULL_HASH_BYTES = 1 << 30  # files up to 1 GiB are hashed whole
 SAMPLES = 64  # 1 MiB samples of larger files
 CHUNK = 1 << 20
@@ -55,12 +57,8 @@ def _read_cache() -> dict[str, str]:
 
 
 def _write_cache(entries: dict[str, str]) -> None:
-    path = _cache_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(entries))
-        os.replace(tmp, path)
+        write_file(_cache_path(), json.dumps(entries))  # whole or not at all: another process may be reading it
     except OSError:  # a read-only home: digests are recomputed next time
         pass
 
