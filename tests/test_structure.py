@@ -1,5 +1,5 @@
-"""The package's shape: no import cycles, no private names imported across modules, modules that
-can be read in one sitting. Read from the source with `ast` (nothing is imported)."""
+"""The package's shape: no import cycles, no private names imported across modules. Read from the
+source with `ast` (nothing is imported). Module size follows concepts: there is no line cap."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "diversed"
-MAX_LINES = 450
-# bench: measurement and reporting, well under 600
-LONGER = {"bench.py": 600}
 
 
 def modules() -> dict[str, Path]:
@@ -80,13 +77,6 @@ def test_no_private_names_imported_across_modules():
             if target.startswith("diversed"):
                 bad += [f"{name} imports {target}.{n}" for n in names if n.startswith("_") and n != "__version__"]
     assert not bad, bad
-
-
-@pytest.mark.parametrize("name", sorted(modules()))
-def test_modules_can_be_read_in_one_sitting(name):
-    path = modules()[name]
-    lines = len(path.read_text().splitlines())
-    assert lines <= LONGER.get(path.name, MAX_LINES), f"{path.name} has {lines} lines"
 
 
 def test_the_graph_sees_the_imports():
