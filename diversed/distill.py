@@ -28,8 +28,11 @@ only LoRA adapters train, through `peft`, merged into the weights at the end. Th
 saved with `save_pretrained` (safetensors) and the tokenizer in `<run dir>/draft`, loadable as
 `pair.draft=<run dir>/draft` or `sweep.draft_models=[<run dir>/draft]`.
 
-The target is held outside the module's parameters and never in a checkpoint. It does not
-change the target, and it does not tune the draft for anything but agreeing with the target.
+`DistillModule` is a `pair_module.PairModule` (the teacher-forced layout, the pair's plumbing, the
+validation sums): the target is held outside its parameters and never in a checkpoint. The
+settings are checked once, by `schema.check_distill`, before anything loads; the module does not
+check them again. It does not change the target, and it does not tune the draft for anything but
+agreeing with the target.
 """
 
 from __future__ import annotations
@@ -42,21 +45,17 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from diversed import CONFIG_DIR, draft_vocab
-from diversed.atomic import write_directory
 from diversed.autoregressive import autoregressive_generate
-from diversed.engine import speculative_generate
 from diversed.errors import ConfigError, MissingPackage, hydra_task
-from diversed.inputs import left_pad
-from diversed.runtime import finish, fit, optimizers, prepare_training
+from diversed.pair_module import OBJECTIVE, PairModule, positions, shared_logits, teacher_forced
+from diversed.runtime import fit, prepare_training
 from diversed.stats import Totals
 from diversed.teacher import (
-    DIVERGENCES,
     TeacherSample,
     TeacherTop,
     coarse_divergence,
@@ -68,13 +67,15 @@ from diversed.teacher import (
 from diversed.verify import Lossless
 
 log = logging.getLogger(__name__)
-ROLLOUTS = ("draft", "target", "mixed")
 
 # ----------------------------------------------------------------------------- the module
 
 
-class DistillModule(L.LightningModule):
-    """The trainable draft beside the frozen target."""
+class DistillModule(PairModule):
+    """The trainable draft beside the frozen target; its checkpoints hold the draft (or its LoRA
+    adapters' model) and the optimizer. The settings are checked by `schema.check_distill`."""
+
+    exported = "draft"
 
     def __init__(
         self,
@@ -98,23 +99,12 @@ class DistillModule(L.LightningModule):
         lr_schedule: str = "constant",
         warmup_steps: int = 0,
     ) -> None:
-        super().__init__()
+        super().__init__(optimizer, pair)
         if lora is not None and not isinstance(lora, dict):  # a DictConfig from Hydra: plain, for checkpoints
             lora = OmegaConf.to_container(lora, resolve=True)
-        if divergence not in DIVERGENCES:
-            raise ValueError(f"distill.divergence must be one of {DIVERGENCES}, got {divergence!r}")
-        if rollout not in ROLLOUTS:
-            raise ValueError(f"distill.rollout must be one of {ROLLOUTS}, got {rollout!r}")
-        if reuse and rollout != "target":
-            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target (the "
-                             "draft's own samples change as it trains)")
-        if reuse and top_k is None:
-            raise ValueError("distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)")
         if replay is not None and not isinstance(replay, list | tuple):
             replay = list(replay)
         self.save_hyperparameters(ignore=["pair", "optimizer"])
-        self.optimizer_factory = optimizer
-        self._pair = pair  # not a submodule: the target is frozen and absent from checkpoints
         self.draft = pair.draft if pair is not None else None
         if self.draft is not None:
             self.draft.train().requires_grad_(True)
@@ -122,20 +112,16 @@ class DistillModule(L.LightningModule):
                 freeze_bottom(self.draft, freeze_layers)
             if lora:
                 self.draft = with_lora(self.draft, lora)
-        self.val_totals = Totals()
         self.samples_file: Path | None = None  # distill.reuse: where the drawn samples are kept (distill() sets it)
 
-    @property
-    def pair(self) -> Any:
-        if self._pair is None:
-            raise RuntimeError("DistillModule needs the (target, draft) pair: pass pair=")
-        return self._pair
+    def frozen(self) -> tuple[nn.Module, ...]:
+        return (self.pair.target,)  # the draft trains
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.draft.parameters() if p.requires_grad]
 
     def on_fit_start(self) -> None:
-        target = self.pair.target
-        if next(target.parameters()).device != self.device:
-            target.to(self.device)
-        target.eval().requires_grad_(False)
+        super().on_fit_start()  # the target placed
         if self.hparams.reuse:  # before the loaders are made: the train loader serves the samples
             # under the run's precision (bf16-mixed: autocast, about half the time of an fp32 prefill on CPU)
             with self.trainer.precision_plugin.forward_context():
@@ -143,25 +129,17 @@ class DistillModule(L.LightningModule):
             samples += [s for path in self.hparams.replay for s in read_samples(Path(path), draft_vocab.support(self.draft))]
             self.trainer.datamodule.serve(samples)
 
-    def configure_optimizers(self) -> Any:
-        params = [p for p in self.draft.parameters() if p.requires_grad]
-        return optimizers(self, self.optimizer_factory(params=params), self.hparams.lr_schedule, self.hparams.warmup_steps)
-
-    def _task(self, stage: str) -> Any:
-        dm = self.trainer.datamodule
-        return dm.train_task if stage == "train" else dm.val_task
-
     # --------------------------------------------------------------------- training
 
     def rollout(self, task: Any, examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
         """Completions of `examples` from the draft or the target; (sequences, prompt mask, new tokens)."""
         hp, tok = self.hparams, self.pair.tokenizer
-        ids, mask = left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
+        ids, mask = self.prompts(task, examples)
         # (torch's generator: seeded per step, `checkpoints.StepSeeds`, so a resumed run draws the same)
         source = hp.rollout if hp.rollout != "mixed" else ("draft" if float(torch.rand(())) < hp.mixed_fraction else "target")
         model = self.draft if source == "draft" else self.pair.target
         out = autoregressive_generate(
-            model, ids, mask, max_new_tokens=hp.max_new_tokens or task.max_new_tokens, do_sample=True,
+            model, ids, mask, max_new_tokens=self.max_new_tokens(task), do_sample=True,
             temperature=hp.temperature, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             stop=task.stopper(tok),
         )  # fmt: skip
@@ -171,7 +149,7 @@ class DistillModule(L.LightningModule):
         if batch and isinstance(batch[0], TeacherSample):
             return self.step_on_samples(batch)
         hp = self.hparams
-        inputs, prompt_mask, comp_mask, _, at, weight = self.rollout_inputs(self._task("train"), batch)
+        inputs, prompt_mask, comp_mask, _, at, weight = self.rollout_inputs(self.train_task, batch)
         B = prompt_mask.shape[0]
         with torch.no_grad():
             p_logits = self.pair.target(**inputs, logits_to_keep=at).logits
@@ -182,10 +160,9 @@ class DistillModule(L.LightningModule):
             d = coarse_divergence(teacher, q_logits, hp.divergence, hp.temperature)
             tv = coarse_divergence(teacher, q_logits.detach(), "tvd", hp.temperature)
         else:
-            q_logits = self.draft(**inputs, logits_to_keep=at).logits
-            vocab = min(p_logits.shape[-1], q_logits.shape[-1])
-            d = divergence(p_logits[..., :vocab], q_logits[..., :vocab], hp.divergence, hp.temperature)
-            tv = divergence(p_logits[..., :vocab].detach(), q_logits[..., :vocab].detach(), "tvd", hp.temperature)
+            p_logits, q_logits = shared_logits(p_logits, self.draft(**inputs, logits_to_keep=at).logits)
+            d = divergence(p_logits, q_logits, hp.divergence, hp.temperature)
+            tv = divergence(p_logits.detach(), q_logits.detach(), "tvd", hp.temperature)
         loss = (d * weight).sum() / weight.sum().clamp_min(1)
         C = comp_mask.shape[1]  # the last C positions are the completion's: acceptance is 1 − TV there
         tv_c, m_c = tv[:, tv.shape[1] - C :], weight[:, weight.shape[1] - C :]
@@ -208,9 +185,8 @@ class DistillModule(L.LightningModule):
         mask = torch.zeros_like(ids)
         for b, s in enumerate(batch):
             ids[b, : len(s.ids)], mask[b, : len(s.ids)] = s.ids, 1
-        position_ids = (mask.cumsum(-1) - 1).clamp_min(0)
         with draft_vocab.support_logits(self.draft):
-            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
         rows = torch.cat([torch.full_like(s.at, b) for b, s in enumerate(batch)])
         q_logits = logits[rows, torch.cat([s.at for s in batch])]
         teacher = TeacherTop(torch.cat([s.teacher.logp.float() for s in batch]), torch.cat([s.teacher.ids.long() for s in batch]),
@@ -282,11 +258,7 @@ class DistillModule(L.LightningModule):
         {input_ids, attention_mask, position_ids}, prompt_mask [B, P], comp_mask [B, C], new_tokens
         [B], and the scored slots with their weights, `scored_positions`)."""
         sequences, prompt_mask, new_tokens = self.rollout(task, examples)
-        P = prompt_mask.shape[1]
-        comp_mask = torch.arange(sequences.shape[1] - P, device=self.device) < new_tokens.unsqueeze(1)
-        attn = torch.cat([prompt_mask, comp_mask.long()], 1)
-        position_ids = (attn.cumsum(-1) - 1).clamp_min(0)
-        inputs = {"input_ids": sequences, "attention_mask": attn, "position_ids": position_ids}
+        inputs, comp_mask = teacher_forced(sequences, prompt_mask, new_tokens)
         # The positions whose next token is scored: every completion token, and (prompt_positions)
         # some or all of the prompt's own tokens, teacher-forced text the target also predicts.
         # Only their logits are computed (the LM head over every position is most of a small draft).
@@ -309,28 +281,25 @@ class DistillModule(L.LightningModule):
         weight = (text[:, at] & text[:, at + 1]).float()
         return at, weight
 
-    # --------------------------------------------------------------------- validation
+    # --------------------------------------------------------------------- validation and export
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
-        hp, tok, task = self.hparams, self.pair.tokenizer, self._task("val")
-        ids, mask = left_pad(task.encode(tok, batch), tok.pad_token_id, self.device)
-        out = speculative_generate(
-            self.pair.target, self.draft, ids, mask, verifier=Lossless(), num_draft_tokens=hp.num_draft_tokens,
-            max_new_tokens=hp.max_new_tokens or task.max_new_tokens, do_sample=hp.val_temperature > 0,
-            temperature=hp.val_temperature or 1.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            stop=task.stopper(tok), generator=torch.Generator(device=self.device).manual_seed(batch_idx),
-        )  # fmt: skip
-        self.val_totals.add(out.stats)
+        hp = self.hparams
+        out, _, _ = self.speculative(self.val_task, batch, self.draft, Lossless(), do_sample=hp.val_temperature > 0,
+                                     temperature=hp.val_temperature or 1.0,
+                                     generator=torch.Generator(device=self.device).manual_seed(batch_idx))
+        self.add_validation(out.stats)
 
-    def on_validation_epoch_end(self) -> None:
-        vector = self.val_totals.to_vector(self.device)
-        summed = self.trainer.strategy.reduce(vector, reduce_op="sum") if self._trainer is not None else vector
-        totals, self.val_totals = Totals.from_vector(summed), Totals()
+    def validation_metrics(self, totals: Totals, score: float | None) -> dict[str, float]:
         if totals.proposed == 0:
-            return
-        metrics = {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call,
-                   "val/objective": totals.acceptance_rate}  # fmt: skip
-        self.log_dict(metrics, prog_bar=True, sync_dist=True)  # already over every process: the mean keeps them
+            return {}
+        return {**self.decoding_metrics(totals), OBJECTIVE: totals.acceptance_rate}
+
+    def export(self, directory: Path, checkpoint: str) -> None:
+        """The draft, LoRA adapters merged (safetensors; a restricted head kept apart), and the tokenizer."""
+        draft = merged(self.draft).eval().requires_grad_(False)
+        draft_vocab.save_pretrained(draft, directory, safe_serialization=True)
+        self.pair.tokenizer.save_pretrained(directory)
 
 
 def freeze_bottom(model: nn.Module, layers: int) -> None:
@@ -381,21 +350,11 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), check_resume=fits)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
-    run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")
-    if run.state is not None:  # the best draft by the monitored metric
-        model.load_state_dict(run.state)
-    out_dir = Path(cfg.paths.output_dir) / "draft"
+    run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")  # ... and the best draft exported
     if run.is_global_zero:
-        draft = merged(model.draft).eval().requires_grad_(False)
-
-        def export(directory: Path) -> None:
-            draft_vocab.save_pretrained(draft, directory, safe_serialization=True)  # a restricted head kept apart
-            pair.tokenizer.save_pretrained(directory)
-
-        write_directory(out_dir, export)  # whole or not at all: a kill or a full disk leaves the previous one
-        log.info(f"Saved the distilled draft to {out_dir} (use it as pair.draft={out_dir} or sweep.draft_models=[{out_dir}])")
-    finish(run.loggers)
-    return {"metrics": run.metrics, "draft_dir": str(out_dir), "best_checkpoint": run.best}
+        out = run.exported
+        log.info(f"Saved the distilled draft to {out} (use it as pair.draft={out} or sweep.draft_models=[{out}])")
+    return {"metrics": run.metrics, "draft_dir": str(run.exported), "best_checkpoint": run.best}
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="distill")

@@ -21,7 +21,8 @@
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
-  trainer, fit or resume exactly, last.ckpt, the best checkpoint's state; `checkpoints.py`).
+  trainer, fit or resume exactly, last.ckpt; `checkpoints.py`), then the best checkpoint's state
+  exported whole by the module (`pair_module.PairModule.export`).
 - `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
   `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
@@ -286,15 +287,13 @@ def prepare_training(cfg: Any, max_new_tokens: int | None, check_resume: Any = N
     return datamodule, pair
 
 
-LR_SCHEDULES = ("constant", "cosine", "linear")
+LR_SCHEDULES = ("constant", "cosine", "linear")  # the settings' names (`schema.py` reads them from here)
 
 
 def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_steps: int = 0) -> Any:
     """`optimizer` alone, or with transformers' schedule stepped every optimizer step: linear
     warm-up over `warmup_steps`, then constant, cosine or linear decay to 0 over the run's steps
-    (max_steps, or epochs × batches per epoch)."""
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    (max_steps, or epochs × batches per epoch). `schedule` is one of `LR_SCHEDULES`."""
     if schedule == "constant" and not warmup_steps:
         return optimizer
     from transformers import get_scheduler
@@ -318,23 +317,24 @@ def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
 class Fitted(NamedTuple):
     metrics: dict[str, float]  # the trainer's last callback metrics
     best: str  # the best checkpoint's path ("" without a monitored checkpoint)
-    state: dict[str, Any] | None  # its state dict (None without one)
-    is_global_zero: bool  # this process exports (one process of a distributed run)
-    loggers: list[Any]  # to `finish` once the export is written
+    exported: Path  # <paths.output_dir>/<the module's `exported`>, written by this process if `is_global_zero`
+    is_global_zero: bool  # this process exported (one process of a distributed run)
 
 
 def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job_type: str = "train") -> Fitted:
     """Instantiate `cfg.callbacks` (and the progress bar, and `checkpoints.StepSeeds`), the loggers
     (`job_type`: the entry point) and `cfg.trainer`, its checkpoints written atomically
     (`checkpoints.AtomicCheckpointIO`; temporary files of a killed writer removed first); fit
-    `model` (resuming from `cfg.ckpt_path`: the run it continues, step for step); write the latest
-    state, optimizer included, to `<paths.output_dir>/checkpoints/last.ckpt`; load the best
-    checkpoint's state dict."""
+    `model` (a `pair_module.PairModule`; resuming from `cfg.ckpt_path`: the run it continues, step
+    for step); write the latest state, optimizer included, to `<paths.output_dir>/checkpoints/last.ckpt`;
+    load the best checkpoint's state into `model` and export it (`model.export`) to
+    `<paths.output_dir>/<model.exported>` from one process, whole or not at all (a kill or a full
+    disk leaves the previous export, a resumed run's, or none); close the loggers."""
     import hydra
     import torch
     from omegaconf import OmegaConf
 
-    from diversed.atomic import remove_stale
+    from diversed.atomic import remove_stale, write_directory
     from diversed.checkpoints import AtomicCheckpointIO, LastCheckpoint, StepSeeds
 
     callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
@@ -356,5 +356,10 @@ def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job
         # (LastCheckpoint wrote the last step as the loop stood then: this one counts the epoch as done)
         trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
     best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
-    state = torch.load(best, map_location="cpu", weights_only=True)["state_dict"] if best else None
-    return Fitted(metrics, best, state, trainer.is_global_zero, loggers)
+    if best:  # the best state by the monitored metric
+        model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
+    exported = Path(cfg.paths.output_dir) / model.exported
+    if trainer.is_global_zero:
+        write_directory(exported, lambda directory: model.export(directory, best))
+    finish(loggers)
+    return Fitted(metrics, best, exported, trainer.is_global_zero)

@@ -11,7 +11,10 @@ section of another entry point (a preset holds train's, distill's and evaluate's
 unknown keys and otherwise ignored.
 
 It checks settings only: data files, the pair's files and the context length are checked by
-`preflight.py`, still before any model weights are read.
+`preflight.py`, still before any model weights are read. The names a setting chooses from are the
+domain's, imported from the modules that act on them (methods, baselines and regulariser modes in
+`reinforce.py`, divergences and rollouts in `teacher.py`, learning-rate schedules in `runtime.py`,
+head features in `heads.py`); the training modules trust what is checked here and do not check it again.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from diversed.errors import ConfigError
+from diversed.heads import FEATURES
 from diversed.methods import METHOD_NAMES
 from diversed.preflight import LIGHTNING_CKPT_NAMES
+from diversed.reinforce import BASELINES, REG_MODES
 from diversed.runtime import LR_SCHEDULES
+from diversed.teacher import DIVERGENCES, ROLLOUTS
 
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -202,13 +208,10 @@ class OptimizerSettings(_Model):
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
 
 
-BASELINES = ("running", "group", "constant")
-
-
 class ModelSettings(_Model):
     optimizer: OptimizerSettings = OptimizerSettings()
     reg_scale: Annotated[float, Field(ge=0)] = 0.1
-    reg_mode: Literal["fixed", "adaptive"] = "fixed"
+    reg_mode: Literal[REG_MODES] = "fixed"  # type: ignore[valid-type]
     baseline: Literal[BASELINES] = "running"  # type: ignore[valid-type]
     baseline_momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
     baseline_constant: float = 1.0
@@ -241,7 +244,7 @@ class DataSettings(_Model):
 
 class HeadSettings(_Model):
     hidden_sizes: list[PositiveInt] = []
-    features: list[Literal["entropy_p", "entropy_q", "tv"]] = []
+    features: list[Literal[FEATURES]] = []  # type: ignore[valid-type]
 
 
 class _Training(_Entry):
@@ -280,8 +283,8 @@ class TrainSettings(_Training):
 
 class DistillModelSettings(_Model):
     optimizer: OptimizerSettings = OptimizerSettings()
-    divergence: Literal["forward_kl", "tvd", "reverse_kl"] = "forward_kl"
-    rollout: Literal["draft", "target", "mixed"] = "draft"
+    divergence: Literal[DIVERGENCES] = "forward_kl"  # type: ignore[valid-type]
+    rollout: Literal[ROLLOUTS] = "draft"  # type: ignore[valid-type]
     mixed_fraction: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     temperature: Annotated[float, Field(gt=0)] = 1.0
     max_new_tokens: PositiveInt | None = None
@@ -300,7 +303,8 @@ class DistillModelSettings(_Model):
     @model_validator(mode="after")
     def _reuse(self) -> DistillModelSettings:
         if self.reuse and self.rollout != "target":
-            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target")
+            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target (the "
+                             "draft's own samples change as it trains)")
         if self.reuse and self.top_k is None:
             raise ValueError("distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)")
         if self.replay and not self.reuse:

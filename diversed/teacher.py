@@ -1,5 +1,7 @@
 """What the draft learns from: the target's law at the scored positions, and samples that keep it.
 
+- `ROLLOUTS`: whose completions the draft is scored on (`distill.rollout`): its own (on-policy),
+  the target's, or either at random per batch; `DIVERGENCES`: the D it minimises there.
 - `divergence(p_logits, q_logits, kind)`: D(p, q) per position from both models' logits: forward
   KL (DistillSpec's default), total variation (1 − TV is a draft token's acceptance probability)
   or reverse KL; over a restricted draft's support where q = 0 elsewhere.
@@ -11,7 +13,8 @@
 - `TeacherSample`, `write_samples`, `read_samples`: samples drawn once (`distill.reuse`) with that
   law, in one file per run (`<run dir>/teacher_samples.pt`), written atomically.
 
-It does not draw samples or train (`distill.py` does).
+The names are the settings' (`schema.py` reads them from here). It does not draw samples or train
+(`distill.py` does).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from diversed.atomic import write_file
 
 log = logging.getLogger(__name__)
 DIVERGENCES = ("forward_kl", "tvd", "reverse_kl")
+ROLLOUTS = ("draft", "target", "mixed")
 
 # ----------------------------------------------------------------------------- the divergences (pure)
 

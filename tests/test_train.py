@@ -13,7 +13,8 @@ from resuming import Killed, assert_resumed_is_uninterrupted, kill_at
 from tiny_models import compose_run, pair_overrides, tiny_pair
 
 from diversed import WeightHead
-from diversed.train import CONFIG_DIR, DiversedModule, policy_loss, train
+from diversed.reinforce import policy_loss
+from diversed.train import CONFIG_DIR, DiversedModule, train
 
 
 def sgd_step(head, loss_fn, lr=0.5):
@@ -81,6 +82,29 @@ def test_loss_masks_padding():
     loss, _, _ = policy_loss(w, p_x, q_x, tv, mask, torch.tensor([1.0, -1.0]), 0.3)
     loss.backward()
     assert (w.grad[0, 3:] == 0).all() and (w.grad[0, :3] != 0).all()
+
+
+def test_teacher_forced_rows_score_a_completion_as_its_unpadded_row_does():
+    """The layout both training modules score with: left padding and the slots past a row's
+    completion change neither its positions nor the logits predicting its completion tokens."""
+    from diversed.pair_module import teacher_forced
+
+    target, _ = tiny_pair(seed=2)
+    prompts, completions = [[7, 30, 12, 55, 9], [40, 41]], [[11, 12, 13, 14], [20, 21]]
+    P, C = 5, 4
+    sequences = torch.zeros(2, P + C, dtype=torch.long)
+    prompt_mask = torch.zeros(2, P, dtype=torch.long)
+    for b, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        sequences[b, P - len(prompt) : P], prompt_mask[b, P - len(prompt) :] = torch.tensor(prompt), 1
+        sequences[b, P : P + len(completion)] = torch.tensor(completion)
+    inputs, comp_mask = teacher_forced(sequences, prompt_mask, torch.tensor([4, 2]))
+    assert comp_mask.tolist() == [[True] * 4, [True, True, False, False]]
+    assert inputs["position_ids"][1].tolist() == [0, 0, 0, 0, 1, 2, 3, 3, 3]
+    with torch.no_grad():
+        logits = target(**inputs).logits
+        for b, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            alone = target(torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+            assert torch.allclose(logits[b, P - 1 : P - 1 + len(completion)], alone, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- configs

@@ -1,0 +1,66 @@
+"""The head's objective (pure): REINFORCE on v with a baseline, plus the acceptance regulariser.
+
+Over a batch of completions ([B, T] per-token inputs, `mask` the completion's tokens):
+  log v_t(x_t) = log(w_t·p_t(x_t) + (1 − w_t)·q_t(x_t))
+  pg  = −mean_b[(R − b)·Σ_t log v_t(x_t)]
+  reg =  mean_b[Σ_t TV(q_t, v_t)] = mean_b[Σ_t w_t·TV(p_t, q_t)]   (1 − TV(q_t, v_t): a draft token's acceptance)
+  loss = pg + λ·reg
+
+- `advantage(reward, baseline, ...)`: R − b with b one of `BASELINES`: `running` (a running mean of
+  past batches' rewards, which the module keeps), `group` (the mean of the K completions of the
+  same prompt), `constant`; optionally divided by the batch's reward spread.
+- `policy_loss(...)`: (pg + λ·reg, pg, reg); `regularised_loss(...)` with λ one of `REG_MODES`:
+  `fixed`, or `adaptive` (λ·|pg|/reg, detached: the regulariser keeps a fixed share of the policy
+  gradient's magnitude as the reward signal grows or fades).
+
+The names are the settings' (`schema.py` reads them from here). It does not roll out, score or
+keep state (`train.py` does).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+BASELINES = ("running", "group", "constant")
+REG_MODES = ("fixed", "adaptive")
+
+
+def advantage(reward: Tensor, baseline: str, *, num_samples: int = 1, constant: float = 1.0,
+              running: Tensor | None = None, normalize: bool = False) -> Tensor:
+    """R − b per completion ([B] rewards, each prompt's `num_samples` completions side by side);
+    `running`: the running baseline's value (None before its first batch: the batch's mean)."""
+    if baseline == "group":  # mean reward of the K completions of the same prompt
+        b = reward.view(-1, num_samples).mean(1, keepdim=True).expand(-1, num_samples).reshape(-1)
+    elif baseline == "constant":  # a fixed b (the released trainer: b = 1 for 0/1 rewards)
+        b = torch.full_like(reward, constant)
+    else:  # running mean of past batches (initialised with the first batch)
+        b = running if running is not None else reward.mean()
+    a = reward - b
+    if normalize:
+        a = a / (reward.std(unbiased=False) + 1e-6)
+    return a
+
+
+def policy_loss(
+    w: Tensor, p_x: Tensor, q_x: Tensor, tv: Tensor, mask: Tensor, advantage: Tensor, reg_scale: float | Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """REINFORCE on v plus the acceptance regulariser, over completion tokens ([B, T] inputs).
+    Returns (pg + λ·reg, pg, reg)."""
+    m = mask.to(w.dtype)
+    log_v = torch.log((w * p_x + (1.0 - w) * q_x).clamp_min(1e-30))
+    pg = -(advantage * (log_v * m).sum(1)).mean()
+    reg = ((w * tv) * m).sum(1).mean()
+    return pg + reg_scale * reg, pg, reg
+
+
+def regularised_loss(
+    w: Tensor, p_x: Tensor, q_x: Tensor, tv: Tensor, mask: Tensor, advantage: Tensor, reg_scale: float,
+    reg_mode: str = "fixed",
+) -> tuple[Tensor, Tensor, Tensor, float | Tensor]:
+    """`policy_loss` with λ = `reg_scale` (`fixed`) or λ·|pg|/reg, detached (`adaptive`); (loss, pg, reg, λ used)."""
+    scale: float | Tensor = reg_scale
+    if reg_mode == "adaptive":
+        _, pg0, reg0 = policy_loss(w, p_x, q_x, tv, mask, advantage, 0.0)
+        scale = reg_scale * (pg0.detach().abs() / reg0.detach().clamp_min(1e-8))
+    return (*policy_loss(w, p_x, q_x, tv, mask, advantage, scale), scale)
