@@ -12,9 +12,10 @@ unknown keys and otherwise ignored.
 
 It checks settings only: data files, the pair's files and the context length are checked by
 `preflight.py`, still before any model weights are read. The names a setting chooses from are the
-domain's, imported from the modules that act on them (methods, baselines and regulariser modes in
-`reinforce.py`, divergences and rollouts in `teacher.py`, learning-rate schedules in `runtime.py`,
-head features in `heads.py`); the training modules trust what is checked here and do not check it again.
+domain's, imported from the modules that act on them (methods in `methods.py`, baselines and
+regulariser modes in `reinforce.py`, divergences and rollouts in `teacher.py`, learning-rate
+schedules in `runtime.py`, head features in `heads.py`); the training modules trust what is
+checked here and do not check it again.
 """
 
 from __future__ import annotations
