@@ -57,7 +57,7 @@ from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.jobs import parallel_launcher
 from diversed.methods import METHOD_NAMES, METHODS, head_label
-from diversed.pair import describe_pair
+from diversed.pair import describe_pair, hidden_size
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
@@ -69,7 +69,7 @@ from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
 from diversed.times import BASELINE, baseline_key, estimate_seconds, measured, normalized
-from diversed.verify import Verifier, hidden_size
+from diversed.verify import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     options = task.option_settings()  # the task's recorded options (part of its settings()), in every record
     if clash := sorted(set(options) & {*RUN_FIELDS, *meta}):
         raise ConfigError(f"task {task.name}'s options {clash} have the names of record fields (results.RUN_FIELDS), "
-                          "which they would overwrite: rename them in its options")  # fmt: skip
+                          "which they would overwrite: rename them in its options")
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
         extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}

@@ -37,12 +37,13 @@ from diversed.engine import speculative_generate
 from diversed.errors import hydra_task
 from diversed.heads import pair_record
 from diversed.inputs import left_pad
+from diversed.pair import hidden_size
 from diversed.preflight import check_checkpoint
 from diversed.runtime import LR_SCHEDULES, finish, fit, optimizers, prepare_training
 from diversed.schema import BASELINES, check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
-from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
+from diversed.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
 

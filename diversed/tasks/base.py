@@ -91,7 +91,7 @@ class Task:
     # and after the class is defined the attribute holds every option the task takes, its parents' too.
     options: ClassVar[Mapping[str, Option]] = {
         "stop_early": Option(True, bool, "false: rows run to EOS or max_new_tokens; the stop sequences only cut the "
-                                         "scored text"),  # fmt: skip
+                                         "scored text"),
     }
     stop_early: bool  # (an option: set by the constructor)
 
@@ -116,7 +116,7 @@ class Task:
             if undeclared:
                 raise TypeError(f"{cls.__name__}.{method} takes {undeclared}, which {cls.__name__}.options does not "
                                 "declare: add each as an Option(default, type, help) there, so that configs, the "
-                                "schema and settings() know it")  # fmt: skip
+                                "schema and settings() know it")
 
     def __init__(
         self,
@@ -212,9 +212,9 @@ class Task:
         unknown = sorted(set(given) - set(cls.options))
         if unknown:
             raise ConfigError(f"{cls.name} takes no option {', '.join(unknown)}; its own options are "
-                              f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})")  # fmt: skip
+                              f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})")
         return {name: option.check(cls.name, name, given[name]) if name in given else option.default
-                for name, option in cls.options.items()}  # fmt: skip
+                for name, option in cls.options.items()}
 
     # ---------------------------------------------------------------- examples
 
@@ -378,7 +378,7 @@ class Task:
             if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0.0 <= s <= 1.0:  # NaN fails too
                 raise ValueError(f"task {self.name!r} scored a completion {s!r} (metric {self.metric!r}, example "
                                  f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its "
-                                 "score() (or metrics(), which must hold the metric)")  # fmt: skip
+                                 "score() (or metrics(), which must hold the metric)")
         return found
 
     def reward(self, example: dict[str, Any], completion: str) -> float:

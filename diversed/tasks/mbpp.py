@@ -70,7 +70,7 @@ class MBPP(Task):
                                                     "DIVERSED_ALLOW_CODE_EXECUTION=1) to allow it", recorded=False),
         "workers": Option(None, Annotated[int, Ge(1)] | None, "programs run at once; null: one per CPU",
                           recorded=False),
-    }  # fmt: skip
+    }
     subset: str
     test_format: str
     timeout: float

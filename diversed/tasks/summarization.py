@@ -29,7 +29,7 @@ class SummarizationTask(Task):
         # the dataset's cut is this option's default (XSum redeclares it)
         "max_summary_words": Option(None, Annotated[int, Ge(0)] | None,
                                     "words of the summary scored; 0: all of them; null: the task's default"),
-    }  # fmt: skip
+    }
     use_stemmer: bool
     max_summary_words: int | None  # None: the whole summary
 
