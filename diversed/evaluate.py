@@ -68,7 +68,7 @@ from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
-from diversed.times import BASELINE, baseline_key, estimate_seconds, measured, normalized
+from diversed.times import Baselines, estimate_seconds, measured
 from diversed.verify import Verifier
 
 log = logging.getLogger(__name__)
@@ -386,7 +386,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         log.warning(f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
                     "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
                     "and time later; the records say parallel_launcher")  # fmt: skip
-    base = {baseline_key(r): r for r in finished if r["method"] == BASELINE}  # the time baselines
+    base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
     progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
     with logging_redirect_tqdm():
@@ -405,9 +405,8 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
                 if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
                     fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
             record = {**meta, **point, **fields, **options, "settings_group": group, "comparison_group": comparison}
-            if point["method"] == BASELINE:
-                base[baseline_key(record)] = record
-            record |= normalized(record, base.get(baseline_key(record)))
+            base.add(record)
+            record |= base.normalized(record)
             record = store.write(record, rows)
             points_log.add(record, index)
             log.info(_line(record))
