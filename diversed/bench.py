@@ -60,12 +60,12 @@ from diversed.engine import speculative_generate
 from diversed.errors import ConfigError, cli
 from diversed.heads import WeightHead
 from diversed.inputs import check_decoding, left_pad, token_ids
-from diversed.pair import RANDOM_PAIRS, Pair
+from diversed.pair import RANDOM_PAIRS, Pair, hidden_size
 from diversed.provenance import machine
 from diversed.reference import transformers_generate
 from diversed.runtime import quiet
 from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
-from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier, hidden_size
+from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
 
 # ----------------------------------------------------------------------------- settings
 

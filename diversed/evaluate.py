@@ -57,19 +57,19 @@ from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.jobs import parallel_launcher
 from diversed.methods import METHOD_NAMES, METHODS, head_label
-from diversed.pair import describe_pair
+from diversed.pair import describe_pair, hidden_size
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
-from diversed.results import ResultStore, grid_key, read_records
+from diversed.results import RUN_FIELDS, ResultStore, grid_key, read_records
 from diversed.rundir import hold, keep_settings
 from diversed.runtime import PointLog, finish, instantiate, make_loggers, quiet, set_threads, show_config
 from diversed.schema import check_evaluate
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
 from diversed.tasks.base import Task
-from diversed.times import BASELINE, baseline_key, estimate_seconds, measured, normalized
-from diversed.verify import Verifier, hidden_size
+from diversed.times import Baselines, estimate_seconds, measured
+from diversed.verify import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,8 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
 def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
               seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None,
               token_w: bool = False, progress: bool = False):  # fmt: skip
-    """Decode every example once and score it; returns (record fields, per-example rows). With
+    """Decode every example once and score it once (every metric of the task: `Task.checked_metrics`);
+    returns (record fields, per-example rows). With
     `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens;
     with `progress`, a transient bar counts the examples decoded."""
     tok = pair.tokenizer
@@ -181,11 +182,12 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         stats, n_new = out.stats, out.stats.new_tokens
         wall += stats.wall_time_s
         completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
-        batch_scores = task.checked_scores(batch, completions)
+        batch_metrics = task.checked_metrics(batch, completions)  # each completion scored once
+        batch_scores = [m[task.metric] for m in batch_metrics]
         scores += batch_scores
-        if type(task).metrics is not Task.metrics:  # tasks with several metrics (ROUGE-1/2/L)
-            for ex, c in zip(batch, completions, strict=True):
-                for k, v in task.metrics(ex, c).items():
+        for m in batch_metrics:
+            if set(m) != {task.metric}:  # tasks with several metrics (ROUGE-1/2/L): each one's mean, recorded
+                for k, v in m.items():
                     metric_sums[k] = metric_sums.get(k, 0.0) + v
         new_tokens += int(n_new.sum())
         totals.add(stats)
@@ -335,7 +337,10 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     name = card.name if card is not None else str(cfg.pair.get("name"))
     meta = {"pair": name, "task": task.name, "n_examples": len(task), "metric": task.metric, "split": task.source.get("split")}
     seeds = [int(cfg.seed) + i for i in range(int(sweep.get("num_seeds", 1)))]  # each point decoded once per seed
-    extras = {k: getattr(task, k) for k in ("stop_early", "use_stemmer", "max_summary_words", "test_format") if hasattr(task, k)}
+    options = task.option_settings()  # the task's recorded options (part of its settings()), in every record
+    if clash := sorted(set(options) & {*RUN_FIELDS, *meta}):
+        raise ConfigError(f"task {task.name}'s options {clash} have the names of record fields (results.RUN_FIELDS), "
+                          "which they would overwrite: rename them in its options")
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
         extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}
@@ -381,7 +386,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         log.warning(f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
                     "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
                     "and time later; the records say parallel_launcher")  # fmt: skip
-    base = {baseline_key(r): r for r in finished if r["method"] == BASELINE}  # the time baselines
+    base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
     progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
     with logging_redirect_tqdm():
@@ -399,10 +404,9 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
                 fields["head_task"] = head_tasks[point["head"]]
                 if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
                     fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
-            record = {**meta, **point, **fields, **extras, "settings_group": group, "comparison_group": comparison}
-            if point["method"] == BASELINE:
-                base[baseline_key(record)] = record
-            record |= normalized(record, base.get(baseline_key(record)))
+            record = {**meta, **point, **fields, **options, "settings_group": group, "comparison_group": comparison}
+            base.add(record)
+            record |= base.normalized(record)
             record = store.write(record, rows)
             points_log.add(record, index)
             log.info(_line(record))

@@ -30,7 +30,7 @@ from diversed.atomic import write_file
 from diversed.fronts import pareto_front
 from diversed.methods import METHODS
 from diversed.plot import safe_name
-from diversed.times import ci_fields
+from diversed.times import PER_TOKEN, ci_fields, shown_time
 
 
 class Shown(NamedTuple):
@@ -115,11 +115,9 @@ def _time_axes(d: pd.DataFrame) -> list[tuple[str, str]]:
     """The time per sample and per token, relative to autoregressive decoding: from the latency
     pass (each example alone at batch 1, the paper's time) where there is one, else the timed
     passes at the sweep's batch size."""
-    if "normalized_latency" in d and d["normalized_latency"].notna().any():
-        return [("normalized_latency", "time per sample / autoregressive (batch 1)"),
-                ("normalized_latency_per_token", "time per token / autoregressive (batch 1)")]  # fmt: skip
-    return [("normalized_time", "time per sample / autoregressive (batched)"),
-            ("normalized_time_per_token_s", "time per token / autoregressive (batched)")]  # fmt: skip
+    field = shown_time(d)
+    mode = "batch 1" if field == "normalized_latency" else "batched"
+    return [(field, f"time per sample / autoregressive ({mode})"), (PER_TOKEN[field], f"time per token / autoregressive ({mode})")]
 
 
 def _err(m: pd.DataFrame, col: str) -> np.ndarray | None:
@@ -175,7 +173,7 @@ def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[s
     below 1 is a speed-up."""
     shown = []
     for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
-        y = "normalized_latency" if g["normalized_latency"].notna().any() else "normalized_time"
+        y = shown_time(g)
         pairs = sorted(g["pair"].unique())
         fig, axes = _figure(len(pairs), 5.0)
         for ax, pair in zip(axes, pairs, strict=True):

@@ -6,14 +6,18 @@ per-position features that verification gets for free (entropies of p and q, TV(
 are saved as safetensors plus a JSON config (each file written whole, `atomic.py`) and loaded
 without pickle, a damaged file named with the fix (`read_config`); the config records the
 pair a head was trained on (`pair_record`: its models' identity), and `same_pair` tells whether
-that is the pair at hand. This module does not train heads (see `train.py`) and does not run
+that is the pair at hand. `check_head` is the one check of a head against a pair (hidden sizes,
+and the models it records): before weights load from the pair's files (`preflight.check_heads`),
+when a head is loaded for a loaded pair (`WeightHead.from_pretrained`), and when the engine starts
+(`WeightHead.check_pair`). This module does not train heads (see `train.py`) and does not run
 models.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ from torch import Tensor, nn
 from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile
 from diversed.verify import total_variation
+
+log = logging.getLogger(__name__)
 
 CONFIG_NAME = "head_config.json"
 WEIGHTS_NAME = "head.safetensors"
@@ -57,6 +63,58 @@ def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
     return None
 
 
+def check_head(config: Mapping[str, Any], *, draft_hidden_size: int | None, target_hidden_size: int | None,
+               identity: Mapping[str, Any] | None = None, pair_name: str | None = None,
+               allow_other_pairs: bool = False, head: Any = "the weight head") -> bool | None:
+    """Whether the head of `config` (its `head_config.json`, or `WeightHead.config()`) fits a pair.
+
+    ConfigError, naming both and the fix, where its hidden sizes are not the pair's (a size unknown on
+    either side is not compared), and, given the pair's `identity` (`pair.describe_pair`), where it
+    records other models (`same_pair`) unless `allow_other_pairs` (then a warning). Returns the
+    verdict: True (this pair), False (another pair, allowed), None (not told: no identity given; a
+    head saved before identities were recorded, or one sharing nothing to compare: each with a
+    warning). `head` and `pair_name` name them in messages."""
+    pair = f"the pair {pair_name}" if pair_name else "the pair"
+    got = {"draft_hidden_size": config.get("draft_hidden_size"), "target_hidden_size": config.get("target_hidden_size")}
+    want = {"draft_hidden_size": draft_hidden_size, "target_hidden_size": target_hidden_size}
+    if any(got[k] is not None and want[k] is not None and int(got[k]) != int(want[k]) for k in got):
+        sizes = lambda d: ", ".join(f"{k}={'unknown' if v is None else v}" for k, v in d.items())  # noqa: E731
+        raise ConfigError(f"{head} was trained for hidden sizes ({sizes(got)}) but {pair} has ({sizes(want)}) "
+                          f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair "
+                          "(python -m diversed.train with this pair and task)")
+    if identity is None:
+        return None
+    recorded = config.get("pair_identity")
+    same = None if recorded is None else same_pair(recorded, dict(identity))
+    theirs = f"{config.get('pair', 'unknown')} ({_models(recorded or {}, config)})"
+    ours = f"{pair_name} ({_models(identity, {})})"
+    if recorded is None:
+        log.warning(f"{head} does not record which models it was trained on (saved by an older diversed; "
+                    f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")
+    elif same is None:
+        log.warning(f"{head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
+                    "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)")
+    elif not same and not allow_other_pairs:
+        raise ConfigError(
+            f"{head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
+            "its weights were learnt on other models' hidden states. Train a head for this pair "
+            f"(python -m diversed.train with this pair and task), or set sweep.allow_other_pair_heads=true "
+            "to evaluate it anyway (its points record the pair it was trained on)"
+        )
+    elif not same:
+        log.warning(f"{head} was trained on the pair {theirs}, evaluated on {ours} (sweep.allow_other_pair_heads=true)")
+    return same
+
+
+def _models(identity: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
+    if "random" in identity:
+        return f"random {identity['random']}, seed {identity.get('seed')}"
+    name = {r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
+            for r in ("target", "draft")}
+    return f"target {name['target'] or 'unknown'}, draft {name['draft'] or 'unknown'}"
+
+
 def head_metadata(directory: str | Path) -> dict[str, Any]:
     """A saved head's `head_config.json` (hidden sizes, pair, the task it was trained on, ...), or {}
     where there is none (a moved or deleted head); a damaged one is `read_config`'s error."""
@@ -68,7 +126,7 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     whole JSON (cut short, damaged)."""
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
-        raise MissingFile(f"{directory} is not a saved weight head (no {CONFIG_NAME}): train one first "
+        raise MissingFile(f"{directory} is not a saved head (no {CONFIG_NAME}): train one first "
                           "(python -m diversed.train with the same pair and task)")  # fmt: skip
     try:
         config = json.loads(path.read_text())
@@ -122,6 +180,13 @@ class WeightHead(nn.Module):
     def uses_distributions(self) -> bool:
         return bool(self.features)
 
+    def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
+        """ConfigError unless the models' hidden sizes are this head's (`check_head`); the engine asks
+        before any model call (`DynamicEnsemble.check_pair`)."""
+        from diversed.pair import hidden_size
+
+        check_head(self.config(), draft_hidden_size=hidden_size(draft), target_hidden_size=hidden_size(target))
+
     def forward(
         self, draft_hidden: Tensor, target_hidden: Tensor, p: Tensor | None = None, q: Tensor | None = None
     ) -> Tensor:
@@ -164,15 +229,11 @@ class WeightHead(nn.Module):
         target_hidden_size: int | None = None,
         map_location: str | torch.device = "cpu",
     ) -> WeightHead:
-        """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error."""
+        """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error (`check_head`)."""
         directory = Path(directory)
         config = read_config(directory)
-        for name, want in (("draft_hidden_size", draft_hidden_size), ("target_hidden_size", target_hidden_size)):
-            if want is not None and int(config[name]) != int(want):
-                raise ConfigError(
-                    f"head at {directory} was trained for {name}={config[name]} but the pair has {want} "
-                    f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair"
-                )
+        check_head(config, draft_hidden_size=draft_hidden_size, target_hidden_size=target_hidden_size,
+                   head=f"head {directory}")
         head = cls(**config)
         try:
             state = load_file(str(directory / WEIGHTS_NAME), device=str(map_location))

@@ -10,6 +10,8 @@ retries (the rule and the probe are `hub.py`'s). `random_pair` builds random-ini
 the shapes of public checkpoints (no download), for timing real sizes. The forward path the engine
 takes for both models is the pair option `forward` (see `forward.py`). A member named as a `.gguf`
 file, `shipped:<name>` or `draft:<name>` is made a local directory first by `weights.resolve_model`.
+`describe_pair` reads what a pair's files say without its weights (`PairCard`); `hidden_size(model)`
+is a loaded model's last hidden width (`text_config`: the text part of a multimodal config).
 """
 
 from __future__ import annotations
@@ -246,6 +248,21 @@ def load_pair(
     )
 
 
+# ----------------------------------------------------------------------------- a model's sizes
+
+
+def text_config(config: Any) -> Any:
+    """The text part of a model's config: a multimodal config's `get_text_config()`, else the config."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def hidden_size(model: Any) -> int | None:
+    """The last hidden state's width of an HF model (its text config's `hidden_size`); None for a
+    model without a config."""
+    config = getattr(model, "config", None)
+    return None if config is None else getattr(text_config(config), "hidden_size", None)
+
+
 # ----------------------------------------------------------------------------- before loading
 
 
@@ -299,7 +316,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
                 return None
             names, name = files(**{k: v for k, v in cfg.items() if not str(k).startswith("_")})
         configs, tok, identity = _read_files(names, cfg.get("tokenizer"), cfg.get("revision"))
-    text = {role: c.get_text_config() if hasattr(c, "get_text_config") else c for role, c in configs.items()}
+    text = {role: text_config(c) for role, c in configs.items()}
     vocab = {role: int(t.vocab_size) for role, t in text.items()}
     shared = shared_vocab(vocab["target"], vocab["draft"])
     if len(tok) > shared:

@@ -12,15 +12,12 @@ fields, and empty data are checked where they are read, in `tasks/data.py`.)
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from diversed.errors import ConfigError
 from diversed.provenance import directory_digest
-
-log = logging.getLogger(__name__)
 
 LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
 
@@ -46,59 +43,31 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
 
 def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False) -> dict[str, Any]:
     """Each head directory's digest, after checking it is a saved head (its config and a readable
-    head.safetensors) for this pair: its hidden sizes, and the pair it records it was trained on
-    (`heads.same_pair`). A head of another pair is refused unless `allow_other_pairs`; then its
+    head.safetensors) that fits this pair (`heads.check_head`: its hidden sizes, and the pair it
+    records it was trained on). A head of another pair is refused unless `allow_other_pairs`; then its
     digest comes with the pair it was trained on (part of its points' settings). A head saved
     without its pair's identity (older diversed) is let through with a warning."""
-    from diversed.heads import CONFIG_NAME, WEIGHTS_NAME, read_config, same_pair
+    from diversed.heads import WEIGHTS_NAME, check_head, read_config
 
     digests: dict[str, Any] = {}
     for head in heads:
-        if not (Path(head) / CONFIG_NAME).is_file():
-            raise ConfigError(f"sweep.heads entry {head} is not a saved head (no {CONFIG_NAME}): train one first "
-                             "(python -m diversed.train with the same pair and task), or leave dynamic out of "
-                             "sweep.methods")  # fmt: skip
+        try:
+            config = read_config(head)
+        except OSError as e:  # no config, or one cut short or damaged: named with the fix
+            raise ConfigError(f"sweep.heads entry {head}: {e}, or leave dynamic out of sweep.methods") from None
         weights = Path(head) / WEIGHTS_NAME
         if (problem := unreadable_safetensors(weights)) is not None:
             raise ConfigError(f"sweep.heads entry {head}: {weights} cannot be read ({problem}): copy the head again, "
                              "or train it again")  # fmt: skip
-        try:
-            config = read_config(head)
-        except OSError as e:  # cut short or damaged: named with the fix
-            raise ConfigError(f"sweep.heads entry {head}: {e}") from None
         digests[str(head)] = directory_digest(head)
         if card is None:
             continue
-        want = (card.hidden["draft"], card.hidden["target"])
-        got = (config.get("draft_hidden_size"), config.get("target_hidden_size"))
-        if None not in want and tuple(got) != want:
-            raise ConfigError(
-                f"head {head} was trained for hidden sizes (draft={got[0]}, target={got[1]}) but the pair "
-                f"{card.name} has (draft={want[0]}, target={want[1]}) (head pair: {config.get('pair', 'unknown')}); "
-                "train a head for this pair"
-            )
-        recorded = config.get("pair_identity")
-        same = None if recorded is None else same_pair(recorded, card.identity)
-        theirs = f"{config.get('pair', 'unknown')} ({_models(recorded or {}, config)})"
-        ours = f"{card.name} ({_models(card.identity, {})})"
-        if recorded is None:
-            log.warning(f"head {head} does not record which models it was trained on (saved by an older diversed; "
-                        f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")  # fmt: skip
-        elif same is None:
-            log.warning(f"head {head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
-                        "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)")  # fmt: skip
-        elif not same and not allow_other_pairs:
-            raise ConfigError(
-                f"head {head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
-                "its weights were learnt on other models' hidden states. Train a head for this pair "
-                f"(python -m diversed.train with this pair and task), or set sweep.allow_other_pair_heads=true "
-                "to evaluate it anyway (its points record the pair it was trained on)"
-            )
-        elif not same:
-            log.warning(f"head {head} was trained on the pair {theirs}, evaluated on {ours} "
-                        "(sweep.allow_other_pair_heads=true)")  # fmt: skip
+        same = check_head(config, draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"],
+                          identity=card.identity, pair_name=card.name, allow_other_pairs=allow_other_pairs,
+                          head=f"head {head}")
+        if same is False:  # allowed: its points say which pair it was trained on
             digests[str(head)] = {"files": digests[str(head)], "trained_on_pair": config.get("pair"),
-                                  "trained_on_models": recorded}  # fmt: skip
+                                  "trained_on_models": config.get("pair_identity")}
     return digests
 
 
@@ -113,15 +82,6 @@ def unreadable_safetensors(path: str | Path) -> str | None:
     except Exception as e:  # missing, truncated, not a safetensors file
         return str(e) or type(e).__name__
     return None
-
-
-def _models(identity: dict[str, Any], config: dict[str, Any]) -> str:
-    """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
-    if "random" in identity:
-        return f"random {identity['random']}, seed {identity.get('seed')}"
-    name = {r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
-            for r in ("target", "draft")}  # fmt: skip
-    return f"target {name['target'] or 'unknown'}, draft {name['draft'] or 'unknown'}"
 
 
 def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
@@ -148,10 +108,9 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer
 
-            from diversed.pair import check_tokenizers
+            from diversed.pair import check_tokenizers, text_config
 
-            config = AutoConfig.from_pretrained(path)
-            text = config.get_text_config() if hasattr(config, "get_text_config") else config
+            text = text_config(AutoConfig.from_pretrained(path))
             shared_vocab(card.vocab["target"], int(text.vocab_size))
             if (path / "tokenizer_config.json").is_file():
                 check_tokenizers(card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}")

@@ -2,7 +2,8 @@
 
 `check_evaluate(cfg)` and `check_train(cfg)` validate a composed Hydra config: types (an N of
 2.7 is not an int), ranges (n_examples >= 1, w in [0, 1], reg_scale >= 0, ...), known names
-(methods, tasks, dtypes, forward paths) and combinations (a group baseline needs two samples per
+(methods, tasks, dtypes, forward paths), a task's own options (each against the type its class
+declares, `Task.options`) and combinations (a group baseline needs two samples per
 prompt; a CUDA device needs a GPU). Every problem is reported at once in a `ConfigError` that
 names the config key, the value given and what to set instead. Unknown keys are refused too, each
 with the closest known key (`config_keys.py`): Hydra refuses a key that is not in the config, but
@@ -20,10 +21,19 @@ checked here and do not check it again.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from diversed.errors import ConfigError
 from diversed.heads import FEATURES
@@ -47,6 +57,9 @@ class _Model(BaseModel):
 
 
 class TaskSettings(_Model):
+    """What every task takes; a known task's own options (`Task.options`) are checked with them, each
+    against the type it declares (`task_schema`)."""
+
     name: str
     split: str | None = None
     n_examples: PositiveInt | None = Field(None, description="null keeps every example")
@@ -57,11 +70,6 @@ class TaskSettings(_Model):
     max_prompt_tokens: PositiveInt | None = None
     max_new_tokens: PositiveInt = 128
     stop: list[Annotated[str, Field(min_length=1)]] | None = None
-    stop_early: bool = True
-    max_summary_words: NonNegativeInt | None = None
-    timeout: Annotated[float, Field(gt=0)] | None = None
-    subset: Literal["full", "sanitized"] | None = None
-    test_format: Literal["lines", "list"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -71,6 +79,22 @@ class TaskSettings(_Model):
         if name not in TASKS:
             raise ValueError(f"unknown task; choose from {sorted(TASKS)}")
         return name
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _own_options(cls, values: Any, handler: Any) -> TaskSettings:
+        from diversed.tasks import TASKS
+
+        task = TASKS.get(values.get("name")) if isinstance(values, dict) and cls is TaskSettings else None
+        return handler(values) if task is None else task_schema(task).model_validate(values)
+
+
+@functools.cache
+def task_schema(task: type) -> type[TaskSettings]:
+    """`TaskSettings` with the task class's own options (`Task.options`) as fields: each its declared
+    type, default and help."""
+    fields: dict[str, Any] = {name: (o.type, Field(o.default, description=o.help or None)) for name, o in task.options.items()}
+    return create_model(f"{task.__name__}Settings", __base__=TaskSettings, **fields)
 
 
 class PairSettings(_Model):

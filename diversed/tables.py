@@ -17,7 +17,7 @@ from diversed import published
 from diversed.compare import INTERVALS, SETTING_FIELDS, paired, per_example, verdict
 from diversed.fronts import best_at_quality, choice_key
 from diversed.methods import METHOD_NAMES, METHODS, head_label
-from diversed.times import ci_fields, times_over_seeds
+from diversed.times import ci_fields, shown_time, times_over_seeds
 
 _KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
 
@@ -33,7 +33,7 @@ def _time_cell(r: pd.Series) -> str:
     """Time relative to autoregressive decoding with its interval over seeds (`times.times_over_seeds`):
     per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
     the sweep's batch size."""
-    field = "normalized_latency" if pd.notna(r.get("normalized_latency")) else "normalized_time"
+    field = shown_time(r)
     value = r.get(field)
     if value is None or pd.isna(value):
         return "–"

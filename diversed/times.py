@@ -12,7 +12,11 @@ at batch 1 (the paper's time). Every time a record holds beyond those runs is co
   the same examples. A method decoded at batch 1 whatever the sweep's batch size (`batch_one`,
   e.g. hf_static) is divided by autoregressive decoding at batch 1 (its latency pass over the same
   examples), never at the sweep's batch size; `normalized_time_batch_size` says which was used;
+  `Baselines` holds the autoregressive records a run has and normalises a record by its own
+  (evaluate as points finish, `fill_times` over records read back);
 - `fill_times`: the same for records written before these fields (`results.load_results`);
+- `shown_time`: which normalised time tables and figures show (per sample at batch 1 where there
+  is one, the paper's time), and `PER_TOKEN` its per-token counterpart;
 - `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the one
   interval over seeds, for times here and for scores in `compare.mean_over_seeds`;
 - `time_over_seeds`, `times_over_seeds`: the mean over seeds of one setting with an interval that
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,6 +51,8 @@ NORMALIZED = {
     "normalized_latency": "latency_s",  # per sample, each example alone at batch 1 (the paper's time)
     "normalized_latency_per_token": "latency_per_token_s",
 }
+# a normalised time per sample -> the same per generated token
+PER_TOKEN = {"normalized_time": "normalized_time_per_token_s", "normalized_latency": "normalized_latency_per_token"}
 # What a record shares with its autoregressive baseline (together: the baseline's settings digest)
 PAIRED_BY = ("pair", "task", "temperature", "n_examples", "settings_group", "seed")
 RUNS = {"wall_time_s": "wall_time_runs", "latency_s": "latency_runs"}  # a time -> its timed passes
@@ -188,13 +194,45 @@ def normalized(record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *,
     return out
 
 
+class Baselines:
+    """The autoregressive records (`BASELINE`) among those given or added, by `baseline_key`: what
+    `normalized` divides a record by. A later baseline of the same key replaces an earlier one."""
+
+    def __init__(self, records: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.by_key: dict[tuple, Mapping[str, Any]] = {}
+        for r in records:
+            self.add(r)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Keep `record` if it is an autoregressive one (others are ignored)."""
+        if record.get("method") == BASELINE:
+            self.by_key[baseline_key(record)] = record
+
+    def of(self, record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """`record`'s baseline (None: none yet)."""
+        return self.by_key.get(baseline_key(record))
+
+    def normalized(self, record: Mapping[str, Any], *, warn: bool = True) -> dict[str, Any]:
+        """`normalized(record, its baseline)`."""
+        return normalized(record, self.of(record), warn=warn)
+
+
+def shown_time(records: pd.DataFrame | Mapping[str, Any]) -> str:
+    """The normalised time to show for `records` (a DataFrame, or one record): per sample at batch 1
+    (`normalized_latency`, the paper's time) where they have one, else per pass at the sweep's batch
+    size (`normalized_time`)."""
+    latency = records.get("normalized_latency")
+    has = bool(latency.notna().any()) if isinstance(latency, pd.Series) else not _missing(latency)
+    return "normalized_latency" if has else "normalized_time"
+
+
 def fill_times(df: pd.DataFrame) -> pd.DataFrame:
     """Records as `results.load_results` reads them, with every field `measured` and `normalized`
     give filled where it is missing (records written before them), by the same rules as evaluate;
     values already set are kept, except a `batch_one` method's normalized_time written before
     `normalized_time_batch_size` existed (it was against the sweep's batch size)."""
     rows = df.to_dict("records")
-    base = {baseline_key(r): r for r in rows if r.get("method") == BASELINE}
+    base = Baselines(rows)
     updates, unpaired = [], 0
     for r in rows:
         # written with these fields: a baseline batch size and an interval for each time with runs (skipped: bootstraps cost)
@@ -204,7 +242,7 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
             continue
         new = {k: v for k, v in measured(r).items() if _missing(r.get(k))}
         merged = {**r, **new}
-        norm = normalized(merged, base.get(baseline_key(r)), warn=False)
+        norm = base.normalized(merged, warn=False)
         redo = METHODS.get(r.get("method")) is not None and METHODS[r["method"]].batch_one and _missing(r.get("normalized_time_batch_size"))
         new.update({k: v for k, v in norm.items() if redo or _missing(r.get(k))})
         unpaired += bool(redo and norm["normalized_time"] is None)

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from diversed import CONFIG_DIR
 from diversed.errors import hydra_task
 from diversed.heads import pair_record
+from diversed.pair import hidden_size
 from diversed.pair_module import OBJECTIVE, PairModule, shared_logits, teacher_forced
 from diversed.preflight import check_checkpoint
 from diversed.reinforce import advantage, regularised_loss
@@ -44,7 +45,7 @@ from diversed.runtime import fit, prepare_training
 from diversed.schema import check_train
 from diversed.stats import Totals
 from diversed.stopping import decode_completions
-from diversed.verify import DynamicEnsemble, hidden_size, probs_from_logits, run_head, total_variation
+from diversed.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
 
 log = logging.getLogger(__name__)
 

@@ -266,7 +266,9 @@ class DynamicEnsemble(Ensemble):
     """DIVERSED: w_i = head(h_draft_i, h_target_i), the models' final hidden states at position i.
 
     A head is any module mapping (draft_hidden [B,T,Hd], target_hidden [B,T,Ht]) to w [B,T] in
-    [0, 1]; heads with `uses_distributions = True` also receive p=, q= (free at verification).
+    [0, 1]; heads with `uses_distributions = True` also receive p=, q= (free at verification). A
+    head with a `check_pair(target, draft)` method (`heads.WeightHead`: its hidden sizes) is asked
+    whether it fits the pair before any model call.
     """
 
     kind = "dynamic"
@@ -281,13 +283,10 @@ class DynamicEnsemble(Ensemble):
         return run_head(self.head, h_draft, h_target, p, q).to(p.device)
 
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
-        expected = (hidden_size(draft), hidden_size(target))
-        got = (getattr(self.head, "draft_hidden_size", None), getattr(self.head, "target_hidden_size", None))
-        if None not in got and None not in expected and tuple(got) != expected:
-            raise ValueError(
-                f"weight head expects hidden sizes (draft={got[0]}, target={got[1]}) but the pair has "
-                f"(draft={expected[0]}, target={expected[1]}); train or load a head for this pair"
-            )
+        """The head's own check, where it has one (`WeightHead.check_pair`: its hidden sizes)."""
+        check = getattr(self.head, "check_pair", None)
+        if callable(check):
+            check(target, draft)
 
 
 def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | None = None, q: Tensor | None = None) -> Tensor:
@@ -301,11 +300,3 @@ def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | Non
         return head(h_draft, h_target, p=p.to(h_draft.device), q=q.to(h_draft.device)).float()
     return head(h_draft, h_target).float()
 
-
-def hidden_size(model: nn.Module) -> int | None:
-    """The last hidden state's width of an HF model (its text config for multimodal ones)."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return getattr(text, "hidden_size", None)

@@ -67,7 +67,7 @@ def check_summaries(data: Path) -> None:
             print(
                 f"{name}: {len(task)} rows from {path.name}, lead-{k}: "
                 + ", ".join(f"{m} {v:.2f}" for m, v in means.items())
-                + f" (max_summary_words={task.max_summary_words}, use_stemmer={task.use_stemmer})"
+                + " (" + ", ".join(f"{k}={v}" for k, v in task.option_settings().items()) + ")"
             )
 
 

@@ -20,6 +20,8 @@ from diversed.errors import ConfigError
 from diversed.inputs import left_pad
 from diversed.provenance import digest
 from diversed.results import ResultStore, load_results, read_examples
+from diversed.tasks import TASKS
+from diversed.tasks.base import Option
 from diversed.tasks.toy import ToyTask
 
 
@@ -147,6 +149,55 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
                 assert task.truncate(tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)) == tok.decode(
                     seqs[r, P : P + n - 1], skip_special_tokens=True
                 )  # the fewest tokens: one fewer has not reached the stop
+
+
+def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
+    """run_point calls the task's scoring once per example, and records the mean of each metric."""
+    calls = []
+
+    class Counted(ToyTask):
+        def score(self, example, completion):
+            calls.append(example["id"])
+            return super().score(example, completion)
+
+        def metrics(self, example, completion):
+            return {"exact_match": self.score(example, completion), "length": min(1.0, len(completion) / 10)}
+
+    pair = hydra.utils.instantiate(compose_eval(tmp_path, toy_tiny_dir).pair)
+    task = Counted(ToyTask.load(n_examples=6).examples)
+    point = {"method": "autoregressive", "temperature": 1.0}
+    fields, rows = ev.run_point(pair, task, point, None, batch_size=4, seed=0)
+    assert sorted(calls) == sorted(e["id"] for e in task)  # each example once
+    assert fields["score"] == fields["exact_match"] == pytest.approx(sum(r["score"] for r in rows) / 6)
+    assert fields["length"] == pytest.approx(sum(min(1.0, len(r["completion"]) / 10) for r in rows) / 6)
+
+
+class StrictToy(ToyTask):
+    """A task defined outside the package with one option of its own: declared, and nothing else."""
+
+    name = "toy_strict"
+    options = {"strict": Option(False, bool, "the completion must be the answer alone")}
+
+    def score(self, example, completion):
+        if self.strict:
+            return float(self.truncate(completion).strip() == str(example["answer"]))
+        return super().score(example, completion)
+
+
+def test_a_task_with_its_own_option_needs_no_edit_to_the_runner(tmp_path, toy_tiny_dir, monkeypatch):
+    """Registered, its option is a known key, checked before anything loads, passed to the task,
+    recorded in its settings and in every record (the runner reads the task's `option_settings`)."""
+    monkeypatch.setitem(TASKS, "toy_strict", StrictToy)
+    bad = small_eval(tmp_path / "bad", toy_tiny_dir, "task.name=toy_strict", "+task.strict=maybe", "+task.strikt=1")
+    with pytest.raises(ConfigError) as err:
+        ev.evaluate(bad)
+    assert "task.strict='maybe': Input should be a valid boolean" in str(err.value)
+    assert "task.strikt=1: unknown key; did you mean task.strict?" in str(err.value)
+    out = tmp_path / "run"
+    ev.evaluate(small_eval(out, toy_tiny_dir, "task.name=toy_strict", "+task.strict=true", "sweep.methods=[autoregressive]"))
+    (record,) = load_results(out).to_dict("records")
+    assert record["task"] == "toy_strict" and record["strict"] is True and record["stop_early"] is True
+    assert json.loads((out / "settings" / f"{record['settings']}.json").read_text())["task"]["strict"] is True
 
 
 def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):

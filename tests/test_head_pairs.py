@@ -153,3 +153,26 @@ def test_local_pairs_are_named_by_their_models(tmp_path):
     assert one.pair.name != two.pair.name and one.hydra.run.dir != two.hydra.run.dir
     assert composed("pair.draft=/runs/a/draft").pair.name == one.pair.name  # the same models, the same name
     assert composed("pair.draft=/runs/a/draft", "pair.name=mine").pair.name == "mine"
+
+
+def test_one_check_of_a_head_against_a_pair(caplog):
+    """`check_head`: hidden sizes (an unknown one is not compared), then the recorded models; preflight,
+    `WeightHead.from_pretrained` and the engine all ask it."""
+    from diversed.heads import check_head
+
+    config = {"draft_hidden_size": 8, "target_hidden_size": 16, "pair": "mine"}
+    assert check_head(config, draft_hidden_size=8, target_hidden_size=None) is None
+    with pytest.raises(ValueError, match=r"head h was trained for hidden sizes \(draft_hidden_size=8, target_hidden_size=16\) "
+                                         r"but the pair p has \(draft_hidden_size=8, target_hidden_size=32\) \(head pair: mine\)"):
+        check_head(config, draft_hidden_size=8, target_hidden_size=32, pair_name="p", head="head h")
+    local = {"target": {"path": "/a/t", "weights": "1"}, "draft": {"path": "/a/d", "weights": "2"}}
+    recorded = {**config, "pair_identity": pair_record(local)}
+    assert check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p") is True
+    other = {**local, "draft": {"path": "/a/d", "weights": "3"}}
+    with pytest.raises(ValueError, match="not on the pair being evaluated, p .*allow_other_pair_heads=true"):
+        check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=other, pair_name="p")
+    with caplog.at_level("WARNING"):
+        assert check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=other, pair_name="p",
+                          allow_other_pairs=True) is False
+        assert check_head(config, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p") is None
+    assert "evaluated on p" in caplog.text and "does not record which models" in caplog.text

@@ -362,6 +362,21 @@ def test_use_stemmer_is_a_recorded_choice(files: dict[str, Path]) -> None:
     assert stemmed.settings()["use_stemmer"] is True and plain.settings()["use_stemmer"] is False
 
 
+def test_a_summary_is_scored_once_for_all_its_metrics(files: dict[str, Path]) -> None:
+    """evaluate scores through `checked_metrics`: one ROUGE call per completion gives the headline
+    score and ROUGE-1/L (they were computed twice: once for the score, once for the metrics)."""
+    task = load_task("xsum", data_files=files["xsum"])
+    calls, real = [], task.scorer.score
+    task.scorer.score = lambda *a: calls.append(a) or real(*a)
+    examples = [task[0]] * 3
+    completions = [" Plans for a water park.", " A hotel was approved.", " Nothing."]
+    found = task.checked_metrics(examples, completions)
+    assert len(calls) == 3
+    assert [set(m) for m in found] == [{"rouge1", "rouge2", "rougeL"}] * 3
+    del task.scorer.score
+    assert [m["rouge2"] for m in found] == [task.score(e, c) for e, c in zip(examples, completions, strict=True)]
+
+
 def test_xsum_cuts_summaries_to_32_words(files: dict[str, Path]) -> None:
     task = load_task("xsum", data_files=files["xsum"])
     ex = task[0]
@@ -605,7 +620,7 @@ def test_stopper_without_triggers_when_the_tokenizer_cannot_decode_every_id(capl
 
 @pytest.mark.parametrize("bad", [2.0, -0.5, float("nan"), "1", None, True])
 def test_a_score_that_is_not_a_fraction_stops_the_sweep_at_its_first_batch(bad):
-    """evaluate scores through `checked_scores`: a task's score outside [0, 1] (or not a number) is
+    """evaluate scores through `checked_metrics`: a task's score outside [0, 1] (or not a number) is
     refused with the task, the value and the fix, before a record that readers would skip is written."""
     from diversed.tasks.toy import ToyTask
 
@@ -614,6 +629,45 @@ def test_a_score_that_is_not_a_fraction_stops_the_sweep_at_its_first_batch(bad):
             return bad if example["prompt"] == "b" else 1.0
 
     task = Broken([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
-    assert ToyTask(task.examples).checked_scores(task.examples, ["1", "2"]) == [1.0, 1.0]
+    assert ToyTask(task.examples).checked_metrics(task.examples, ["1", "2"]) == [{"exact_match": 1.0}] * 2
     with pytest.raises(ValueError, match=r"task 'toy' scored a completion .*a score must be a number in \[0, 1\]"):
-        task.checked_scores(task.examples, ["1", "2"])
+        task.checked_metrics(task.examples, ["1", "2"])
+
+
+def test_metrics_without_the_headline_metric_are_refused():
+    from diversed.tasks.toy import ToyTask
+
+    class Elsewhere(ToyTask):
+        def metrics(self, example, completion):
+            return {"other": 1.0}
+
+    with pytest.raises(ValueError, match=r"task 'toy' scored a completion None \(metric 'exact_match'.*metrics\(\)"):
+        Elsewhere([{"prompt": "a", "answer": "1"}]).checked_metrics([{"prompt": "a", "answer": "1"}], ["1"])
+
+
+def test_a_task_declares_its_options_once() -> None:
+    """Options are inherited and redeclared per class, checked when a task is built directly too, and
+    a constructor keyword the class does not declare is refused when the class is defined."""
+    from diversed.tasks.base import Option, Task
+    from diversed.tasks.toy import ToyTask
+
+    assert list(XSum.options) == ["stop_early", "use_stemmer", "max_summary_words"]
+    assert XSum.options["max_summary_words"].default == 32 and CNNDailyMail.options["max_summary_words"].default is None
+    assert set(MBPP.options) - set(Task.options) == {"subset", "test_format", "timeout", "allow_code_execution", "workers"}
+    with pytest.raises(ValueError, match=r"toy: stop_early='maybe': Input should be a valid boolean"):
+        ToyTask([], stop_early="maybe")
+    with pytest.raises(ValueError, match=r"toy takes no option strict; its own options are stop_early"):
+        ToyTask([], strict=True)
+    with pytest.raises(TypeError, match=r"Sloppy.__init__ takes \['strict'\], which Sloppy.options does not declare"):
+
+        class Sloppy(ToyTask):
+            def __init__(self, examples, *, strict=False, **kwargs):
+                super().__init__(examples, **kwargs)
+
+    class Declared(ToyTask):
+        options = {"strict": Option(False, bool), "note": Option("", str, recorded=False)}
+
+    task = Declared([], strict=1)
+    assert task.strict is True and task.note == ""
+    assert task.option_settings() == {"stop_early": True, "strict": True}
+    assert {"strict": True, "stop_early": True}.items() <= task.settings().items() and "note" not in task.settings()

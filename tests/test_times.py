@@ -16,12 +16,14 @@ from diversed.results import ResultStore, load_results
 from diversed.times import (
     NORMALIZED,
     TIME_FIELDS,
+    Baselines,
     baseline_key,
     ci_fields,
     estimate_seconds,
     measured,
     median_interval,
     normalized,
+    shown_time,
     time_over_seeds,
     times_over_seeds,
 )
@@ -44,8 +46,8 @@ def rec(method: str, seed: int, runs: list[float], *, new_tokens: int = 100, lat
 
 def evaluate_like(records: list[dict]) -> list[dict]:
     """What evaluate does: each record normalised by the autoregressive record of its baseline_key."""
-    base = {baseline_key(r): r for r in records if r["method"] == "autoregressive"}
-    return [r | normalized(r, base.get(baseline_key(r))) for r in records]
+    base = Baselines(records)
+    return [r | base.normalized(r) for r in records]
 
 
 def write(run_dir, records: list[dict]) -> None:
@@ -55,6 +57,21 @@ def write(run_dir, records: list[dict]) -> None:
 
 
 # ----------------------------------------------------------------------------- one normalisation
+
+
+def test_baselines_pair_a_record_with_its_own_autoregressive_record_and_one_time_is_shown():
+    ar0, ar1, lossless = rec("autoregressive", 0, [10.0, 10.0]), rec("autoregressive", 1, [20.0, 20.0]), rec("lossless", 1, [5.0, 5.0])
+    base = Baselines([lossless, ar0])  # (what evaluate finds on resuming; the others it adds as they finish)
+    assert base.of(lossless) is None and base.normalized(lossless)["normalized_time"] is None
+    base.add(ar1)
+    assert base.of(lossless) is ar1 and base.normalized(lossless) == normalized(lossless, ar1)
+    assert base.normalized(lossless)["normalized_time"] == pytest.approx(0.25)
+    assert baseline_key(ar1) in base.by_key and baseline_key(lossless) == baseline_key(ar1)
+    # tables and figures show the paper's time (batch 1) where there is one
+    latency = {**lossless, "normalized_latency": 0.3}
+    assert shown_time(lossless) == shown_time(pd.DataFrame([lossless])) == "normalized_time"
+    assert shown_time(latency) == shown_time(pd.Series(latency)) == shown_time(pd.DataFrame([lossless, latency])) == "normalized_latency"
+    assert shown_time({"normalized_latency": float("nan")}) == "normalized_time"
 
 
 def test_each_seed_is_divided_by_its_own_seeds_autoregressive_time(tmp_path):

@@ -1,8 +1,9 @@
 """Task registry: a plain dict from names to task classes, `load_task`, and `option_names` (the
 settings a task takes, for refusing unknown `task.*` keys before anything loads).
 
-Each task is one file (gsm8k.py, cnndm.py, xsum.py, mbpp.py, toy.py); a new task adds its import
-and one line to `TASKS`.
+Each task is one file (gsm8k.py, cnndm.py, xsum.py, mbpp.py, toy.py) that declares its own options
+(`Task.options`); a new task adds its import and one line to `TASKS`, and its config file
+`configs/task/<name>.yaml`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from diversed.errors import ConfigError
-from diversed.tasks.base import Task
+from diversed.tasks.base import Task, shared_parameters
 from diversed.tasks.cnndm import CNNDailyMail
 from diversed.tasks.gsm8k import GSM8K
 from diversed.tasks.mbpp import MBPP
@@ -42,24 +43,9 @@ def load_task(
 
 
 def option_names(name: str | None) -> set[str] | None:
-    """The settings task `name` takes (the keys of its `task:` config): the named parameters of
-    `load_task`, of its class's `load` and of its constructor, up its base classes (each passes the
-    rest on with **options). None for an unknown task (the schema names that)."""
-    import inspect
-
+    """The settings task `name` takes (the keys of its `task:` config): `load_task`'s name, what every
+    task takes (`shared_parameters`) and the task's own options (`Task.options`). None for an unknown
+    task (the schema names that)."""
     if name not in TASKS:
         return None
-    cls = TASKS[name]
-    functions = [load_task]
-    for klass in cls.__mro__:
-        if "load" in vars(klass):
-            functions.append(vars(klass)["load"].__func__)
-        if "__init__" in vars(klass) and issubclass(klass, Task):
-            functions.append(vars(klass)["__init__"])
-    names = {
-        p.name
-        for f in functions
-        for p in inspect.signature(f).parameters.values()
-        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
-    }
-    return names - {"self", "cls", "examples"}
+    return {"name", *shared_parameters(), *TASKS[name].options}

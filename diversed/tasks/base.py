@@ -4,7 +4,17 @@ A task holds a list of examples (dicts with the dataset's own fields) and knows 
 one into a prompt, how to cut a raw completion at its stop sequences, and how to score it.
 It does not generate text: the runner and the trainer feed `encode()`'s token ids to the
 engine (with `stopper()`, which ends a row at a stop sequence) and hand the decoded completions
-back to `score()` / `reward()`.
+back to `checked_metrics()` (each completion scored once, every metric) / `reward()`.
+
+A task owns its options: the settings it takes beyond the shared ones (`Task.__init__`'s and
+`Task.load`'s), each declared once in the class's `options` as an `Option` (default, type, help,
+whether the scores depend on it). From that declaration alone the config's `task.<name>` keys are
+known (`tasks.option_names`), their values are checked before anything loads (`schema.py`, and
+again here for callers that build a task directly), the task gets the checked value as an
+attribute, and `settings()` reports the recorded ones, which evaluate writes into the records
+(`option_settings()`). A subclass inherits its parents' options and may add or redeclare some; a
+constructor or `load` parameter that is neither shared nor declared is refused when the class is
+defined.
 
 `Task.load` reads the examples through `tasks/data.py` (local files or the Hugging Face Hub, a
 seed-stable subset); stopping at a stop sequence is `diversed/stopping.py`'s.
@@ -12,9 +22,12 @@ seed-stable subset); stopping at a stop sequence is `diversed/stopping.py`'s.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from diversed.errors import ConfigError
@@ -22,6 +35,35 @@ from diversed.stopping import StopAtText
 from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting a task takes beyond the shared ones: `task.<name>` in its config, a keyword of
+    `load_task`, an attribute of the built task.
+
+    `type` is what the value must be, as pydantic reads an annotation (`bool`, `float`,
+    `Literal["lines", "list"]`, `Annotated[int, annotated_types.Ge(0)] | None`): the schema checks
+    a config's value against it before anything loads, and the task gets the checked value. `help`
+    says what it does (shown with a bad value). `recorded`: the scores depend on it, so `settings()`
+    reports it (results' fingerprints and records); False for how a task runs, not what it scores
+    (e.g. MBPP's worker count)."""
+
+    default: Any = None
+    type: Any = Any
+    help: str = ""
+    recorded: bool = True
+
+    def check(self, task: str, name: str, value: Any) -> Any:
+        """`value` as `type` reads it (pydantic's lax mode: 10 is 10.0 for a float); ConfigError
+        naming the option, the value and what it takes."""
+        from pydantic import TypeAdapter, ValidationError
+
+        try:
+            return TypeAdapter(self.type).validate_python(value)
+        except ValidationError as e:
+            why = "; ".join(err["msg"] for err in e.errors())
+            raise ConfigError(f"{task}: {name}={value!r}: {why}" + (f" ({self.help})" if self.help else "")) from None
 
 
 class Task:
@@ -45,6 +87,37 @@ class Task:
     target_delimiter: ClassVar[str] = " "
     fewshot_delimiter: ClassVar[str] = "\n\n"
 
+    # The task's own settings (`Option`); a subclass's `options` holds what it adds or redeclares,
+    # and after the class is defined the attribute holds every option the task takes, its parents' too.
+    options: ClassVar[Mapping[str, Option]] = {
+        "stop_early": Option(True, bool, "false: rows run to EOS or max_new_tokens; the stop sequences only cut the "
+                                         "scored text"),
+    }
+    stop_early: bool  # (an option: set by the constructor)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Merge the parents' options under the class's own, and refuse a constructor or `load`
+        keyword that is neither shared nor declared (it would be unchecked and unrecorded)."""
+        super().__init_subclass__(**kwargs)
+        merged: dict[str, Option] = {}
+        for base in reversed(cls.__bases__):
+            merged.update(getattr(base, "options", {}))
+        merged.update(cls.__dict__.get("options", {}))
+        clash = sorted(set(merged) & shared_parameters())
+        if clash:
+            raise TypeError(f"{cls.__name__}.options redeclares {clash}, which every task takes (Task.__init__, Task.load)")
+        cls.options = merged
+        for method in ("__init__", "load"):
+            function = cls.__dict__.get(method)
+            function = getattr(function, "__func__", function)
+            if function is None:
+                continue
+            undeclared = sorted(_keywords(function) - shared_parameters() - set(merged))
+            if undeclared:
+                raise TypeError(f"{cls.__name__}.{method} takes {undeclared}, which {cls.__name__}.options does not "
+                                "declare: add each as an Option(default, type, help) there, so that configs, the "
+                                "schema and settings() know it")
+
     def __init__(
         self,
         examples: Sequence[dict[str, Any]],
@@ -53,9 +126,12 @@ class Task:
         max_prompt_tokens: int | None = None,
         max_new_tokens: int | None = None,
         stop: Sequence[str] | None = None,
-        stop_early: bool = True,
         few_shot: Sequence[dict[str, Any]] = (),
+        **options: Any,
     ) -> None:
+        """The shared settings by name; `options` are the task's own (`options`), each checked."""
+        for name, value in self.check_options(options).items():
+            setattr(self, name, value)
         self.examples = list(examples)
         self.chat_template = chat_template
         self.max_prompt_tokens = max_prompt_tokens
@@ -68,7 +144,6 @@ class Task:
                     "task.stop=['\\n\\n','1'])"
                 )
             self.stop = tuple(stop)
-        self.stop_early = bool(stop_early)
         self.few_shot = list(few_shot)
         self.source: dict[str, Any] = {}  # where the examples came from; `load` fills it in
         self.indices: list[int] = list(range(len(self.examples)))  # each example's row in its split
@@ -90,8 +165,10 @@ class Task:
         and `num_few_shot` examples drawn from the train split; other options go to the constructor.
 
         `data_files` is a path, a list of paths (one split), or a mapping split -> path(s).
-        `hub_config` and `revision` override the class's Hub config name and git revision.
+        `hub_config` and `revision` override the class's Hub config name and git revision. The
+        task's own options are checked before anything is read.
         """
+        cls.check_options({k: v for k, v in options.items() if k not in shared_parameters()})
         split = split or cls.default_split
         hub_config = hub_config or cls.dataset_config
         revision = revision or cls.revision
@@ -127,6 +204,17 @@ class Task:
             "seed": seed,
         }
         return task
+
+    @classmethod
+    def check_options(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option of the task (`options`): its value in `given`, checked (`Option.check`), else
+        its default. ConfigError for a name the task does not take."""
+        unknown = sorted(set(given) - set(cls.options))
+        if unknown:
+            raise ConfigError(f"{cls.name} takes no option {', '.join(unknown)}; its own options are "
+                              f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})")
+        return {name: option.check(cls.name, name, given[name]) if name in given else option.default
+                for name, option in cls.options.items()}
 
     # ---------------------------------------------------------------- examples
 
@@ -265,22 +353,33 @@ class Task:
         return self.truncate(completion)
 
     def metrics(self, example: dict[str, Any], completion: str) -> dict[str, float]:
-        """All metrics of one completion; `metrics()[self.metric] == score()`."""
+        """All metrics of one completion; `metrics()[self.metric] == score()`. A task with several
+        (ROUGE-1/2/L) overrides this, computes them all at once, and derives `score` from it."""
         return {self.metric: self.score(example, completion)}
 
     def score_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
         """Scores of many completions (MBPP overrides this to run programs in parallel)."""
         return [self.score(e, c) for e, c in zip(examples, completions, strict=True)]
 
-    def checked_scores(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
-        """`score_batch`, refused unless every score is a number in [0, 1] (`score`): a task's bug stops
-        the sweep at its first batch, before records the readers would skip are written."""
-        scores = self.score_batch(examples, completions)
-        for i, s in enumerate(scores):
+    def metrics_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[dict[str, float]]:
+        """Every metric of many completions, each completion scored once: `metrics()` per completion
+        for a task with its own metrics, else `score_batch` (which a task may run in parallel)."""
+        if type(self).metrics is Task.metrics:
+            return [{self.metric: s} for s in self.score_batch(examples, completions)]
+        return [self.metrics(e, c) for e, c in zip(examples, completions, strict=True)]
+
+    def checked_metrics(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[dict[str, float]]:
+        """`metrics_batch`, refused unless each completion has its headline `metric` and it is a number
+        in [0, 1] (`score`): a task's bug stops the sweep at its first batch, before records the
+        readers would skip are written."""
+        found = self.metrics_batch(examples, completions)
+        for i, m in enumerate(found):
+            s = m.get(self.metric) if isinstance(m, Mapping) else None
             if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0.0 <= s <= 1.0:  # NaN fails too
                 raise ValueError(f"task {self.name!r} scored a completion {s!r} (metric {self.metric!r}, example "
-                                 f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its score()")
-        return scores
+                                 f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its "
+                                 "score() (or metrics(), which must hold the metric)")
+        return found
 
     def reward(self, example: dict[str, Any], completion: str) -> float:
         """Training reward: the task's score of the sample."""
@@ -289,16 +388,35 @@ class Task:
     def reward_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
         return self.score_batch(examples, completions)
 
+    def option_settings(self) -> dict[str, Any]:
+        """The task's recorded options (`Option.recorded`) and their values: the part of `settings()`
+        its options make, which evaluate also writes into each record."""
+        return {name: getattr(self, name) for name, option in self.options.items() if option.recorded}
+
     def settings(self) -> dict[str, Any]:
-        """What the scores depend on, to be recorded next to them in results."""
+        """What the scores depend on, to be recorded next to them in results: the shared settings, the
+        recorded options (`option_settings`) and where the examples came from."""
         return {
             "task": self.name,
             "metric": self.metric,
             "stop": list(self.stop),
-            "stop_early": self.stop_early,
             "max_new_tokens": self.max_new_tokens,
             "max_prompt_tokens": self.max_prompt_tokens,
             "chat_template": self.chat_template,
             "num_few_shot": len(self.few_shot),
+            **self.option_settings(),
             **self.source,
         }
+
+
+def _keywords(function: Any) -> set[str]:
+    """The named keyword parameters of `function` (not self, cls, examples or **rest)."""
+    params = inspect.signature(function).parameters.values()
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self", "cls", "examples"}
+
+
+@functools.cache
+def shared_parameters() -> frozenset[str]:
+    """What every task takes by name, besides its own options: `Task.load`'s keywords and the shared
+    ones of `Task.__init__` (`few_shot` is `load`'s to give, not a setting)."""
+    return frozenset((_keywords(Task.load.__func__) | _keywords(Task.__init__)) - {"few_shot"})

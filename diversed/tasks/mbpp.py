@@ -8,7 +8,7 @@ and `test_imports` for `test_setup_code`; both schemas are read as they are)::
      "test_list": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))", ...],
      "test_setup_code": "", "challenge_test_list": []}
 
-The prompt is the paper's zero-shot format, the tests one per line (`test_format="lines"`) or
+The prompt is the paper's zero-shot format, the tests one per line (option `test_format="lines"`) or
 printed as a Python list (`"list"`, what the released evaluation script's prompt shows). The completion is the
 program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
 block. It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
+
+from annotated_types import Ge, Gt
 
 from diversed import execution
-from diversed.errors import ConfigError
-from diversed.tasks.base import Task
+from diversed.tasks.base import Option, Task
 
 # The first fenced block: an opening ``` with an optional language tag, up to the closing fence
 # or the end of the text (generation may stop before the fence closes).
@@ -61,34 +62,30 @@ class MBPP(Task):
     hub_splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test", "prompt")  # full and sanitized alike
     fields: ClassVar[tuple[str, ...]] = ("task_id", "text", "code", "test_list", "test_setup_code")
     target_delimiter: ClassVar[str] = "\n"  # few-shot solutions start on their own line
+    options = {
+        "subset": Option("full", Literal["full", "sanitized"], "the Hub config: full (974 problems) or sanitized (427)"),
+        "test_format": Option("lines", Literal[TEST_FORMATS], "the prompt's tests: one per line, or a Python list"),
+        "timeout": Option(execution.DEFAULT_TIMEOUT_S, Annotated[float, Gt(0)], "seconds per program"),
+        "allow_code_execution": Option(False, bool, "scoring runs model-generated code: true (or "
+                                                    "DIVERSED_ALLOW_CODE_EXECUTION=1) to allow it", recorded=False),
+        "workers": Option(None, Annotated[int, Ge(1)] | None, "programs run at once; null: one per CPU",
+                          recorded=False),
+    }
+    subset: str
+    test_format: str
+    timeout: float
+    allow_code_execution: bool
+    workers: int | None
 
-    def __init__(
-        self,
-        examples: Sequence[dict[str, Any]],
-        *,
-        allow_code_execution: bool = False,
-        timeout: float = execution.DEFAULT_TIMEOUT_S,
-        workers: int | None = None,
-        subset: str = "full",
-        test_format: str = "lines",
-        **kwargs: Any,
-    ) -> None:
-        execution.require_code_execution(allow_code_execution, "The mbpp task")
-        if test_format not in TEST_FORMATS:
-            raise ConfigError(f"mbpp test_format must be one of {TEST_FORMATS}, not {test_format!r}")
+    def __init__(self, examples: Sequence[dict[str, Any]], **kwargs: Any) -> None:
+        execution.require_code_execution(kwargs.get("allow_code_execution", False), "The mbpp task")
         super().__init__(examples, **kwargs)
-        self.test_format = test_format
-        self.allow_code_execution = True
-        self.timeout = float(timeout)
-        self.workers = workers
-        self.subset = subset
+        self.allow_code_execution = True  # (or the environment's opt-in)
 
     @classmethod
     def load(cls, *, subset: str = "full", allow_code_execution: bool = False, **kwargs: Any) -> MBPP:
         """`subset`: the Hub config, "full" or "sanitized". The opt-in is checked before any loading."""
         execution.require_code_execution(allow_code_execution, "The mbpp task")
-        if subset not in ("full", "sanitized"):
-            raise ConfigError(f"mbpp subset must be 'full' or 'sanitized', not {subset!r}")
         return super().load(hub_config=subset, subset=subset, allow_code_execution=True, **kwargs)
 
     @classmethod
@@ -134,6 +131,3 @@ class MBPP(Task):
 
     def score_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[float]:
         return [float(r.passed) for r in self.execute(examples, completions)]
-
-    def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "subset": self.subset, "timeout": self.timeout, "test_format": self.test_format}

@@ -14,6 +14,7 @@ The prompt is the paper's zero-shot format; as in the paper, the summary is cut 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from diversed.tasks.summarization import SummarizationTask
@@ -24,7 +25,7 @@ class XSum(SummarizationTask):
     # A blank line ends the summary; "\nDocument:" is the model starting another example.
     stop = ("\n\n", "\nDocument:")
     max_new_tokens = 64
-    max_summary_words = 32
+    options = {"max_summary_words": replace(SummarizationTask.options["max_summary_words"], default=32)}  # the paper's cut
 
     dataset: ClassVar[str] = "EdinburghNLP/xsum"
     dataset_config: ClassVar[str | None] = None  # the conversion's only config
