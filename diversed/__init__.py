@@ -3,6 +3,7 @@
 `speculative_generate(target, draft, input_ids, verifier=...)` decodes with the draft proposing
 and the target verifying against v = w·p + (1 − w)·q, w the weight on the TARGET. Names are
 imported lazily, so `diversed.results` or `diversed.plot` do not pay for torch and transformers.
+`diversed.register(diversed.Method(...))` adds a method of one's own (README, "Add your own method").
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ _EXPORTS = {
     "LossySD": "diversed.rules",
     "Cascade": "diversed.rules",
     "TypicalAcceptance": "diversed.rules",
+    "Knob": "diversed.methods",  # a method of one's own: register(Method(..., knobs=(Knob(...),)))
+    "Method": "diversed.methods",
+    "register": "diversed.methods",
+    "load_plugins": "diversed.methods",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -272,7 +272,7 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
 
 
 def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """One row per setting (the columns `by`, e.g. `compare.SETTING_FIELDS`, seeds apart): for each
+    """One row per setting (the columns `by`, e.g. `compare.setting_fields()`, seeds apart): for each
     normalised time F the records have, `time_over_seeds`' mean as F and its interval as F's `ci_fields`."""
     fields = [f for f in NORMALIZED if f in df]
     rows = []
