@@ -12,9 +12,6 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-# Hydra's config directory for the entry points (`diversed.train`, `diversed.evaluate`).
-CONFIG_DIR = str(Path(__file__).resolve().parent / "configs")
-
 _EXPORTS = {
     "speculative_generate": "diversed.engine",
     "SpeculativeOutput": "diversed.engine",
@@ -36,10 +33,17 @@ _EXPORTS = {
     "register": "diversed.methods",
     "load_plugins": "diversed.methods",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "CONFIG_DIR"])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "CONFIG_DIR":
+        # Hydra's config directory for the entry points (`diversed.train`, `diversed.evaluate`); read, it also
+        # puts the registered methods' knob grids where evaluate.yaml's `sweep_knobs` default finds them
+        from diversed.config_keys import store_sweep_grids
+
+        store_sweep_grids()
+        return str(Path(__file__).resolve().parent / "configs")
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'diversed' has no attribute {name!r}")

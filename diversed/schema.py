@@ -12,8 +12,8 @@ unknown keys and otherwise ignored.
 
 Evaluate's sweep schema is built from the registered methods (`sweep_settings()`): each knob's
 `sweep.<key>` is a list whose values its `methods.Knob` checks (w in [0, 1], a cascade's rule one of
-chow, diff, opt), by default the knob's default grid, which `store_sweep_grids` also puts into the
-composed config so that the command line overrides it. `check_evaluate` first imports the config's
+chow, diff, opt), by default the knob's default grid (which `config_keys.store_sweep_grids` also puts
+into the composed config, so that the command line overrides it). `check_evaluate` first imports the config's
 `plugins` (modules that register methods of one's own), so their knobs are checked as the built-in ones.
 
 It checks settings only: data files, the pair's files and the context length are checked by
@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from diversed.errors import ConfigError
-from diversed.methods import METHODS, Knob, knobs, load_plugins, on_register
+from diversed.methods import METHODS, Knob, knobs, load_plugins
 from diversed.preflight import LIGHTNING_CKPT_NAMES
 from diversed.runtime import LR_SCHEDULES
 
@@ -152,16 +152,6 @@ def _sweep_model(registered: tuple[Knob, ...]) -> type[SweepSettings]:
         for k in registered
     }  # fmt: skip
     return create_model("SweepSettings", __base__=SweepSettings, **fields)
-
-
-def store_sweep_grids() -> None:
-    """Put each registered knob's default grid under `sweep.<key>` of evaluate's composed config (Hydra's
-    ConfigStore, the `optional sweep_knobs@sweep: registered` default of evaluate.yaml), so that
-    `sweep.<key>=[...]` overrides it on the command line. Refreshed on every registration."""
-    from hydra.core.config_store import ConfigStore
-
-    node = {k.sweep: list(k.default) for k in knobs().values()}
-    ConfigStore.instance().store(group="sweep_knobs", name="registered", node=node)
 
 
 class EngineSettings(_Model):
@@ -468,9 +458,6 @@ def check_evaluate(cfg: Any) -> EvaluateSettings:
         raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  {e}") from None
     return _check(evaluate_settings(), cfg, "diversed.evaluate")  # type: ignore[return-value]
 
-
-on_register(store_sweep_grids)
-store_sweep_grids()
 
 
 def check_distill(cfg: Any) -> DistillSettings:
