@@ -1,6 +1,7 @@
 """The evaluation grid: methods × knob (w, head, ...) × draft length N × temperature, for one pair and task.
 
-`python -m diversed.evaluate +experiment=toy` checks every setting, then loads the task's
+`python -m diversed.evaluate +experiment=toy` imports the config's `plugins` (modules that register
+methods of one's own, `methods.py`), checks every setting, then loads the task's
 examples and describes the pair from its files (`preflight.py`: prompts fit the context, heads fit
 the pair) before any weights are read. Each grid point is keyed by a fingerprint of everything
 that determines its output (task settings and prompt texts, the pair's identity, engine options,

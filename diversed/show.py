@@ -4,6 +4,7 @@ every record and per-example row of runs as tables for pandas and other tools.
     python -m diversed.show RUN_DIR [--examples ID ...] [--n 3] [--temperature 1.0]
                                     [--num-draft-tokens 5] [--methods lossless static] [--all]
     python -m diversed.show RUN_DIR [RUN_DIR ...] --export out.parquet   # or out.csv, out.jsonl
+    (--plugin my_pkg.my_method: the module that registers a method of one's own the records name)
 
 Reads a run directory's records and per-example rows (`results.py`). For each chosen example it
 prints the prompt's end and the reference once, then one line per grid point: the method with its

@@ -58,7 +58,7 @@ def ci_fields(field: str) -> tuple[str, str]:
     return f"{stem}_ci_low", f"{stem}_ci_high"
 
 
-# The record fields this module adds (results.RUN_FIELDS), besides normalized_time and normalized_latency.
+# The record fields this module adds (in results.run_fields()), besides normalized_time and normalized_latency.
 TIME_FIELDS = (
     "latency_per_token_s",  # latency_s · latency_examples / latency_new_tokens (tokens of one latency pass)
     "normalized_time_per_token_s",  # time_per_token_s / the autoregressive point's (per-token panel of the figures)
