@@ -120,10 +120,17 @@ def test_plot_draws_it_and_report_tabulates_it_with_its_knob_named(swept, tmp_pa
     assert "Power, oracle (chosen on test)" in row and "(β=" in row  # the row, its chosen β named
 
 
-def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swept):
+def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swept, monkeypatch):
     methods.unregister("power")
     with pytest.raises(ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"):
         load_results(swept)
+    # a package's entry point of the diversed.methods group is loaded when records name a method not registered
+    import importlib.metadata
+
+    point = importlib.metadata.EntryPoint(name="power", value="plugin_method:METHOD", group=methods.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [point] if group == point.group else [])
+    monkeypatch.setattr(methods, "_entry_points_loaded", False)
+    assert set(load_results(swept).method) == {"autoregressive", "lossless", "power"}
 
 
 def test_bad_values_of_a_plugin_knob_are_refused_before_the_pair_loads(plugin, tmp_path, toy_tiny_dir):
