@@ -32,13 +32,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from diversed.methods import knobs
 from diversed.results import read_examples
 from diversed.times import CONFIDENCE, t_interval
 
-# What identifies one setting across seeds, and the values averaged over seeds.
-SETTING_FIELDS = ("pair", "task", "metric", "method", "weight", "head", "head_task", "lenience", "cascade_rule",
-                  "cascade_alpha", "typical_epsilon", "typical_delta", "draft_model", "num_draft_tokens",
-                  "temperature", "n_examples", "split", "settings_group", "comparison_group")  # fmt: skip
+
+def setting_fields() -> tuple[str, ...]:
+    """What identifies one setting across seeds: the pair, task and method, every registered method's knob
+    fields (`methods.knobs`), N, T, which examples and the settings groups."""
+    return ("pair", "task", "metric", "method", *knobs(), "head_task", "num_draft_tokens", "temperature",
+            "n_examples", "split", "settings_group", "comparison_group")  # fmt: skip
+
+
+# The values averaged over seeds.
 VALUE_FIELDS = ("score", "acceptance_rate", "alpha", "mean_tv", "normalized_time", "normalized_latency", "latency_s",
                 "wall_time_s", "time_per_token_s", "mean_w")  # fmt: skip
 # The intervals `mean_over_seeds` adds: (value, low, high) columns.
@@ -166,14 +172,14 @@ def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[
 
 
 def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: float = CONFIDENCE) -> pd.DataFrame:
-    """One row per setting (`SETTING_FIELDS`: settings apart from the seed are never averaged together):
+    """One row per setting (`setting_fields()`: settings apart from the seed are never averaged together):
     the mean over seeds of each of `VALUE_FIELDS`, `n_seeds`, and the intervals of `INTERVALS`.
 
     With `examples` (and records that have `run_dir` and their per-example rows) the score, the
     acceptance rate and α are recomputed over examples × seeds with cluster-bootstrap intervals
     (module docstring); otherwise a t-interval over the seeds' values (within [0, 1]), or with one seed the record's
     own score interval. `interval_from` says which: "examples", "seeds" or "record"."""
-    cols = [c for c in SETTING_FIELDS if c in df]
+    cols = [c for c in setting_fields() if c in df]
     values = [c for c in VALUE_FIELDS if c in df]
     rows = []
     for _, g in df.groupby(cols, dropna=False, sort=False):

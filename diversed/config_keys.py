@@ -17,6 +17,12 @@ that `schema.py` refuses it with the other bad settings, before anything loads. 
   `logger` and `callbacks` are collections (any name, each entry checked by its `_target_`);
   `paths` (a namespace for interpolations) and `hydra` are free.
 
+The knobs' keys under `sweep` come from the registered methods (`methods.py`), not from a yaml file:
+`store_sweep_grids()` puts each knob's `sweep.<key>` with its default grid into Hydra's ConfigStore,
+which evaluate.yaml's `optional sweep_knobs@sweep: registered` default merges into the composed config
+(so `sweep.weights=[0.5]` overrides it without a `+`), and refreshes it on every registration.
+Reading `diversed.CONFIG_DIR`, which every composition of our configs does, calls it.
+
 It checks key names only; `schema.py` checks values (types, ranges, combinations).
 """
 
@@ -30,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from diversed.methods import knobs, on_register
 
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
 FREE = frozenset({"paths", "hydra"})
@@ -164,3 +172,20 @@ def _merge(into: dict[str, Any], data: dict[str, Any]) -> None:
             _merge(into[key], value)
         else:
             into.setdefault(key, None)
+
+
+_storing = False
+
+
+def store_sweep_grids() -> None:
+    """Put each registered knob's `sweep.<key>: <default grid>` into Hydra's ConfigStore (the group
+    `sweep_knobs`, option `registered`: evaluate.yaml's optional default), and keep it current as methods
+    register."""
+    global _storing
+    from hydra.core.config_store import ConfigStore
+
+    node = {k.sweep: list(k.default) for k in knobs().values()}
+    ConfigStore.instance().store(group="sweep_knobs", name="registered", node=node)
+    if not _storing:
+        _storing = True
+        on_register(store_sweep_grids)

@@ -1,6 +1,7 @@
 """The evaluation grid: methods × knob (w, head, ...) × draft length N × temperature, for one pair and task.
 
-`python -m diversed.evaluate +experiment=toy` checks every setting, then loads the task's
+`python -m diversed.evaluate +experiment=toy` imports the config's `plugins` (modules that register
+methods of one's own, `methods.py`), checks every setting, then loads the task's
 examples and describes the pair from its files (`preflight.py`: prompts fit the context, heads fit
 the pair) before any weights are read. Each grid point is keyed by a fingerprint of everything
 that determines its output (task settings and prompt texts, the pair's identity, engine options,
@@ -56,12 +57,12 @@ from diversed.errors import ConfigError, hydra_task
 from diversed.heads import WeightHead, head_metadata
 from diversed.inputs import left_pad
 from diversed.jobs import parallel_launcher
-from diversed.methods import METHOD_NAMES, METHODS, head_label
+from diversed.methods import METHODS
 from diversed.pair import describe_pair, hidden_size
 from diversed.preflight import check_context, check_drafts, check_heads, describe
 from diversed.provenance import digest, task_settings
 from diversed.reference import transformers_generate
-from diversed.results import RUN_FIELDS, ResultStore, grid_key, read_records
+from diversed.results import ResultStore, grid_key, read_records, run_fields
 from diversed.rundir import hold, keep_settings
 from diversed.runtime import PointLog, finish, instantiate, make_loggers, quiet, set_threads, show_config
 from diversed.schema import check_evaluate
@@ -77,13 +78,14 @@ log = logging.getLogger(__name__)
 
 
 def grid(sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-    """Grid points in run order: per temperature, the non-speculative methods first, then per N
-    each speculative method at each combination of its knobs' values (`sweep.<key>` per knob;
-    heads and fine-tuned drafts by path), skipping combinations the method does not have."""
+    """Grid points in run order: per temperature, the non-speculative methods first (in the registry's
+    order), then per N each speculative method at each combination of its knobs' values (`sweep.<key>`
+    per knob, its default grid where the config has none; heads and fine-tuned drafts as checked, by
+    path), skipping combinations the method does not have."""
     import itertools
 
-    lists = {"heads": list(heads), "draft_models": list(drafts or {})}
-    methods = [m for m in METHOD_NAMES if m in set(sweep["methods"])]
+    checked = {"heads": list(heads), "draft_models": list(drafts or {})}
+    methods = [m for m in METHODS if m in set(sweep["methods"])]
     for temperature in sweep["temperatures"]:
         for name in methods:
             if not METHODS[name].speculative:
@@ -94,9 +96,9 @@ def grid(sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any]
                 m = METHODS[name]
                 if not m.speculative:
                     continue
-                values = [lists[key] if key in lists else list(sweep[key]) for key in m.sweeps]
+                values = [checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default)) for k in m.knobs]
                 for combination in itertools.product(*values):
-                    point = {"method": name, **dict(zip(m.knobs, combination, strict=True)), **base}
+                    point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}
                     if m.valid is None or m.valid(point):
                         yield point
 
@@ -338,8 +340,8 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     meta = {"pair": name, "task": task.name, "n_examples": len(task), "metric": task.metric, "split": task.source.get("split")}
     seeds = [int(cfg.seed) + i for i in range(int(sweep.get("num_seeds", 1)))]  # each point decoded once per seed
     options = task.option_settings()  # the task's recorded options (part of its settings()), in every record
-    if clash := sorted(set(options) & {*RUN_FIELDS, *meta}):
-        raise ConfigError(f"task {task.name}'s options {clash} have the names of record fields (results.RUN_FIELDS), "
+    if clash := sorted(set(options) & {*run_fields(), *meta}):
+        raise ConfigError(f"task {task.name}'s options {clash} have the names of record fields (results.run_fields()), "
                           "which they would overwrite: rename them in its options")
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
@@ -433,8 +435,7 @@ def plan(points: list[dict[str, Any]], todo: list[dict[str, Any]], finished: lis
 
 def _line(r: dict[str, Any]) -> str:
     """One record as a rounded log line."""
-    knob = "".join(f" {k}={r[k]:g}" if isinstance(r[k], float) else f" {k}={head_label(r[k])}"
-                   for k in METHODS[r["method"]].knobs if r.get(k) is not None)  # fmt: skip
+    knob = "".join(f" {k.field}={k.show(r[k.field])}" for k in METHODS[r["method"]].knobs if r.get(k.field) is not None)
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
     norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""

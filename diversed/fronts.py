@@ -1,8 +1,9 @@
 """Which records to show: Pareto fronts, and each knob family's setting at a reference quality.
 
 `pareto_front` keeps the records no other record beats on both axes. A knob family is a method's
-main knob (the static weight, the lenience, a cascade's α, typical acceptance's ε); its setting is
-chosen one of two ways:
+main knob, its `Method.family` (the static weight, the lenience, a cascade's α, typical acceptance's ε,
+the knob of a method of one's own); its other knobs name the family's group. Its setting is chosen one
+of two ways:
 
 - `choose_on` (the tables' rows): on a VALIDATION run, the setting with the most acceptance among
   those non-inferior to autoregressive decoding, quality ≥ AR − δ with δ = `margin` × AR's quality,
@@ -64,7 +65,7 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
         if m is None or m.family is None:
             kept.append(rows)
             continue
-        others = [k for k in m.knobs if k != m.family]
+        others = [k for k in m.fields if k != m.family]
         for _, g in rows.groupby(keys[:-1] + ["_group", "num_draft_tokens", *others], dropna=False, sort=False):
             r0 = g.iloc[0]
             bar = floor.get((r0["pair"], r0["task"], r0["temperature"], r0["_group"]), np.nan)
@@ -90,7 +91,7 @@ def choice_key(r: pd.Series | dict) -> tuple:
     cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
     return (r["pair"], r["task"], round(float(r["temperature"]), 6), "" if cg is None or pd.isna(cg) else cg,
             None if pd.isna(n) else int(n), r["method"],
-            *(None if pd.isna(r.get(k)) else r.get(k) for k in m.knobs if k != m.family))  # fmt: skip
+            *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != m.family))  # fmt: skip
 
 
 def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive") -> pd.DataFrame:
@@ -114,7 +115,7 @@ def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "
         m = METHODS.get(name)
         if m is None or m.family is None:
             continue
-        others = [k for k in m.knobs if k != m.family]
+        others = [k for k in m.fields if k != m.family]
         for key, g in rows.groupby(_CHOICE_KEYS + others, dropna=False, sort=False):
             ref_ex, ref_score = refs.get(tuple(g.iloc[0][ref_keys]), (None, np.nan))
             delta = margin * ref_score

@@ -1,11 +1,13 @@
 """Pareto plots and the summary table (the paper's Table 1) from run records.
 
-    python -m diversed.plot outputs/ [--out outputs/plots]
+    python -m diversed.plot outputs/ [--out outputs/plots] [--plugin my_pkg.my_method]
 
 `plot_pareto` draws one figure per (pair, task, temperature): quality on x in both panels,
 acceptance rate (higher is better) on the left, wall time normalised by autoregressive decoding
-(lower is better) on the right; colour is the draft length N. The static ensemble is a line
-over w (points labelled with w) with its Pareto front drawn thick; dynamic heads, lossless SD
+(lower is better) on the right; colour is the draft length N. Each knob family (the static
+ensemble over w, lossy SD over l, ..., a method of one's own over its family knob: `Method.family`)
+is a line over its knob (points labelled with its value, the legend naming the knob's symbol) with
+its Pareto front drawn thick; dynamic heads, lossless SD and the other methods without a family,
 and autoregressive decoding are single markers (autoregressive has no acceptance rate, so the
 left panel shows its quality as a vertical line). Faint horizontal bars are the 95% CI of the
 quality. Seeds of one setting are averaged (their CI bounds too, which is only a rough guide).
@@ -33,7 +35,7 @@ from diversed.atomic import write_file
 from diversed.compare import mean_over_seeds
 from diversed.errors import cli
 from diversed.fronts import best_at_quality, pareto_front
-from diversed.methods import METHOD_NAMES, METHODS
+from diversed.methods import METHODS, add_plugin_option, knobs, load_plugins
 from diversed.results import load_results
 
 _HEAD_MARKERS = ("*", "D", "P", "X", "v", "^", "<", ">")
@@ -65,11 +67,18 @@ def _most_rows(values: pd.Series) -> object:
 # ---------------------------------------------------------------------------- Pareto figures
 
 
-# How each knob family is drawn: a marker and a line style (the color is the draft length N).
-_FAMILY_STYLE = {"static": ("o", "-"), "hf_static": ("h", (0, (1, 1))), "lossy": ("^", "--"),
-                 "cascade": ("v", ":"), "typical": ("d", "-.")}  # fmt: skip
-_KNOB_NAME = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
-_SINGLE_STYLE = {"lossless": ("s", 8), "hf_generate": ("P", 9), "finetuned_draft": ("D", 8)}
+# Each knob family is drawn as a line over its knob with its method's marker and line style, each other
+# speculative method as its marker (the color is the draft length N); DIVERSED's heads have a marker each.
+
+
+def _singles() -> list[str]:
+    """The speculative methods drawn as one marker per setting: those without a knob family, but DIVERSED."""
+    return [name for name, m in METHODS.items() if m.speculative and m.family is None and name != "dynamic"]
+
+
+def _references() -> list[str]:
+    """The non-speculative methods drawn as markers in the time panel: all but autoregressive decoding."""
+    return [name for name, m in METHODS.items() if not m.speculative and name != "autoregressive"]
 
 
 def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]:
@@ -79,7 +88,7 @@ def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]
         rows = d[d["method"] == name]
         if m.family is None or rows.empty:
             continue
-        others = [k for k in m.knobs if k != m.family]
+        others = [k for k in m.fields if k != m.family]
         groups = rows.groupby(others, dropna=False, sort=True) if others else [((), rows)]
         for values, g in groups:
             values = values if isinstance(values, tuple) else (values,)
@@ -88,9 +97,10 @@ def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]
 
 
 def _line_label(name: str, others: dict[str, object]) -> str:
+    """"cascade rule=chow, α labelled": the method, its other knobs' values, the symbol of the knob on the points."""
     m = METHODS[name]
-    knobs = ", ".join(f"{k.removeprefix('cascade_').removeprefix('typical_')}={v}" for k, v in others.items())
-    return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {_KNOB_NAME.get(m.family, m.family)} labelled"
+    knobs = ", ".join(f"{m.knob(k).symbol}={m.knob(k).show(v)}" for k, v in others.items())
+    return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {m.knob(m.family).symbol} labelled"
 
 
 def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minimize: bool) -> None:
@@ -105,23 +115,22 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
             ax.plot(r["score"], r[y], "X", color="black", ms=10, zorder=4)
     if y == "normalized_time":
         ax.axhline(1.0, color="0.7", ls=":", lw=1, zorder=0)
-        for _, r in d[(d["method"] == "hf_generate") & d[y].notna()].iterrows():
-            ax.plot(r["score"], r[y], "P", color="0.3", ms=9, zorder=4)
+        for _, r in d[d["method"].isin(_references()) & d[y].notna()].iterrows():
+            ax.plot(r["score"], r[y], METHODS[r["method"]].marker, color="0.3", ms=9, zorder=4)
 
     for n, color in colors.items():
         dn = d[(d["num_draft_tokens"] == n) & d[y].notna()]
         for name, _, line in _lines(dn):
-            marker, style = _FAMILY_STYLE.get(name, ("o", "-"))
-            family = METHODS[name].family
+            marker, style, family = METHODS[name].marker, METHODS[name].line, METHODS[name].family
             ax.plot(line["score"], line[y], marker=marker, ls=style, color=color, ms=4, lw=1, alpha=0.8, zorder=3)
             for _, r in line.iterrows():
                 ax.annotate(f"{r[family]:g}", (r["score"], r[y]), xytext=(3, 3), textcoords="offset points",
                             fontsize=6, color=color)  # fmt: skip
             front = pareto_front(line, "score", y, maximize=(True, not minimize))
             ax.plot(front["score"], front[y], "-", color=color, lw=5, alpha=0.2, solid_capstyle="round", zorder=2)
-        for name, (marker, size) in _SINGLE_STYLE.items():
+        for name in _singles():
             for _, r in dn[dn["method"] == name].iterrows():
-                ax.plot(r["score"], r[y], marker, color=color, mec="black", ms=size, zorder=4)
+                ax.plot(r["score"], r[y], METHODS[name].marker, color=color, mec="black", ms=8, zorder=4)
         for _, r in dn[dn["method"] == "dynamic"].iterrows():
             ax.plot(r["score"], r[y], heads[r["head"]], color=color, mec="black", ms=12, zorder=5)
 
@@ -151,14 +160,12 @@ def _legend(colors: dict, heads: dict, d: pd.DataFrame) -> list[Line2D]:
         label = _line_label(name, others)
         if label not in seen:
             seen.add(label)
-            marker, style = _FAMILY_STYLE.get(name, ("o", "-"))
-            out.append(handle(marker, "0.3", label, ms=4, lw=1, ls=style))
+            out.append(handle(METHODS[name].marker, "0.3", label, ms=4, lw=1, ls=METHODS[name].line))
     if seen:
         out.append(handle("", "0.3", "each line's Pareto front", lw=5, alpha=0.2))
-    labels = {"lossless": "lossless SD", "hf_generate": "transformers generate", "finetuned_draft": "SD, fine-tuned draft"}
-    for name, (marker, size) in _SINGLE_STYLE.items():
+    for name in _singles() + _references():
         if name in methods:
-            out.append(handle(marker, "0.5", labels[name], ls="", mec="black", ms=size))
+            out.append(handle(METHODS[name].marker, "0.5", METHODS[name].name_only, ls="", mec="black", ms=8))
     out += [
         handle(m, "0.5", method_label("dynamic", head=h), ls="", mec="black", ms=11) for h, m in heads.items()
     ]
@@ -226,7 +233,7 @@ def summary_table(
 
     One draft length and temperature per table: by default the temperature with the most rows,
     then the N with the most rows at that temperature (autoregressive rows have no N and are
-    kept). The choice is stored in `table.attrs`. Rows in `methods.METHOD_NAMES` order, a
+    kept). The choice is stored in `table.attrs`. Rows in the registry's order (`methods.METHODS`), a
     family's settings from the largest knob down. With `best`, each knob family keeps only its
     best setting at the quality of autoregressive decoding (`fronts.best_at_quality`).
     """
@@ -240,12 +247,13 @@ def summary_table(
     if best:
         d = best_at_quality(d)
 
-    d["order"] = d["method"].map({m: i for i, m in enumerate(METHOD_NAMES)})
-    knobs = [k for k in ("cascade_rule", "typical_delta") if k in d]
-    d["_w"] = -d[["weight", "lenience", "cascade_alpha", "typical_epsilon"]].bfill(axis=1).iloc[:, 0].fillna(0.0)
-    d = d.sort_values(["pair", "order", *knobs, "_w", "head", "draft_model"], na_position="first")
-    fields = [c for c in ("weight", "head", "lenience", "cascade_rule", "cascade_alpha", "typical_epsilon",
-                          "typical_delta", "draft_model") if c in d]  # fmt: skip
+    d["order"] = d["method"].map({m: i for i, m in enumerate(METHODS)})
+    # within a method: its other knobs' values, then its family's from the largest down
+    family = [METHODS[m].family if m in METHODS else None for m in d["method"]]
+    d["_w"] = [-float(r[f]) if f is not None and pd.notna(r[f]) else 0.0 for f, (_, r) in zip(family, d.iterrows(), strict=True)]
+    fields = [f for f in knobs() if f in d]
+    others = [f for f in fields if not any(m.family == f for m in METHODS.values())]
+    d = d.sort_values(["pair", "order", *others, "_w"], na_position="first")
     d["label"] = [method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
                   for _, r in d.iterrows()]  # fmt: skip
     groups = d["settings_group"].fillna("")
@@ -321,7 +329,9 @@ def run(argv: Sequence[str] | None = None) -> list[Path]:
     parser.add_argument(
         "--temperature", type=float, default=None, help="temperature of the table (default: most rows)"
     )
+    add_plugin_option(parser)
     args = parser.parse_args(argv)
+    load_plugins(args.plugin, where="--plugin")
 
     df = load_results(*args.results)
     if df.empty:

@@ -1,6 +1,6 @@
 """The paper's report from run directories: its Tables 1-3 and figures, and a summary per run.
 
-    python -m diversed.report RUN_DIR... --out DIR [--paper]
+    python -m diversed.report RUN_DIR... --out DIR [--paper] [--plugin my_pkg.my_method]
 
 Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
 
@@ -20,9 +20,10 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
     runs/<name>.md            one page per run dir: settings fingerprints, pairs, tasks, counts, figures
 
 Table rows: autoregressive; lossless SD; SD with a fine-tuned draft; each knob family (the static
-ensemble, lossy SD, cascades, typical acceptance) at the setting chosen on the `--select-split` run
-(`fronts.choose_on`: the most acceptance among settings non-inferior to autoregressive decoding, margin
-`--margin`; * where none was), or, without such a run, its oracle setting on the reported scores
+ensemble, lossy SD, cascades, typical acceptance; a method of one's own, loaded with `--plugin`: its
+`Method.family`) at the setting chosen on the `--select-split` run, its quality cell naming it by the
+knob's symbol, "(w=0.5)" (`fronts.choose_on`: the most acceptance among settings non-inferior to
+autoregressive decoding, margin `--margin`; * where none was), or, without such a run, its oracle setting on the reported scores
 (`fronts.best_at_quality`), labelled so; DIVERSED with the head trained on the column's task.
 `--paper` adds the published numbers (`published.py`) as rows of their own, in the accepted/proposed
 column with a note: the paper does not define its acceptance.
@@ -48,6 +49,7 @@ from diversed.errors import cli
 from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
 from diversed.fronts import choose_on
 from diversed.heads import head_metadata
+from diversed.methods import add_plugin_option, load_plugins
 from diversed.plot import plot_pareto
 from diversed.results import load_runs as results_of_runs
 from diversed.results import read_examples
@@ -235,7 +237,9 @@ def run(argv: Sequence[str] | None = None) -> list[Path]:
                         help="records of this split choose each knob family's setting; the others are reported")
     parser.add_argument("--margin", type=float, default=0.05,
                         help="non-inferiority margin δ as a fraction of autoregressive quality (0.05: within 5 %%)")
+    add_plugin_option(parser)
     args = parser.parse_args(argv)
+    load_plugins(args.plugin, where="--plugin")
     if not 0 <= args.margin < 1:
         parser.error(f"--margin {args.margin} is a fraction of autoregressive quality: give one in [0, 1), e.g. 0.05")
     for run in args.runs:

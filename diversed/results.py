@@ -1,7 +1,8 @@
 """Results files: the record schema, a crash-safe resumable store, loading and Pareto fronts.
 
-One *run record* is one grid point (pair × task × method × w × N × temperature × seed × n):
-a flat dict with the fields of `RUN_FIELDS` (plus free extras such as `rouge1`). Its
+One *run record* is one grid point (pair × task × method × its knobs × N × temperature × seed × n):
+a flat dict with the fields of `run_fields()` (plus free extras such as `rouge1`): its knobs' fields are
+those of the registered methods (`methods.py`), and so is its key's (`key_fields`). Its
 per-example rows (`EXAMPLE_FIELDS`, plus extras) go to a separate file. A run directory is
 
     run_dir/results.jsonl                 one JSON line per finished grid point
@@ -15,9 +16,11 @@ store is next opened) and a stale temp file (deleted then); the point is simply 
 Readers keep the last record of each key and skip, naming each in one warning per file (file,
 line, why), every line that is not one: a torn last line (silently: a kill leaves it), a line
 that is not UTF-8 or not JSON, a JSON value that is not a record (`as_record`: an object with
-pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0 and
-scores and rates within [0, 1]: every task's metric is a fraction, and the report shows it ×100)
-or not an example row (`as_example`).
+pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0,
+scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100)
+and each knob's value one its knob takes) or not an example row (`as_example`). Records of a method
+that is not registered (a method of one's own whose module was not loaded) are refused by
+`load_results` with the option that loads it.
 
 It does not compute scores or timings (the runner does; `times.py` derives times from the runs and
 fills them into older records as they load), nor lock the directory: its one writer, evaluate,
@@ -40,11 +43,13 @@ import pandas as pd
 
 from diversed import atomic, rundir
 from diversed.errors import ConfigError, MissingFile
-from diversed.methods import FLOAT_KNOBS, check_record_fields
+from diversed.methods import check_known, check_record_fields, knobs
+from diversed.methods import method as find
 from diversed.rundir import json_line, read_jsonl
 from diversed.times import RUNS, TIME_FIELDS, fill_times
 
-# Fields that identify a grid point, in key order.
+# Fields that identify a grid point, in key order. `weight` and `head` are knobs (of the static ensembles and
+# DIVERSED) that every key names, null or not, as the first keys did; a method's other knobs follow (`key_fields`).
 GRID_FIELDS = (
     "pair",
     "task",
@@ -56,25 +61,17 @@ GRID_FIELDS = (
     "seed",
     "n_examples",
 )
-# Fields that join the key only when set, so that keys written before they existed stay the same
-# (such records are read, never resumed into: their key lacks the settings digest).
-OPTIONAL_GRID_FIELDS = ("lenience", "cascade_rule", "cascade_alpha", "typical_epsilon", "typical_delta",
-                        "draft_model", "settings")  # fmt: skip
 
-# Every run record has these (missing measurements are None); extra fields are kept as they are.
-RUN_FIELDS = (
+# Every run record has these (missing measurements are None) and, after `method`, the field of each
+# registered method's knob (`run_fields()`: w, the head, lossy SD's l, a cascade's rule and α, ...; each
+# set for its method only, see methods.py); extra fields are kept as they are.
+_SETTINGS_FIELDS = (
     "pair",  # model pair name (configs/pair/*.yaml)
     "task",
     "metric",  # the task's headline metric, e.g. "accuracy", "rouge2", "pass@1"
     "method",  # one of methods.METHODS
-    "weight",  # w, the weight on the target in v = w·p + (1−w)·q; static only
-    "head",  # path or name of the trained weighting head; dynamic only
-    "lenience",  # lossy SD's l
-    "cascade_rule",  # chow | diff | opt
-    "cascade_alpha",
-    "typical_epsilon",  # typical acceptance's ε and δ
-    "typical_delta",
-    "draft_model",  # the fine-tuned draft (finetuned_draft)
+)
+_MEASURED_FIELDS = (
     "num_draft_tokens",  # N drafts per round; None for autoregressive
     "temperature",  # 0.0 is greedy
     "seed",
@@ -102,20 +99,36 @@ RUN_FIELDS = (
     "key",  # grid_key(...) of the fields above
 )
 
+
+def run_fields() -> tuple[str, ...]:
+    """The fields every run record has: pair, task, metric, method, every registered knob's field (w and
+    the head first, where they always were), then N, T, seed, the measurements and the key."""
+    registered = [f for f in knobs() if f not in GRID_FIELDS]
+    return (*_SETTINGS_FIELDS, "weight", "head", *registered, *_MEASURED_FIELDS)
+
+
+def key_fields(method: str) -> tuple[str, ...]:
+    """The fields of a grid point's key: `GRID_FIELDS`, then the method's other knobs (set for it alone,
+    so keys written before a knob existed stay the same), then `settings` where it is set (records from
+    before fingerprints have none: they are read, never resumed into)."""
+    return (*GRID_FIELDS, *(f for f in find(method).fields if f not in GRID_FIELDS))
+
+
 # (evaluate's rows also have proposed_drafts and verified_drafts: the acceptance rate's and α's denominators
 # per example, which the intervals of diversed.compare resample)
 EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "accepted_drafts")
 
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
-    "weight", "lenience", "cascade_alpha", "typical_epsilon", "typical_delta", "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
+    "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
     "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
     "normalized_latency", "mean_w", "alpha", "mean_tv",
 )  # fmt: skip
-# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1.
+# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1 (and each
+# knob's value against its knob: `Knob.problem`).
 _NUMBERS = (*_INT_FIELDS, *_FLOAT_FIELDS, *TIME_FIELDS, "new_tokens", "latency_new_tokens", "latency_examples",
             "scored_wall_time_s", "verified_drafts")  # fmt: skip
-_FRACTIONS = ("weight", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "mean_w")
+_FRACTIONS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "mean_w")
 _COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
 
@@ -132,9 +145,11 @@ def _norm(name: str, value: Any) -> Any:
     """Canonical form of a grid field, so equal settings give equal keys (0.5 == 0.50000000001)."""
     if _missing(value):
         return None
-    if name in _INT_FIELDS:
+    knob = knobs().get(name)
+    kind = knob.type if knob else int if name in _INT_FIELDS else float if name == "temperature" else str
+    if kind is int:
         return int(value)
-    if name == "temperature" or name in FLOAT_KNOBS:
+    if kind is float:
         return round(float(value), 6) + 0.0  # + 0.0 turns -0.0 into 0.0
     return str(value)
 
@@ -153,9 +168,9 @@ def grid_key(**fields: Any) -> str:
     """A deterministic, human-readable key of one grid point, e.g.
     `pair=tiny|task=gsm8k|method=static|weight=0.5|head=null|num_draft_tokens=4|temperature=0.0|seed=0|n_examples=50`.
 
-    Uses the fields of `GRID_FIELDS` (pair, task and method are required, the others default
-    to None), then those of `OPTIONAL_GRID_FIELDS` that are set (`|settings=<digest>`), and
-    ignores any others, so `grid_key(**record)` works. Values are normalised
+    Uses the fields of `key_fields(method)` (pair, task and method are required, the others default
+    to None; the method's knobs beyond w and the head only where set), then `settings` where it is set
+    (`|settings=<digest>`), and ignores any others, so `grid_key(**record)` works. Values are normalised
     (ints; floats rounded to 6 decimals; strings) and written as JSON, strings without quotes
     where they hold no `|`, space or quote and are not "null"; so the key is injective:
     different grid points never share a key.
@@ -163,17 +178,19 @@ def grid_key(**fields: Any) -> str:
     missing = [f for f in ("pair", "task", "method") if _missing(fields.get(f))]
     if missing:
         raise ValueError(f"grid_key needs {missing}")
-    names = GRID_FIELDS + tuple(f for f in OPTIONAL_GRID_FIELDS if not _missing(fields.get(f)))
+    names = [f for f in key_fields(fields["method"]) if f in GRID_FIELDS or not _missing(fields.get(f))]
+    names += ["settings"] if not _missing(fields.get("settings")) else []
     return "|".join(f"{f}={_key_value(_norm(f, fields.get(f)))}" for f in names)
 
 
 def run_record(**fields: Any) -> dict[str, Any]:
-    """A checked run record: every `RUN_FIELDS` key present (None if not given), `key` filled
+    """A checked run record: every `run_fields()` key present (None if not given), `key` filled
     in from the grid fields (and checked if given), extra fields kept."""
     check_record_fields(fields, _missing)
-    record = {f: fields.get(f) for f in RUN_FIELDS}
-    record.update({k: v for k, v in fields.items() if k not in RUN_FIELDS})
-    for f in GRID_FIELDS + OPTIONAL_GRID_FIELDS:
+    names = run_fields()
+    record = {f: fields.get(f) for f in names}
+    record.update({k: v for k, v in fields.items() if k not in names})
+    for f in (*GRID_FIELDS, *knobs(), "settings"):
         record[f] = _norm(f, record[f])
     key = grid_key(**record)
     if not _missing(fields.get("key")) and fields["key"] != key:
@@ -216,12 +233,15 @@ def as_record(row: Any) -> dict[str, Any]:
     for f in _NUMBERS:
         if why := _problem(f, row.get(f), f in _FRACTIONS):
             raise ValueError(why)
+    for f, knob in knobs().items():
+        if not _missing(row.get(f)) and (why := knob.problem(row[f])):
+            raise ValueError(f"{f} {row[f]!r} {why}")
     for f in RUNS.values():
         value = row.get(f)
         if not _missing(value) and not (isinstance(value, list) and not any(_problem(f, v) for v in value)):
             raise ValueError(f"{f} is {value!r}, not a list of times")
     if _missing(row.get("key")):
-        row["key"] = grid_key(**row)
+        row["key"] = grid_key(**row)  # (a method not registered: ConfigError, a ValueError, naming the fix)
     elif not isinstance(row["key"], str):
         raise ValueError(f"key is {row['key']!r}, not a string")
     return row
@@ -379,8 +399,9 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
     recursively for results.jsonl / results.parquet, so a Hydra multirun dir works).
 
     Concatenated in the order given (files of a directory in sorted order), one row per key
-    (the last), every `RUN_FIELDS` column present, int fields as nullable Int64, and the times of
+    (the last), every `run_fields()` column present, int fields as nullable Int64, and the times of
     older records filled in by `times.fill_times` (evaluate's rules: normalised by the same seed).
+    Records of a method that is not registered: ConfigError naming the plugin option that loads it.
     """
     rows: list[dict[str, Any]] = []
     for p in paths:
@@ -393,14 +414,17 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
                 rows.extend(_take(frame.where(frame.notna(), None).to_dict("records"), f))
             else:
                 rows.extend(read_jsonl(f, as_record))
+    check_known((r["method"] for r in rows), ", ".join(map(str, paths)))
     df = pd.DataFrame(_last_per_key(rows))
-    for f in RUN_FIELDS:
+    names = run_fields()
+    for f in names:
         if f not in df:
             df[f] = None
-    df = df[list(RUN_FIELDS) + [c for c in df.columns if c not in RUN_FIELDS]].reset_index(drop=True)
-    for f in _INT_FIELDS:
+    df = df[list(names) + [c for c in df.columns if c not in names]].reset_index(drop=True)
+    numbers = {f: k.type for f, k in knobs().items() if k.type is not str}
+    for f in (*_INT_FIELDS, *(f for f, t in numbers.items() if t is int)):
         df[f] = pd.to_numeric(df[f]).astype("Int64")
-    for f in _FLOAT_FIELDS:
+    for f in (*_FLOAT_FIELDS, *(f for f, t in numbers.items() if t is float)):
         df[f] = pd.to_numeric(df[f]).astype(float)
     return fill_times(df)
 

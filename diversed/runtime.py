@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from diversed.jobs import config_subdir, run_dir, short_dirname, sweep_job
-from diversed.methods import KNOB_FIELDS
+from diversed.methods import knobs
 
 log = logging.getLogger(__name__)
 
@@ -199,20 +199,22 @@ def finish(loggers: list[Any], status: str = "success") -> None:
 
 class PointLog:
     """An evaluation's records to its loggers as they are written: to wandb, one row per grid point
-    of the Table `points` (the point's settings and results, `COLUMNS`; logged incrementally where
+    of the Table `points` (the point's settings and results, `columns`; logged incrementally where
     wandb can, so a killed job keeps its rows), never as steps of a chart; to any other logger (CSV),
-    the record's numbers and names as one row, the point's index as its step."""
+    the record's numbers and names as one row, the point's index as its step. The registered methods' knob
+    fields are columns too (`columns`, after `num_draft_tokens`)."""
 
-    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", *KNOB_FIELDS, "seed", "n_examples",
+    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", "seed", "n_examples",
                "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "tokens_per_target_call",
                "mean_accepted_length", "mean_w", "new_tokens", "wall_time_s", "normalized_time", "tokens_per_s",
                "latency_s", "normalized_latency", "key")  # fmt: skip
 
     def __init__(self, loggers: list[Any]) -> None:
         self.loggers, self.rows, self.table = loggers, [], None
+        self.columns = (*self.COLUMNS[:5], *knobs(), *self.COLUMNS[5:])  # the methods registered by now
 
     def add(self, record: dict[str, Any], index: int) -> None:
-        self.rows.append([record.get(c) for c in self.COLUMNS])
+        self.rows.append([record.get(c) for c in self.columns])
         for lg in self.loggers:
             if type(lg).__name__ == "WandbLogger":
                 lg.experiment.log({"points": self._table()})
@@ -225,11 +227,11 @@ class PointLog:
 
         try:  # a wandb with incremental tables: only the new rows are written each time
             if self.table is None:
-                self.table = wandb.Table(columns=list(self.COLUMNS), log_mode="INCREMENTAL", allow_mixed_types=True)
+                self.table = wandb.Table(columns=list(self.columns), log_mode="INCREMENTAL", allow_mixed_types=True)
             self.table.add_data(*self.rows[-1])
             return self.table
         except TypeError:  # older wandb: the whole table again
-            return wandb.Table(columns=list(self.COLUMNS), data=self.rows, allow_mixed_types=True)
+            return wandb.Table(columns=list(self.columns), data=self.rows, allow_mixed_types=True)
 
 
 def progress_bar() -> Any:

@@ -11,6 +11,12 @@ not one added with `+` (`+sweep.weight=[0.9]`), which would otherwise be carried
 section of another entry point (a preset holds train's, distill's and evaluate's) is checked for
 unknown keys and otherwise ignored.
 
+Evaluate's sweep schema is built from the registered methods (`sweep_settings()`): each knob's
+`sweep.<key>` is a list whose values its `methods.Knob` checks (w in [0, 1], a cascade's rule one of
+chow, diff, opt), by default the knob's default grid (which `config_keys.store_sweep_grids` also puts
+into the composed config, so that the command line overrides it). `check_evaluate` first imports the config's
+`plugins` (modules that register methods of one's own), so their knobs are checked as the built-in ones.
+
 It checks settings only: data files, the pair's files and the context length are checked by
 `preflight.py`, still before any model weights are read. The names a setting chooses from are the
 domain's, imported from the modules that act on them (methods in `methods.py`, baselines and
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -37,7 +44,7 @@ from pydantic import (
 
 from diversed.errors import ConfigError
 from diversed.heads import FEATURES
-from diversed.methods import METHOD_NAMES
+from diversed.methods import METHODS, Knob, knobs, load_plugins
 from diversed.preflight import LIGHTNING_CKPT_NAMES
 from diversed.reinforce import BASELINES, REG_MODES
 from diversed.runtime import LR_SCHEDULES
@@ -127,19 +134,13 @@ class RuntimeSettings(_Model):
 
 
 class SweepSettings(_Model):
+    """`sweep.*` but the methods' knobs: `sweep_settings()` adds one list per registered knob."""
+
     methods: Annotated[list[str], Field(min_length=1)]
     draft_lengths: Annotated[list[PositiveInt], Field(min_length=1)]
-    weights: list[Weight] = []
     temperatures: Annotated[list[Temperature], Field(min_length=1)]
-    heads: list[str] = []
     allow_other_pair_heads: bool = False
     batch_size: PositiveInt = 16
-    lenience: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
-    cascade_rules: list[Literal["chow", "diff", "opt"]] = []
-    cascade_alphas: list[Annotated[float, Field(ge=0.0)]] = []
-    typical_epsilons: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
-    typical_deltas: list[Annotated[float, Field(gt=0.0, le=1.0)]] = []
-    draft_models: list[str] = []
     token_w: bool = False
     num_seeds: PositiveInt = 1
     dry_run: bool = False
@@ -147,10 +148,32 @@ class SweepSettings(_Model):
     @field_validator("methods")
     @classmethod
     def _methods(cls, methods: list[str]) -> list[str]:
-        unknown = [m for m in methods if m not in METHOD_NAMES]
+        unknown = [m for m in methods if m not in METHODS]
         if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHOD_NAMES)}")
+            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}, or register your own and load "
+                             "it with plugins: [my_pkg.my_method] (README, \"Add your own method\")")  # fmt: skip
         return methods
+
+
+def sweep_settings() -> type[SweepSettings]:
+    """`SweepSettings` with, per registered knob, its `sweep.<key>`: a list of the knob's type, each value
+    checked against its range or choices (`Knob.check`), by default its default grid. Built when asked,
+    since methods of one's own register at runtime."""
+    return _sweep_model(tuple(knobs().values()))
+
+
+@functools.cache
+def _sweep_model(registered: tuple[Knob, ...]) -> type[SweepSettings]:
+    taken = [k.sweep for k in registered if k.sweep in SweepSettings.model_fields]
+    if taken:
+        raise ConfigError(f"a registered knob's sweep key {taken} is one of sweep's own settings: give the knob "
+                          "another sweep key")  # fmt: skip
+    fields: dict[str, Any] = {
+        k.sweep: (list[Annotated[k.type, AfterValidator(k.check)]],  # type: ignore[name-defined]
+                  Field(list(k.default), description=f"{k.symbol}: {k.label}" if k.label else k.symbol))
+        for k in registered
+    }  # fmt: skip
+    return create_model("SweepSettings", __base__=SweepSettings, **fields)
 
 
 class EngineSettings(_Model):
@@ -194,6 +217,17 @@ class EvaluateSettings(_Entry):
     sweep: SweepSettings
     engine: EngineSettings = EngineSettings()
     timing: TimingSettings = TimingSettings()
+    plugins: list[str] = Field([], description="modules that register methods of one's own, imported first")
+
+
+def evaluate_settings() -> type[EvaluateSettings]:
+    """`EvaluateSettings` whose sweep has the registered knobs (`sweep_settings`)."""
+    return _evaluate_model(sweep_settings())
+
+
+@functools.cache
+def _evaluate_model(sweep: type[SweepSettings]) -> type[EvaluateSettings]:
+    return create_model("EvaluateSettings", __base__=EvaluateSettings, sweep=(sweep, ...))
 
 
 # ----------------------------------------------------------------------------- train
@@ -398,7 +432,7 @@ def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
     from diversed import CONFIG_DIR
     from diversed.config_keys import unknown_keys
 
-    entries = (EvaluateSettings, TrainSettings, DistillSettings)
+    entries = (evaluate_settings(), TrainSettings, DistillSettings)
     sections = {key: field.annotation for entry_schema in entries for key, field in entry_schema.model_fields.items()}
     lines = unknown_keys(cfg, sections, CONFIG_DIR)
     values = _container(cfg, schema)
@@ -432,8 +466,18 @@ def _description(schema: type[BaseModel], loc: tuple) -> str | None:
 
 
 def check_evaluate(cfg: Any) -> EvaluateSettings:
-    """Validate `python -m diversed.evaluate`'s config; ConfigError listing every problem."""
-    return _check(EvaluateSettings, cfg, "diversed.evaluate")  # type: ignore[return-value]
+    """Validate `python -m diversed.evaluate`'s config, after importing its `plugins` (the modules that
+    register methods of one's own: their knobs are then settings too); ConfigError listing every problem."""
+    plugins = cfg.get("plugins") if hasattr(cfg, "get") else None
+    if plugins is not None and (isinstance(plugins, str) or not hasattr(plugins, "__iter__")):
+        raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  plugins={plugins!r}: give a "
+                          "list of modules, e.g. plugins=[my_pkg.my_method]")  # fmt: skip
+    try:
+        load_plugins(list(plugins or []))
+    except ConfigError as e:
+        raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  {e}") from None
+    return _check(evaluate_settings(), cfg, "diversed.evaluate")  # type: ignore[return-value]
+
 
 
 def check_distill(cfg: Any) -> DistillSettings:

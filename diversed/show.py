@@ -4,6 +4,7 @@ every record and per-example row of runs as tables for pandas and other tools.
     python -m diversed.show RUN_DIR [--examples ID ...] [--n 3] [--temperature 1.0]
                                     [--num-draft-tokens 5] [--methods lossless static] [--all]
     python -m diversed.show RUN_DIR [RUN_DIR ...] --export out.parquet   # or out.csv, out.jsonl
+    (--plugin my_pkg.my_method: the module that registers a method of one's own the records name)
 
 Reads a run directory's records and per-example rows (`results.py`). For each chosen example it
 prints the prompt's end and the reference once, then one line per grid point: the method with its
@@ -34,7 +35,7 @@ import pyarrow as pa
 
 from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile, cli
-from diversed.methods import METHOD_NAMES, METHODS
+from diversed.methods import METHODS, add_plugin_option, check_known, load_plugins
 from diversed.results import load_runs, read_examples, read_records
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
@@ -42,7 +43,7 @@ EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 
 def _label(record: dict[str, Any]) -> str:
     name = record["method"]
-    text = METHODS[name].describe(record) if name in METHODS else name
+    text = METHODS[name].describe(record)
     n = record.get("num_draft_tokens")
     return text + (f", N={n}" if n is not None else "")
 
@@ -67,8 +68,19 @@ def choose(records: list[dict[str, Any]], temperature: float | None, n: int | No
     picked = [r for r in picked if r.get("num_draft_tokens") in (None, n)]
     if methods:
         picked = [r for r in picked if r["method"] in methods]
-    order = {m: i for i, m in enumerate(METHOD_NAMES)}
-    return sorted(picked, key=lambda r: (order.get(r["method"], 99), -(r.get("weight") or 0.0), str(r.get("head")))), temperature, n
+    return sorted(picked, key=_order), temperature, n
+
+
+def _order(record: dict[str, Any]) -> tuple:
+    """Methods in the registry's order; within one, its family's knob from the largest value down, the others
+    in order of their values."""
+    order = list(METHODS)
+    m = METHODS.get(record["method"])
+    if m is None:
+        return len(order), record["method"], ()
+    ranks = tuple(-float(v) if k.field == m.family and isinstance(v, int | float) else str(v)
+                  for k in m.knobs for v in [record.get(k.field)])  # fmt: skip
+    return order.index(m.name), "", ranks
 
 
 def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, temperature: float | None = None,
@@ -79,6 +91,7 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
     if not found:
         raise MissingFile(f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
                           "python -m diversed.evaluate")  # fmt: skip
+    check_known((r["method"] for r in found), str(run_dir))
     records, temperature, n = choose(found, temperature, num_draft_tokens, methods)
     if not records:
         raise ConfigError(f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
@@ -196,10 +209,12 @@ def run(argv: list[str] | None = None) -> str:
     parser.add_argument("--n", type=int, default=3, help="how many examples (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--num-draft-tokens", type=int, default=None)
-    parser.add_argument("--methods", nargs="*", default=None, help=f"of {', '.join(METHOD_NAMES)}")
+    parser.add_argument("--methods", nargs="*", default=None, help="the methods to show (default: every one)")
     parser.add_argument("--all", action="store_true", help="the first examples, not only those where points disagree")
     parser.add_argument("--width", type=int, default=100)
+    add_plugin_option(parser)
     args = parser.parse_args(argv)
+    load_plugins(args.plugin, where="--plugin")
     if args.export is not None:
         if Path(args.export).suffix not in EXPORT_FORMATS:
             parser.error(f"--export {args.export}: the extension names the format; use one of {', '.join(EXPORT_FORMATS)}")

@@ -14,13 +14,10 @@ import numpy as np
 import pandas as pd
 
 from diversed import published
-from diversed.compare import INTERVALS, SETTING_FIELDS, paired, per_example, verdict
+from diversed.compare import INTERVALS, paired, per_example, setting_fields, verdict
 from diversed.fronts import best_at_quality, choice_key
-from diversed.methods import METHOD_NAMES, METHODS, head_label
+from diversed.methods import METHODS
 from diversed.times import ci_fields, shown_time, times_over_seeds
-
-_KNOB_SHORT = {"weight": "w", "lenience": "l", "cascade_alpha": "α", "typical_epsilon": "ε"}
-
 
 # ----------------------------------------------------------------------------- cells
 
@@ -59,38 +56,42 @@ def _interval(value: float | None, low: float | None = None, high: float | None 
 
 
 def _knob_note(r: pd.Series) -> str:
+    """" (w=0.5)": the family knob's symbol and the value a table shows (* where none was at quality)."""
     m = METHODS.get(r["method"])
     if m is None or m.family is None:
         return ""
     star = "" if r.get("at_quality") in (True, None) or pd.isna(r.get("at_quality")) else "*"
-    return f" ({_KNOB_SHORT.get(m.family, m.family)}={r[m.family]:g}){star}"
+    knob = m.knob(m.family)
+    return f" ({knob.symbol}={knob.show(r[m.family])}){star}"
 
 
 def _row_label(r: pd.Series, several: set[str]) -> str:
-    """The row of a record; `several`: the methods with more than one head or draft in a cell."""
-    method = r["method"]
-    if method == "dynamic":
-        return "DIVERSED" + (f" ({head_label(r['head'])})" if "dynamic" in several else "")
-    if method == "finetuned_draft":
-        return "SD, fine-tuned draft" + (f" ({head_label(r['draft_model'])})" if "finetuned_draft" in several else "")
-    if method == "lossless":
-        return "SD (lossless)"
-    m = METHODS.get(method)
-    if m is not None and m.family is not None:
-        rule = f" {r['cascade_rule']}" if method == "cascade" else ""
-        delta = f" δ={r['typical_delta']:g}" if method == "typical" else ""
-        chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
-        return f"{m.name_only}{rule}{delta}, {chosen}"
-    return m.label if m is not None else str(method)
+    """The row of a record: its method's `row_name` ("SD (lossless)", "Static"); a knob family's with its other
+    knobs (a str knob by its value, "Cascade chow"; a number by its symbol, "Typical δ=0.3") and where its
+    setting was chosen; a method without a family with its knobs' values where a cell has several
+    (`several`: "DIVERSED (pair/head)")."""
+    m = METHODS.get(r["method"])
+    if m is None:
+        return str(r["method"])
+    if m.family is None:
+        named = " ".join(k.show(r[k.field]) for k in m.knobs) if m.name in several else ""
+        return m.row_name + (f" ({named})" if named else "")
+    others = "".join(f" {k.show(r[k.field])}" if k.type is str else f" {k.symbol}={k.show(r[k.field])}"
+                     for k in m.knobs if k.field != m.family)  # fmt: skip
+    chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
+    return f"{m.row_name}{others}, {chosen}"
 
 
 def _several(d: pd.DataFrame) -> set[str]:
-    """The methods with more than one head or fine-tuned draft in a cell of `d` (rows then name them)."""
+    """The methods without a knob family (DIVERSED, the fine-tuned draft) with more than one setting of their
+    knobs (heads, drafts) in a cell of `d`: their rows then name them."""
     several = set()
-    for method, knob in (("dynamic", "head"), ("finetuned_draft", "draft_model")):
-        rows = d[d["method"] == method]
-        if len(rows) and rows.groupby(["pair_label", "task", "num_draft_tokens"])[knob].nunique().max() > 1:
-            several.add(method)
+    for name, rows in d.groupby("method", sort=False):
+        m = METHODS.get(name)
+        if m is None or m.family is not None or not m.knobs:
+            continue
+        if rows.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False)[list(m.fields)].nunique().max().max() > 1:
+            several.add(name)
     return several
 
 
@@ -142,7 +143,7 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
     ×100. Knob families as `table_rows` chooses them."""
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     several = _several(d)
-    order = {m: i for i, m in enumerate(METHOD_NAMES)}
+    order = {m: i for i, m in enumerate(METHODS)}
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for _, r in d.iterrows():
@@ -225,7 +226,7 @@ def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
 def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
     """The raw records (every seed) of one seed-averaged row: equal on every setting field."""
     mask = pd.Series(True, index=records.index)
-    for f in SETTING_FIELDS:
+    for f in setting_fields():
         if f not in records or f not in row:
             continue
         v = row[f]
@@ -265,7 +266,7 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
 def with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     """Seed-averaged records with each normalised time's mean over seeds and its interval
     (`times.times_over_seeds`, from the per-seed records `df`) for the time figures."""
-    by = [c for c in SETTING_FIELDS if c in df and c in d]
+    by = [c for c in setting_fields() if c in df and c in d]
     t = times_over_seeds(df, by)
     left = d.drop(columns=[c for c in t if c in d and c not in by])
     for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)

@@ -64,7 +64,7 @@ def ci_fields(field: str) -> tuple[str, str]:
     return f"{stem}_ci_low", f"{stem}_ci_high"
 
 
-# The record fields this module adds (results.RUN_FIELDS), besides normalized_time and normalized_latency.
+# The record fields this module adds (in results.run_fields()), besides normalized_time and normalized_latency.
 TIME_FIELDS = (
     "latency_per_token_s",  # latency_s · latency_examples / latency_new_tokens (tokens of one latency pass)
     "normalized_time_per_token_s",  # time_per_token_s / the autoregressive point's (per-token panel of the figures)
@@ -310,7 +310,7 @@ def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: 
 
 
 def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """One row per setting (the columns `by`, e.g. `compare.SETTING_FIELDS`, seeds apart): for each
+    """One row per setting (the columns `by`, e.g. `compare.setting_fields()`, seeds apart): for each
     normalised time F the records have, `time_over_seeds`' mean as F and its interval as F's `ci_fields`."""
     fields = [f for f in NORMALIZED if f in df]
     rows = []

@@ -230,4 +230,4 @@ def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quali
                                                               ("cascade", ("opt",)), ("typical", (0.3,))}  # fmt: skip
     labels = [h.get_label() for h in _legend({3: "C0"}, {}, df)]
     assert "static, w labelled" in labels and "lossy, l labelled" in labels and "cascade rule=chow, α labelled" in labels
-    assert "typical delta=0.3, ε labelled" in labels
+    assert "typical δ=0.3, ε labelled" in labels  # each knob named by its symbol (methods.Knob)
