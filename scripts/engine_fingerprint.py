@@ -62,12 +62,20 @@ def first_bigram_stop(a: int, b: int, triggers=None):
     return stop
 
 
+STATS = ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist", "w_sum", "w_count", "verified", "tv_sum",
+         "token_w")  # fmt: skip
+
+
+def values(t):
+    """A statistic's tensor as JSON: floats rounded, NaN as None (NaN != NaN would differ from itself)."""
+    if t is None or not t.is_floating_point():
+        return None if t is None else t.tolist()
+    return [None if x != x else round(x, 5) for x in t.flatten().tolist()]
+
+
 def record(out, counts) -> dict:
     s = out.stats
-    fields = {}
-    for name in ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist", "w_sum", "w_count"):
-        value = getattr(s, name)
-        fields[name] = [round(x, 5) for x in value.flatten().tolist()] if value.is_floating_point() else value.tolist()
+    fields = {name: values(getattr(s, name, None)) for name in STATS}
     return {
         "sequences": out.sequences.tolist(),
         **fields,
