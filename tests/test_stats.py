@@ -83,3 +83,54 @@ def test_mean_tv_predicts_the_ensembles_acceptance_and_w_is_kept_per_token(pair)
     for i, n in enumerate(out.stats.new_tokens.tolist()):
         assert not tw[i, :n].isnan().any() and tw[i, n:].isnan().all()  # one w per emitted token
         assert float(tw[i, :n].sum()) == pytest.approx(float(out.stats.w_sum[i]), rel=1e-5)
+
+
+def _finish(counter):
+    class Model:  # what `finish` reads of a `forward.SlotModel`
+        calls, maxima = 1, []
+
+    return counter.finish(target=Model(), draft=Model(), verifier="test")
+
+
+def test_a_round_is_counted_from_what_happened_in_it():
+    """`RowCounter.count` takes the round: a row's proposals stop at its first drafted EOS and at its
+    own budget (the drafts it would get alone), verified = accepted + the first rejected."""
+    from diversed.rounds import Round
+    from diversed.stats import RowCounter
+
+    eos = torch.tensor([2])
+    x = torch.tensor([[5, 2, 6], [7, 8, 9], [7, 8, 9]])  # row 0 drafted EOS second
+    k, keep = torch.tensor([3, 1, 0]), torch.tensor([2, 2, 1])
+    steps = torch.arange(4)
+    r = Round(n=3, lengths=3, x=x, k=k, full=k == 3, nxt=torch.tensor([4, 4, 4]), keep=keep,
+              kept=steps < keep.unsqueeze(1), cols=steps.expand(3, 4))  # fmt: skip
+    counter = RowCounter(4, 3, torch.device("cpu"), records_w=False, max_new=3, eos=eos)
+    counter.count(torch.tensor([0, 1, 3]), r)  # original rows 0, 1 and 3 (row 2 left earlier)
+    s = _finish(counter)
+    # alone with 3 tokens left a row drafts 2: row 1's third draft does not count
+    assert s.proposed.tolist() == [2, 2, 0, 2] and s.accepted.tolist() == [2, 1, 0, 0]
+    assert s.verified.tolist() == [2, 2, 0, 1] and s.rounds.tolist() == [1, 1, 0, 1]
+    assert s.new_tokens.tolist() == [2, 2, 0, 1] and s.num_draft_tokens == [3]
+    assert s.accepted_hist.tolist() == [[0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]
+    assert s.w_sum.tolist() == [0.0] * 4 and s.tv_sum is None
+
+
+def test_a_round_without_drafts_is_one_token():
+    """`Round.single`: plain decoding's step (and the engine's first token from the target alone):
+    one round, one token, nothing proposed, w at the token where w is recorded."""
+    from diversed.rounds import Round
+    from diversed.stats import RowCounter
+
+    counter = RowCounter(2, 0, torch.device("cpu"), records_w=True, max_new=2)
+    for step in range(2):
+        r = Round.single(torch.tensor([7, 8]), torch.tensor([0.25, 0.5]))
+        keep = torch.tensor([1, step == 0])  # row 1 keeps its first token only
+        cols = torch.where(keep > 0, step, 2)[:, None]
+        counter.count(torch.tensor([0, 1]), r._replace(keep=keep, kept=keep[:, None] > 0, cols=cols))
+    s = _finish(counter)
+    assert s.rounds.tolist() == [2, 2] and s.new_tokens.tolist() == [2, 1]
+    assert s.proposed.tolist() == s.accepted.tolist() == s.verified.tolist() == [0, 0]
+    assert s.accepted_hist.tolist() == [[2], [2]] and s.w_count.tolist() == [2, 1]
+    assert s.w_sum.tolist() == [0.5, 0.5] and s.row_mean_w.tolist() == [0.25, 0.5]
+    assert s.token_w[0].tolist() == [0.25, 0.25] and s.token_w[1, 0] == 0.5 and s.token_w[1, 1].isnan()
+
