@@ -11,11 +11,14 @@
 - `Totals`: sums over many generations (batches, repeats, processes) with the same summary;
   `SpeculativeStats.summary()` is `Totals().add(stats).summary()`, so every caller (the engine,
   `evaluate`, training's validation, the bench) reports the same numbers the same way.
+- `RECORDED`: the statistics a results record carries (`Totals.record()`; `results.RUN_FIELDS`
+  and its checks take their names and kinds from here).
 
 A new statistic lives in this file alone: counted per row in `RowCounter.count` from the round (a
 name in `COUNTS` or `SUMS`, a field of `SpeculativeStats` and of `Totals`: `finish`, `Totals.add`,
-`merge` and the vector across processes follow the names). The module imports torch only where
-it counts.
+`merge` and the vector across processes follow the names), and, to reach the results records, a
+`Totals` property named in `RECORDED`. The module imports torch only where it counts, so the
+results and plots read `RECORDED` without torch.
 
 `tokens_per_call_bound` and `theoretical_speedup` are what i.i.d. acceptance α predicts.
 
@@ -29,7 +32,7 @@ It does not time anything (callers pass wall times) and knows nothing about mode
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +44,32 @@ if TYPE_CHECKING:
 # (`Totals` sums the same fields; a sum that is None was not measured).
 COUNTS = ("rounds", "proposed", "accepted", "new_tokens", "w_count", "verified")
 SUMS = ("w_sum", "tv_sum")
+
+
+class Recorded(NamedTuple):
+    """A statistic a results record carries: the `Totals` attribute of its name."""
+
+    what: str  # what it is (the record's documentation)
+    kind: str = "number"  # "fraction" (in [0, 1]), "number" (a float >= 0) or "count" (an integer >= 0)
+    drafts: bool = True  # about drafts: a record of decoding without them has `plain` instead
+    plain: float | None = None
+
+
+# The statistics of a results record, in its order (results.RUN_FIELDS): `Totals.record()`.
+RECORDED = {
+    "acceptance_rate": Recorded("accepted drafts / proposed drafts", "fraction"),
+    "alpha": Recorded("accepted drafts / verified drafts (up to and including a round's first rejection)", "fraction"),
+    "mean_tv": Recorded("mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv",
+                        "fraction"),  # fmt: skip
+    "verified_drafts": Recorded("drafts the target tested: α's denominator (its sampling error)", "count"),
+    "mean_accepted_length": Recorded("mean accepted drafts per round"),
+    "tokens_per_target_call": Recorded("new tokens / rounds (1 without drafts)", plain=1.0),
+    "mean_w": Recorded("mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)", "fraction",
+                       drafts=False),  # fmt: skip
+}
+RECORD_FIELDS = tuple(RECORDED)
+RECORD_FLOATS = tuple(f for f, r in RECORDED.items() if r.kind != "count")
+RECORD_FRACTIONS = tuple(f for f, r in RECORDED.items() if r.kind == "fraction")
 
 
 def ratio(a: Any, b: Any) -> float:
@@ -248,6 +277,15 @@ class Totals:
     @property
     def mean_tv(self) -> float | None:
         return None if self.tv_sum is None else ratio(self.tv_sum, self.verified)
+
+    @property
+    def verified_drafts(self) -> int:  # the record's name
+        return self.verified
+
+    def record(self, drafts: bool = True) -> dict[str, Any]:
+        """The statistics a results record carries (`RECORDED`); `drafts=False` (decoding without
+        drafts): those about drafts take their `plain` value (None; 1 token per target call)."""
+        return {f: getattr(self, f) if drafts or not r.drafts else r.plain for f, r in RECORDED.items()}
 
     def summary(self) -> dict[str, Any]:
         """The totals and the rates as plain numbers."""

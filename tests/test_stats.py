@@ -134,3 +134,36 @@ def test_a_round_without_drafts_is_one_token():
     assert s.w_sum.tolist() == [0.5, 0.5] and s.row_mean_w.tolist() == [0.25, 0.5]
     assert s.token_w[0].tolist() == [0.25, 0.25] and s.token_w[1, 0] == 0.5 and s.token_w[1, 1].isnan()
 
+
+def test_the_records_statistics_come_from_the_totals():
+    """Every statistic in `RECORDED` is a `Totals` attribute and a results record field of its kind;
+    a record of decoding without drafts has None (or the plain value) for those about drafts."""
+    from diversed import results
+    from diversed.stats import RECORDED
+
+    t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, verified=9, tv_sum=1.5, w_sum=2.5, w_count=5,
+               records_w=True)  # fmt: skip
+    record = t.record()
+    assert list(record) == list(RECORDED) and set(RECORDED) <= set(results.RUN_FIELDS)
+    assert record["acceptance_rate"] == 0.7 and record["alpha"] == 7 / 9 and record["verified_drafts"] == 9
+    assert record["tokens_per_target_call"] == 11 / 4 and record["mean_w"] == 0.5
+    plain = t.record(drafts=False)
+    assert plain["acceptance_rate"] is plain["alpha"] is plain["verified_drafts"] is None
+    assert plain["tokens_per_target_call"] == 1.0 and plain["mean_w"] == 0.5
+    point = dict(pair="p", task="t", method="lossless", temperature=0.0)
+    assert results.as_record(point | record)["alpha"] == 7 / 9
+    with pytest.raises(ValueError, match="alpha"):  # a fraction past 1
+        results.as_record(point | record | {"alpha": 1.5})
+    with pytest.raises(ValueError, match="verified_drafts"):  # a count below 0
+        results.as_record(point | record | {"verified_drafts": -1})
+
+
+def test_results_read_the_statistics_without_torch():
+    """results.py (and the plots) take the record's statistics from stats.py, which imports torch only
+    where it counts."""
+    import subprocess
+    import sys
+
+    code = "import sys, diversed.results; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
