@@ -12,6 +12,12 @@ The first new token comes from the first round like any other (verified against 
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
 prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
 
+Steps. The loop reads as the algorithm: `_draft` (x ~ q), `_score` (p), `_verify` (w, k, full),
+`_next_token` (rejection or bonus), `_draft_bonus` (a bonus that needs q_{n+1}), then the host sync
+and the emission; they pass one `rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, then
+keep, kept, cols), each returning it with its own fields set, and the finished round goes to
+`stats.RowCounter.count`.
+
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
 Rows accept different numbers of tokens, so after a round each cache is cropped to the longest
@@ -25,7 +31,7 @@ host together), a second only when a bonus needs the draft (an ensemble bonus), 
 target's first token with `first_token="target"`. On a CPU a round's drafting also ends once every
 row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
 GPU it does not (that would stall the queue of kernels).
-Either way the statistics count a row's proposals only up to its first drafted EOS.
+Either way the statistics count a row's proposals only up to its first drafted EOS (`stats.py`).
 
 The engine knows nothing about tokenizers, tasks or training; statistics are `stats.py`'s and
 stopping at a stop sequence is `stopping.py`'s.
