@@ -12,8 +12,9 @@ verifier's bonus distribution given both models), one target and one draft forwa
 what a training rollout from v costs without speculation. Sampled p and q are the engine's:
 softmax(logits / T), truncated alike if asked (`top_k`, `top_p`).
 
-Statistics: every step is a round in which no draft is proposed (rounds = tokens per row,
-acceptance undefined, tokens per target call 1). It does not time anything beyond `wall_time_s`.
+Statistics: every step is a round without drafts that emits one token (`rounds.Round.single`,
+counted by the engine's `stats.RowCounter`: rounds = tokens per row, acceptance undefined, tokens
+per target call 1). It does not time anything beyond `wall_time_s`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from diversed.draft_vocab import vocab_size
 from diversed.engine import SpeculativeOutput
 from diversed.forward import SlotModel
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
+from diversed.rounds import Round
 from diversed.stats import RowCounter
 from diversed.stopping import HostStopCheck
 from diversed.verify import Ensemble, Verifier, probs_from_logits, sample
@@ -85,7 +87,6 @@ def autoregressive_generate(
     rows = torch.arange(B, device=device)
     counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
-    zero = torch.zeros(B, dtype=torch.long, device=device)
 
     for step in range(max_new_tokens):
         b = rows.shape[0]
@@ -113,11 +114,10 @@ def autoregressive_generate(
         done_h, keep_h = table[:, 0].tolist(), [1] * b
         if host is not None and host.stop_rows(table[:, 1:], keep_h, done_h):
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
-        kept = keep.unsqueeze(1) > 0
-        w_next = None if not counter.records_w else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
+        w_x = None if not counter.records_w else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
         cols = torch.where(keep > 0, step, max_new_tokens)
         out[rows, cols] = x
-        counter.round(rows, 0, 0, zero[:b], keep, x[:, None][:, :0], eos, None, w_next, kept, cols=cols[:, None])
+        counter.count(rows, Round.single(x, w_x)._replace(keep=keep, kept=keep.unsqueeze(1) > 0, cols=cols[:, None]))
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]
             if not stay:

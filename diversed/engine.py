@@ -12,6 +12,12 @@ The first new token comes from the first round like any other (verified against 
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
 prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
 
+Steps. The loop reads as the algorithm: `_draft` (x ~ q), `_score` (p), `_verify` (w, k, full),
+`_next_token` (rejection or bonus), `_draft_bonus` (a bonus that needs q_{n+1}), then the host sync
+and the emission; they pass one `rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, then
+keep, kept, cols), each returning it with its own fields set, and the finished round goes to
+`stats.RowCounter.count`.
+
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
 Rows accept different numbers of tokens, so after a round each cache is cropped to the longest
@@ -25,7 +31,7 @@ host together), a second only when a bonus needs the draft (an ensemble bonus), 
 target's first token with `first_token="target"`. On a CPU a round's drafting also ends once every
 row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
 GPU it does not (that would stall the queue of kernels).
-Either way the statistics count a row's proposals only up to its first drafted EOS.
+Either way the statistics count a row's proposals only up to its first drafted EOS (`stats.py`).
 
 The engine knows nothing about tokenizers, tasks or training; statistics are `stats.py`'s and
 stopping at a stop sequence is `stopping.py`'s.
@@ -43,10 +49,11 @@ from torch import Tensor, nn
 
 from diversed.forward import SlotModel
 from diversed.inputs import check_decoding, check_prompts, device_of, shared_vocab_size, special_tokens
+from diversed.rounds import Round
 from diversed.slots import Slots
 from diversed.stats import RowCounter, SpeculativeStats, first_true
 from diversed.stopping import HostStopCheck
-from diversed.verify import Lossless, Verifier, probs_from_logits, sample, total_variation
+from diversed.verify import Lossless, Verifier, probs_from_logits, sample
 
 __all__ = ["SpeculativeOutput", "SpeculativeStats", "speculative_generate"]
 
@@ -123,27 +130,13 @@ class _Mode:
         return probs_from_logits(logits, self.tau, self.top_k, self.top_p) if self.probs else logits
 
 
-class _Drafts(NamedTuple):
-    n: int  # drafts proposed this round (at most the asked n; fewer if drafting ended early)
-    q_steps: list[Tensor]  # q_1..q_n, each [b, V] (logits when the mode needs no probabilities)
-    h_steps: list[Tensor]  # the draft's last hidden states at each, [b, H] (if the verifier needs them)
-    lengths: Tensor | int  # drafts proposed per row: n, or per row with a confidence threshold
-
-    @property
-    def q(self) -> Tensor | None:  # [b, n, V]
-        return torch.stack(self.q_steps, 1) if self.q_steps else None
-
-    @property
-    def h(self) -> Tensor | None:  # [b, n, H]
-        return torch.stack(self.h_steps, 1) if self.h_steps else None
-
-
 # ----------------------------------------------------------------------------- the steps of a round
 
 
-def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> _Drafts:
+def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> Round:
     """x_1..x_n ~ q, one forward each (the first also catches up on slots the draft has not read:
-    the prompt, or x_n of a fully accepted round), written into the slots."""
+    the prompt, or x_n of a fully accepted round), written into the slots. Drafting may end early
+    (fewer than n: every row stopped proposing, or on a CPU every row drafted EOS)."""
     b, cur = s.rows.shape[0], s.cur
     q_steps, h_steps = [], []
     lengths: Tensor | int = n
@@ -175,73 +168,87 @@ def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> _Drafts:
             (mode.threshold is not None and not bool(proposing.any()))
             or (mode.drafts_end_at_eos and bool(drafted_eos.all()))
         ):
-            return _Drafts(j + 1, q_steps, h_steps, lengths.clamp_max(j + 1) if isinstance(lengths, Tensor) else j + 1)
-    return _Drafts(n, q_steps, h_steps, lengths)
+            n, lengths = j + 1, lengths.clamp_max(j + 1) if isinstance(lengths, Tensor) else j + 1
+            break
+    stack = lambda steps: torch.stack(steps, 1) if steps else None  # noqa: E731
+    return Round(n=n, lengths=lengths, x=s.ids[:, cur + 1 : cur + n + 1], q=stack(q_steps), h_q=stack(h_steps))
 
 
-def _verify(verifier: Verifier, mode: _Mode, p: Tensor, q: Tensor | None, d: _Drafts, x: Tensor, h_t, steps, generator):
-    """(w, k): the verifier's per-position parameter and the accepted drafts per row."""
-    n = d.n
+def _score(T: SlotModel, s: Slots, r: Round, mode: _Mode) -> Round:
+    """p_1..p_{n+1}: one target forward over [t0, x_1..x_n]."""
+    logits_p, h_p = T.forward(s.ids, s.mask, s.pos, s.cur + r.n + 1, keep=r.n + 1)
+    T.calls += 1
+    return r._replace(logits_p=logits_p, p=mode.dist(logits_p), h_p=h_p)
+
+
+def _verify(verifier: Verifier, mode: _Mode, r: Round, steps: Tensor, generator) -> Round:
+    """w, the verifier's per-position parameter at the drafts; k, the longest accepted prefix per
+    row (ensembles: x_i accepted with probability min(1, 1 − w_i + w_i·p_i(x_i)/q_i(x_i)), greedy
+    while x_i == argmax v_i); and whether every proposal was accepted (`full`)."""
+    n = r.n
     if n == 0:
-        return None, torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-    w = verifier.weights(p[:, :n], q, d.h, h_t[:, :n] if h_t is not None else None)
+        k = torch.zeros(r.x.shape[0], dtype=torch.long, device=r.x.device)
+        return r._replace(k=k, full=k == r.lengths)
+    p = r.p[:, :n]
+    w = verifier.weights(p, r.q, r.h_q, r.h_p[:, :n] if r.h_p is not None else None)
     if mode.greedy:
-        ok = verifier.greedy_accept(p[:, :n], q, x, w)
+        ok = verifier.greedy_accept(p, r.q, r.x, w)
     else:
-        ok = verifier.accept(p[:, :n], q, x, w, generator)
-    if isinstance(d.lengths, Tensor):
-        ok &= steps[:n] < d.lengths.unsqueeze(1)  # nothing proposed past a row's length
-    return w, ok.long().cumprod(-1).sum(-1)
+        ok = verifier.accept(p, r.q, r.x, w, generator)
+    if isinstance(r.lengths, Tensor):
+        ok &= steps[:n] < r.lengths.unsqueeze(1)  # nothing proposed past a row's length
+    k = ok.long().cumprod(-1).sum(-1)
+    return r._replace(w=w, k=k, full=k == r.lengths)
 
 
-def _next_token(verifier, mode, logits_p, p, q, n: int, w, k, full, generator) -> tuple[Tensor, Tensor | None]:
-    """The token after the accepted prefix: from the rejection law at k < n, else (a full round, or no
-    drafts) from `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there."""
-    b = k.shape[0]
+def _next_token(verifier: Verifier, mode: _Mode, r: Round, generator) -> Round:
+    """The token after the accepted prefix: from the rejection law at k < n (ensembles:
+    normalize(max(0, p − q)) at the rejected position), else (a full round, or no drafts) from
+    `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there."""
+    n, k, full = r.n, r.k, r.full
     kk = k.clamp_max(n - 1)  # the rejected position (rows that took every draft: ignored)
     at = lambda t: _at(t, kk)  # noqa: E731
-    w_k = at(w) if isinstance(w, Tensor) else w
+    w_k = at(r.w) if isinstance(r.w, Tensor) else r.w
     if mode.greedy:
-        nxt = verifier.greedy_bonus(_at(logits_p, k), None, None)
+        nxt = verifier.greedy_bonus(_at(r.logits_p, k), None, None)
         if n > 0:
-            nxt = torch.where(full, nxt, verifier.greedy_rejection(at(p), at(q), w_k))
+            nxt = torch.where(full, nxt, verifier.greedy_rejection(at(r.p), at(r.q), w_k))
     else:
-        p_k = _at(p, k)
+        p_k = _at(r.p, k)
         law = verifier.bonus(p_k, None, None)  # p for most rules; typical acceptance: typical(p)
         if n > 0:
-            law = torch.where(full.unsqueeze(-1), law, verifier.rejection(p_k, at(q), w_k))
+            law = torch.where(full.unsqueeze(-1), law, verifier.rejection(p_k, at(r.q), w_k))
         nxt = sample(law, generator)
     w_next = None
     if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p)
-        w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(b, device=k.device)
-    return nxt, w_next
+        w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(k.shape[0], device=k.device)
+    return r._replace(nxt=nxt, w_next=w_next)
 
 
-def _draft_bonus(verifier, mode, D: SlotModel, s: Slots, d: _Drafts, p, h_t, nxt, w_next, full, generator):
+def _draft_bonus(verifier: Verifier, mode: _Mode, D: SlotModel, s: Slots, r: Round, generator) -> Round:
     """The bonus of fully accepted rows from `verifier.bonus(p_L, q_L, w_L)` at L = the row's
-    drafts + 1. A row that stopped proposing early already has q_L; otherwise the draft reads x_n
-    now (it needs it next round anyway)."""
-    n = d.n
+    drafts + 1 (ensembles: v_L = w_L·p_L + (1 − w_L)·q_L). A row that stopped proposing early
+    already has q_L; otherwise the draft reads x_n now (it needs it next round anyway)."""
+    n, full = r.n, r.full
     logits_e, h_e = D.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=1)
     D.calls += 1
     q_e = mode.dist(logits_e[:, 0])
-    h_L = None if h_e is None else h_t[:, n:]  # hidden states at L (a verifier with a head)
-    p_L, q_L = p[:, n], q_e
-    if isinstance(d.lengths, Tensor):  # rows that stopped early: position lengths + 1
-        p_L, q_L = _at(p, d.lengths), _at(torch.stack(d.q_steps + [q_e], 1), d.lengths)
+    h_L = None if h_e is None else r.h_p[:, n:]  # hidden states at L (a verifier with a head)
+    p_L, q_L = r.p[:, n], q_e
+    if isinstance(r.lengths, Tensor):  # rows that stopped early: position lengths + 1
+        then = lambda drafts, e: e if drafts is None else torch.cat([drafts, e], 1)  # noqa: E731
+        p_L, q_L = _at(r.p, r.lengths), _at(then(r.q, q_e.unsqueeze(1)), r.lengths)
         if h_e is not None:
-            h_e = _at(torch.stack(d.h_steps + [h_e[:, 0]], 1), d.lengths).unsqueeze(1)
-            h_L = _at(h_t, d.lengths).unsqueeze(1)
+            h_e = _at(then(r.h_q, h_e), r.lengths).unsqueeze(1)
+            h_L = _at(r.h_p, r.lengths).unsqueeze(1)
     w_L = verifier.weights(p_L.unsqueeze(1), q_L.unsqueeze(1), h_e, h_L)
     w_L = w_L.squeeze(1) if isinstance(w_L, Tensor) else w_L
     if mode.greedy:
         bonus = verifier.greedy_bonus(p_L, q_L, w_L)
     else:
         bonus = sample(verifier.bonus(p_L, q_L, w_L), generator)
-    nxt = torch.where(full, bonus, nxt)
-    if w_next is not None:
-        w_next = torch.where(full, w_L, w_next)
-    return nxt, w_next
+    w_next = None if r.w_next is None else torch.where(full, w_L, r.w_next)
+    return r._replace(nxt=torch.where(full, bonus, r.nxt), w_next=w_next)
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -314,7 +321,7 @@ def speculative_generate(
     B = input_ids.shape[0]
     mask0 = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     s = Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
-    counter = RowCounter(B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy)
+    counter = RowCounter(B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy, eos=eos)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     n_cap = num_draft_tokens
@@ -327,31 +334,24 @@ def speculative_generate(
         # Never draft past the budget: with r tokens left, r − 1 drafts and the token after them.
         n = min(n_cap, max_new_tokens - fewest - 1)
         s.open_round(n)
-        d = _draft(D, s, n, mode, generator)  # x_1..x_n ~ q
-        n, steps = d.n, s.ramp(d.n)
-        # --- target: one forward over [t0, x_1..x_n] gives p_1..p_{n+1}
-        logits_p, h_t = T.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=n + 1)
-        T.calls += 1
-        p = mode.dist(logits_p)
-        x, q = s.ids[:, s.cur + 1 : s.cur + n + 1], d.q
-        # --- verify: k accepted drafts per row; the token after them (rejection or bonus)
-        w, k = _verify(verifier, mode, p, q, d, x, h_t, steps, generator)
-        full = k == d.lengths  # every proposal accepted: the next token is the bonus
-        nxt, w_next = _next_token(verifier, mode, logits_p, p, q, n, w, k, full, generator)
-        tv = total_variation(p[:, :n], q) if not mode.greedy and n > 0 else None  # for Proposition 1
+        r = _draft(D, s, n, mode, generator)  # x_1..x_n ~ q (n: as many as drafted)
+        n, steps = r.n, s.ramp(r.n)
+        r = _score(T, s, r, mode)  # p_1..p_{n+1}
+        r = _verify(verifier, mode, r, steps, generator)  # w, and k accepted drafts per row
+        r = _next_token(verifier, mode, r, generator)  # the token after them (rejection or bonus)
 
         # --- the round's host sync (a second one only when a bonus needs the draft): the longest
         # accepted prefix, whether a bonus is due, finished rows, and the next budget
         n_new = counter.new_tokens(s.rows)
         remaining = max_new_tokens - n_new  # [b], all >= 1
-        emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
-        due = full & (keep > k)  # a bonus is kept only where no EOS came before it and budget is left
+        emitted, keep, done = _emitted(r, eos, remaining)
+        due = r.full & (keep > r.k)  # a bonus is kept only where no EOS came before it and budget is left
         (k_h, full_h, due_h, done_h, keep_h, fewest), tokens_h = _sync(
-            [k, full.long(), due.long()], done, keep, n_new, max_new_tokens, emitted if host is not None else None
+            [r.k, r.full.long(), due.long()], done, keep, n_new, max_new_tokens, emitted if host is not None else None
         )
         if mode.draft_bonus and any(due_h):
-            nxt, w_next = _draft_bonus(verifier, mode, D, s, d, p, h_t, nxt, w_next, full, generator)
-            emitted, keep, done = _emitted(x, k, nxt, eos, remaining)
+            r = _draft_bonus(verifier, mode, D, s, r, generator)
+            emitted, keep, done = _emitted(r, eos, remaining)
             (done_h, keep_h, fewest), tokens_h = _sync(
                 [], done, keep, n_new, max_new_tokens, emitted if host is not None else None
             )
@@ -359,11 +359,11 @@ def speculative_generate(
             # a row's text reached a stop sequence: it keeps the tokens up to it and leaves
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
 
-        # --- bookkeeping on the device: statistics, output, slot mask, caches
+        # --- bookkeeping on the device: output, statistics, slot mask, caches
         kept = steps < keep.unsqueeze(1)
-        cols = s.emit(emitted, kept, n_new, steps)
-        counter.round(s.rows, n, d.lengths, k, keep, x, eos, w, w_next, kept, budget=remaining - 1, tv=tv, cols=cols)
-        new_cur = s.commit(k, max(k_h), nxt, n, steps)
+        r = r._replace(keep=keep, kept=kept, cols=s.emit(emitted, kept, n_new, steps))
+        counter.count(s.rows, r)
+        new_cur = s.commit(r.k, max(k_h), r.nxt, n, steps)
         T.crop(new_cur)
         D.crop(new_cur)
         if mode.heuristic:  # +2 after a round where every row took all drafts
@@ -386,17 +386,16 @@ def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verif
     T.calls += 1
     logits = logits[:, 0]
     nxt = logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
-    b, n_new, steps = nxt.shape[0], counter.new_tokens(s.rows), s.ramp(0)
-    k = torch.zeros(b, dtype=torch.long, device=nxt.device)
-    emitted, keep, done = _emitted(s.ids[:, :0], k, nxt, mode.eos, max_new - n_new)
+    r = Round.single(nxt, torch.ones(nxt.shape[0], device=nxt.device) if verifier.records_w else None)
+    n_new, steps = counter.new_tokens(s.rows), s.ramp(0)
+    emitted, keep, done = _emitted(r, mode.eos, max_new - n_new)
     (done_h, keep_h, fewest), tokens_h = _sync([], done, keep, n_new, max_new, emitted if host is not None else None)
     if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
         keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
     kept = steps < keep.unsqueeze(1)
-    cols = s.emit(emitted, kept, n_new, steps)
-    ones = torch.ones(b, device=nxt.device) if verifier.records_w else None
-    counter.round(s.rows, 0, 0, k, keep, s.ids[:, :0], mode.eos, None, ones, kept, cols=cols)
-    s.commit(k, 0, nxt, 0, steps)
+    r = r._replace(keep=keep, kept=kept, cols=s.emit(emitted, kept, n_new, steps))
+    counter.count(s.rows, r)
+    s.commit(r.k, 0, nxt, 0, steps)
     return fewest, done_h
 
 
@@ -434,9 +433,10 @@ def _sync(columns: list[Tensor], done: Tensor, keep: Tensor, n_new: Tensor, max_
     return [*values[:-1], values[-1][0]], None if tokens is None else host[:, c:]
 
 
-def _emitted(x: Tensor, k: Tensor, nxt: Tensor, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """This round's tokens [x_1..x_k, nxt] ([b, n+1], garbage past k), how many to keep after
+def _emitted(r: Round, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The round's tokens [x_1..x_k, nxt] ([b, n+1], garbage past k), how many to keep after
     cutting at the first EOS and at the length budget, and which rows are finished."""
+    x, k, nxt = r.x, r.k, r.nxt
     b = x.shape[0]
     emitted = torch.cat([x, x.new_zeros(b, 1)], 1).scatter(1, k.view(b, 1), nxt.view(b, 1))
     count = k + 1

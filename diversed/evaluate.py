@@ -215,12 +215,8 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     spec = METHODS[point["method"]].speculative
     fields = {
         "score": score, "score_ci_low": low, "score_ci_high": high,
-        "acceptance_rate": totals.acceptance_rate if spec else None,
-        "alpha": totals.alpha if spec else None, "mean_tv": totals.mean_tv if spec else None,
-        "verified_drafts": totals.verified if spec else None,  # alpha's denominator (its sampling error)
-        "mean_accepted_length": totals.mean_accepted_length if spec else None,
-        "tokens_per_target_call": totals.tokens_per_target_call if spec else 1.0,
-        "mean_w": totals.mean_w, "new_tokens": new_tokens, "scored_wall_time_s": wall,
+        **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
+        "new_tokens": new_tokens, "scored_wall_time_s": wall,
         **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
     }  # fmt: skip
     return fields, rows

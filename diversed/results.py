@@ -46,6 +46,7 @@ from diversed.errors import ConfigError, MissingFile
 from diversed.methods import check_known, check_record_fields, knobs
 from diversed.methods import method as find
 from diversed.rundir import json_line, read_jsonl
+from diversed.stats import RECORD_FIELDS, RECORD_FLOATS, RECORD_FRACTIONS
 from diversed.times import RUNS, TIME_FIELDS, fill_times
 
 # Fields that identify a grid point, in key order. `weight` and `head` are knobs (of the static ensembles and
@@ -79,11 +80,7 @@ _MEASURED_FIELDS = (
     "score",  # mean task score
     "score_ci_low",  # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
     "score_ci_high",
-    "acceptance_rate",  # accepted drafts / proposed drafts
-    "alpha",  # accepted drafts / verified drafts (up to and including a round's first rejection)
-    "mean_tv",  # mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv
-    "mean_accepted_length",  # mean accepted drafts per round
-    "tokens_per_target_call",
+    *RECORD_FIELDS,  # the decoding statistics (stats.RECORDED: acceptance_rate, alpha, mean_tv, ..., mean_w)
     "tokens_per_s",
     "wall_time_s",  # median of the timed passes over all examples (throughput, at the sweep's batch size)
     "time_per_token_s",  # wall_time_s / new tokens (lossy methods change output lengths)
@@ -91,7 +88,6 @@ _MEASURED_FIELDS = (
     "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings/seed (times.normalized)
     "normalized_latency",  # latency_s / the autoregressive point's
     *TIME_FIELDS,  # per-token times, intervals over repeats, the baseline's batch size (times.py)
-    "mean_w",  # mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
     "settings_group",  # the same without the seed: records averaged over seeds share it
     "comparison_group",  # the same without which examples (split, subset): validation and test runs share it
@@ -120,15 +116,15 @@ EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "acc
 
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
-    "temperature", "score", "score_ci_low", "score_ci_high", "acceptance_rate", "mean_accepted_length",
-    "tokens_per_target_call", "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time",
-    "normalized_latency", "mean_w", "alpha", "mean_tv",
+    "temperature", "score", "score_ci_low", "score_ci_high",
+    "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time", "normalized_latency",
+    *RECORD_FLOATS,
 )  # fmt: skip
 # What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1 (and each
 # knob's value against its knob: `Knob.problem`).
 _NUMBERS = (*_INT_FIELDS, *_FLOAT_FIELDS, *TIME_FIELDS, "new_tokens", "latency_new_tokens", "latency_examples",
-            "scored_wall_time_s", "verified_drafts")  # fmt: skip
-_FRACTIONS = ("score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "mean_tv", "mean_w")
+            "scored_wall_time_s", *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS))  # fmt: skip
+_FRACTIONS = ("score", "score_ci_low", "score_ci_high", *RECORD_FRACTIONS)
 _COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
 

@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 from diversed.jobs import config_subdir, run_dir, short_dirname, sweep_job
 from diversed.methods import knobs
+from diversed.stats import RECORD_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +206,8 @@ class PointLog:
     fields are columns too (`columns`, after `num_draft_tokens`)."""
 
     COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", "seed", "n_examples",
-               "score", "score_ci_low", "score_ci_high", "acceptance_rate", "alpha", "tokens_per_target_call",
-               "mean_accepted_length", "mean_w", "new_tokens", "wall_time_s", "normalized_time", "tokens_per_s",
-               "latency_s", "normalized_latency", "key")  # fmt: skip
+               "score", "score_ci_low", "score_ci_high", *RECORD_FIELDS, "new_tokens", "wall_time_s", "normalized_time",
+               "tokens_per_s", "latency_s", "normalized_latency", "key")  # fmt: skip
 
     def __init__(self, loggers: list[Any]) -> None:
         self.loggers, self.rows, self.table = loggers, [], None

@@ -1,14 +1,24 @@
 """Acceptance statistics: counted per row during decoding, summed over batches, summarised once.
 
-- `RowCounter` counts on the device while a decoding loop runs (no host sync): per original row,
-  rounds (target calls it took part in), drafts proposed and accepted, new tokens kept, the
-  accepted-length histogram, and Σ w / count over the positions that emitted a token (for
-  verifiers with a per-position weight). `finish` hands back a `SpeculativeStats`, and warns
-  (`warn_nonfinite`) when a model's logits had a row with no finite maximum: no distribution there.
+- `RowCounter` counts on the device while a decoding loop runs (no host sync), from each finished
+  round (`rounds.Round`: what was drafted, accepted, emitted and kept): per original row, rounds
+  (target calls it took part in), drafts proposed, accepted and verified, new tokens kept, the
+  accepted-length histogram, Σ w / count over the positions that emitted a token (for verifiers
+  with a per-position weight) and Σ TV(p, q) over the verified drafts (sampled decoding). `finish`
+  hands back a `SpeculativeStats`, and warns (`warn_nonfinite`) when a model's logits had a row
+  with no finite maximum: no distribution there.
 - `SpeculativeStats`: one generation's statistics, per row (tensors) and in total (properties).
 - `Totals`: sums over many generations (batches, repeats, processes) with the same summary;
   `SpeculativeStats.summary()` is `Totals().add(stats).summary()`, so every caller (the engine,
   `evaluate`, training's validation, the bench) reports the same numbers the same way.
+- `RECORDED`: the statistics a results record carries (`Totals.record()`; `results.run_fields()`
+  and its checks take their names and kinds from here).
+
+A new statistic lives in this file alone: counted per row in `RowCounter.count` from the round (a
+name in `COUNTS` or `SUMS`, a field of `SpeculativeStats` and of `Totals`: `finish`, `Totals.add`,
+`merge` and the vector across processes follow the names), and, to reach the results records, a
+`Totals` property named in `RECORDED`. The module imports torch only where it counts, so the
+results and plots read `RECORDED` without torch.
 
 `tokens_per_call_bound` and `theoretical_speedup` are what i.i.d. acceptance α predicts.
 
@@ -22,10 +32,44 @@ It does not time anything (callers pass wall times) and knows nothing about mode
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from diversed.rounds import Round
+
+# What `RowCounter` counts per row and round: `SpeculativeStats`' integer counts and float sums
+# (`Totals` sums the same fields; a sum that is None was not measured).
+COUNTS = ("rounds", "proposed", "accepted", "new_tokens", "w_count", "verified")
+SUMS = ("w_sum", "tv_sum")
+
+
+class Recorded(NamedTuple):
+    """A statistic a results record carries: the `Totals` attribute of its name."""
+
+    what: str  # what it is (the record's documentation)
+    kind: str = "number"  # "fraction" (in [0, 1]), "number" (a float >= 0) or "count" (an integer >= 0)
+    drafts: bool = True  # about drafts: a record of decoding without them has `plain` instead
+    plain: float | None = None
+
+
+# The statistics of a results record, in its order (results.run_fields()): `Totals.record()`.
+RECORDED = {
+    "acceptance_rate": Recorded("accepted drafts / proposed drafts", "fraction"),
+    "alpha": Recorded("accepted drafts / verified drafts (up to and including a round's first rejection)", "fraction"),
+    "mean_tv": Recorded("mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv",
+                        "fraction"),  # fmt: skip
+    "verified_drafts": Recorded("drafts the target tested: α's denominator (its sampling error)", "count"),
+    "mean_accepted_length": Recorded("mean accepted drafts per round"),
+    "tokens_per_target_call": Recorded("new tokens / rounds (1 without drafts)", plain=1.0),
+    "mean_w": Recorded("mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)", "fraction",
+                       drafts=False),  # fmt: skip
+}
+RECORD_FIELDS = tuple(RECORDED)
+RECORD_FLOATS = tuple(f for f, r in RECORDED.items() if r.kind != "count")
+RECORD_FRACTIONS = tuple(f for f, r in RECORDED.items() if r.kind == "fraction")
 
 
 def ratio(a: Any, b: Any) -> float:
@@ -57,6 +101,8 @@ def warn_nonfinite(models: list[str], verifier: str) -> None:
 class SpeculativeStats:
     """Acceptance statistics, per row (tensors of length B) and in total (properties)."""
 
+    # Counted by `RowCounter` (`COUNTS`, `SUMS`); a statistic other decoders do not count (the
+    # reference's) defaults to None.
     proposed: Tensor  # draft tokens proposed (up to a row's first drafted EOS in each round)
     accepted: Tensor  # draft tokens accepted by verification (before EOS / length cut-off)
     rounds: Tensor  # verification rounds = target calls the row took part in
@@ -123,6 +169,9 @@ class SpeculativeStats:
     def ordinary(self) -> SpeculativeStats:
         """The same statistics with ordinary tensors: copies made outside inference mode (inference
         tensors refuse autograd). In place; returns self."""
+        import torch
+        from torch import Tensor
+
         with torch.inference_mode(False):
             for f in fields(self):
                 if isinstance(value := getattr(self, f.name), Tensor):
@@ -153,12 +202,10 @@ class Totals:
 
     def add(self, stats: SpeculativeStats) -> Totals:
         """Add one generation's statistics (in place); returns self."""
-        self.proposed += int(stats.proposed.sum())
-        self.accepted += int(stats.accepted.sum())
-        self.rounds += int(stats.rounds.sum())
-        self.new_tokens += int(stats.new_tokens.sum())
-        self.w_sum += float(stats.w_sum.sum())
-        self.w_count += int(stats.w_count.sum())
+        for f in (*COUNTS, *SUMS):  # the per-row counts and sums, where measured
+            if (value := getattr(stats, f)) is not None:
+                total = float(value.sum()) if value.is_floating_point() else int(value.sum())
+                setattr(self, f, (getattr(self, f) or 0) + total)
         self.target_calls += stats.target_calls
         self.draft_calls += stats.draft_calls
         self.wall_time_s += stats.wall_time_s
@@ -169,10 +216,6 @@ class Totals:
             for i in range(width)
         ]
         self.records_w = self.records_w or stats.records_w
-        if stats.verified is not None:
-            self.verified += int(stats.verified.sum())
-        if stats.tv_sum is not None:
-            self.tv_sum = (self.tv_sum or 0.0) + float(stats.tv_sum.sum())
         return self
 
     def merge(self, other: Totals) -> Totals:
@@ -187,12 +230,14 @@ class Totals:
             self.tv_sum = (self.tv_sum or 0.0) + other.tv_sum
         return self
 
-    # A fixed layout as a float64 vector, for summing across processes (`from_vector` reverses it).
-    _SCALARS = ("proposed", "accepted", "rounds", "new_tokens", "w_sum", "w_count", "target_calls",
-                "draft_calls", "wall_time_s", "verified")  # fmt: skip
+    # A fixed layout as a float64 vector, for summing across processes (`from_vector` reverses it):
+    # the scalars, records_w, then tv_sum and whether it was measured.
+    _SCALARS = (*(f for f in COUNTS + SUMS if f != "tv_sum"), "target_calls", "draft_calls", "wall_time_s")
 
     def to_vector(self, device: torch.device | str = "cpu") -> Tensor:
         """The scalar totals (not the histogram) as one float64 vector."""
+        import torch
+
         values = [float(getattr(self, f)) for f in self._SCALARS] + [float(self.records_w)]
         values += [self.tv_sum or 0.0, float(self.tv_sum is not None)]
         return torch.tensor(values, dtype=torch.float64, device=device)
@@ -200,7 +245,7 @@ class Totals:
     @classmethod
     def from_vector(cls, vector: Tensor) -> Totals:
         values = vector.double().cpu().tolist()
-        floats = {"w_sum", "wall_time_s"}
+        floats = {f for f in cls._SCALARS if isinstance(getattr(cls, f), float)}  # the rest are counts
         kwargs = {f: (v if f in floats else int(round(v))) for f, v in zip(cls._SCALARS, values, strict=False)}
         n = len(cls._SCALARS)
         return cls(**kwargs, records_w=values[n] > 0, tv_sum=values[n + 1] if values[n + 2] > 0 else None)
@@ -232,6 +277,15 @@ class Totals:
     @property
     def mean_tv(self) -> float | None:
         return None if self.tv_sum is None else ratio(self.tv_sum, self.verified)
+
+    @property
+    def verified_drafts(self) -> int:  # the record's name
+        return self.verified
+
+    def record(self, drafts: bool = True) -> dict[str, Any]:
+        """The statistics a results record carries (`RECORDED`); `drafts=False` (decoding without
+        drafts): those about drafts take their `plain` value (None; 1 token per target call)."""
+        return {f: getattr(self, f) if drafts or not r.drafts else r.plain for f, r in RECORDED.items()}
 
     def summary(self) -> dict[str, Any]:
         """The totals and the rates as plain numbers."""
@@ -277,88 +331,97 @@ def theoretical_speedup(alpha: float, n: int, c: float) -> float:
 
 def first_true(flags: Tensor, default: Tensor | int) -> Tensor:
     """1-based index of each row's first True in `flags` [b, m]; `default` where a row has none."""
+    import torch
+
     return torch.where(flags.any(1), flags.long().argmax(1) + 1, default)
 
 
 class RowCounter:
-    """Statistics per original row, kept on the device while a decoding loop runs."""
+    """Statistics per original row, kept on the device while a decoding loop runs: `count` adds a
+    finished round, `finish` reads them on the host once."""
 
     def __init__(self, batch: int, num_draft_tokens: int, device: torch.device, records_w: bool,
-                 max_new: int = 0, measures_tv: bool = False) -> None:  # fmt: skip
-        # rounds, proposed, accepted, new tokens, emitted tokens with a w, verified drafts
-        self.counts = torch.zeros(batch, 6, dtype=torch.long, device=device)
+                 max_new: int = 0, measures_tv: bool = False, eos: Tensor | None = None) -> None:  # fmt: skip
+        import torch
+
+        self.counts = torch.zeros(batch, len(COUNTS), dtype=torch.long, device=device)  # per row: COUNTS
         self.hist = torch.zeros(batch, num_draft_tokens + 1, dtype=torch.long, device=device)
-        # Σ w, Σ TV at proposed positions, then w of each emitted token (NaN elsewhere; last column: sink)
-        self.floats = torch.zeros(batch, 2 + (max_new + 1 if records_w else 0), device=device)
+        # SUMS (Σ w, Σ TV), then w of each emitted token (NaN elsewhere; last column: sink)
+        self.floats = torch.zeros(batch, len(SUMS) + (max_new + 1 if records_w else 0), device=device)
         if records_w:
-            self.floats[:, 2:] = float("nan")
-        self.records_w, self.measures_tv = records_w, measures_tv
+            self.floats[:, len(SUMS) :] = float("nan")
+        self.records_w, self.measures_tv, self.max_new, self.eos = records_w, measures_tv, max_new, eos
         self.rounds_n: list[int] = []
 
     def new_tokens(self, rows: Tensor) -> Tensor:
         """Tokens emitted so far by these original rows."""
-        return self.counts[rows, 3]
+        return self.counts[rows, COUNTS.index("new_tokens")]
 
-    def round(
-        self, rows: Tensor, n: int, lengths: Tensor | int, k: Tensor, keep: Tensor, x: Tensor, eos: Tensor,
-        w: Tensor | float | None, w_next: Tensor | None, kept: Tensor, budget: Tensor | None = None,
-        tv: Tensor | None = None, cols: Tensor | None = None,
-    ) -> None:  # fmt: skip
-        """Count one round of the rows still in the batch: `n` drafts x (`lengths` of them proposed
-        per row, or all n), `k` accepted, `keep` tokens kept; `w` at the drafts and `w_next` at the
-        token after them; `budget`, the drafts each row would have been given alone; `tv` [b, n],
-        TV(p, q) at the drafts; `cols` [b, n + 1], where the round's tokens went in the output."""
+    def count(self, rows: Tensor, r: Round) -> None:
+        """Count a finished round (`rounds.Round`, its emission settled: `keep`, `kept`, `cols`) of
+        the rows still in the batch, `rows` their original rows."""
+        import torch
+
+        from diversed.verify import total_variation
+
+        n, k, keep = r.n, r.k, r.keep
         ones = torch.ones_like(k)
-        proposed, k_stat = lengths if isinstance(lengths, Tensor) else ones * lengths, k
+        proposed, accepted = ones * r.lengths if isinstance(r.lengths, int) else r.lengths, k
         # A row's proposals stop at its first drafted EOS (the drafts after it are cut whatever the
         # verdict, and drafting may stop there) and at its own budget (the batch drafts for the row
         # with the most tokens left; alone a row with r left gets r − 1): α, the histogram and the
         # accepted count of a row are the same on every device and whatever its batch-mates.
-        if eos.numel() and n > 0:
-            upto = first_true(torch.isin(x, eos), n)
-            proposed, k_stat = torch.minimum(proposed, upto), torch.minimum(k_stat, upto)
-        if budget is not None and n > 0:
-            proposed, k_stat = torch.minimum(proposed, budget), torch.minimum(k_stat, budget)
-        verified = torch.minimum(k_stat + 1, proposed)  # tested: the accepted and the first rejected
-        with_w = keep if self.records_w else 0 * keep
-        self.counts.index_add_(0, rows, torch.stack([ones, proposed, k_stat, keep, with_w, verified], 1))
+        if n > 0 and self.eos is not None and self.eos.numel():
+            upto = first_true(torch.isin(r.x, self.eos), n)
+            proposed, accepted = torch.minimum(proposed, upto), torch.minimum(accepted, upto)
+        if n > 0:
+            budget = self.max_new - self.new_tokens(rows) - 1  # the tokens left before this round, − 1
+            proposed, accepted = torch.minimum(proposed, budget), torch.minimum(accepted, budget)
+        verified = torch.minimum(accepted + 1, proposed)  # tested: the accepted and the first rejected
+        counts = {"rounds": ones, "proposed": proposed, "accepted": accepted, "new_tokens": keep,
+                  "w_count": keep if self.records_w else 0 * keep, "verified": verified}  # fmt: skip
+        self.counts.index_add_(0, rows, torch.stack([counts[f] for f in COUNTS], 1))
         if n + 1 > self.hist.shape[1]:
             self.hist = torch.cat([self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1)
-        self.hist.index_put_((rows, k_stat), ones, accumulate=True)
-        sums = []
+        self.hist.index_put_((rows, accepted), ones, accumulate=True)
+        sums = {}
         if self.records_w:  # mean w over the positions that emitted a token, and w at each of them
             b = k.shape[0]
-            w_tok = torch.cat([w if n > 0 else w_next.new_zeros(b, 0), w_next.new_zeros(b, 1)], 1)
-            w_tok = w_tok.scatter(1, k.view(b, 1), w_next.view(b, 1))
-            sums.append((w_tok * kept).sum(1))
-            if cols is not None:
-                self.floats[rows.unsqueeze(1), 2 + cols] = w_tok
+            w_tok = torch.cat([r.w if n > 0 else r.w_next.new_zeros(b, 0), r.w_next.new_zeros(b, 1)], 1)
+            w_tok = w_tok.scatter(1, k.view(b, 1), r.w_next.view(b, 1))
+            sums["w_sum"] = (w_tok * r.kept).sum(1)
+            self.floats[rows.unsqueeze(1), len(SUMS) + r.cols] = w_tok
         else:
-            sums.append(ones.new_zeros(ones.shape, dtype=self.floats.dtype))
-        if tv is not None and n > 0:  # TV(p, q) at the verified drafts
-            sums.append((tv * (torch.arange(n, device=tv.device) < verified.unsqueeze(1))).sum(1))
+            sums["w_sum"] = ones.new_zeros(ones.shape, dtype=self.floats.dtype)
+        if self.measures_tv and n > 0:  # TV(p, q) = ½·Σ_x |p(x) − q(x)| at the verified drafts
+            tv = total_variation(r.p[:, :n], r.q)
+            sums["tv_sum"] = (tv * (torch.arange(n, device=tv.device) < verified.unsqueeze(1))).sum(1)
         else:
-            sums.append(sums[0].new_zeros(sums[0].shape))
-        self.floats[:, :2].index_add_(0, rows, torch.stack(sums, 1))
+            sums["tv_sum"] = sums["w_sum"].new_zeros(sums["w_sum"].shape)
+        self.floats[:, : len(SUMS)].index_add_(0, rows, torch.stack([sums[f] for f in SUMS], 1))
         self.rounds_n.append(n)
 
     def finish(self, *, target: Any, draft: Any | None, verifier: str) -> SpeculativeStats:
         """The statistics on the host: two reads, the integer counts (with each model's flag of finite
         logits, `warn_nonfinite`) and the float sums. `target` and `draft` are the loop's
         `forward.SlotModel`s (their `calls` and `maxima`); `draft` None: the target alone."""
+        import torch
+
         models = {"target": target, "draft": draft}
         finite = torch.stack([torch.cat([x.reshape(-1) for x in m.maxima]).isfinite().all() if m and m.maxima
                               else self.counts.new_ones((), dtype=torch.bool) for m in models.values()])  # fmt: skip
         flags = finite.long().expand(self.counts.shape[0], 2)
         ints, floats = torch.cat([self.counts, flags, self.hist], 1).cpu(), self.floats.cpu()
-        counts, hist = ints[:, :6], ints[:, 8:]
-        ok = ints[:1, 6:8].numpy().all(0)  # on the host already (no rows: all true)
+        c, f = len(COUNTS), len(SUMS)
+        counts, hist = ints[:, :c], ints[:, c + 2 :]
+        ok = ints[:1, c : c + 2].numpy().all(0)  # on the host already (no rows: all true)
         warn_nonfinite([m for m, good in zip(models, ok, strict=True) if not good], verifier)
-        target_calls, draft_calls = target.calls, 0 if draft is None else draft.calls
+        sums = {name: floats[:, i] for i, name in enumerate(SUMS)}
+        if not self.measures_tv:
+            sums["tv_sum"] = None
         return SpeculativeStats(
-            proposed=counts[:, 1], accepted=counts[:, 2], rounds=counts[:, 0], new_tokens=counts[:, 3],
-            accepted_hist=hist, w_sum=floats[:, 0], w_count=counts[:, 4], target_calls=target_calls, verified=counts[:, 5],
-            tv_sum=floats[:, 1] if self.measures_tv else None, draft_calls=draft_calls, verifier=verifier,
-            token_w=floats[:, 2:-1] if self.records_w else None, num_draft_tokens=self.rounds_n,
+            **{name: counts[:, i] for i, name in enumerate(COUNTS)}, **sums, accepted_hist=hist,
+            token_w=floats[:, f:-1] if self.records_w else None, target_calls=target.calls,
+            draft_calls=0 if draft is None else draft.calls, verifier=verifier, num_draft_tokens=self.rounds_n,
             records_w=self.records_w,
         )  # fmt: skip

@@ -6,7 +6,9 @@
 
 For a refactoring of the engine: run it on the commit before and after and compare. Each setting
 (verifier x greedy/sampled x batch 1/ragged batch x bonus token x confidence threshold x schedule
-x N x EOS x stop callback with and without triggers) records the sequences, every statistic but
+x N x EOS x stop callback with and without triggers; then the first token from the target alone,
+top-k/top-p truncation, and autoregressive decoding from p and from v) records the sequences, every
+statistic but
 the wall time, and how often the engine read a tensor on the host (`Tensor.cpu`, `.tolist`,
 `.item`, `.numpy`, `bool()`, `int()`), per round. Only the public API is used, so any two
 commits can be compared. The pair is the tiny random Llama pair of the tests (`tests/tiny_models.py`)
@@ -62,12 +64,20 @@ def first_bigram_stop(a: int, b: int, triggers=None):
     return stop
 
 
+STATS = ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist", "w_sum", "w_count", "verified", "tv_sum",
+         "token_w")  # fmt: skip
+
+
+def values(t):
+    """A statistic's tensor as JSON: floats rounded, NaN as None (NaN != NaN would differ from itself)."""
+    if t is None or not t.is_floating_point():
+        return None if t is None else t.tolist()
+    return [None if x != x else round(x, 5) for x in t.flatten().tolist()]
+
+
 def record(out, counts) -> dict:
     s = out.stats
-    fields = {}
-    for name in ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist", "w_sum", "w_count"):
-        value = getattr(s, name)
-        fields[name] = [round(x, 5) for x in value.flatten().tolist()] if value.is_floating_point() else value.tolist()
+    fields = {name: values(getattr(s, name, None)) for name in STATS}
     return {
         "sequences": out.sequences.tolist(),
         **fields,
@@ -120,6 +130,35 @@ def tiny_battery() -> dict[str, dict]:
         with count_reads() as counts:
             result = speculative_generate(target, draft, *batches[b], **kwargs)
         out[name] = record(result, counts)
+    out.update(other_paths(target, draft, verifiers, batches, stops, EOS))
+    return out
+
+
+def other_paths(target, draft, verifiers, batches, stops, eos) -> dict[str, dict]:
+    """The engine's first token from the target alone and truncated sampling, and autoregressive
+    decoding (the target alone, and from v with each ensemble), on the ragged batch."""
+    from diversed import autoregressive_generate, speculative_generate
+
+    out = {}
+    grid = itertools.product(verifiers, (0.0, 1.0), ("b1", "b4"), ("none", "bigram"), ("ensemble", "target"))
+    for v, temp, b, stop, bonus in grid:
+        common = dict(max_new_tokens=21, do_sample=temp > 0, temperature=temp or 1.0, eos_token_id=eos,
+                      stop=stops[stop])  # fmt: skip
+        spec = dict(common, verifier=verifiers[v], num_draft_tokens=3)
+        runs = {f"first=target|{v}|T={temp}|{b}|bonus={bonus}|stop={stop}":
+                (speculative_generate, (target, draft), dict(spec, bonus_token=bonus, first_token="target"))}  # fmt: skip
+        if temp > 0 and bonus == "ensemble":
+            runs[f"topk=5,topp=0.9|{v}|{b}|stop={stop}"] = (speculative_generate, (target, draft),
+                                                              dict(spec, top_k=5, top_p=0.9))  # fmt: skip
+        if bonus == "ensemble" and v == "lossless":
+            runs[f"autoregressive|T={temp}|{b}|stop={stop}"] = (autoregressive_generate, (target,), common)
+        if bonus == "ensemble" and v != "lossless":
+            runs[f"autoregressive-v|{v}|T={temp}|{b}|stop={stop}"] = (
+                autoregressive_generate, (target,), dict(common, draft=draft, verifier=verifiers[v]))
+        for name, (generate, models, kwargs) in runs.items():
+            with count_reads() as counts:
+                result = generate(*models, *batches[b], generator=torch.Generator().manual_seed(5), **kwargs)
+            out[name] = record(result, counts)
     return out
 
 

@@ -83,3 +83,87 @@ def test_mean_tv_predicts_the_ensembles_acceptance_and_w_is_kept_per_token(pair)
     for i, n in enumerate(out.stats.new_tokens.tolist()):
         assert not tw[i, :n].isnan().any() and tw[i, n:].isnan().all()  # one w per emitted token
         assert float(tw[i, :n].sum()) == pytest.approx(float(out.stats.w_sum[i]), rel=1e-5)
+
+
+def _finish(counter):
+    class Model:  # what `finish` reads of a `forward.SlotModel`
+        calls, maxima = 1, []
+
+    return counter.finish(target=Model(), draft=Model(), verifier="test")
+
+
+def test_a_round_is_counted_from_what_happened_in_it():
+    """`RowCounter.count` takes the round: a row's proposals stop at its first drafted EOS and at its
+    own budget (the drafts it would get alone), verified = accepted + the first rejected."""
+    from diversed.rounds import Round
+    from diversed.stats import RowCounter
+
+    eos = torch.tensor([2])
+    x = torch.tensor([[5, 2, 6], [7, 8, 9], [7, 8, 9]])  # row 0 drafted EOS second
+    k, keep = torch.tensor([3, 1, 0]), torch.tensor([2, 2, 1])
+    steps = torch.arange(4)
+    r = Round(n=3, lengths=3, x=x, k=k, full=k == 3, nxt=torch.tensor([4, 4, 4]), keep=keep,
+              kept=steps < keep.unsqueeze(1), cols=steps.expand(3, 4))  # fmt: skip
+    counter = RowCounter(4, 3, torch.device("cpu"), records_w=False, max_new=3, eos=eos)
+    counter.count(torch.tensor([0, 1, 3]), r)  # original rows 0, 1 and 3 (row 2 left earlier)
+    s = _finish(counter)
+    # alone with 3 tokens left a row drafts 2: row 1's third draft does not count
+    assert s.proposed.tolist() == [2, 2, 0, 2] and s.accepted.tolist() == [2, 1, 0, 0]
+    assert s.verified.tolist() == [2, 2, 0, 1] and s.rounds.tolist() == [1, 1, 0, 1]
+    assert s.new_tokens.tolist() == [2, 2, 0, 1] and s.num_draft_tokens == [3]
+    assert s.accepted_hist.tolist() == [[0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]
+    assert s.w_sum.tolist() == [0.0] * 4 and s.tv_sum is None
+
+
+def test_a_round_without_drafts_is_one_token():
+    """`Round.single`: plain decoding's step (and the engine's first token from the target alone):
+    one round, one token, nothing proposed, w at the token where w is recorded."""
+    from diversed.rounds import Round
+    from diversed.stats import RowCounter
+
+    counter = RowCounter(2, 0, torch.device("cpu"), records_w=True, max_new=2)
+    for step in range(2):
+        r = Round.single(torch.tensor([7, 8]), torch.tensor([0.25, 0.5]))
+        keep = torch.tensor([1, step == 0])  # row 1 keeps its first token only
+        cols = torch.where(keep > 0, step, 2)[:, None]
+        counter.count(torch.tensor([0, 1]), r._replace(keep=keep, kept=keep[:, None] > 0, cols=cols))
+    s = _finish(counter)
+    assert s.rounds.tolist() == [2, 2] and s.new_tokens.tolist() == [2, 1]
+    assert s.proposed.tolist() == s.accepted.tolist() == s.verified.tolist() == [0, 0]
+    assert s.accepted_hist.tolist() == [[2], [2]] and s.w_count.tolist() == [2, 1]
+    assert s.w_sum.tolist() == [0.5, 0.5] and s.row_mean_w.tolist() == [0.25, 0.5]
+    assert s.token_w[0].tolist() == [0.25, 0.25] and s.token_w[1, 0] == 0.5 and s.token_w[1, 1].isnan()
+
+
+def test_the_records_statistics_come_from_the_totals():
+    """Every statistic in `RECORDED` is a `Totals` attribute and a results record field of its kind;
+    a record of decoding without drafts has None (or the plain value) for those about drafts."""
+    from diversed import results
+    from diversed.stats import RECORDED
+
+    t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, verified=9, tv_sum=1.5, w_sum=2.5, w_count=5,
+               records_w=True)  # fmt: skip
+    record = t.record()
+    assert list(record) == list(RECORDED) and set(RECORDED) <= set(results.run_fields())
+    assert record["acceptance_rate"] == 0.7 and record["alpha"] == 7 / 9 and record["verified_drafts"] == 9
+    assert record["tokens_per_target_call"] == 11 / 4 and record["mean_w"] == 0.5
+    plain = t.record(drafts=False)
+    assert plain["acceptance_rate"] is plain["alpha"] is plain["verified_drafts"] is None
+    assert plain["tokens_per_target_call"] == 1.0 and plain["mean_w"] == 0.5
+    point = dict(pair="p", task="t", method="lossless", temperature=0.0)
+    assert results.as_record(point | record)["alpha"] == 7 / 9
+    with pytest.raises(ValueError, match="alpha"):  # a fraction past 1
+        results.as_record(point | record | {"alpha": 1.5})
+    with pytest.raises(ValueError, match="verified_drafts"):  # a count below 0
+        results.as_record(point | record | {"verified_drafts": -1})
+
+
+def test_results_read_the_statistics_without_torch():
+    """results.py (and the plots) take the record's statistics from stats.py, which imports torch only
+    where it counts."""
+    import subprocess
+    import sys
+
+    code = "import sys, diversed.results; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
