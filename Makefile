@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test lint clean real-setup demo-real
 
-# bubblewrap is the code sandbox's strongest layer (diversed/execution.py): installed where apt-get
+# bubblewrap is the code sandbox's strongest layer (diversed/tasks/execution.py): installed where apt-get
 # and root allow; without it the other layers run and say what is not enforced.
 setup: $(STAMP)
 	@if ! command -v bwrap >/dev/null; then \

@@ -35,9 +35,9 @@ mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--
 offline, `--num-few-shot`): realistic prompt lengths for a real pair. Every setting decodes to EOS
 or `--max-new-tokens` alike (not at a task's stop sequences), sampling with `--top-k`/`--top-p`.
 
-It only measures and reports: pairs come from `diversed.pair` (and the toy pair), prompts from
-the tasks, the autoregressive loop from `diversed.autoregressive`, statistics and bounds from
-`diversed.stats`; `scripts/bench_goals.py` checks a set of goals on an `--output` file.
+It only measures and reports: pairs come from `diversed.models.pair` (and the toy pair), prompts from
+the tasks, the autoregressive loop from `diversed.decoding.autoregressive`, statistics and bounds from
+`diversed.decoding.stats`; `scripts/bench_goals.py` checks a set of goals on an `--output` file.
 """
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from diversed.autoregressive import autoregressive_generate
-from diversed.engine import speculative_generate
+from diversed.config.runtime import quiet
+from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.engine import speculative_generate
+from diversed.decoding.inputs import check_decoding, left_pad, token_ids
+from diversed.decoding.reference import transformers_generate
+from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
+from diversed.decoding.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
 from diversed.errors import ConfigError, cli
-from diversed.heads import WeightHead
-from diversed.inputs import check_decoding, left_pad, token_ids
-from diversed.pair import RANDOM_PAIRS, Pair, hidden_size
-from diversed.provenance import machine
-from diversed.reference import transformers_generate
-from diversed.runtime import quiet
-from diversed.stats import Totals, theoretical_speedup, tokens_per_call_bound
-from diversed.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
+from diversed.files.provenance import machine
+from diversed.models.heads import WeightHead
+from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size
 
 # ----------------------------------------------------------------------------- settings
 
@@ -249,8 +249,8 @@ def check_config(config: BenchConfig) -> None:
 
 
 def load_bench_pair(config: BenchConfig) -> Pair:
-    """The configured pair through `diversed.pair` (or the toy pair), in `config.dtype` on `config.device`."""
-    from diversed import pair
+    """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on `config.device`."""
+    from diversed.models import pair
 
     if config.target:
         return pair.load_pair(config.target, config.draft, dtype=config.dtype, device=config.device)
@@ -261,14 +261,14 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         from omegaconf import OmegaConf
 
         from diversed import CONFIG_DIR
-        from diversed.weights import check_member
+        from diversed.models.gguf import check_member
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
         cfg.dtype, cfg.device = config.dtype, config.device
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)
-    from diversed.toy import ToyBuildConfig, load_toy_pair
+    from diversed.models.toy import ToyBuildConfig, load_toy_pair
 
     build = ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None
     return load_toy_pair(config=build, dtype=config.dtype, device=config.device)
@@ -282,7 +282,7 @@ def configured_pairs() -> tuple[str, ...]:
     names = []
     for f in sorted((Path(CONFIG_DIR) / "pair").glob("*.yaml")):
         text = f.read_text()
-        if "diversed.pair.load_pair" in text and "???" not in text:
+        if "diversed.models.pair.load_pair" in text and "???" not in text:
             names.append(f.stem)
     return tuple(names)
 

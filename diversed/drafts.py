@@ -42,8 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile, cli
+from diversed.files.atomic import write_file
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ RECIPES: dict[str, DraftRecipe] = {
 
 
 def built_dir(name: str) -> Path:
-    from diversed.weights import built_draft_dir
+    from diversed.models.gguf import built_draft_dir
 
     return built_draft_dir(name)
 
@@ -107,7 +107,7 @@ def built_dir(name: str) -> Path:
 def check_built(name: str, role: str = "draft") -> None:
     """ValueError for a draft the project does not build; FileNotFoundError naming the build
     command unless draft `name` is built."""
-    from diversed.weights import DRAFT_PREFIX, check_member
+    from diversed.models.gguf import DRAFT_PREFIX, check_member
 
     if name not in RECIPES and not built_dir(name).is_dir():
         raise ConfigError(f"pair.{role}=draft:{name}: no such draft; the project builds {sorted(RECIPES)}")
@@ -142,7 +142,7 @@ def init_draft(target_dir: str | Path, layers: int, out: str | Path, vocab: int 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from diversed import draft_vocab
+    from diversed.decoding import draft_vocab
 
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
@@ -196,10 +196,10 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
     test prompts of `task`, batch 8."""
     import torch
 
-    from diversed.engine import speculative_generate
-    from diversed.inputs import left_pad
-    from diversed.pair import load_pair
-    from diversed.stats import Totals
+    from diversed.decoding.engine import speculative_generate
+    from diversed.decoding.inputs import left_pad
+    from diversed.decoding.stats import Totals
+    from diversed.models.pair import load_pair
     from diversed.tasks import load_task
 
     t = load_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
@@ -245,7 +245,7 @@ def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overri
 def build(name: str, *, data: str | Path | None = None, force: bool = False, steps_scale: float = 1.0,
           measure: bool = True, before: bool = False) -> Path:  # fmt: skip
     """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory."""
-    from diversed.weights import check_member, resolve_model
+    from diversed.models.gguf import check_member, resolve_model
 
     if name not in RECIPES:
         raise ConfigError(f"unknown draft {name!r}; the project builds {sorted(RECIPES)}")

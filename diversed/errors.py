@@ -76,7 +76,7 @@ def cli(run: Callable[[list[str] | None], Any], argv: list[str] | None = None) -
 
 
 def _in_multirun() -> bool:
-    from diversed.jobs import sweep_job  # Hydra's state, read only when a user error is reported
+    from diversed.config.jobs import sweep_job  # Hydra's state, read only when a user error is reported
 
     return sweep_job() is not None
 

@@ -50,27 +50,35 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from diversed import CONFIG_DIR
-from diversed.autoregressive import autoregressive_generate
-from diversed.compare import mean_interval
-from diversed.engine import speculative_generate
+from diversed.analysis.compare import mean_interval
+from diversed.config.jobs import parallel_launcher
+from diversed.config.runtime import (
+    PointLog,
+    finish,
+    instantiate,
+    make_loggers,
+    quiet,
+    set_threads,
+    show_config,
+)
+from diversed.config.schema import check_evaluate
+from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.engine import speculative_generate
+from diversed.decoding.inputs import left_pad
+from diversed.decoding.reference import transformers_generate
+from diversed.decoding.stats import Totals
+from diversed.decoding.stopping import decode_completions
+from diversed.decoding.verify import Verifier
 from diversed.errors import ConfigError, hydra_task
-from diversed.heads import WeightHead, head_metadata
-from diversed.inputs import left_pad
-from diversed.jobs import parallel_launcher
-from diversed.methods import METHODS
-from diversed.pair import describe_pair, hidden_size
-from diversed.preflight import check_context, check_drafts, check_heads, describe
-from diversed.provenance import digest, task_settings
-from diversed.reference import transformers_generate
-from diversed.results import ResultStore, grid_key, read_records, run_fields
-from diversed.rundir import hold, keep_settings
-from diversed.runtime import PointLog, finish, instantiate, make_loggers, quiet, set_threads, show_config
-from diversed.schema import check_evaluate
-from diversed.stats import Totals
-from diversed.stopping import decode_completions
+from diversed.files.provenance import digest, task_settings
+from diversed.files.rundir import hold, keep_settings
+from diversed.models.heads import WeightHead, head_metadata
+from diversed.models.pair import describe_pair, hidden_size
+from diversed.sweep.methods import METHODS
+from diversed.sweep.preflight import check_context, check_drafts, check_heads, describe
+from diversed.sweep.results import ResultStore, grid_key, read_records, run_fields
+from diversed.sweep.times import Baselines, estimate_seconds, measured
 from diversed.tasks.base import Task
-from diversed.times import Baselines, estimate_seconds, measured
-from diversed.verify import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +128,8 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
     frozen, on the pair's forward path; keyed by its path."""
     from transformers import AutoModelForCausalLM
 
-    from diversed import draft_vocab
-    from diversed.forward import use_forward
+    from diversed.decoding import draft_vocab
+    from diversed.decoding.forward import use_forward
 
     drafts = {}
     for path in paths:

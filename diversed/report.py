@@ -43,18 +43,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diversed.atomic import write_file
-from diversed.compare import mean_over_seeds
+from diversed.analysis.compare import mean_over_seeds
+from diversed.analysis.drawing import plot_pareto
+from diversed.analysis.figures import (
+    Shown,
+    acceptance_vs_w,
+    head_learned,
+    quality_vs_time,
+    time_vs_acceptance,
+)
+from diversed.analysis.fronts import choose_on
+from diversed.analysis.tables import paired_table, paper_table, transfer_table, with_times
 from diversed.errors import cli
-from diversed.figures import Shown, acceptance_vs_w, head_learned, quality_vs_time, time_vs_acceptance
-from diversed.fronts import choose_on
-from diversed.heads import head_metadata
-from diversed.methods import add_plugin_option, load_plugins
-from diversed.plot import plot_pareto
-from diversed.results import load_runs as results_of_runs
-from diversed.results import read_examples
-from diversed.rundir import read_json
-from diversed.tables import paired_table, paper_table, transfer_table, with_times
+from diversed.files.atomic import write_file
+from diversed.files.rundir import read_json
+from diversed.models.heads import head_metadata
+from diversed.sweep.methods import add_plugin_option, load_plugins
+from diversed.sweep.results import load_runs as results_of_runs
+from diversed.sweep.results import read_examples
 
 # ----------------------------------------------------------------------------- loading
 

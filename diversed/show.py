@@ -33,10 +33,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from diversed.atomic import write_file
 from diversed.errors import ConfigError, MissingFile, cli
-from diversed.methods import METHODS, add_plugin_option, check_known, load_plugins
-from diversed.results import load_runs, read_examples, read_records
+from diversed.files.atomic import write_file
+from diversed.sweep.methods import METHODS, add_plugin_option, check_known, load_plugins
+from diversed.sweep.results import load_runs, read_examples, read_records
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 

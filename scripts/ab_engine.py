@@ -51,9 +51,9 @@ def main() -> None:
     torch.set_num_threads(1)
 
     import diversed
-    from diversed.inputs import left_pad
+    from diversed.decoding.inputs import left_pad
+    from diversed.models.toy import load_toy_pair
     from diversed.tasks import load_task
-    from diversed.toy import load_toy_pair
 
     old = load_other(args.other)
     pair = load_toy_pair()

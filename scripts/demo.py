@@ -29,8 +29,8 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from diversed import StaticEnsemble, speculative_generate
+from diversed.models.toy import load_toy_pair
 from diversed.tasks.toy import ToyTask
-from diversed.toy import load_toy_pair
 
 TASKS = ("toy", "toy_count")
 

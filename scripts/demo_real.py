@@ -105,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from diversed.drafts import check_built
-    from diversed.weights import check_member
+    from diversed.models.gguf import check_member
 
     check_member("shipped:smollm2", "target")  # fetched? built? (make real-setup), before any work
     check_built("smollm2")

@@ -164,8 +164,8 @@ def other_paths(target, draft, verifiers, batches, stops, eos) -> dict[str, dict
 
 def toy_battery() -> dict[str, dict]:
     from diversed import DynamicEnsemble, Lossless, StaticEnsemble, WeightHead, speculative_generate
+    from diversed.models.toy import load_toy_pair
     from diversed.tasks import load_task
-    from diversed.toy import load_toy_pair
 
     pair = load_toy_pair()
     tok = pair.tokenizer

@@ -51,10 +51,10 @@ def slowed(write):
     return halves
 if slow:
     try:  # this tree: one writer for every file (atomic.write_all)
-        from diversed import atomic
+        from diversed.files import atomic
         atomic.write_all = slowed(atomic.write_all)
     except ImportError:  # before atomic.py: the results' writer, and settings/configs' plain write_text
-        from diversed import results
+        from diversed.sweep import results
         results._write_all = slowed(results._write_all)
         def write_text(self, text, *a, **k):
             with open(self, "w") as f:

@@ -9,13 +9,13 @@ import torch
 # threads competing for a core made the suite ten times slower.
 torch.set_num_threads(1)
 
-# ----------------------------------------------------------------------------- toy pair (diversed/toy.py)
+# ----------------------------------------------------------------------------- toy pair (diversed/models/toy.py)
 
 
 @pytest.fixture(scope="session")
 def toy_tiny_dir(tmp_path_factory):
     """A few-step build of tiny toy models (seconds): target/ and draft/ like a Hub pair."""
-    from diversed.toy import ToyBuildConfig, build
+    from diversed.models.toy import ToyBuildConfig, build
 
     out = tmp_path_factory.mktemp("toy-tiny")
     build(ToyBuildConfig.tiny(), out, progress=False)
@@ -26,6 +26,6 @@ def toy_tiny_dir(tmp_path_factory):
 def toy_pair_dir():
     """The default toy pair, built once (a few minutes on 2 cores) or reused from the cache
     ($DIVERSED_CACHE/toy or ~/.cache/diversed/toy). For `slow` tests."""
-    from diversed.toy import ensure_toy_pair
+    from diversed.models.toy import ensure_toy_pair
 
     return ensure_toy_pair(progress=False)

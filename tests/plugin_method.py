@@ -12,7 +12,7 @@ the output drifts from p.
 from __future__ import annotations
 
 from diversed import Knob, Method, register
-from diversed.verify import Verifier, at_token, uniform
+from diversed.decoding.verify import Verifier, at_token, uniform
 
 
 class PowerAcceptance(Verifier):

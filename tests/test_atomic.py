@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from diversed import atomic
-from diversed.atomic import DiskFull, remove_stale, write_directory, write_file
+from diversed.files import atomic
+from diversed.files.atomic import DiskFull, remove_stale, write_directory, write_file
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import pytest
 import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
-from diversed.autoregressive import autoregressive_generate
 from diversed.bench import BenchConfig, run, run_bench, settings, table
-from diversed.pair import RANDOM_PAIRS, RANDOM_SHAPES
-from diversed.stats import theoretical_speedup, tokens_per_call_bound
-from diversed.stopping import generated_lengths
-from diversed.verify import Lossless
+from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
+from diversed.decoding.stopping import generated_lengths
+from diversed.decoding.verify import Lossless
+from diversed.models.pair import RANDOM_PAIRS, RANDOM_SHAPES
 
 _spec = importlib.util.spec_from_file_location("bench_goals", Path(__file__).parents[1] / "scripts" / "bench_goals.py")
 bench_goals = importlib.util.module_from_spec(_spec)
@@ -297,6 +297,6 @@ def test_cli_runs_a_random_pair(monkeypatch, tmp_path, capsys):
 
 def test_a_random_pair_too_large_for_memory_is_refused_before_allocating(monkeypatch):
     """Sizes are counted on the meta device; 17.3 GiB of bf16 weights do not fit in 8 GiB."""
-    monkeypatch.setattr("diversed.pair.free_memory", lambda device: 8 * 2**30)
+    monkeypatch.setattr("diversed.models.pair.free_memory", lambda device: 8 * 2**30)
     with pytest.raises(ValueError, match=r"needs 17\.3 GiB in bfloat16 on cpu, 8\.0 GiB free.*--device cuda"):
         run(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])

@@ -63,7 +63,8 @@ def run_dir(tmp_path_factory, toy_tiny_dir):
 
 def test_mains_return_status_0_and_print_once(run_dir, toy_tiny_dir, tmp_path, capsys):
     """Each argparse entry point's `main` is its console script (`sys.exit(main())`): 0, the output once."""
-    from diversed import bench, plot, report, show, toy
+    from diversed import bench, plot, report, show
+    from diversed.models import toy
 
     assert show.main([str(run_dir), "--all", "--n", "1"]) == 0
     out = capsys.readouterr().out
@@ -167,7 +168,7 @@ def test_hydra_task_lets_bugs_through_and_stops_user_errors(capsys, monkeypatch)
 def test_a_bug_keeps_its_traceback_from_the_shell(tmp_path):
     """A task function that fails on its own (not a user error) shows Hydra's traceback, exit 1."""
     (tmp_path / "sitecustomize.py").write_text(  # the bug: describe_pair fails inside the job
-        "import diversed.pair as p\ndef broken(cfg):\n    raise ZeroDivisionError('a bug')\np.describe_pair = broken\n"
+        "import diversed.models.pair as p\ndef broken(cfg):\n    raise ZeroDivisionError('a bug')\np.describe_pair = broken\n"
     )
     done = shell("evaluate", "+experiment=toy", "sweep.methods=[autoregressive]", f"hydra.run.dir={tmp_path / 'run'}",
                  PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")  # fmt: skip
@@ -199,8 +200,8 @@ def test_bench_checks_its_flags_before_loading(tmp_path, flags, named, monkeypat
 
 
 def test_a_split_the_hub_does_not_have_is_named_before_the_network(monkeypatch):
-    from diversed import hub
     from diversed.errors import ConfigError
+    from diversed.models import hub
     from diversed.tasks import load_task
 
     monkeypatch.setattr(hub, "probe", lambda *a, **k: pytest.fail("the network was tried"))
@@ -211,12 +212,12 @@ def test_a_split_the_hub_does_not_have_is_named_before_the_network(monkeypatch):
 
 def test_a_draft_without_tokenizer_files_is_named(tmp_path, toy_tiny_dir):
     from diversed.errors import MissingFile
-    from diversed.pair import describe_pair, load_pair
+    from diversed.models.pair import describe_pair, load_pair
 
     draft = tmp_path / "draft"
     shutil.copytree(toy_tiny_dir / "draft", draft, ignore=shutil.ignore_patterns("tokenizer*"))
     target = str(toy_tiny_dir / "target")
     with pytest.raises(MissingFile, match=r"the draft directory .* has no tokenizer files.*save_pretrained"):
-        describe_pair({"_target_": "diversed.pair.load_pair", "target": target, "draft": str(draft)})
+        describe_pair({"_target_": "diversed.models.pair.load_pair", "target": target, "draft": str(draft)})
     with pytest.raises(MissingFile, match="has no tokenizer files"):
         load_pair(target, str(draft), device="cpu", dtype="float32")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from diversed.compare import (
+from diversed.analysis.compare import (
     bootstrap_interval,
     cell_intervals,
     mean_interval,
@@ -21,9 +21,9 @@ from diversed.compare import (
     t_interval,
     verdict,
 )
-from diversed.fronts import choose_on
+from diversed.analysis.fronts import choose_on
 from diversed.report import load_runs, write_report
-from diversed.results import ResultStore, run_record
+from diversed.sweep.results import ResultStore, run_record
 
 N = 60
 

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file
 from tiny_models import compose_run, tiny_pair
 
+from diversed.decoding.verify import total_variation
 from diversed.distill import distill
-from diversed.teacher import divergence
-from diversed.verify import total_variation
+from diversed.training.teacher import divergence
 
 SMALL = ["+experiment=distill_toy", "logger=none", "trainer.max_steps=6", "trainer.val_check_interval=3",
          "trainer.enable_progress_bar=false", "data.batch_size=8", "data.n_val=16", "data.val_batch_size=16",
@@ -37,7 +37,7 @@ def test_divergences_are_what_they_say_and_pull_q_towards_p():
 def mean_tv(pair_dir, draft_dir, n=64):
     """Mean TV(p, q) over held-out toy prompts and their references, teacher-forced: 1 − acceptance
     without sampling noise."""
-    from diversed.pair import load_pair
+    from diversed.models.pair import load_pair
     from diversed.tasks import load_task
 
     pair = load_pair(str(pair_dir / "target"), str(draft_dir), device="cpu", dtype="float32")
@@ -52,8 +52,8 @@ def mean_tv(pair_dir, draft_dir, n=64):
 
 def resumable(cfg, last):
     """`ckpt_path=last` passes the check a resume makes before the pair loads, with every draft tensor compared."""
-    from diversed.pair import describe_pair
-    from diversed.preflight import check_checkpoint, model_shapes
+    from diversed.models.pair import describe_pair
+    from diversed.sweep.preflight import check_checkpoint, model_shapes
 
     expected = {f"draft.{k}": s for k, s in model_shapes(describe_pair(cfg.pair), "draft").items()}
     check_checkpoint(str(last), expected, "draft", weights_only=False)
@@ -106,7 +106,7 @@ def test_bad_distill_settings_fail_before_the_pair_loads(tmp_path, toy_tiny_dir,
 
 @pytest.mark.parametrize("support", [None, torch.tensor([0, 3, 4, 7, 9, 12, 20, 33, 39])])
 def test_the_coarsened_divergences_are_exact_with_every_id_and_never_larger_with_fewer(support):
-    from diversed.teacher import coarse_divergence, teacher_top
+    from diversed.training.teacher import coarse_divergence, teacher_top
 
     g = torch.Generator().manual_seed(1)
     p_logits, q_full = torch.randn(6, 40, generator=g) * 2, torch.randn(6, 40, generator=g) * 2
@@ -135,7 +135,7 @@ def test_the_coarsened_divergences_are_exact_with_every_id_and_never_larger_with
 
 
 def test_the_coarsened_teacher_keeps_the_rest_mass_so_q_cannot_drop_the_tail():
-    from diversed.teacher import coarse_divergence, teacher_top
+    from diversed.training.teacher import coarse_divergence, teacher_top
 
     p = torch.tensor([[0.5, 0.2, 0.1, 0.1, 0.1]])
     teacher = teacher_top(p.log(), None, 2)
@@ -151,7 +151,7 @@ def test_the_coarsened_teacher_keeps_the_rest_mass_so_q_cannot_drop_the_tail():
 def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
     tmp_path, toy_tiny_dir, monkeypatch
 ):
-    from diversed.distill import DistillModule
+    from diversed.training.draft_module import DistillModule
 
     # top_k ≥ the toy vocabulary (137 ids): the coarsening is exact (its own tests are above), so this
     # checks reuse alone. 16 steps of 8 rows: each of the 64 samples twice.
@@ -174,7 +174,7 @@ def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
     distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, reuse))
     assert rollouts == []
     # replay: another run trains on its own samples and these
-    from diversed.prompts import PromptDataModule
+    from diversed.training.prompts import PromptDataModule
 
     served = []
     real_serve = PromptDataModule.serve
@@ -185,7 +185,7 @@ def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
 
 
 def test_frozen_bottom_layers_and_embeddings_do_not_move_and_the_rest_trains():
-    from diversed.distill import freeze_bottom
+    from diversed.training.draft_module import freeze_bottom
 
     model, _ = tiny_pair()  # 3 layers
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -231,7 +231,7 @@ def test_a_resumed_distillation_is_the_run_it_continues(variant, step, tmp_path,
     uninterrupted run's, bit for bit."""
     from resuming import Killed, assert_resumed_is_uninterrupted, kill_at
 
-    from diversed.distill import DistillModule
+    from diversed.training.draft_module import DistillModule
 
     overrides = [*RESUMABLE, *VARIANTS[variant], "logger=csv"]
     ref = tmp_path / "uninterrupted"

@@ -1,4 +1,4 @@
-"""A draft with a restricted vocabulary (diversed/draft_vocab.py): q(x) = 0 exactly outside its K ids,
+"""A draft with a restricted vocabulary (diversed/decoding/draft_vocab.py): q(x) = 0 exactly outside its K ids,
 and every verifier still follows its law; saved and loaded with its head."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from diversed import (
     TypicalAcceptance,
     speculative_generate,
 )
-from diversed.draft_vocab import (
+from diversed.decoding.draft_vocab import (
     FILE,
     DraftVocabHead,
     attach,
@@ -30,10 +30,10 @@ from diversed.draft_vocab import (
     save_pretrained,
     vocab_size,
 )
-from diversed.forward import plan, use_forward
-from diversed.rules import defer, lossy_first_token, typical_threshold
-from diversed.teacher import divergence
-from diversed.verify import Ensemble, at_token, mix, total_variation
+from diversed.decoding.forward import plan, use_forward
+from diversed.decoding.rules import defer, lossy_first_token, typical_threshold
+from diversed.decoding.verify import Ensemble, at_token, mix, total_variation
+from diversed.training.teacher import divergence
 
 
 def outside_of(index: torch.Tensor, vocab: int = VOCAB) -> torch.Tensor:
@@ -160,8 +160,8 @@ def test_saved_and_loaded_with_its_head(restricted, tmp_path):
 
 
 def test_load_pair_puts_the_restricted_head_back(tmp_path):
-    from diversed.pair import load_pair
-    from diversed.toy_corpus import build_tokenizer
+    from diversed.models.pair import load_pair
+    from diversed.models.toy_corpus import build_tokenizer
 
     tok = build_tokenizer()
     assert (tok.pad_token_id, tok.eos_token_id) == (PAD, EOS)

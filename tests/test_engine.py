@@ -10,7 +10,7 @@ from scipy.stats import chi2
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
 from diversed import DynamicEnsemble, Lossless, StaticEnsemble, WeightHead, speculative_generate
-from diversed.verify import mix, total_variation
+from diversed.decoding.verify import mix, total_variation
 
 
 @pytest.fixture(scope="module")
@@ -534,7 +534,7 @@ def test_a_new_rule_runs_through_the_engine_unchanged(pair, prompts):
 
 def count_syncs(monkeypatch):
     """Calls of the engine's one host-sync function, and every other host read of a tensor."""
-    import diversed.engine as engine
+    import diversed.decoding.engine as engine
 
     counts = {"sync": 0, "other": 0}
     real = engine._sync
@@ -594,7 +594,7 @@ def test_logits_that_are_not_finite_are_warned_about(pair, prompts, broken, do_s
     runs (acceptance 0 or 1, TV NaN) but says which model, once per call; a sound pair says nothing."""
     import warnings
 
-    from diversed.autoregressive import autoregressive_generate
+    from diversed.decoding.autoregressive import autoregressive_generate
 
     target, draft = pair
     ids, mask = prompts

@@ -16,10 +16,10 @@ from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
 from diversed import WeightHead
+from diversed.decoding.inputs import left_pad
 from diversed.errors import ConfigError
-from diversed.inputs import left_pad
-from diversed.provenance import digest
-from diversed.results import ResultStore, load_results, read_examples
+from diversed.files.provenance import digest
+from diversed.sweep.results import ResultStore, load_results, read_examples
 from diversed.tasks import TASKS
 from diversed.tasks.base import Option
 from diversed.tasks.toy import ToyTask
@@ -238,7 +238,7 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     subprocess.run(cmd, check=True, timeout=900)
     df = load_results(tmp_path)
     assert sorted(df.seed.unique().tolist()) == [0, 1] and len(df) == 6
-    # each job's directory named by what the sweep varies (diversed/jobs.py), under either launcher
+    # each job's directory named by what the sweep varies (diversed/config/jobs.py), under either launcher
     assert sorted(p.parent.name for p in tmp_path.glob("*/results.jsonl")) == ["seed=0", "seed=1"]
     # joblib's default n_jobs=-1 times the jobs side by side: each record says so
     beside = {(t or {}).get("parallel_launcher") for t in df.timing}
@@ -246,7 +246,7 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
 
 
 def test_multirun_job_directories_stay_short_and_distinct():
-    from diversed.jobs import short_dirname
+    from diversed.config.jobs import short_dirname
 
     assert short_dirname("seed=0,task=toy") == "seed=0,task=toy"
     assert short_dirname("pair.target=/m/t") == "pair.target=_m_t" and short_dirname("") == "single"
@@ -311,7 +311,7 @@ def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(tmp_
     """engine.top_k / engine.top_p go to our engine, our autoregressive loop and transformers alike;
     at their defaults (no truncation) they are left out of the settings, so run directories from
     before the options resume; set, they are in the settings and give new points."""
-    from diversed.pair import describe_pair
+    from diversed.models.pair import describe_pair
 
     asked, decoders = [], ("speculative_generate", "autoregressive_generate", "transformers_generate")
 
@@ -381,7 +381,7 @@ def no_pair(monkeypatch):
 
 
 def test_a_second_evaluate_on_one_directory_is_refused_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
-    from diversed.rundir import hold
+    from diversed.files.rundir import hold
 
     cfg = small_eval(tmp_path, toy_tiny_dir)
     with hold(tmp_path), monkeypatch.context() as m:  # another writer (this process holds it apart: one writer)

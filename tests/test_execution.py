@@ -1,4 +1,4 @@
-"""diversed/execution.py: verdicts, output, timeouts and the layer switches. The hostile programs
+"""diversed/tasks/execution.py: verdicts, output, timeouts and the layer switches. The hostile programs
 and what each layer closes are in test_sandbox.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diversed import confine, execution, memcg
-from diversed.execution import ExecutionResult, run_program, run_programs
+from diversed.tasks import confine, execution, memcg
+from diversed.tasks.execution import ExecutionResult, run_program, run_programs
 
 TIMEOUT = 3.0
 

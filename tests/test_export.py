@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
-from diversed.results import ResultStore, load_runs, run_record
 from diversed.show import examples_file, export, run
+from diversed.sweep.results import ResultStore, load_runs, run_record
 
 
 def _run(run_dir, n_points: int, n_examples: int) -> ResultStore:

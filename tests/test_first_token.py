@@ -10,8 +10,8 @@ from test_engine import chi2_pvalue, first_position, random_head
 from tiny_models import EOS, PAD, ragged_prompts, tiny_pair
 
 from diversed import DynamicEnsemble, Lossless, StaticEnsemble, speculative_generate
-from diversed.reference import transformers_generate
-from diversed.verify import mix
+from diversed.decoding.reference import transformers_generate
+from diversed.decoding.verify import mix
 
 W = 0.3  # mostly the draft: argmax v often differs from argmax p
 

@@ -11,7 +11,7 @@ import transformers
 from tiny_models import EOS, PAD, ragged_prompts
 
 from diversed import speculative_generate
-from diversed.forward import Plan, SlotModel, plan, sliding_window
+from diversed.decoding.forward import Plan, SlotModel, plan, sliding_window
 
 VOCAB = 64
 
@@ -230,9 +230,9 @@ def test_the_forward_path_is_asked_for_and_logged(caplog):
     the direct way cannot run is an error naming why, not a silent fallback."""
     import logging
 
-    from diversed.forward import forward_path, use_forward
+    from diversed.decoding.forward import forward_path, use_forward
 
-    caplog.set_level(logging.INFO, logger="diversed.forward")
+    caplog.set_level(logging.INFO, logger="diversed.decoding.forward")
     target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
     assert forward_path(target) == "direct" and "direct forward path: llama on cpu" in caplog.text
     use_forward(target, "hf")
@@ -251,7 +251,7 @@ def test_the_forward_path_is_asked_for_and_logged(caplog):
 
 
 def test_a_surprise_in_the_direct_check_is_a_warning_with_its_cause(caplog, monkeypatch):
-    from diversed.forward import forward_path
+    from diversed.decoding.forward import forward_path
 
     def broken(self, *a, **k):
         raise RuntimeError("kernel went missing")
@@ -259,7 +259,7 @@ def test_a_surprise_in_the_direct_check_is_a_warning_with_its_cause(caplog, monk
     monkeypatch.setattr(Plan, "run", broken)
     model = tiny(transformers.LlamaConfig, 1, 2)
     assert forward_path(model) == "hf"
-    warned = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "diversed.forward"]
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "diversed.decoding.forward"]
     assert warned and "raised RuntimeError: kernel went missing" in warned[0].getMessage()
 
 
@@ -267,9 +267,9 @@ def test_auto_takes_the_direct_path_on_cpu_only(caplog):
     """Off the CPU (here the meta device stands in for a GPU), auto takes the hf path and says why."""
     import logging
 
-    from diversed.forward import forward_path
+    from diversed.decoding.forward import forward_path
 
-    caplog.set_level(logging.INFO, logger="diversed.forward")
+    caplog.set_level(logging.INFO, logger="diversed.decoding.forward")
     model = tiny(transformers.LlamaConfig, 1, 3).to("meta")
     assert forward_path(model) == "hf" and "direct path on CPU only" in caplog.text
 
@@ -285,7 +285,7 @@ def test_a_deep_model_with_large_logits_takes_the_direct_path_when_it_agrees(cap
             layer.mlp.down_proj.weight.mul_(3.0)
     ids = torch.arange(12).view(2, 6) % VOCAB
     assert float(model(ids).logits.abs().max()) > 100
-    with caplog.at_level(logging.INFO, logger="diversed.forward"):
+    with caplog.at_level(logging.INFO, logger="diversed.decoding.forward"):
         assert plan(model).direct
     assert "of the values' scale (tolerance 5e-05)" in caplog.text
     model.model.layers[5].register_forward_hook(lambda module, args, output: output * 1.001)
@@ -297,7 +297,7 @@ def test_the_cache_is_passed_by_the_name_the_model_takes():
     (6 warnings in one toy decode, 36 lines of the demo's stderr)."""
     import warnings
 
-    from diversed.forward import use_forward
+    from diversed.decoding.forward import use_forward
 
     target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
     for model in (target, draft):

@@ -1,6 +1,6 @@
 """GGUF files as pair members, end to end without a network: a tiny random Llama and a tiny Gemma-3
 with sliding-window layers written by the `gguf` package (tests/gguf_fixtures.py), converted once
-to cached safetensors (diversed/weights.py), a draft made from the target's first layers with a
+to cached safetensors (diversed/models/gguf.py), a draft made from the target's first layers with a
 restricted vocabulary (diversed/drafts.py, draft_vocab.py), loaded through `pair.load_pair` and
 decoded exactly (lossless greedy = the target's own `generate`)."""
 
@@ -16,12 +16,12 @@ pytest.importorskip("gguf")
 from gguf_fixtures import write_tiny_gemma3_gguf, write_tiny_llama_gguf  # noqa: E402
 
 from diversed import Lossless, StaticEnsemble, speculative_generate  # noqa: E402
-from diversed.draft_vocab import DraftVocabHead  # noqa: E402
+from diversed.decoding.draft_vocab import DraftVocabHead  # noqa: E402
+from diversed.decoding.forward import forward_path  # noqa: E402
+from diversed.decoding.inputs import left_pad  # noqa: E402
 from diversed.drafts import init_draft  # noqa: E402
-from diversed.forward import forward_path  # noqa: E402
-from diversed.inputs import left_pad  # noqa: E402
-from diversed.pair import describe_pair, load_pair  # noqa: E402
-from diversed.weights import convert_gguf, converted_dir, sha256_file  # noqa: E402
+from diversed.models.gguf import convert_gguf, converted_dir, sha256_file  # noqa: E402
+from diversed.models.pair import describe_pair, load_pair  # noqa: E402
 
 TEXTS = [
     "The cat sat on the mat and 12 + 30 = 42.",
@@ -62,7 +62,7 @@ def test_a_gguf_file_is_converted_once_keyed_by_its_digest_and_named_in_the_pair
     )  # cached
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # nothing half-written beside it
     card = describe_pair(
-        {"_target_": "diversed.pair.load_pair", "target": str(path), "draft": str(path), "name": "t"}
+        {"_target_": "diversed.models.pair.load_pair", "target": str(path), "draft": str(path), "name": "t"}
     )
     assert card.identity["target"]["gguf"] == {"file": "tiny.gguf", "sha256": sha256_file(path)}
     assert card.hidden == {"target": 64, "draft": 64}
@@ -77,7 +77,7 @@ def test_a_tiny_llama_gguf_and_its_restricted_draft_decode_exactly(cache, tmp_pa
     assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
     assert pair.target_name == str(path) and pair.draft.config.num_hidden_layers == 1
     for forward in ("hf", "direct"):
-        from diversed.forward import use_forward
+        from diversed.decoding.forward import use_forward
 
         use_forward(pair.target, forward)
         use_forward(pair.draft, forward)
@@ -113,7 +113,7 @@ def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_s
     from safetensors.torch import load_file
 
     from diversed import drafts
-    from diversed.prompts import PromptDataModule
+    from diversed.training.prompts import PromptDataModule
 
     path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=2)
     tiny = ("distill.rollout=target", "distill.reuse=true", "distill.top_k=16", "distill.prompt_positions=-1",

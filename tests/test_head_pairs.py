@@ -12,9 +12,9 @@ from tiny_models import compose_run
 
 import diversed.evaluate as ev
 from diversed import WeightHead
-from diversed.heads import pair_record, same_pair
-from diversed.pair import describe_pair
-from diversed.results import load_results
+from diversed.models.heads import pair_record, same_pair
+from diversed.models.pair import describe_pair
+from diversed.sweep.results import load_results
 
 SMALL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=4", "sweep.draft_lengths=[2]",
          "sweep.temperatures=[0.0]", "sweep.methods=[dynamic]", "timing.warmup=0", "timing.repeats=0",
@@ -69,7 +69,7 @@ def test_the_same_models_elsewhere_and_older_heads_pass(tmp_path, toy_tiny_dir, 
     shutil.copytree(toy_tiny_dir, copy)  # another directory, the same weights: the same models
     head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
     old = save_head(tmp_path / "run0" / "head", card)  # no pair_identity: saved before it was recorded
-    from diversed.preflight import check_heads
+    from diversed.sweep.preflight import check_heads
 
     with caplog.at_level("WARNING"):
         digests = check_heads(card_of(tmp_path, copy), [str(head), str(old)])
@@ -141,7 +141,7 @@ def test_local_pairs_are_named_by_their_models(tmp_path):
     `<run>/draft`; a name given is kept."""
     from hydra import compose, initialize_config_dir
 
-    import diversed.runtime  # noqa: F401  (registers the resolvers, as every entry point does)
+    import diversed.config.runtime  # noqa: F401  (registers the resolvers, as every entry point does)
     from diversed import CONFIG_DIR
 
     def composed(*overrides):
@@ -158,7 +158,7 @@ def test_local_pairs_are_named_by_their_models(tmp_path):
 def test_one_check_of_a_head_against_a_pair(caplog):
     """`check_head`: hidden sizes (an unknown one is not compared), then the recorded models; preflight,
     `WeightHead.from_pretrained` and the engine all ask it."""
-    from diversed.heads import check_head
+    from diversed.models.heads import check_head
 
     config = {"draft_hidden_size": 8, "target_hidden_size": 16, "pair": "mine"}
     assert check_head(config, draft_hidden_size=8, target_hidden_size=None) is None

@@ -20,8 +20,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 from tiny_models import compose_run, pair_overrides
 
-from diversed import CONFIG_DIR, runtime
-from diversed.schema import ConfigError, check_train
+from diversed import CONFIG_DIR
+from diversed.config import runtime
+from diversed.config.schema import ConfigError, check_train
 
 # ----------------------------------------------------------------------------- the default logger
 
@@ -41,7 +42,7 @@ def test_every_entry_point_logs_csv_by_default_and_wandb_offline_and_silent_when
 
 def test_the_resolved_config_is_logged(caplog):
     cfg = OmegaConf.create({"task_name": "toy", "model": {"name": "${task_name}-head"}, "later": "${hydra:runtime.output_dir}"})
-    with caplog.at_level(logging.INFO, logger="diversed.runtime"):
+    with caplog.at_level(logging.INFO, logger="diversed.config.runtime"):
         runtime.show_config(cfg)
     assert "name: toy-head" in caplog.text  # resolved
     assert "${hydra:runtime.output_dir}" in caplog.text  # what cannot be resolved here is shown as written
@@ -192,7 +193,7 @@ def test_timing_under_a_parallel_launcher_warns_and_is_recorded(tmp_path, toy_ti
     from hydra.core.hydra_config import HydraConfig
 
     import diversed.evaluate as ev
-    from diversed.results import ResultStore
+    from diversed.sweep.results import ResultStore
 
     launcher = OmegaConf.create({"launcher": {"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
                                               "n_jobs": -1}})  # fmt: skip

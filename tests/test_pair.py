@@ -12,10 +12,10 @@ import torch
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-import diversed.pair as pair_mod
-from diversed import hub
-from diversed.hub import probe as probe_hub
-from diversed.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, pair_name, resolve
+import diversed.models.pair as pair_mod
+from diversed.models import hub
+from diversed.models.hub import probe as probe_hub
+from diversed.models.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, pair_name, resolve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs" / "pair"
 MISSING = "no-such-org-diversed/no-such-model"
@@ -142,11 +142,11 @@ def test_paper_pair_config_fails_fast_offline(monkeypatch):
 )
 def test_paper_pair_configs(name, target, draft):
     cfg = OmegaConf.load(CONFIGS / f"{name}.yaml")
-    assert cfg._target_ == "diversed.pair.load_pair"
+    assert cfg._target_ == "diversed.models.pair.load_pair"
     assert (cfg.target, cfg.draft, cfg.name) == (target, draft, name)
     assert cfg.dtype == "bfloat16" and cfg.device == "auto"
 
 
 def test_toy_pair_config():
     cfg = OmegaConf.load(CONFIGS / "toy.yaml")
-    assert cfg._target_ == "diversed.toy.load_toy_pair" and cfg.device == "cpu"
+    assert cfg._target_ == "diversed.models.toy.load_toy_pair" and cfg.device == "cpu"

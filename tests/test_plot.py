@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
-from diversed.plot import method_label, plot_pareto, run, summary_table, write_table
-from diversed.results import ResultStore, load_results
+from diversed.analysis.drawing import method_label, plot_pareto, summary_table, write_table
+from diversed.plot import run
+from diversed.sweep.results import ResultStore, load_results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_small.jsonl"
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +187,7 @@ def test_notebook_runs_on_the_fixture(tmp_path, monkeypatch):
 
 def families_frame() -> pd.DataFrame:
     """Records of every method family on one task, with known scores and acceptance rates."""
-    from diversed.results import run_record
+    from diversed.sweep.results import run_record
 
     base = {"pair": "p", "task": "t", "metric": "accuracy", "temperature": 1.0, "seed": 0, "n_examples": 100,
             "settings_group": "g", "settings": "s", "wall_time_s": 1.0}  # fmt: skip
@@ -208,7 +209,7 @@ def families_frame() -> pd.DataFrame:
 
 
 def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quality(tmp_path):
-    from diversed.fronts import best_at_quality
+    from diversed.analysis.fronts import best_at_quality
 
     df = families_frame()
     best = best_at_quality(df).set_index("method")
@@ -223,7 +224,7 @@ def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quali
     assert len(summary_table(df)) == 1 + 1 + 4 + 3 + 4 + 2  # every setting
     paths = plot_pareto(df, tmp_path, formats=("png",))
     check_figures(paths)
-    from diversed.plot import _legend, _lines
+    from diversed.analysis.drawing import _legend, _lines
 
     lines = _lines(df)
     assert {(m, tuple(o.values())) for m, o, _ in lines} == {("static", ()), ("lossy", ()), ("cascade", ("chow",)),

@@ -15,9 +15,9 @@ from omegaconf import OmegaConf, open_dict
 from tiny_models import compose_run
 
 import diversed.evaluate as ev
-from diversed import methods
 from diversed.errors import ConfigError
-from diversed.results import ResultStore, load_results
+from diversed.sweep import methods
+from diversed.sweep.results import ResultStore, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -102,8 +102,8 @@ def test_the_plugin_knobs_default_grid_is_swept_when_the_config_lists_none(plugi
 
 
 def test_plot_draws_it_and_report_tabulates_it_with_its_knob_named(swept, tmp_path):
-    from diversed.compare import mean_over_seeds
-    from diversed.plot import _legend, plot_pareto, summary_table
+    from diversed.analysis.compare import mean_over_seeds
+    from diversed.analysis.drawing import _legend, plot_pareto, summary_table
     from diversed.report import write_report
 
     df = load_results(swept)
@@ -124,7 +124,7 @@ def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swe
     methods.unregister("power")
     with pytest.raises(ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"):
         load_results(swept)
-    # a package's entry point of the diversed.methods group is loaded when records name a method not registered
+    # a package's entry point of the diversed.sweep.methods group is loaded when records name a method not registered
     import importlib.metadata
 
     point = importlib.metadata.EntryPoint(name="power", value="plugin_method:METHOD", group=methods.ENTRY_POINT_GROUP)

@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from diversed import CONFIG_DIR
-from diversed.prompts import PromptDataModule
 from diversed.tasks import load_task
+from diversed.training.prompts import PromptDataModule
 
 
 def _ids(task) -> set[str]:
@@ -56,7 +56,7 @@ def test_examples_shared_with_the_evaluation_split_are_left_out(tmp_path, caplog
     test = _write(tmp_path / "test.jsonl", _gsm8k_rows(1000, 150) + _gsm8k_rows(0, 40))  # 40 leaked
     factory = functools.partial(load_task, "gsm8k", split="test", data_files={"train": train, "test": test})
     dm = PromptDataModule(factory, val_split="holdout", n_val=50)
-    with caplog.at_level(logging.WARNING, logger="diversed.prompts"):
+    with caplog.at_level(logging.WARNING, logger="diversed.training.prompts"):
         dm.setup("fit")
     evaluation = _ids(load_task("gsm8k", split="test", data_files={"test": test}))
     assert not (_ids(dm.train_task) | _ids(dm.val_task)) & evaluation
@@ -66,7 +66,7 @@ def test_examples_shared_with_the_evaluation_split_are_left_out(tmp_path, caplog
     caplog.clear()
     factory = functools.partial(load_task, "gsm8k", split="test", data_files={"train": train})
     dm = PromptDataModule(factory, val_split="holdout", n_val=50)
-    with caplog.at_level(logging.WARNING, logger="diversed.prompts"):
+    with caplog.at_level(logging.WARNING, logger="diversed.training.prompts"):
         dm.setup("fit")
     assert len(dm.val_task) == 50 and "could not read the evaluation split 'test'" in caplog.text
 
@@ -102,7 +102,7 @@ def test_paper_presets_select_checkpoints_on_train_problems_only(preset, tmp_pat
 def test_length_grouped_batches_serve_every_row_once_per_epoch_in_batches_of_similar_lengths():
     import random
 
-    from diversed.prompts import LengthGroupedBatches, SeededShuffle
+    from diversed.training.prompts import LengthGroupedBatches, SeededShuffle
 
     lengths = [random.Random(i).randint(10, 500) for i in range(203)]
     order = SeededShuffle(len(lengths), seed=3)
@@ -128,7 +128,7 @@ def test_the_train_loader_resumes_at_the_batch_after_its_checkpoint(grouped):
     batch of the same order; a finished epoch resumes at the next epoch's first batch."""
     from types import SimpleNamespace
 
-    from diversed.prompts import PromptDataModule
+    from diversed.training.prompts import PromptDataModule
 
     def loader():
         dm = PromptDataModule(lambda **_: None, batch_size=4, seed=7)

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from tiny_models import compose_run
 
-from diversed import published
-from diversed.compare import mean_over_seeds
-from diversed.figures import prop1_gaps, token_class
+from diversed.analysis import published
+from diversed.analysis.compare import mean_over_seeds
+from diversed.analysis.figures import prop1_gaps, token_class
+from diversed.analysis.tables import paper_table, transfer_table
 from diversed.report import run, write_report
-from diversed.results import ResultStore, key_digest, load_results, run_record
-from diversed.tables import paper_table, transfer_table
+from diversed.sweep.results import ResultStore, key_digest, load_results, run_record
 
 TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
 
@@ -163,8 +163,8 @@ def test_prop1_gap_in_standard_errors():
 def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_path, monkeypatch):
     """Two seeds per setting: each seed's times against its own seed's autoregressive time, the
     figure's bars the interval over seeds; a panel per sample and one per token for each pair."""
-    from diversed import figures
-    from diversed.tables import with_times
+    from diversed.analysis import figures
+    from diversed.analysis.tables import with_times
 
     rows = []
     for seed, ar_time in ((0, 1.0), (1, 2.0)):

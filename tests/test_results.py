@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diversed import atomic
 from diversed import results as R
-from diversed.fronts import pareto_front
-from diversed.results import (
+from diversed.analysis.fronts import pareto_front
+from diversed.files import atomic
+from diversed.sweep.results import (
     GRID_FIELDS,
     ResultStore,
     grid_key,
@@ -206,7 +206,7 @@ def test_killed_process_leaves_a_valid_store(tmp_path):
     child = textwrap.dedent(f"""
         import importlib.util, os
         # results.py alone: the package __init__ would import torch, which this test does not need
-        spec = importlib.util.spec_from_file_location("results", {str(ROOT / "diversed" / "results.py")!r})
+        spec = importlib.util.spec_from_file_location("results", {str(ROOT / "diversed" / "sweep" / "results.py")!r})
         R = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(R)
         store = R.ResultStore({str(tmp_path)!r})

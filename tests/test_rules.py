@@ -10,8 +10,8 @@ from test_engine import chi2_pvalue, first_position, random_head  # noqa: F401  
 from tiny_models import ragged_prompts, tiny_pair
 
 from diversed import Cascade, Lossless, LossySD, TypicalAcceptance, speculative_generate
-from diversed.rules import defer, entropy, lossy_first_token, typical_threshold
-from diversed.verify import mix, total_variation
+from diversed.decoding.rules import defer, entropy, lossy_first_token, typical_threshold
+from diversed.decoding.verify import mix, total_variation
 
 N_ROWS = 6000
 

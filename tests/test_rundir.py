@@ -15,9 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from diversed import atomic, jobs, rundir
+from diversed.config import jobs
 from diversed.errors import ConfigError
-from diversed.results import ResultStore, examples_path, load_results, read_examples, read_records, run_record
+from diversed.files import atomic, rundir
+from diversed.sweep.results import (
+    ResultStore,
+    examples_path,
+    load_results,
+    read_examples,
+    read_records,
+    run_record,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

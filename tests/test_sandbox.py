@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sandbox import hostile
 
-from diversed import confine, execution
+from diversed.tasks import confine, execution
 
 REPO = Path(__file__).resolve().parents[1]
 EVALUATOR = REPO / "tests" / "sandbox" / "evaluator.py"

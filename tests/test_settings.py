@@ -12,7 +12,7 @@ from tiny_models import compose_run
 
 import diversed.evaluate as ev
 from diversed import CONFIG_DIR
-from diversed.schema import ConfigError, check_distill, check_evaluate, check_train
+from diversed.config.schema import ConfigError, check_distill, check_evaluate, check_train
 from diversed.train import train
 
 EVAL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=2", "sweep.draft_lengths=[2]",
@@ -176,8 +176,8 @@ def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
     file, a head of other hidden sizes, a draft of another pair, a file that is no checkpoint."""
     import torch
 
-    from diversed.pair import describe_pair
-    from diversed.preflight import model_shapes
+    from diversed.models.pair import describe_pair
+    from diversed.sweep.preflight import model_shapes
 
     card = describe_pair(compose_run("train", tmp_path, toy_tiny_dir, TRAIN).pair)
     d, t = card.hidden["draft"], card.hidden["target"]

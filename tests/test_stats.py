@@ -7,7 +7,7 @@ import torch
 from tiny_models import ragged_prompts, tiny_pair
 
 from diversed import StaticEnsemble, Totals, speculative_generate
-from diversed.stats import theoretical_speedup, tokens_per_call_bound
+from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,8 @@ def _finish(counter):
 def test_a_round_is_counted_from_what_happened_in_it():
     """`RowCounter.count` takes the round: a row's proposals stop at its first drafted EOS and at its
     own budget (the drafts it would get alone), verified = accepted + the first rejected."""
-    from diversed.rounds import Round
-    from diversed.stats import RowCounter
+    from diversed.decoding.rounds import Round
+    from diversed.decoding.stats import RowCounter
 
     eos = torch.tensor([2])
     x = torch.tensor([[5, 2, 6], [7, 8, 9], [7, 8, 9]])  # row 0 drafted EOS second
@@ -118,8 +118,8 @@ def test_a_round_is_counted_from_what_happened_in_it():
 def test_a_round_without_drafts_is_one_token():
     """`Round.single`: plain decoding's step (and the engine's first token from the target alone):
     one round, one token, nothing proposed, w at the token where w is recorded."""
-    from diversed.rounds import Round
-    from diversed.stats import RowCounter
+    from diversed.decoding.rounds import Round
+    from diversed.decoding.stats import RowCounter
 
     counter = RowCounter(2, 0, torch.device("cpu"), records_w=True, max_new=2)
     for step in range(2):
@@ -138,8 +138,8 @@ def test_a_round_without_drafts_is_one_token():
 def test_the_records_statistics_come_from_the_totals():
     """Every statistic in `RECORDED` is a `Totals` attribute and a results record field of its kind;
     a record of decoding without drafts has None (or the plain value) for those about drafts."""
-    from diversed import results
-    from diversed.stats import RECORDED
+    from diversed.decoding.stats import RECORDED
+    from diversed.sweep import results
 
     t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, verified=9, tv_sum=1.5, w_sum=2.5, w_count=5,
                records_w=True)  # fmt: skip
@@ -164,6 +164,6 @@ def test_results_read_the_statistics_without_torch():
     import subprocess
     import sys
 
-    code = "import sys, diversed.results; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, diversed.sweep.results; assert 'torch' not in sys.modules, 'torch imported'"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rouge_score import rouge_scorer
 
-from diversed import hub
+from diversed.models import hub
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.cnndm import CNNDailyMail
 from diversed.tasks.data import DatasetUnavailable, subset
@@ -399,7 +399,7 @@ def test_xsum_cuts_summaries_to_32_words(files: dict[str, Path]) -> None:
 
 def test_mbpp_needs_an_explicit_opt_in(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DIVERSED_ALLOW_CODE_EXECUTION", raising=False)
-    from diversed.execution import CodeExecutionNotAllowed
+    from diversed.tasks.execution import CodeExecutionNotAllowed
 
     # Raised before the (here missing) data is even looked at.
     with pytest.raises(CodeExecutionNotAllowed, match=r"task\.allow_code_execution=true"):
@@ -510,7 +510,7 @@ def corpus_tokenizer(kind: str):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from diversed.toy_corpus import build_tokenizer
+    from diversed.models.toy_corpus import build_tokenizer
 
     if kind == "toy":
         return build_tokenizer()

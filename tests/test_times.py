@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from diversed.results import ResultStore, load_results
-from diversed.times import (
+from diversed.sweep.results import ResultStore, load_results
+from diversed.sweep.times import (
     NORMALIZED,
     TIME_FIELDS,
     Baselines,
@@ -186,7 +186,7 @@ def test_the_default_and_the_demo_time_with_repeats():
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
-    from diversed.schema import TimingSettings
+    from diversed.config.schema import TimingSettings
 
     assert TimingSettings().repeats >= 5 and TimingSettings().latency_repeats >= 3
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from diversed import toy, toy_corpus
+from diversed.models import toy, toy_corpus
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.toy import ToyCountTask, ToyTask
 
@@ -245,7 +245,7 @@ def test_toy_task_reads_data_files(tmp_path):
 def test_quality_gap_of_the_default_pair(toy_pair_dir):
     """Target >= 0.9 and draft <= 0.6 greedy exact match on the test split; lossless acceptance
     rate at T = 1 (N = 5) between 0.3 and 0.85."""
-    from diversed.pair import load_pair
+    from diversed.models.pair import load_pair
 
     pair = load_pair(str(toy_pair_dir / "target"), str(toy_pair_dir / "draft"), device="cpu", dtype="float32")
     report = toy.evaluate(pair.target, pair.draft, pair.tokenizer, n_eval=500, skills=toy_corpus.SKILLS)

@@ -12,9 +12,10 @@ from hydra import compose, initialize_config_dir
 from resuming import Killed, assert_resumed_is_uninterrupted, kill_at
 from tiny_models import compose_run, pair_overrides, tiny_pair
 
-from diversed import WeightHead
-from diversed.reinforce import policy_loss
-from diversed.train import CONFIG_DIR, DiversedModule, train
+from diversed import CONFIG_DIR, WeightHead
+from diversed.train import train
+from diversed.training.head_module import DiversedModule
+from diversed.training.reinforce import policy_loss
 
 
 def sgd_step(head, loss_fn, lr=0.5):
@@ -87,7 +88,7 @@ def test_loss_masks_padding():
 def test_teacher_forced_rows_score_a_completion_as_its_unpadded_row_does():
     """The layout both training modules score with: left padding and the slots past a row's
     completion change neither its positions nor the logits predicting its completion tokens."""
-    from diversed.pair_module import teacher_forced
+    from diversed.training.pair_module import teacher_forced
 
     target, _ = tiny_pair(seed=2)
     prompts, completions = [[7, 30, 12, 55, 9], [40, 41]], [[11, 12, 13, 14], [20, 21]]
@@ -150,8 +151,8 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
     cfg_json = (Path(result["head_dir"]) / "head_config.json").read_text()
     assert "tiny-toy" in cfg_json and '"task": "toy"' in cfg_json
     # ... and the models it was trained on, which evaluation checks a head against
-    from diversed.heads import pair_record
-    from diversed.pair import describe_pair
+    from diversed.models.heads import pair_record
+    from diversed.models.pair import describe_pair
 
     assert json.loads(cfg_json)["pair_identity"] == pair_record(describe_pair(cfg.pair).identity)
     with pytest.raises(ValueError, match="draft_hidden_size"):
@@ -226,7 +227,7 @@ def test_each_multirun_job_gets_its_own_logger_run(tmp_path, monkeypatch):
     launcher runs them in one process) are named apart and each run is finished at its end."""
     from omegaconf import OmegaConf
 
-    from diversed import runtime
+    from diversed.config import runtime
 
     cfg = OmegaConf.create({"logger": {"wandb": {"_target_": "lightning.pytorch.loggers.WandbLogger", "name": "toy",
                                                  "save_dir": str(tmp_path), "offline": True, "project": "t"},
@@ -256,7 +257,7 @@ def test_checking_a_checkpoint_against_the_pair_draws_nothing_from_the_generator
     state kept: the run's own head, drawn after the check, is the one drawn without it."""
     import functools
 
-    from diversed.train import head_shapes
+    from diversed.training.head_module import head_shapes
 
     card = SimpleNamespace(hidden={"draft": 64, "target": 128})
     torch.manual_seed(0)
@@ -322,7 +323,7 @@ def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(
     import os
     import re
 
-    from diversed import atomic
+    from diversed.files import atomic
 
     real = atomic.write_all
 

@@ -12,11 +12,11 @@ from tiny_models import VOCAB, ragged_prompts, tiny_pair
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from diversed import Cascade, DynamicEnsemble, Lossless, LossySD, StaticEnsemble, TypicalAcceptance
-from diversed.autoregressive import autoregressive_generate
-from diversed.engine import speculative_generate
-from diversed.reference import transformers_generate
-from diversed.rules import defer, lossy_first_token, typical_threshold
-from diversed.verify import mix, probs_from_logits, truncate
+from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.engine import speculative_generate
+from diversed.decoding.reference import transformers_generate
+from diversed.decoding.rules import defer, lossy_first_token, typical_threshold
+from diversed.decoding.verify import mix, probs_from_logits, truncate
 
 T = 0.8  # not 1: the order temperature, then top-k, then top-p matters for top-p
 

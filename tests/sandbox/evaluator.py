@@ -26,7 +26,7 @@ from pathlib import Path
 
 import hostile
 
-from diversed import confine, execution
+from diversed.tasks import confine, execution
 from diversed.tasks.mbpp import MBPP
 
 MARKER = b"DVX-MARKER-INTACT"

@@ -1,0 +1,3 @@
+"""Analysis: from records to claims: Pareto fronts and knob choices, paired differences over
+seeds, the report's tables and figures, the paper's published numbers. Reads records, never models.
+"""

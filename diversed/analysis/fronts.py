@@ -1,0 +1,138 @@
+"""Which records to show: Pareto fronts, and each knob family's setting at a reference quality.
+
+`pareto_front` keeps the records no other record beats on both axes. A knob family is a method's
+main knob, its `Method.family` (the static weight, the lenience, a cascade's α, typical acceptance's ε,
+the knob of a method of one's own); its other knobs name the family's group. Its setting is chosen one
+of two ways:
+
+- `choose_on` (the tables' rows): on a VALIDATION run, the setting with the most acceptance among
+  those non-inferior to autoregressive decoding, quality ≥ AR − δ with δ = `margin` × AR's quality,
+  tested paired and one-sided (`compare.non_inferior`); the choice is then reported on the test run of
+  the same protocol (`comparison_group`). Test scores never choose.
+- `best_at_quality` (the "oracle" view, labelled so): on the reported run itself, the most acceptance
+  among settings whose score is within the AR run's 95 % half-width.
+
+Seed-averaged rows and intervals come from `compare`; this module neither loads nor writes files
+(per-example rows are read through `compare.per_example`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diversed.analysis.compare import non_inferior, per_example
+
+
+def pareto_front(
+    df: pd.DataFrame, x: str, y: str, *, maximize: tuple[bool, bool] = (True, True)
+) -> pd.DataFrame:
+    """The rows of `df` not dominated in (x, y), sorted by x.
+
+    `maximize` says per axis whether larger is better: `(True, True)` for score vs acceptance
+    rate, `(True, False)` for score vs normalized_time. A row is dominated when another is at
+    least as good on both axes and strictly better on one; identical points are all kept.
+    Rows with a missing x or y are dropped.
+    """
+    d = df.dropna(subset=[x, y])
+    sign = np.where(maximize, 1.0, -1.0)
+    pts = d[[x, y]].to_numpy(dtype=float) * sign  # now larger is better on both axes
+    ge = (pts[None, :, :] >= pts[:, None, :]).all(-1)  # ge[i, j]: j at least as good as i
+    gt = (pts[None, :, :] > pts[:, None, :]).any(-1)
+    dominated = (ge & gt).any(1)
+    return d[~dominated].sort_values([x, y])
+
+
+def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.DataFrame:
+    """Each knob family's best setting at the quality of the `reference` method: per (pair, task,
+    temperature, N, settings group, method and its knobs but the family's), the row with the
+    highest acceptance rate among those whose score is at least the reference's score minus the
+    half-width of its 95% CI (the reference of the same pair, task, temperature and settings
+    group); where none qualifies, the best-scoring row. `at_quality` says which. Rows of methods
+    without a knob family pass through. (The paper's "best static weight at the quality of
+    autoregressive decoding".)"""
+    from diversed.sweep.methods import METHODS
+
+    keys = ["pair", "task", "temperature", "settings_group"]
+    d = df.copy()
+    d["_group"] = d["settings_group"].astype(object).where(d["settings_group"].notna(), "")
+    ref = d[d["method"] == reference]
+    half = ((ref["score_ci_high"] - ref["score_ci_low"]) / 2).fillna(0.0)
+    floor = (ref["score"] - half).groupby([ref[k] for k in keys[:-1]] + [ref["_group"]]).max()
+    kept, d["at_quality"] = [], None
+    for name, rows in d.groupby("method", sort=False):
+        m = METHODS.get(name)
+        if m is None or m.family is None:
+            kept.append(rows)
+            continue
+        others = [k for k in m.fields if k != m.family]
+        for _, g in rows.groupby(keys[:-1] + ["_group", "num_draft_tokens", *others], dropna=False, sort=False):
+            r0 = g.iloc[0]
+            bar = floor.get((r0["pair"], r0["task"], r0["temperature"], r0["_group"]), np.nan)
+            ok = g[g["score"] >= bar - 1e-12] if not np.isnan(bar) else g.iloc[0:0]
+            # the most acceptance at quality; where none is at quality, the best score
+            order = ["acceptance_rate", "score"] if len(ok) else ["score", "acceptance_rate"]
+            pick = (ok if len(ok) else g).sort_values(order).iloc[[-1]].copy()
+            pick["at_quality"] = bool(len(ok))
+            kept.append(pick)
+    return pd.concat(kept).drop(columns="_group").reset_index(drop=True) if kept else d.drop(columns="_group")
+
+
+# The columns that say which family group a knob choice belongs to (besides the method's other knobs).
+_CHOICE_KEYS = ["pair", "task", "temperature", "comparison_group", "num_draft_tokens"]
+
+
+def choice_key(r: pd.Series | dict) -> tuple:
+    """Which knob choice a row (a record, or a row of `choose_on`) belongs to: `_CHOICE_KEYS`, the
+    method and its knobs other than the family's, missing values alike however they are stored."""
+    from diversed.sweep.methods import METHODS
+
+    m = METHODS[r["method"]]
+    cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
+    return (r["pair"], r["task"], round(float(r["temperature"]), 6), "" if cg is None or pd.isna(cg) else cg,
+            None if pd.isna(n) else int(n), r["method"],
+            *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != m.family))  # fmt: skip
+
+
+def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive") -> pd.DataFrame:
+    """Each knob family's setting chosen on `records` (one split's raw records, every seed, with
+    `run_dir` for their per-example rows): per (pair, task, temperature, comparison group, N, method,
+    its other knobs) the setting with the most acceptance (Σ accepted / Σ proposed over examples and
+    seeds) among those non-inferior to `reference` of the same pair, task, temperature and comparison
+    group, with δ = `margin` × the reference's score; where none is, the best-scoring one
+    (`non_inferior` False). One row per choice: the group's columns, the method's knobs, the chosen
+    knob `value`, `family`, its validation `score`, `acceptance_rate`, `diff` and one-sided `low`
+    (paired against the reference), `delta` and `non_inferior`."""
+    from diversed.sweep.methods import METHODS
+
+    d = records.copy()
+    d["comparison_group"] = d["comparison_group"].astype(object).where(d["comparison_group"].notna(), "")
+    ref_keys = ["pair", "task", "temperature", "comparison_group"]
+    refs = {k: (per_example(g), pd.to_numeric(g["score"]).mean())
+            for k, g in d[d["method"] == reference].groupby(ref_keys, sort=False)}  # fmt: skip
+    out = []
+    for name, rows in d.groupby("method", sort=False):
+        m = METHODS.get(name)
+        if m is None or m.family is None:
+            continue
+        others = [k for k in m.fields if k != m.family]
+        for key, g in rows.groupby(_CHOICE_KEYS + others, dropna=False, sort=False):
+            ref_ex, ref_score = refs.get(tuple(g.iloc[0][ref_keys]), (None, np.nan))
+            delta = margin * ref_score
+            candidates = []
+            for value, c in g.groupby(m.family, sort=True):
+                ex = per_example(c)
+                if ex is None or ref_ex is None:
+                    continue
+                test = non_inferior(ex, ref_ex, delta)
+                acc = ex["accepted"].sum() / ex["proposed"].sum() if ex["proposed"].sum() > 0 else np.nan
+                candidates.append({"value": value, "score": ex["score"].mean(), "acceptance_rate": acc,
+                                   "diff": test["diff"], "low": test["low"], "non_inferior": test["holds"]})  # fmt: skip
+            if not candidates:
+                continue
+            c = pd.DataFrame(candidates)
+            ok = c[c["non_inferior"]]
+            pick = (ok.sort_values(["acceptance_rate", "score"]) if len(ok) else c.sort_values(["score", "acceptance_rate"])).iloc[-1]
+            out.append({**dict(zip(_CHOICE_KEYS + others, key, strict=True)), "method": name, "family": m.family,
+                        **pick.to_dict(), "delta": delta, "margin": margin, "reference_score": ref_score})  # fmt: skip
+    return pd.DataFrame(out)

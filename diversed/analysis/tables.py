@@ -1,0 +1,274 @@
+"""The report's tables from seed-averaged records: which rows, their cells, and the paired differences.
+
+`table_rows` picks a table's rows (each knob family at its setting chosen on validation by
+`fronts.choose_on`, else its oracle on the reported scores); `paper_table` lays out Tables 1 and 2
+(columns per task: accepted/proposed %, α = accepted/verified %, quality ×100, time / AR, each with
+its interval); `paired_table` puts DIVERSED against every other row (`compare.paired`);
+`transfer_table` is Table 3; `with_times` adds the time intervals over seeds (`times.times_over_seeds`).
+Pure DataFrame functions apart from reading per-example rows: `report` writes the files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from diversed.analysis import published
+from diversed.analysis.compare import INTERVALS, paired, per_example, setting_fields, verdict
+from diversed.analysis.fronts import best_at_quality, choice_key
+from diversed.sweep.methods import METHODS
+from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
+
+# ----------------------------------------------------------------------------- cells
+
+# The quantities of a table cell, named as every header names them (compare's definitions).
+QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"),
+              ("time", "time / AR"))  # fmt: skip
+
+
+def _time_cell(r: pd.Series) -> str:
+    """Time relative to autoregressive decoding with its interval over seeds (`times.times_over_seeds`):
+    per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
+    the sweep's batch size."""
+    field = shown_time(r)
+    value = r.get(field)
+    if value is None or pd.isna(value):
+        return "–"
+    low, high = (r.get(c) for c in ci_fields(field))
+    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{_num(low)}, {_num(high)}]"
+    return f"{_num(value)}{interval}{' b1' if field == 'normalized_latency' else ''}"
+
+
+def _num(x: float, digits: int = 2) -> str:
+    """x rounded, without a sign on a zero ("-0.00" reads as a loss that is not there)."""
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
+    """"73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
+    if value is None or pd.isna(value):
+        return "–"
+    body = _num(100 * value)
+    if low is not None and high is not None and not pd.isna(low) and not pd.isna(high):
+        body += f" [{_num(100 * low)}, {_num(100 * high)}]"
+    return body + note
+
+
+def _knob_note(r: pd.Series) -> str:
+    """" (w=0.5)": the family knob's symbol and the value a table shows (* where none was at quality)."""
+    m = METHODS.get(r["method"])
+    if m is None or m.family is None:
+        return ""
+    star = "" if r.get("at_quality") in (True, None) or pd.isna(r.get("at_quality")) else "*"
+    knob = m.knob(m.family)
+    return f" ({knob.symbol}={knob.show(r[m.family])}){star}"
+
+
+def _row_label(r: pd.Series, several: set[str]) -> str:
+    """The row of a record: its method's `row_name` ("SD (lossless)", "Static"); a knob family's with its other
+    knobs (a str knob by its value, "Cascade chow"; a number by its symbol, "Typical δ=0.3") and where its
+    setting was chosen; a method without a family with its knobs' values where a cell has several
+    (`several`: "DIVERSED (pair/head)")."""
+    m = METHODS.get(r["method"])
+    if m is None:
+        return str(r["method"])
+    if m.family is None:
+        named = " ".join(k.show(r[k.field]) for k in m.knobs) if m.name in several else ""
+        return m.row_name + (f" ({named})" if named else "")
+    others = "".join(f" {k.show(r[k.field])}" if k.type is str else f" {k.symbol}={k.show(r[k.field])}"
+                     for k in m.knobs if k.field != m.family)  # fmt: skip
+    chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
+    return f"{m.row_name}{others}, {chosen}"
+
+
+def _several(d: pd.DataFrame) -> set[str]:
+    """The methods without a knob family (DIVERSED, the fine-tuned draft) with more than one setting of their
+    knobs (heads, drafts) in a cell of `d`: their rows then name them."""
+    several = set()
+    for name, rows in d.groupby("method", sort=False):
+        m = METHODS.get(name)
+        if m is None or m.family is not None or not m.knobs:
+            continue
+        if rows.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False)[list(m.fields)].nunique().max().max() > 1:
+            several.add(name)
+    return several
+
+
+def _n_order(n: str) -> int:
+    return int(n) if n.isdigit() else -1  # "–" (autoregressive) and "?" (published) first
+
+
+def _pair_labels(d: pd.DataFrame) -> pd.Series:
+    """The pair, with its settings digest where one pair and task have results under several settings."""
+    groups = d["settings_group"].astype(object).fillna("").astype(str)
+    several = d.assign(g=groups).groupby(["pair", "task"])["g"].transform("nunique") > 1
+    return d["pair"].where(~several, d["pair"] + " [" + groups.str[:6] + "]")
+
+
+# ----------------------------------------------------------------------------- which rows
+
+
+def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows of a table at one temperature from seed-averaged records `d` of the reported split:
+    every row of methods without a knob family (heads on their own task), and per knob family the
+    setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` "validation"; a family
+    without a choice (or `choices` None: the oracle view) takes `fronts.best_at_quality` on `d` itself,
+    `chosen_on` "test"."""
+    d = d[np.isclose(d["temperature"].astype(float), temperature)]
+    d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
+    oracle = best_at_quality(d).assign(chosen_on="test")
+    if choices is None or not len(choices):
+        return oracle
+    picked, chosen_keys = [], set()
+    for _, c in choices.iterrows():
+        key, family = choice_key(c), METHODS[c["method"]].family
+        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[family], errors="coerce"), float(c["value"]))]
+        rows = rows[[choice_key(r) == key for _, r in rows.iterrows()]]
+        if len(rows):
+            chosen_keys.add(key)
+            picked.append(rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"]))
+    family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
+    keep = [not f or choice_key(r) not in chosen_keys for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]
+    return pd.concat([oracle[keep], *picked], ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- Tables 1 and 2
+
+
+def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
+                choices: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+    """Table 1 / 2 at one temperature from seed-averaged records (`compare.mean_over_seeds`): index
+    (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
+    ×100. Knob families as `table_rows` chooses them."""
+    d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    several = _several(d)
+    order = {m: i for i, m in enumerate(METHODS)}
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    keys: list[tuple[int, tuple[str, str, str]]] = []
+    for _, r in d.iterrows():
+        n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
+        key = (r["pair_label"], _row_label(r, several), n)
+        if key not in cells:
+            cells[key] = {}
+            keys.append((order.get(r["method"], 99), key))
+        spec = METHODS.get(r["method"]) is not None and METHODS[r["method"]].speculative
+        for field, name in QUANTITIES:
+            if field == "time":
+                cells[key][(r["task"], name)] = _time_cell(r)
+                continue
+            if field != "score" and not spec:
+                cells[key][(r["task"], name)] = "–"
+                continue
+            low, high = INTERVALS[field]
+            note = _knob_note(r) if field == "score" else ""
+            cells[key][(r["task"], name)] = _interval(r.get(field), r.get(low), r.get(high), note)
+    tasks = list(dict.fromkeys(d["task"]))
+    if paper:
+        for (t, pair, method, task), (acc, q) in published.TABLES.items():
+            if np.isclose(t, temperature):
+                key = (f"{published.PAIRS[pair]} (paper)", published.METHODS[method], "?")
+                if key not in cells:
+                    cells[key] = {}
+                    keys.append((1000 + order.get(method, 99), key))
+                # the paper does not define its acceptance; its values look like accepted/proposed (PAPER.md)
+                cells[key][(task, QUANTITIES[0][1])] = f"{acc:.2f} (undefined in the paper)"
+                cells[key][(task, QUANTITIES[2][1])] = f"{q:g}"
+                tasks += [task] if task not in tasks else []
+    keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
+    index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
+    columns = pd.MultiIndex.from_tuples([(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"])
+    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns)
+    table.attrs["temperature"] = float(temperature)
+    return table
+
+
+def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
+                 choices: pd.DataFrame | None = None) -> pd.DataFrame | None:  # fmt: skip
+    """DIVERSED against each other row of the table (`table_rows`) at one temperature, paired by example
+    over the reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
+    "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
+    "better" only where the interval excludes 0). None without a DIVERSED row."""
+    rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    if "run_dir" not in records or not (rows["method"] == "dynamic").any():
+        return None
+    several = _several(rows)
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
+        mine = per_example(_records_of(records, dyn))
+        if mine is None:
+            continue
+        same = rows[(rows["pair_label"] == dyn["pair_label"]) & (rows["task"] == dyn["task"]) & (rows["method"] != "dynamic")
+                    & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))]  # fmt: skip
+        for _, base in same.iterrows():
+            theirs = per_example(_records_of(records, base))
+            if theirs is None:
+                continue
+            # one row per baseline across tasks: the setting each task's table chose is in that table
+            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {_row_label(base, set())}")
+            for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
+                if what != "score" and not METHODS[base["method"]].speculative:
+                    cells.setdefault(key, {})[(dyn["task"], name)] = "–"
+                    continue
+                r = paired(mine, theirs, what)
+                cells.setdefault(key, {})[(dyn["task"], name)] = (
+                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}")
+    if not cells:
+        return None
+    tasks = list(dict.fromkeys(rows["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
+                                        names=["task", "difference"])  # fmt: skip
+    keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
+    return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
+
+
+def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The raw records (every seed) of one seed-averaged row: equal on every setting field."""
+    mask = pd.Series(True, index=records.index)
+    for f in setting_fields():
+        if f not in records or f not in row:
+            continue
+        v = row[f]
+        col = records[f]
+        mask &= col.isna() if v is None or (not isinstance(v, str) and pd.isna(v)) else (col == v)
+    return records[mask]
+
+
+# ----------------------------------------------------------------------------- Table 3
+
+
+def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) -> pd.DataFrame | None:
+    """Table 3 at one temperature: index (pair, row, N), rows "SD (lossless)" and "head trained on
+    <task>", columns the task evaluated on; None without a head evaluated on another task than
+    its own."""
+    d = d[np.isclose(d["temperature"].astype(float), temperature)].assign(pair_label=lambda x: _pair_labels(x))
+    dyn = d[(d["method"] == "dynamic") & d["head_task"].notna()]
+    if not (dyn["head_task"] != dyn["task"]).any():
+        return None
+    cells: dict[tuple[str, str, str], dict[str, str]] = {}
+    for _, r in pd.concat([d[d["method"] == "lossless"], dyn]).iterrows():
+        row = "SD (lossless)" if r["method"] == "lossless" else f"head trained on {r['head_task']}"
+        key = (r["pair_label"], row, str(int(r["num_draft_tokens"])))
+        cells.setdefault(key, {})[r["task"]] = (f"{_interval(r['acceptance_rate'], r.get('acceptance_ci_low'), r.get('acceptance_ci_high'))}"
+                                                f" / {_interval(r['score'], r.get('score_ci_low'), r.get('score_ci_high'))}")  # fmt: skip
+    tasks = list(dict.fromkeys(d["task"]))
+    if paper and np.isclose(temperature, 1.0):  # the paper's Table 3 (its temperature is not stated)
+        for (pair, task, trained), (acc, q) in published.TRANSFER.items():
+            row = "SD (lossless)" if trained is None else f"head trained on {trained}"
+            cells.setdefault((f"{published.PAIRS[pair]} (paper)", row, "?"), {})[task] = f"{acc:.2f} / {q:g}"
+            tasks += [task] if task not in tasks else []
+    keys = sorted(cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], _n_order(k[2])))
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "row", "N"])
+    return pd.DataFrame([[cells[k].get(t, "") for t in tasks] for k in keys], index=index, columns=tasks)
+
+
+def with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Seed-averaged records with each normalised time's mean over seeds and its interval
+    (`times.times_over_seeds`, from the per-seed records `df`) for the time figures."""
+    by = [c for c in setting_fields() if c in df and c in d]
+    t = times_over_seeds(df, by)
+    left = d.drop(columns=[c for c in t if c in d and c not in by])
+    for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
+        x[by] = x[by].astype(object).where(x[by].notna(), None)
+    return left.merge(t, on=by, how="left").astype(d[by].dtypes.to_dict())  # the keys' own dtypes back

@@ -1,0 +1,191 @@
+"""Which keys a composed config may hold, and the refusal of every other one (with the closest known key).
+
+Hydra refuses `sweep.weight=[0.9]` (no such key) but accepts `+sweep.weight=[0.9]`, which its own
+hint suggests: the key would then be carried along and ignored. `unknown_keys(cfg, fields)` lists
+every key of a composed config that nothing reads, each with the closest known key (difflib), so
+that `schema.py` refuses it with the other bad settings, before anything loads. What a node knows:
+
+- a node with a `_target_` (task, pair, data module, model, head, logger, callbacks, trainer,
+  optimizer): the target's parameters (its signature), since Hydra passes every key to it; a target
+  that takes `**kwargs` accepts anything, unless the schema describes the node (the head: then the
+  schema's fields, our yaml's keys and the named parameters); `load_task`'s options go to the
+  task's own class (`tasks.option_names`);
+- any other node (sweep, engine, timing, runtime, and the sections of another entry point, which a
+  preset such as `+experiment=toy` holds for all of them): the schema's fields there, plus what our
+  own yaml files define there (the entry points' configs and the config groups' files);
+- the top level: every entry point's sections, the config groups and the primary configs' keys;
+  `logger` and `callbacks` are collections (any name, each entry checked by its `_target_`);
+  `paths` (a namespace for interpolations) and `hydra` are free.
+
+The knobs' keys under `sweep` come from the registered methods (`methods.py`), not from a yaml file:
+`store_sweep_grids()` puts each knob's `sweep.<key>` with its default grid into Hydra's ConfigStore,
+which evaluate.yaml's `optional sweep_knobs@sweep: registered` default merges into the composed config
+(so `sweep.weights=[0.5]` overrides it without a `+`), and refreshes it on every registration.
+Reading `diversed.CONFIG_DIR`, which every composition of our configs does, calls it.
+
+It checks key names only; `schema.py` checks values (types, ranges, combinations).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from diversed.sweep.methods import knobs, on_register
+
+HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
+FREE = frozenset({"paths", "hydra"})
+COLLECTIONS = frozenset({"logger", "callbacks"})
+PRIMARY = ("evaluate", "train", "distill")
+
+
+def unknown_keys(cfg: Any, fields: dict[str, Any], config_dir: str | Path) -> list[str]:
+    """One line per key of `cfg` that nothing reads: `key=value: unknown key; did you mean ...?`.
+    `fields` maps the top-level keys the entry points' schemas know to their annotations."""
+    from omegaconf import DictConfig, OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
+    tree = yaml_tree(str(config_dir))
+    known = set(fields) | set(tree) | FREE | COLLECTIONS
+    lines: list[str] = []
+    for key, value in plain.items():
+        if key not in known:
+            lines.append(_line(key, value, known))
+        elif key in COLLECTIONS and isinstance(value, dict):
+            for name, entry in value.items():
+                if isinstance(entry, dict):
+                    _walk(f"{key}.{name}", entry, None, tree.get(key, {}).get(name), lines)
+        elif key not in FREE and isinstance(value, dict):
+            _walk(key, value, _model(fields.get(key)), tree.get(key), lines)
+    return lines
+
+
+def _walk(path: str, node: dict, schema: type[BaseModel] | None, tree: Any, lines: list[str]) -> None:
+    described = set(schema.model_fields if schema else ()) | set(tree if isinstance(tree, dict) else ())
+    if "_target_" in node:
+        names = target_keys(node["_target_"], node)
+        if names is None and schema is None:  # **kwargs and no schema: anything goes
+            return
+        known = (names if names is not None else described | named_parameters(node["_target_"])) | HYDRA_KEYS
+    else:
+        known = described
+    for key, value in node.items():
+        if key not in known:
+            lines.append(_line(f"{path}.{key}", value, known, prefix=f"{path}."))
+            continue
+        if not isinstance(value, dict):
+            continue
+        field = schema.model_fields.get(key) if schema else None
+        child_schema = _model(field.annotation) if field else None
+        child_tree = tree.get(key) if isinstance(tree, dict) else None
+        # a field typed as a plain mapping (distill.lora, task.data_files) holds anything
+        if "_target_" in value or child_schema or (field is None and isinstance(child_tree, dict)):
+            _walk(f"{path}.{key}", value, child_schema, child_tree, lines)
+
+
+def _line(key: str, value: Any, known: set[str], prefix: str = "") -> str:
+    name = key.rsplit(".", 1)[-1]
+    choices = sorted(k for k in known if not k.startswith("_"))
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    if close:
+        hint = f"did you mean {prefix}{close[0]}?"
+    else:
+        shown = ", ".join(choices[:15]) + (", ..." if len(choices) > 15 else "")
+        hint = f"known keys here: {shown}" if choices else "nothing is read here"
+    return f"  {key}={value!r}: unknown key; {hint}"
+
+
+def target_keys(target: Any, node: dict) -> set[str] | None:
+    """The keys a `_target_` takes: its named parameters; None where it takes anything (`**kwargs`,
+    or a target that cannot be imported here: Hydra names that one when it instantiates)."""
+    if not isinstance(target, str):
+        return None
+    if target == "diversed.tasks.load_task":
+        from diversed.tasks import option_names
+
+        return option_names(node.get("name"))
+    params = _parameters(target)
+    if params is None or any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind is not p.VAR_POSITIONAL}
+
+
+def named_parameters(target: Any) -> set[str]:
+    """The target's named parameters (none where it cannot be imported)."""
+    params = _parameters(target) or []
+    return {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def _parameters(target: Any) -> list[inspect.Parameter] | None:
+    try:
+        import hydra.utils
+
+        return list(inspect.signature(hydra.utils.get_object(target)).parameters.values())
+    except Exception:
+        return None
+
+
+def _model(annotation: Any) -> type[BaseModel] | None:
+    """The schema model a field holds (unwrapping `X | None` and `Annotated`), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+@functools.cache
+def yaml_tree(config_dir: str) -> dict[str, Any]:
+    """What our yaml files define, as one nested dict of keys: the entry points' configs at the
+    top, each config group's files merged under the group's name. Files placed at the top level
+    (`# @package _global_`: experiments, presets) are what is checked, not what is known."""
+    import yaml
+
+    root = Path(config_dir)
+    tree: dict[str, Any] = {}
+    for name in PRIMARY:
+        _merge(tree, yaml.safe_load((root / f"{name}.yaml").read_text()) or {})
+    for group in sorted(p for p in root.iterdir() if p.is_dir()):
+        for file in sorted(group.glob("*.yaml")):
+            text = file.read_text()
+            if "@package _global_" in text.split("\n", 3)[0]:
+                continue
+            _merge(tree.setdefault(group.name, {}), yaml.safe_load(text) or {})
+    return tree
+
+
+def _merge(into: dict[str, Any], data: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if key == "defaults":
+            continue
+        if isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
+            _merge(into[key], value)
+        else:
+            into.setdefault(key, None)
+
+
+_storing = False
+
+
+def store_sweep_grids() -> None:
+    """Put each registered knob's `sweep.<key>: <default grid>` into Hydra's ConfigStore (the group
+    `sweep_knobs`, option `registered`: evaluate.yaml's optional default), and keep it current as methods
+    register."""
+    global _storing
+    from hydra.core.config_store import ConfigStore
+
+    node = {k.sweep: list(k.default) for k in knobs().values()}
+    ConfigStore.instance().store(group="sweep_knobs", name="registered", node=node)
+    if not _storing:
+        _storing = True
+        on_register(store_sweep_grids)

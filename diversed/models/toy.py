@@ -1,0 +1,426 @@
+"""The toy pair: a tiny target and draft trained from scratch on CPU, saved like a Hub pair.
+
+Both models are Llama models trained on the toy corpus (`toy_corpus.py`: two-digit additions
+with free wording), each with its own house style for the wording, so p and q disagree there
+(TV about 0.25 per slot) although every phrasing is plausible to both. At the answer digits the
+target (4 layers x 128, weight decay 0.1, which makes it learn the carries in time) computes the
+sum, and the draft (1 layer x 64) gets close but is mostly wrong: about 1.0 vs 0.1 exact match,
+lossless acceptance about 0.45 at T = 1, N = 5. Lossless verification rejects draft tokens at
+both kinds of position; a context-dependent w can trust q at the wording (w low: more acceptance,
+same reward) and p at the digits (w high: right answers).
+
+Build. `python -m diversed.toy` trains both models (2-3 minutes on 2 CPU cores), saves
+``target/`` and ``draft/`` with `save_pretrained` (config, safetensors, tokenizer), prints the
+quality gap and, last, the directory. It is cached under
+``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``) and
+built only when missing. The same seed gives the same weights.
+
+It does not define the corpus or the tokenizer (`toy_corpus.py`) or score completions (the toy
+task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from diversed.errors import cli
+from diversed.models.toy_corpus import build_tokenizer, corpus, examples
+
+FORMAT_VERSION = 3  # bump when the corpus, tokenizer or training code changes the artefacts (3: two skills)
+
+# ----------------------------------------------------------------------------- build config
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Size and training budget of one toy model."""
+
+    layers: int
+    hidden: int
+    heads: int
+    mlp: int
+    steps: int
+    lr: float
+    weight_decay: float
+    batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class ToyBuildConfig:
+    """Everything that determines the artefacts; its hash names the cache directory."""
+
+    seed: int = 0
+    target: ModelSpec = field(
+        default_factory=lambda: ModelSpec(
+            layers=4, hidden=128, heads=4, mlp=384, steps=1600, lr=2e-3, weight_decay=0.1
+        )
+    )
+    draft: ModelSpec = field(
+        default_factory=lambda: ModelSpec(
+            layers=1, hidden=64, heads=2, mlp=128, steps=1000, lr=3e-3, weight_decay=0.01
+        )
+    )
+    max_position_embeddings: int = 512
+    n_eval: int = 500  # test problems per skill used for the accuracy / acceptance report
+    num_draft_tokens: int = 5  # for the acceptance report
+    skills: tuple[str, ...] = ("add", "count")  # what both models are trained on (toy_corpus.SKILLS)
+
+    @classmethod
+    def tiny(cls, seed: int = 0) -> ToyBuildConfig:
+        """A few steps of tiny models on additions only: builds in seconds, for tests."""
+        return cls(
+            seed=seed,
+            skills=("add",),
+            target=ModelSpec(
+                layers=1, hidden=32, heads=2, mlp=64, steps=3, lr=1e-3, weight_decay=0.1, batch_size=16
+            ),
+            draft=ModelSpec(
+                layers=1, hidden=16, heads=2, mlp=32, steps=2, lr=1e-3, weight_decay=0.01, batch_size=16
+            ),
+            n_eval=8,
+        )
+
+    def key(self) -> str:
+        blob = json.dumps({"version": FORMAT_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$DIVERSED_CACHE/toy``, else ``~/.cache/diversed/toy``."""
+    from diversed.models.gguf import cache_root as root  # the one DIVERSED_CACHE rule
+
+    return root() / "toy"
+
+
+def pair_dir(config: ToyBuildConfig | None = None, cache_dir: str | Path | None = None) -> Path:
+    """Where the pair built from `config` lives (whether or not it is built yet)."""
+    config = config or ToyBuildConfig()
+    return (Path(cache_dir).expanduser() if cache_dir else cache_root()) / config.key()
+
+
+# ----------------------------------------------------------------------------- models and training
+
+
+def make_model(spec: ModelSpec, tokenizer, max_position_embeddings: int):
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        intermediate_size=spec.mlp,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=16,
+    )
+    return model
+
+
+def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    """Right-padded bos + prompt + completion + eos; the loss is on completion and eos only."""
+    rows, labels = [], []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt)["input_ids"]  # bos + prompt
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id
+    return {
+        "input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
+        "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+        "labels": torch.tensor([r + [-100] * (width - len(r)) for r in labels]),
+    }
+
+
+def train_model(
+    model, tokenizer, spec: ModelSpec, *, style: str, seed: int, progress: bool = True, skills: tuple[str, ...] = ("add",)
+) -> list[float]:
+    """AdamW with linear warmup and cosine decay on `spec.steps` batches of `style` wording."""
+    data = corpus(spec.steps * spec.batch_size, style=style, seed=seed, skills=tuple(skills))
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=(0.9, 0.98), weight_decay=spec.weight_decay)
+    warmup = max(1, spec.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        t = (step - warmup) / max(1, spec.steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(t * math.pi))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    losses = []
+    bar = tqdm(range(spec.steps), desc=f"toy {style}", disable=not progress, file=sys.stderr, leave=False)
+    for step in bar:
+        batch = _batch(tokenizer, data[step * spec.batch_size : (step + 1) * spec.batch_size])
+        loss = model(**batch).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    model.eval()
+    return losses
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _prompts(tokenizer, exs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    return tokenizer([e["prompt"] for e in exs], return_tensors="pt", padding=True)
+
+
+@torch.no_grad()
+def greedy_accuracy(model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add") -> float:
+    """Exact-match accuracy of greedy completions (scored by the skill's toy task)."""
+    from diversed.tasks.toy import SKILL_TASKS
+
+    task = SKILL_TASKS[skill](exs)
+    correct = 0.0
+    for i in range(0, len(exs), batch_size):
+        chunk = exs[i : i + batch_size]
+        enc = _prompts(tokenizer, chunk)
+        out = model.generate(**enc, do_sample=False, max_new_tokens=task.max_new_tokens)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(task.score(e, t) for e, t in zip(chunk, texts, strict=True))
+    return correct / max(1, len(exs))
+
+
+@torch.no_grad()
+def acceptance_rate(
+    target,
+    draft,
+    tokenizer,
+    exs: list[dict[str, Any]],
+    *,
+    num_draft_tokens: int = 5,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> float:
+    """Lossless speculative decoding acceptance rate (accepted / proposed drafts) on the prompts."""
+    from diversed.decoding.engine import speculative_generate
+
+    enc = _prompts(tokenizer, exs)
+    gen = torch.Generator().manual_seed(seed)
+    out = speculative_generate(
+        target, draft, enc["input_ids"], enc["attention_mask"], num_draft_tokens=num_draft_tokens,
+        max_new_tokens=16, do_sample=True, temperature=temperature, generator=gen,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    return out.stats.acceptance_rate
+
+
+def evaluate(
+    target, draft, tokenizer, *, seed: int = 0, n_eval: int = 500, num_draft_tokens: int = 5,
+    skills: tuple[str, ...] = ("add",),
+) -> dict[str, Any]:
+    """The quality gap per skill: greedy test accuracy of each model and the lossless acceptance
+    rate (T = 1); the first skill's also at the top level."""
+    per = {}
+    for skill in skills:
+        exs = examples("test", seed, skill)[:n_eval]
+        per[skill] = {
+            "target_accuracy": greedy_accuracy(target, tokenizer, exs, skill=skill),
+            "draft_accuracy": greedy_accuracy(draft, tokenizer, exs, skill=skill),
+            "acceptance_rate": acceptance_rate(target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed),
+        }
+    return {**per[skills[0]], "skills": per}
+
+
+# ----------------------------------------------------------------------------- build and cache
+
+
+# One torch thread, always: the thread count changes the reduction order of some kernels and with
+# it the trained draft (measured: 1 vs 2 threads give different draft weights), and these models
+# are so small that a second thread barely helps on an idle machine (default build: 129 s on one
+# thread of 2 cores) and makes a busy one many times slower.
+BUILD_THREADS = 1
+
+
+def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
+    """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report."""
+    out_dir = Path(out_dir)
+    t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        tokenizer = build_tokenizer(config.max_position_embeddings)
+        models = {}
+        losses = {}
+        for offset, role in enumerate(("target", "draft")):
+            spec = getattr(config, role)
+            torch.manual_seed(config.seed * 1000 + offset)  # init and dropout, per role
+            models[role] = make_model(spec, tokenizer, config.max_position_embeddings)
+            losses[role] = train_model(
+                models[role], tokenizer, spec, style=role, seed=config.seed, progress=progress, skills=config.skills
+            )
+        train_s = time.perf_counter() - t0
+        metrics = evaluate(
+            models["target"], models["draft"], tokenizer, seed=config.seed, n_eval=config.n_eval,
+            num_draft_tokens=config.num_draft_tokens, skills=config.skills,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars inside ours
+    try:
+        for role, model in models.items():
+            model.save_pretrained(out_dir / role)
+            tokenizer.save_pretrained(out_dir / role)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    report = {
+        "config": asdict(config),
+        "key": config.key(),
+        "format_version": FORMAT_VERSION,
+        "metrics": metrics,
+        "final_loss": {role: sum(v[-20:]) / max(1, len(v[-20:])) for role, v in losses.items()},
+        "params": {role: sum(p.numel() for p in m.parameters()) for role, m in models.items()},
+        "train_seconds": round(train_s, 1),
+        "build_seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out_dir / "build.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def is_built(path: str | Path) -> bool:
+    path = Path(path)
+    return (path / "build.json").is_file() and (path / "target").is_dir() and (path / "draft").is_dir()
+
+
+def ensure_toy_pair(
+    config: ToyBuildConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """The directory holding target/ and draft/ for `config`, built first if missing."""
+    config = config or ToyBuildConfig()
+    path = pair_dir(config, cache_dir)
+    if is_built(path) and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"building the toy pair into {path} (seed {config.seed})", file=sys.stderr)
+    report = build(config, tmp, progress=progress)
+    print(format_report(report), file=sys.stderr)
+    if force:
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rename(tmp, path)  # atomic: a reader sees a whole pair or none
+    except OSError:  # another process finished the same build first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
+    """The build report; `cached`: the pair was found in the cache, not built now."""
+    m = report["metrics"]
+    how = f"loaded from the cache (it was built in {report['build_seconds']:.0f}s)" if cached else (
+        f"built in {report['build_seconds']:.0f}s"
+    )
+    return (
+        f"toy pair {report['key']}: {how} "
+        f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})"
+        + "".join(
+            f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, draft {v['draft_accuracy']:.3f}; "
+            f"lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
+            for skill, v in m.get("skills", {"add": m}).items()
+        )
+    )
+
+
+def load_toy_pair(
+    *,
+    seed: int = 0,
+    cache_dir: str | None = None,
+    name: str = "toy",
+    dtype: str = "float32",
+    device: str = "cpu",
+    attn_implementation: str | None = None,
+    config: ToyBuildConfig | None = None,
+    forward: str = "auto",
+):
+    """Build the toy pair if missing, then load it through `diversed.models.pair.load_pair` like any pair."""
+    from diversed.models.pair import load_pair
+
+    config = config or ToyBuildConfig(seed=seed)
+    path = ensure_toy_pair(config, cache_dir=cache_dir)
+    return load_pair(
+        str(path / "target"), str(path / "draft"), dtype=dtype, device=device, name=name,
+        attn_implementation=attn_implementation, forward=forward,
+    )  # fmt: skip
+
+
+def toy_pair_files(*, seed: int = 0, cache_dir: str | None = None, name: str = "toy",
+                   config: ToyBuildConfig | None = None, **_: Any) -> tuple[dict[str, str], str]:  # fmt: skip
+    """Where `load_toy_pair` with these arguments finds target and draft (built first if missing),
+    for `pair.describe_pair`, which checks a pair's files before any weights are read."""
+    path = ensure_toy_pair(config or ToyBuildConfig(seed=seed), cache_dir=cache_dir)
+    return {"target": str(path / "target"), "draft": str(path / "draft")}, name
+
+
+load_toy_pair.pair_files = toy_pair_files  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def run(argv: list[str] | None = None) -> Path:
+    """`python -m diversed.toy`: the pair's directory (printed last)."""
+    parser = argparse.ArgumentParser(prog="python -m diversed.toy", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cache-dir", default=None, help="default: $DIVERSED_CACHE/toy or ~/.cache/diversed/toy"
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
+    parser.add_argument("--tiny", action="store_true", help="a few-step build of tiny models (for tests)")
+    args = parser.parse_args(argv)
+    config = ToyBuildConfig.tiny(args.seed) if args.tiny else ToyBuildConfig(seed=args.seed)
+    built = is_built(pair_dir(config, args.cache_dir)) and not args.force
+    path = ensure_toy_pair(config, cache_dir=args.cache_dir, force=args.force)
+    if built:  # a fresh build has printed its report already
+        print(format_report(json.loads((path / "build.json").read_text()), cached=True), file=sys.stderr)
+    print(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
+    return cli(run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""Results files: the record schema, a crash-safe resumable store, loading and Pareto fronts.
+
+One *run record* is one grid point (pair × task × method × its knobs × N × temperature × seed × n):
+a flat dict with the fields of `run_fields()` (plus free extras such as `rouge1`): its knobs' fields are
+those of the registered methods (`methods.py`), and so is its key's (`key_fields`). Its
+per-example rows (`EXAMPLE_FIELDS`, plus extras) go to a separate file. A run directory is
+
+    run_dir/results.jsonl                 one JSON line per finished grid point
+    run_dir/examples/<key digest>.jsonl   that point's per-example rows
+
+`ResultStore.write` makes the examples file durable first (`atomic.write_file`), then appends
+the record as one complete line (fsync). A grid point therefore counts as done only once its
+record line is whole, and a killed process leaves at most a torn last line (truncated when the
+store is next opened) and a stale temp file (deleted then); the point is simply redone.
+
+Readers keep the last record of each key and skip, naming each in one warning per file (file,
+line, why), every line that is not one: a torn last line (silently: a kill leaves it), a line
+that is not UTF-8 or not JSON, a JSON value that is not a record (`as_record`: an object with
+pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0,
+scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100)
+and each knob's value one its knob takes) or not an example row (`as_example`). Records of a method
+that is not registered (a method of one's own whose module was not loaded) are refused by
+`load_results` with the option that loads it.
+
+It does not compute scores or timings (the runner does; `times.py` derives times from the runs and
+fills them into older records as they load), nor lock the directory: its one writer, evaluate,
+holds `rundir.hold` (Hydra multirun gives each job its own directory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from diversed.decoding.stats import RECORD_FIELDS, RECORD_FLOATS, RECORD_FRACTIONS
+from diversed.errors import ConfigError, MissingFile
+from diversed.files import atomic, rundir
+from diversed.files.rundir import json_line, read_jsonl
+from diversed.sweep.methods import check_known, check_record_fields, knobs
+from diversed.sweep.methods import method as find
+from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times
+
+# Fields that identify a grid point, in key order. `weight` and `head` are knobs (of the static ensembles and
+# DIVERSED) that every key names, null or not, as the first keys did; a method's other knobs follow (`key_fields`).
+GRID_FIELDS = (
+    "pair",
+    "task",
+    "method",
+    "weight",
+    "head",
+    "num_draft_tokens",
+    "temperature",
+    "seed",
+    "n_examples",
+)
+
+# Every run record has these (missing measurements are None) and, after `method`, the field of each
+# registered method's knob (`run_fields()`: w, the head, lossy SD's l, a cascade's rule and α, ...; each
+# set for its method only, see methods.py); extra fields are kept as they are.
+_SETTINGS_FIELDS = (
+    "pair",  # model pair name (configs/pair/*.yaml)
+    "task",
+    "metric",  # the task's headline metric, e.g. "accuracy", "rouge2", "pass@1"
+    "method",  # one of methods.METHODS
+)
+_MEASURED_FIELDS = (
+    "num_draft_tokens",  # N drafts per round; None for autoregressive
+    "temperature",  # 0.0 is greedy
+    "seed",
+    "n_examples",
+    "score",  # mean task score
+    "score_ci_low",  # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
+    "score_ci_high",
+    *RECORD_FIELDS,  # the decoding statistics (stats.RECORDED: acceptance_rate, alpha, mean_tv, ..., mean_w)
+    "tokens_per_s",
+    "wall_time_s",  # median of the timed passes over all examples (throughput, at the sweep's batch size)
+    "time_per_token_s",  # wall_time_s / new tokens (lossy methods change output lengths)
+    "latency_s",  # mean wall time per sample at batch 1 (timing.latency), median over passes
+    "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings/seed (times.normalized)
+    "normalized_latency",  # latency_s / the autoregressive point's
+    *TIME_FIELDS,  # per-token times, intervals over repeats, the baseline's batch size (times.py)
+    "settings",  # digest of everything else that determined the output (settings/<digest>.json)
+    "settings_group",  # the same without the seed: records averaged over seeds share it
+    "comparison_group",  # the same without which examples (split, subset): validation and test runs share it
+    "split",  # the task split scored (validation: where knobs are chosen; test: where they are reported)
+    "key",  # grid_key(...) of the fields above
+)
+
+
+def run_fields() -> tuple[str, ...]:
+    """The fields every run record has: pair, task, metric, method, every registered knob's field (w and
+    the head first, where they always were), then N, T, seed, the measurements and the key."""
+    registered = [f for f in knobs() if f not in GRID_FIELDS]
+    return (*_SETTINGS_FIELDS, "weight", "head", *registered, *_MEASURED_FIELDS)
+
+
+def key_fields(method: str) -> tuple[str, ...]:
+    """The fields of a grid point's key: `GRID_FIELDS`, then the method's other knobs (set for it alone,
+    so keys written before a knob existed stay the same), then `settings` where it is set (records from
+    before fingerprints have none: they are read, never resumed into)."""
+    return (*GRID_FIELDS, *(f for f in find(method).fields if f not in GRID_FIELDS))
+
+
+# (evaluate's rows also have proposed_drafts and verified_drafts: the acceptance rate's and α's denominators
+# per example, which the intervals of diversed.analysis.compare resample)
+EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "accepted_drafts")
+
+_INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
+_FLOAT_FIELDS = (
+    "temperature", "score", "score_ci_low", "score_ci_high",
+    "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time", "normalized_latency",
+    *RECORD_FLOATS,
+)  # fmt: skip
+# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1 (and each
+# knob's value against its knob: `Knob.problem`).
+_NUMBERS = (*_INT_FIELDS, *_FLOAT_FIELDS, *TIME_FIELDS, "new_tokens", "latency_new_tokens", "latency_examples",
+            "scored_wall_time_s", *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS))  # fmt: skip
+_FRACTIONS = ("score", "score_ci_low", "score_ci_high", *RECORD_FRACTIONS)
+_COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
+_RESULTS_NAME = "results.jsonl"
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or pandas' NA: what a DataFrame row holds where a record has None."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _norm(name: str, value: Any) -> Any:
+    """Canonical form of a grid field, so equal settings give equal keys (0.5 == 0.50000000001)."""
+    if _missing(value):
+        return None
+    knob = knobs().get(name)
+    kind = knob.type if knob else int if name in _INT_FIELDS else float if name == "temperature" else str
+    if kind is int:
+        return int(value)
+    if kind is float:
+        return round(float(value), 6) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return str(value)
+
+
+_BARE = re.compile(r"[A-Za-z0-9_.,:@+/-]+")
+
+
+def _key_value(value: Any) -> str:
+    """A value as it appears in a key: strings bare where that is unambiguous, else JSON."""
+    if isinstance(value, str) and _BARE.fullmatch(value) and value != "null":
+        return value
+    return json.dumps(value)
+
+
+def grid_key(**fields: Any) -> str:
+    """A deterministic, human-readable key of one grid point, e.g.
+    `pair=tiny|task=gsm8k|method=static|weight=0.5|head=null|num_draft_tokens=4|temperature=0.0|seed=0|n_examples=50`.
+
+    Uses the fields of `key_fields(method)` (pair, task and method are required, the others default
+    to None; the method's knobs beyond w and the head only where set), then `settings` where it is set
+    (`|settings=<digest>`), and ignores any others, so `grid_key(**record)` works. Values are normalised
+    (ints; floats rounded to 6 decimals; strings) and written as JSON, strings without quotes
+    where they hold no `|`, space or quote and are not "null"; so the key is injective:
+    different grid points never share a key.
+    """
+    missing = [f for f in ("pair", "task", "method") if _missing(fields.get(f))]
+    if missing:
+        raise ValueError(f"grid_key needs {missing}")
+    names = [f for f in key_fields(fields["method"]) if f in GRID_FIELDS or not _missing(fields.get(f))]
+    names += ["settings"] if not _missing(fields.get("settings")) else []
+    return "|".join(f"{f}={_key_value(_norm(f, fields.get(f)))}" for f in names)
+
+
+def run_record(**fields: Any) -> dict[str, Any]:
+    """A checked run record: every `run_fields()` key present (None if not given), `key` filled
+    in from the grid fields (and checked if given), extra fields kept."""
+    check_record_fields(fields, _missing)
+    names = run_fields()
+    record = {f: fields.get(f) for f in names}
+    record.update({k: v for k, v in fields.items() if k not in names})
+    for f in (*GRID_FIELDS, *knobs(), "settings"):
+        record[f] = _norm(f, record[f])
+    key = grid_key(**record)
+    if not _missing(fields.get("key")) and fields["key"] != key:
+        raise ValueError(f"record key {fields['key']!r} does not match its fields ({key!r})")
+    record["key"] = key
+    return record
+
+
+def key_digest(key: str) -> str:
+    """A short file-name-safe digest of a key (names the examples file)."""
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- what readers take
+
+
+def _problem(name: str, value: Any, fraction: bool = False) -> str | None:
+    """Why `value` cannot be the number `name` holds (None: it can, or it is missing). NaN is not missing
+    here: JSON's null is, and the writer never writes NaN."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"{name} is {value!r}, not a number"
+    if not (math.isfinite(value) and 0 <= value <= (1 if fraction else math.inf)):
+        return f"{name} is {value!r}, not {'in [0, 1]' if fraction else 'a finite number >= 0'}"
+    return None
+
+
+def as_record(row: Any) -> dict[str, Any]:
+    """`row` as readers take a record (its key made from its fields where it has none, as parquet files
+    may lack it); ValueError saying why it is not one (module docstring)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"a JSON {type(row).__name__}, not a record")
+    for f in ("pair", "task", "method", "temperature"):
+        if _missing(row.get(f)) or row.get(f) == "":
+            raise ValueError(f"no {f}")
+    for f in ("pair", "task", "method"):
+        if not isinstance(row[f], str):
+            raise ValueError(f"{f} is {row[f]!r}, not a string")
+    for f in _NUMBERS:
+        if why := _problem(f, row.get(f), f in _FRACTIONS):
+            raise ValueError(why)
+    for f, knob in knobs().items():
+        if not _missing(row.get(f)) and (why := knob.problem(row[f])):
+            raise ValueError(f"{f} {row[f]!r} {why}")
+    for f in RUNS.values():
+        value = row.get(f)
+        if not _missing(value) and not (isinstance(value, list) and not any(_problem(f, v) for v in value)):
+            raise ValueError(f"{f} is {value!r}, not a list of times")
+    if _missing(row.get("key")):
+        row["key"] = grid_key(**row)  # (a method not registered: ConfigError, a ValueError, naming the fix)
+    elif not isinstance(row["key"], str):
+        raise ValueError(f"key is {row['key']!r}, not a string")
+    return row
+
+
+def as_example(row: Any, key: str | None = None) -> dict[str, Any]:
+    """`row` as readers take a per-example row of the grid point `key`: an object with an example_id,
+    that key (if it names one), a score in [0, 1], counts >= 0, and as many w's as tokens
+    (sweep.token_w); ValueError saying why it is not one."""
+    if not isinstance(row, dict):
+        raise ValueError(f"a JSON {type(row).__name__}, not an example row")
+    if _missing(row.get("example_id")) or isinstance(row["example_id"], dict | list):
+        raise ValueError(f"example_id is {row.get('example_id')!r}")
+    if key is not None and row.get("key", key) != key:
+        raise ValueError(f"key {row.get('key')!r} is another grid point's")
+    if _missing(row.get("score")):
+        raise ValueError("no score")
+    for f, fraction in (("score", True), *((c, False) for c in _COUNTS)):
+        if why := _problem(f, row.get(f), fraction):
+            raise ValueError(why)
+    w = row.get("token_w")
+    if not _missing(w) and not (isinstance(w, list) and isinstance(row.get("token_text"), list)
+                                and len(w) == len(row["token_text"]) and not any(_problem("w", v, True) for v in w)):
+        raise ValueError("token_w is not a w in [0, 1] for each of token_text")  # fmt: skip
+    return row
+
+
+def _last_per_key(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_key: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        by_key.pop(row["key"], None)  # re-insert so the order is that of the last write
+        by_key[row["key"]] = row
+    return list(by_key.values())
+
+
+# ---------------------------------------------------------------------------- store
+
+
+class ResultStore:
+    """Run records and per-example rows of one run directory; see the module docstring."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.results_path = self.run_dir / _RESULTS_NAME
+        self.examples_dir = self.run_dir / "examples"
+        self.examples_dir.mkdir(parents=True, exist_ok=True)
+        self._repair()
+        self.found = read_records(self.run_dir)  # the records as the store was opened (after the repair)
+        self._done = {r["key"] for r in self.found}
+
+    def _repair(self) -> None:
+        """Undo what a killed writer left: cut a torn last record line, delete temp files."""
+        if self.results_path.exists():
+            data = self.results_path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with open(self.results_path, "r+b") as f:
+                    f.truncate(data.rfind(b"\n") + 1)
+                    os.fsync(f.fileno())
+        for sub in (self.run_dir, self.examples_dir, self.run_dir / "settings", self.run_dir / "configs"):
+            atomic.remove_stale(sub)
+
+    def done_keys(self) -> set[str]:
+        """Keys of the grid points whose record is written (skip these when resuming)."""
+        return set(self._done)
+
+    def examples_path(self, key: str) -> Path:
+        return examples_path(self.run_dir, key)
+
+    def write(self, record: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Write one grid point: its examples file (atomically), then its record line. Returns
+        the checked record (`run_record(**record)`). Writing a key again replaces it."""
+        record = run_record(**record)
+        key = record["key"]
+        rows = []
+        for i, ex in enumerate(examples):
+            missing = [f for f in EXAMPLE_FIELDS if f != "key" and f not in ex]
+            if missing:
+                raise ValueError(f"example {i} lacks {missing}")
+            if ex.get("key", key) != key:
+                raise ValueError(f"example {i} has key {ex['key']!r}, not the record's")
+            rows.append({"key": key, **{k: v for k, v in ex.items() if k != "key"}})
+
+        # 1. examples: temp file, fsync, atomic rename; a crash here leaves only the temp file.
+        atomic.write_file(self.examples_path(key), b"".join(json_line(r) for r in rows))
+
+        # 2. the record: one complete line appended; a crash here leaves a torn last line.
+        new_file = not self.results_path.exists()
+        fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            atomic.write_all(fd, json_line(record))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new_file:
+            atomic.fsync_path(self.run_dir)
+        self._done.add(key)
+        return record
+
+    def records(self) -> list[dict[str, Any]]:
+        """The run records, the last one of each key."""
+        return read_records(self.run_dir)
+
+    def examples(self, key: str) -> list[dict[str, Any]]:
+        """The per-example rows of one grid point (empty if it has none)."""
+        return read_examples(self.run_dir, key)
+
+
+# Readers of a run directory that change nothing in it (a sweep may be writing it: only its writer,
+# `ResultStore`, repairs what a killed run left).
+
+
+def examples_path(run_dir: str | Path, key: str) -> Path:
+    return Path(run_dir) / "examples" / f"{key_digest(key)}.jsonl"
+
+
+def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The run records of `run_dir`, the last one of each key; lines that are not records are skipped
+    (a torn last line silently, the others named in a warning)."""
+    path = Path(run_dir) / _RESULTS_NAME
+    return _last_per_key(read_jsonl(path, as_record)) if path.exists() else []
+
+
+def read_examples(run_dir: str | Path, key: str) -> list[dict[str, Any]]:
+    """The per-example rows of one grid point of `run_dir` (empty if it has none); lines that are not
+    its rows are skipped and named in a warning."""
+    path = examples_path(run_dir, key)
+    return read_jsonl(path, lambda row: as_example(row, key)) if path.exists() else []
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def _result_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("results.*") if p.suffix in (".jsonl", ".parquet"))
+    if path.suffix in (".jsonl", ".parquet"):
+        return [path]
+    raise ConfigError(f"{path}: expected a .jsonl or .parquet file or a directory")
+
+
+def _take(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """The rows of a table file that are records (`as_record`), the others named in one warning."""
+    kept, bad = [], []
+    for i, row in enumerate(rows):
+        try:
+            kept.append(as_record(row))
+        except ValueError as e:
+            bad.append(f"row {i}: {e}")
+    rundir.skipped(path, bad, "row")
+    return kept
+
+
+def load_results(*paths: str | Path) -> pd.DataFrame:
+    """Run records from result files (.jsonl, .parquet) and/or directories (searched
+    recursively for results.jsonl / results.parquet, so a Hydra multirun dir works).
+
+    Concatenated in the order given (files of a directory in sorted order), one row per key
+    (the last), every `run_fields()` column present, int fields as nullable Int64, and the times of
+    older records filled in by `times.fill_times` (evaluate's rules: normalised by the same seed).
+    Records of a method that is not registered: ConfigError naming the plugin option that loads it.
+    """
+    rows: list[dict[str, Any]] = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise MissingFile(f"{p} does not exist (give results.jsonl/.parquet files or run directories)")
+        for f in _result_files(p):
+            if f.suffix == ".parquet":
+                frame = pd.read_parquet(f).astype(object)
+                rows.extend(_take(frame.where(frame.notna(), None).to_dict("records"), f))
+            else:
+                rows.extend(read_jsonl(f, as_record))
+    check_known((r["method"] for r in rows), ", ".join(map(str, paths)))
+    df = pd.DataFrame(_last_per_key(rows))
+    names = run_fields()
+    for f in names:
+        if f not in df:
+            df[f] = None
+    df = df[list(names) + [c for c in df.columns if c not in names]].reset_index(drop=True)
+    numbers = {f: k.type for f, k in knobs().items() if k.type is not str}
+    for f in (*_INT_FIELDS, *(f for f, t in numbers.items() if t is int)):
+        df[f] = pd.to_numeric(df[f]).astype("Int64")
+    for f in (*_FLOAT_FIELDS, *(f for f, t in numbers.items() if t is float)):
+        df[f] = pd.to_numeric(df[f]).astype(float)
+    return fill_times(df)
+
+
+def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
+    """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
+    dir works), with `run_dir`, the directory holding the file: where the record's per-example rows are
+    (`read_examples(row.run_dir, row.key)`). Raises MissingFile (a FileNotFoundError) when there is none."""
+    frames = []
+    for run in run_dirs:
+        if not Path(run).exists():
+            raise MissingFile(f"{run}: no such run directory (give run directories of python -m diversed.evaluate)")
+        for f in sorted(Path(run).rglob(_RESULTS_NAME)):
+            d = load_results(f)
+            d["run_dir"] = str(f.parent)
+            frames.append(d)
+    if not frames:
+        raise MissingFile(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
+                                "python -m diversed.evaluate")  # fmt: skip
+    return pd.concat(frames, ignore_index=True)

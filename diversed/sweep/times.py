@@ -1,0 +1,369 @@
+"""Times and their uncertainty: what a grid point's timed passes say, alone and against autoregressive decoding.
+
+`evaluate.time_point` measures: `wall_time_runs`, passes over all examples at the sweep's batch size
+(throughput), and `latency_runs`, the mean time per sample of passes that decode each example alone
+at batch 1 (the paper's time). Every time a record holds beyond those runs is computed here, once:
+
+- `measured`: the median of the runs (`wall_time_s`, `latency_s`), the time per generated token,
+  and each time's 95 % interval over the repeats (`median_interval`);
+- `baseline_key`, `normalized`: the one normalisation. A point is divided by the autoregressive
+  point of the same pair, task, temperature, examples, settings and SEED (paired: seeds change
+  outputs, so lengths and times); the paper's time (`normalized_latency`) divides latencies over
+  the same examples. A method decoded at batch 1 whatever the sweep's batch size (`batch_one`,
+  e.g. hf_static) is divided by autoregressive decoding at batch 1 (its latency pass over the same
+  examples), never at the sweep's batch size; `normalized_time_batch_size` says which was used;
+  `Baselines` holds the autoregressive records a run has and normalises a record by its own
+  (evaluate as points finish, `fill_times` over records read back);
+- `fill_times`: the same for records written before these fields (`results.load_results`);
+- `shown_time`: which normalised time tables and figures show (per sample at batch 1 where there
+  is one, the paper's time), and `PER_TOKEN` its per-token counterpart;
+- `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the one
+  interval over seeds, for times here and for scores in `compare.mean_over_seeds`;
+- `time_over_seeds`, `times_over_seeds`: the mean over seeds of one setting with an interval that
+  counts the seeds (for tables and figures);
+- `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
+  records of the same run (a dry run's estimate; none without finished records).
+
+It does not time anything, read files or know about models.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from diversed.sweep.methods import METHODS
+
+log = logging.getLogger(__name__)
+
+BASELINE = "autoregressive"
+CONFIDENCE = 0.95
+# normalised time -> (the record's time, the autoregressive time it is divided by)
+NORMALIZED = {
+    "normalized_time": "wall_time_s",  # per sample, at the sweep's batch size (batch_one methods: batch 1)
+    "normalized_time_per_token_s": "time_per_token_s",  # the same per generated token (lossy settings change lengths)
+    "normalized_latency": "latency_s",  # per sample, each example alone at batch 1 (the paper's time)
+    "normalized_latency_per_token": "latency_per_token_s",
+}
+# a normalised time per sample -> the same per generated token
+PER_TOKEN = {"normalized_time": "normalized_time_per_token_s", "normalized_latency": "normalized_latency_per_token"}
+# What a record shares with its autoregressive baseline (together: the baseline's settings digest)
+PAIRED_BY = ("pair", "task", "temperature", "n_examples", "settings_group", "seed")
+RUNS = {"wall_time_s": "wall_time_runs", "latency_s": "latency_runs"}  # a time -> its timed passes
+
+
+def ci_fields(field: str) -> tuple[str, str]:
+    """The record fields of a time's interval: wall_time_s -> (wall_time_ci_low, wall_time_ci_high)."""
+    stem = field.removesuffix("_s")
+    return f"{stem}_ci_low", f"{stem}_ci_high"
+
+
+# The record fields this module adds (in results.run_fields()), besides normalized_time and normalized_latency.
+TIME_FIELDS = (
+    "latency_per_token_s",  # latency_s · latency_examples / latency_new_tokens (tokens of one latency pass)
+    "normalized_time_per_token_s",  # time_per_token_s / the autoregressive point's (per-token panel of the figures)
+    "normalized_latency_per_token",  # latency_per_token_s / the autoregressive point's
+    "normalized_time_batch_size",  # the batch size of the autoregressive time normalized_time divides by
+    *ci_fields("wall_time_s"), *ci_fields("latency_s"),  # 95 % intervals over the repeats (median_interval)
+    *(f for n in NORMALIZED for f in ci_fields(n)),
+)  # fmt: skip
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _runs(value: Any) -> list[float]:
+    return [float(v) for v in value] if isinstance(value, list | tuple | np.ndarray) else []
+
+
+# ----------------------------------------------------------------------------- over the repeats
+
+
+def median_interval(runs: Sequence[float], baseline_runs: Sequence[float] | None = None, *, scale: float = 1.0,
+                    confidence: float = CONFIDENCE) -> tuple[float, float]:  # fmt: skip
+    """The percentile-bootstrap interval of scale · median(runs), or with `baseline_runs` of
+    scale · median(runs) / median(baseline_runs); (nan, nan) with fewer than two runs on a side.
+
+    A record's time is the median of its repeats (robust to a pass a background job slowed), so the
+    interval is the median's: a t-interval is the mean's and, with one slow pass, can miss the median.
+    A point's repeats and its baseline's are timed minutes apart: repeat i of one shares nothing with
+    repeat i of the other, so pairing them by index would be arbitrary; each side is resampled on
+    its own. Percentile, not BCa: BCa fails on identical runs and is erratic with 3-10 repeats. With
+    5 repeats the median's interval is about [min, max] (as order statistics: 94 % coverage). A fixed
+    generator: the same runs always give the same interval (records reload identically)."""
+    samples = [np.asarray(runs, dtype=float)] + ([np.asarray(baseline_runs, dtype=float)] if baseline_runs is not None else [])
+    if any(s.size < 2 for s in samples):
+        return math.nan, math.nan
+
+    def statistic(*xs: np.ndarray, axis: int) -> np.ndarray:
+        m = np.median(xs[0], axis=axis)
+        return scale * (m / np.median(xs[1], axis=axis) if len(xs) > 1 else m)
+
+    ci = stats.bootstrap(samples, statistic, vectorized=True, paired=False, method="percentile", n_resamples=1999,
+                         confidence_level=confidence, rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
+    return float(ci.low), float(ci.high)
+
+
+def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A point's times from its measurements (`time_point`'s runs, `new_tokens`, `scored_wall_time_s`):
+    wall_time_s (the median of wall_time_runs; without runs, the scored pass), tokens_per_s,
+    time_per_token_s, latency_per_token_s, and the intervals of wall_time_s and latency_s."""
+    wall, lat = fields.get("wall_time_s"), fields.get("latency_s")
+    if _missing(wall):
+        wall = fields.get("scored_wall_time_s")  # timing.repeats = 0: the scored pass
+    tokens, lat_tokens, k = (fields.get(f) for f in ("new_tokens", "latency_new_tokens", "latency_examples"))
+    out: dict[str, Any] = {"wall_time_s": wall}
+    if not _missing(tokens) and not _missing(wall):
+        out["tokens_per_s"] = tokens / wall if wall else None
+        out["time_per_token_s"] = wall / max(tokens, 1)
+    if not any(_missing(v) for v in (lat, lat_tokens, k)):
+        out["latency_per_token_s"] = lat * k / max(lat_tokens, 1)
+    for field, runs in RUNS.items():
+        out.update(zip(ci_fields(field), median_interval(_runs(fields.get(runs))), strict=True))
+    return out
+
+
+# ----------------------------------------------------------------------------- against autoregressive decoding
+
+
+def baseline_key(record: Mapping[str, Any]) -> tuple:
+    """What pairs a record with its autoregressive baseline (`PAIRED_BY`), in canonical form."""
+    def canon(f: str, v: Any) -> Any:
+        if _missing(v):
+            return None
+        if f == "temperature":
+            return round(float(v), 6) + 0.0
+        return int(v) if f in ("n_examples", "seed") else str(v)
+
+    return tuple(canon(f, record.get(f)) for f in PAIRED_BY)
+
+
+def _ratio(num: Mapping[str, Any], field: str, den: Mapping[str, Any], den_field: str, scale: float) -> tuple:
+    """scale · num[field] / den[den_field] and its interval from the two records' runs."""
+    a, b = num.get(field), den.get(den_field)
+    if _missing(a) or _missing(b) or not b or _missing(scale):
+        return None, math.nan, math.nan
+    return (scale * a / b, *median_interval(_runs(num.get(RUNS[field])), _runs(den.get(RUNS[den_field])), scale=scale))
+
+
+def normalized(record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, warn: bool = True) -> dict[str, Any]:
+    """The normalised times of `record` and their intervals (`NORMALIZED`, `ci_fields`) against its
+    autoregressive `baseline` (the record of the same `baseline_key`, None: none yet), and
+    `normalized_time_batch_size`. Uses the baseline's measurements only (its runs, tokens, examples).
+
+    Throughput at the sweep's batch size is divided by the baseline's; a `batch_one` method's by the
+    baseline's latency at batch 1 when that covers the record's examples, else left None (with a
+    warning unless `warn` is False). Latencies are divided only when both cover as many examples.
+    The baseline against itself is exactly 1, interval [1, 1]."""
+    out: dict[str, Any] = {f: None for n in NORMALIZED for f in (n, *ci_fields(n))}
+    out["normalized_time_batch_size"] = None
+    if baseline is None:
+        return out
+    get = lambda r, f: None if _missing(r.get(f)) else r.get(f)  # noqa: E731
+    n, tokens, k = get(record, "n_examples"), get(record, "new_tokens"), get(record, "latency_examples")
+    b_tokens, b_k, b_lat_tokens = get(baseline, "new_tokens"), get(baseline, "latency_examples"), get(baseline, "latency_new_tokens")
+    per = lambda a, b: None if a is None or b is None else a / max(b, 1)  # noqa: E731 (a scale from counts)
+    found: dict[str, tuple] = {}
+    if METHODS.get(record.get("method")) and METHODS[record["method"]].batch_one:  # e.g. hf_static: decoded at batch 1
+        if n is not None and b_k == n and get(baseline, "latency_s") is not None:
+            found["normalized_time"] = _ratio(record, "wall_time_s", baseline, "latency_s", 1 / n)
+            found["normalized_time_per_token_s"] = _ratio(record, "wall_time_s", baseline, "latency_s", per(per(b_lat_tokens, tokens), n))
+            out["normalized_time_batch_size"] = 1
+        elif warn:
+            log.warning(f"{record.get('method')} decodes at batch 1 but its autoregressive baseline has no time at batch 1 over "
+                        f"its {n} examples: normalized_time left empty; set timing.latency=true and timing.latency_examples=null")  # fmt: skip
+    else:
+        found["normalized_time"] = _ratio(record, "wall_time_s", baseline, "wall_time_s", 1.0)
+        found["normalized_time_per_token_s"] = _ratio(record, "wall_time_s", baseline, "wall_time_s", per(b_tokens, tokens))
+        batch = baseline.get("timing")
+        out["normalized_time_batch_size"] = batch.get("batch_size") if isinstance(batch, Mapping) else None
+    if k is None or b_k is None or k == b_k:  # the same examples timed alone
+        found["normalized_latency"] = _ratio(record, "latency_s", baseline, "latency_s", 1.0)
+        found["normalized_latency_per_token"] = _ratio(record, "latency_s", baseline, "latency_s", per(b_lat_tokens, get(record, "latency_new_tokens")))
+    same = record.get("method") == BASELINE
+    for name, (value, low, high) in found.items():
+        out[name] = value
+        out.update(zip(ci_fields(name), (value, value) if same and value is not None else (low, high), strict=True))
+    return out
+
+
+class Baselines:
+    """The autoregressive records (`BASELINE`) among those given or added, by `baseline_key`: what
+    `normalized` divides a record by. A later baseline of the same key replaces an earlier one."""
+
+    def __init__(self, records: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.by_key: dict[tuple, Mapping[str, Any]] = {}
+        for r in records:
+            self.add(r)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Keep `record` if it is an autoregressive one (others are ignored)."""
+        if record.get("method") == BASELINE:
+            self.by_key[baseline_key(record)] = record
+
+    def of(self, record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """`record`'s baseline (None: none yet)."""
+        return self.by_key.get(baseline_key(record))
+
+    def normalized(self, record: Mapping[str, Any], *, warn: bool = True) -> dict[str, Any]:
+        """`normalized(record, its baseline)`."""
+        return normalized(record, self.of(record), warn=warn)
+
+
+def shown_time(records: pd.DataFrame | Mapping[str, Any]) -> str:
+    """The normalised time to show for `records` (a DataFrame, or one record): per sample at batch 1
+    (`normalized_latency`, the paper's time) where they have one, else per pass at the sweep's batch
+    size (`normalized_time`)."""
+    latency = records.get("normalized_latency")
+    has = bool(latency.notna().any()) if isinstance(latency, pd.Series) else not _missing(latency)
+    return "normalized_latency" if has else "normalized_time"
+
+
+def fill_times(df: pd.DataFrame) -> pd.DataFrame:
+    """Records as `results.load_results` reads them, with every field `measured` and `normalized`
+    give filled where it is missing (records written before them), by the same rules as evaluate;
+    values already set are kept, except a `batch_one` method's normalized_time written before
+    `normalized_time_batch_size` existed (it was against the sweep's batch size)."""
+    rows = df.to_dict("records")
+    base = Baselines(rows)
+    updates, unpaired = [], 0
+    for r in rows:
+        # written with these fields: a baseline batch size and an interval for each time with runs (skipped: bootstraps cost)
+        if not _missing(r.get("normalized_time_batch_size")) and not any(
+                len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()):  # fmt: skip
+            updates.append({})
+            continue
+        new = {k: v for k, v in measured(r).items() if _missing(r.get(k))}
+        merged = {**r, **new}
+        norm = base.normalized(merged, warn=False)
+        redo = METHODS.get(r.get("method")) is not None and METHODS[r["method"]].batch_one and _missing(r.get("normalized_time_batch_size"))
+        new.update({k: v for k, v in norm.items() if redo or _missing(r.get(k))})
+        unpaired += bool(redo and norm["normalized_time"] is None)
+        updates.append(new)
+    if unpaired:
+        log.warning(f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 over their "
+                    "examples (timing.latency=true, timing.latency_examples=null): their normalized_time is empty")  # fmt: skip
+    df = df.copy()
+    for col in dict.fromkeys(k for u in updates for k in u):  # None in an update is a value (redone), not "keep"
+        old = df[col].tolist() if col in df else [None] * len(df)
+        df[col] = [u[col] if col in u else o for u, o in zip(updates, old, strict=True)]
+    for col in (*NORMALIZED, *TIME_FIELDS, "tokens_per_s", "time_per_token_s", "wall_time_s"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col]).astype("Int64" if col == "normalized_time_batch_size" else float)
+    return df
+
+
+# ----------------------------------------------------------------------------- over seeds
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
+               bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:  # fmt: skip
+    """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
+    `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
+    either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
+    none present (None, NaN): all NaN."""
+    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size == 1:
+        return mean, math.nan, math.nan
+    sem = float(stats.sem(x))
+    low, high = (mean, mean) if sem == 0 else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean,
+                                                                                   scale=sem))  # fmt: skip
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
+
+
+def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: str = "normalized_time",
+                    confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:  # fmt: skip
+    """The mean of a normalised time over the per-seed records of ONE setting, its interval, and
+    the number of seeds with a value: (mean, low, high, n_seeds).
+
+    Two seeds or more: the Student-t interval of the mean over the per-seed values (each a median
+    over repeats divided by its own seed's autoregressive time), which counts how much seeds move
+    outputs and so times (`t_interval`, which the report's scores over seeds use too). One seed: that
+    record's interval over its repeats (`ci_fields`). None: (nan, nan, nan, 0). Raises if two records
+    share a seed (they are not one setting)."""
+    d = pd.DataFrame(list(records) if not isinstance(records, pd.DataFrame) else records)
+    if "seed" in d and d["seed"].dropna().duplicated().any():
+        raise ValueError("time_over_seeds takes the records of one setting, one per seed")
+    if field not in d:
+        return math.nan, math.nan, math.nan, 0
+    x = pd.to_numeric(d[field]).astype(float).dropna()
+    if x.empty:
+        return math.nan, math.nan, math.nan, 0
+    if len(x) == 1:
+        r = d.loc[x.index[0]]
+        low, high = (float(r[f]) if f in r and not _missing(r[f]) else math.nan for f in ci_fields(field))
+        return float(x.iloc[0]), low, high, 1
+    mean, low, high = t_interval(x, confidence)
+    return mean, low, high, len(x)
+
+
+def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """One row per setting (the columns `by`, e.g. `compare.setting_fields()`, seeds apart): for each
+    normalised time F the records have, `time_over_seeds`' mean as F and its interval as F's `ci_fields`."""
+    fields = [f for f in NORMALIZED if f in df]
+    rows = []
+    for key, g in df.groupby(list(by), dropna=False, sort=False):
+        row = dict(zip(by, key, strict=True))
+        for f in fields:
+            mean, low, high, _ = time_over_seeds(g, f)
+            row.update({f: mean, **dict(zip(ci_fields(f), (low, high), strict=True))})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*by, *(c for f in fields for c in (f, *ci_fields(f)))])
+
+
+# ----------------------------------------------------------------------------- before a sweep
+
+
+def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Mapping[str, Any]], *, n_examples: int,
+                     timing: Mapping[str, Any], batch_size: int) -> tuple[float | None, str]:  # fmt: skip
+    """(seconds, what they rest on) for decoding and timing `points` on `n_examples` examples each, from
+    the `finished` records of the same run: per point, the median seconds per example of finished
+    records of its method, N and temperature (else its method, else any), per pass at the sweep's batch
+    size (wall_time_s / n_examples) and alone at batch 1 (latency_s), times the passes `timing` asks
+    for: 1 scored + `repeats` over all examples, `warmup` over the first batch, and with `latency`,
+    `latency_repeats` over `latency_examples` alone (plus `warmup` of one). Loading, scoring and
+    start-up are not counted. Nothing finished: (None, a line saying so and how to get some)."""
+    def per_example(r: Mapping[str, Any], field: str, per: int | None) -> float | None:
+        v, n = r.get(field), r.get("n_examples")
+        return None if _missing(v) or (per is None and _missing(n)) or not (per or n) else float(v) / (per or int(n))
+
+    def medians(field: str, per_sample: bool) -> dict[tuple, float]:
+        by: dict[tuple, list[float]] = {}
+        for r in finished:
+            if (v := per_example(r, field, 1 if per_sample else None)) is not None:
+                for level in ((r.get("method"), r.get("num_draft_tokens"), r.get("temperature")), (r.get("method"),), ()):
+                    by.setdefault(level, []).append(v)
+        return {k: float(np.median(v)) for k, v in by.items()}
+
+    decode, alone = medians("wall_time_s", False), medians("latency_s", True)
+    if not decode:
+        return None, ("no finished points to estimate from: run a small sweep into this directory first "
+                      "(e.g. task.n_examples=8), then dry-run again")  # fmt: skip
+    levels = {"the same method, N and T": 0, "the same method": 0, "every finished point": 0}
+    total, k = 0.0, timing.get("latency_examples") or n_examples
+    for p in points:
+        keys = [(p.get("method"), p.get("num_draft_tokens"), p.get("temperature")), (p.get("method"),), ()]
+        level = next(i for i, key in enumerate(keys) if key in decode)
+        levels[list(levels)[level]] += 1
+        total += decode[keys[level]] * (n_examples * (1 + timing.get("repeats", 0))
+                                        + timing.get("warmup", 0) * min(batch_size, n_examples))  # fmt: skip
+        if timing.get("latency"):
+            lat = next((alone[key] for key in keys if key in alone), decode[keys[level]])
+            total += lat * (timing.get("latency_repeats", 1) * k + timing.get("warmup", 0))
+    matched = ", ".join(f"{name} ({n} {'point' if n == 1 else 'points'})" for name, n in levels.items() if n)
+    n_done = sum(1 for r in finished if per_example(r, "wall_time_s", None) is not None)
+    latency = "" if not timing.get("latency") or alone else "; no finished point timed latency: taken as the batched time"
+    return total, (f"from {n_done} finished points in this run: the median seconds per example of {matched}{latency}; "
+                   "decoding and timing passes only, not loading or scoring")
