@@ -86,19 +86,28 @@ class Setting:
     def label(self) -> str:
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
         if self.engine == "autoregressive":
-            what = f"target ({self.implementation})" if self.verifier is None else f"from v ({self.verifier}, loop)"
+            what = (
+                f"target ({self.implementation})"
+                if self.verifier is None
+                else f"from v ({self.verifier}, loop)"
+            )
         else:
             what = self.verifier + (f" w={self.weight:g}" if self.verifier == "static" else "")
             if self.engine == "diversed" and self.verifier != "lossless" and self.bonus_token == "target":
                 what += " target-bonus"
             if self.engine == "diversed" and self.first_token == "target":
                 what += " target-first"
-        name = {"diversed": "diversed", "transformers": "transformers assisted", "autoregressive": "autoregressive"}
+        name = {
+            "diversed": "diversed",
+            "transformers": "transformers assisted",
+            "autoregressive": "autoregressive",
+        }
         return f"{name[self.engine]} {what}, {mode}, batch {self.batch_size}"
 
 
-def settings(n: int, batch_sizes: Sequence[int], temperature: float, weight: float, bonus: str,
-             first: str = "ensemble") -> list[Setting]:  # fmt: skip
+def settings(
+    n: int, batch_sizes: Sequence[int], temperature: float, weight: float, bonus: str, first: str = "ensemble"
+) -> list[Setting]:
     """Every setting the benchmark times (transformers' assisted generation is batch-1 only)."""
     out: list[Setting] = []
     for t in (0.0, temperature):
@@ -212,7 +221,9 @@ class BenchConfig:
     seed: int = 0
     bonus_token: str = "ensemble"
     first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
-    top_k: int = 0  # sampled settings: p and q truncated alike in every decoder, ours and transformers' (0: none)
+    top_k: int = (
+        0  # sampled settings: p and q truncated alike in every decoder, ours and transformers' (0: none)
+    )
     top_p: float = 1.0  # (1.0: none)
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
@@ -224,28 +235,40 @@ class BenchConfig:
 
 def check_config(config: BenchConfig) -> None:
     """Bad settings fail here (a ConfigError naming the flag), before anything is loaded."""
-    at_least = {"-N/--num-draft-tokens": (config.num_draft_tokens, 1), "--batch-sizes": (min(config.batch_sizes, default=0), 1),
-                "--num-prompts": (config.num_prompts, 1), "--repeats": (config.repeats, 1), "--warmup": (config.warmup, 0),
-                "--threads": (config.threads, 0), "--num-few-shot": (config.num_few_shot, 0)}  # fmt: skip
+    at_least = {
+        "-N/--num-draft-tokens": (config.num_draft_tokens, 1),
+        "--batch-sizes": (min(config.batch_sizes, default=0), 1),
+        "--num-prompts": (config.num_prompts, 1),
+        "--repeats": (config.repeats, 1),
+        "--warmup": (config.warmup, 0),
+        "--threads": (config.threads, 0),
+        "--num-few-shot": (config.num_few_shot, 0),
+    }
     for flag, (value, low) in at_least.items():
         if value < low:
             raise ConfigError(f"{flag} must be at least {low} (each of them), got {value}")
     if not 0 < config.weight < 1:
-        raise ConfigError(f"--weight is the static target weight w, in (0, 1) (transformers' too), got {config.weight}")
+        raise ConfigError(
+            f"--weight is the static target weight w, in (0, 1) (transformers' too), got {config.weight}"
+        )
     try:
         check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
     except ValueError as e:  # "top_k must be ..." -> "--top-k must be ..."
         name, rest = str(e).split(" ", 1)
         raise ConfigError(f"--{name.replace('_', '-')} {rest}") from None
     if not isinstance(getattr(torch, config.dtype, None), torch.dtype):
-        raise ConfigError(f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}")
+        raise ConfigError(
+            f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
+        )
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
         raise ConfigError("give both --target and --draft, or neither (then --pair is used)")
     pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
     if not config.target and config.pair not in pairs:
-        raise ConfigError(f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}")
+        raise ConfigError(
+            f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}"
+        )
 
 
 def load_bench_pair(config: BenchConfig) -> Pair:
@@ -304,12 +327,18 @@ def load_prompt_task(config: BenchConfig):
     # MBPP asks for a code-execution opt-in when built; the bench only encodes its prompts.
     extra = {"allow_code_execution": True} if config.task == "mbpp" else {}
     return load_task(
-        config.task, data_files=files, n_examples=config.num_prompts, seed=config.seed,
-        num_few_shot=config.num_few_shot, **extra,
-    )  # fmt: skip
+        config.task,
+        data_files=files,
+        n_examples=config.num_prompts,
+        seed=config.seed,
+        num_few_shot=config.num_few_shot,
+        **extra,
+    )
 
 
-def make_batches(prompts: Sequence[Sequence[int]], batch_size: int, pad: int, device) -> list[tuple[Tensor, Tensor]]:
+def make_batches(
+    prompts: Sequence[Sequence[int]], batch_size: int, pad: int, device
+) -> list[tuple[Tensor, Tensor]]:
     """Left-padded (input_ids, attention_mask) batches, in order, on `device`."""
     return [left_pad(prompts[i : i + batch_size], pad, device) for i in range(0, len(prompts), batch_size)]
 
@@ -330,7 +359,9 @@ class Bench:
             for i in range(0, len(prompts), size)
         ]
         sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
-        head = WeightHead.from_pretrained(config.head, **sizes) if config.head else WeightHead(*sizes.values())
+        head = (
+            WeightHead.from_pretrained(config.head, **sizes) if config.head else WeightHead(*sizes.values())
+        )
         self.verifiers: dict[str, Verifier] = {
             "lossless": Lossless(),
             "static": StaticEnsemble(config.weight),
@@ -343,26 +374,54 @@ class Bench:
         gen = torch.Generator(self.device).manual_seed(seed)
         torch.manual_seed(seed)  # transformers samples from the global generator
         c = self.config  # every decoder samples alike: temperature, then top-k and top-p of p and q
-        common = {"max_new_tokens": c.max_new_tokens, "pad_token_id": self.pad, "eos_token_id": self.eos,
-                  "do_sample": s.temperature > 0, "temperature": s.temperature or 1.0, "top_k": c.top_k, "top_p": c.top_p}  # fmt: skip
+        common = {
+            "max_new_tokens": c.max_new_tokens,
+            "pad_token_id": self.pad,
+            "eos_token_id": self.eos,
+            "do_sample": s.temperature > 0,
+            "temperature": s.temperature or 1.0,
+            "top_k": c.top_k,
+            "top_p": c.top_p,
+        }
         verifier = self.verifiers.get(s.verifier)
         self.meter.run = run
         try:
             for ids, mask in self.chunks[chunk][s.batch_size]:
                 t0 = _clock(self.device)
                 if s.engine == "diversed":
-                    out = speculative_generate(self.target, self.draft, ids, mask, verifier=verifier,
-                                               num_draft_tokens=s.num_draft_tokens, bonus_token=s.bonus_token,
-                                               first_token=s.first_token, generator=gen, **common)  # fmt: skip
+                    out = speculative_generate(
+                        self.target,
+                        self.draft,
+                        ids,
+                        mask,
+                        verifier=verifier,
+                        num_draft_tokens=s.num_draft_tokens,
+                        bonus_token=s.bonus_token,
+                        first_token=s.first_token,
+                        generator=gen,
+                        **common,
+                    )
                 elif s.implementation == "loop":
-                    out = autoregressive_generate(self.target, ids, mask, draft=self.draft if verifier else None,
-                                                  verifier=verifier, generator=gen, **common)
+                    out = autoregressive_generate(
+                        self.target,
+                        ids,
+                        mask,
+                        draft=self.draft if verifier else None,
+                        verifier=verifier,
+                        generator=gen,
+                        **common,
+                    )
                 else:  # transformers: `generate`, or assisted generation (lossless or with its static ensemble)
                     assisted = s.engine == "transformers"
                     out = transformers_generate(
-                        self.target, ids, mask, draft=self.draft if assisted else None, num_draft_tokens=s.num_draft_tokens or 1,
-                        ensemble_weight=s.weight if s.verifier == "static" else None, **common,
-                    )  # fmt: skip
+                        self.target,
+                        ids,
+                        mask,
+                        draft=self.draft if assisted else None,
+                        num_draft_tokens=s.num_draft_tokens or 1,
+                        ensemble_weight=s.weight if s.verifier == "static" else None,
+                        **common,
+                    )
                 run.seconds += _clock(self.device) - t0
                 run.totals.add(out.stats)
         finally:
@@ -388,11 +447,16 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         **asdict(s),  # engine, verifier, batch size, temperature, weight, N, implementation, bonus token
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
         "tokens_per_s_runs": [r.totals.new_tokens / r.seconds for r in runs],
-        "acceptance_rate": pooled.acceptance_rate if s.engine != "autoregressive" else None, "alpha": alpha,
+        "acceptance_rate": pooled.acceptance_rate if s.engine != "autoregressive" else None,
+        "alpha": alpha,
         "tokens_per_target_call": tokens / rounds if rounds else None,
-        "tokens_per_target_call_bound": tokens_per_call_bound(alpha, s.num_draft_tokens) if speculative else None,
+        "tokens_per_target_call_bound": tokens_per_call_bound(alpha, s.num_draft_tokens)
+        if speculative
+        else None,
         "draft_target_time_ratio": c,
-        "theoretical_speedup": theoretical_speedup(alpha, s.num_draft_tokens, c) if speculative and c else None,
+        "theoretical_speedup": theoretical_speedup(alpha, s.num_draft_tokens, c)
+        if speculative and c
+        else None,
         "mean_w": pooled.w_sum / pooled.w_count if pooled.w_count else None,
         "new_tokens": tokens / len(runs),
         "target_calls": calls["target"] / len(runs),
@@ -409,6 +473,7 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
 
 def compare(records: list[dict[str, Any]]) -> None:
     """Add the ratios between settings: to transformers, over autoregressive, over sampling from v."""
+
     def find(**kw: Any) -> dict[str, Any] | None:
         return next((r for r in records if all(r[k] == v for k, v in kw.items())), None)
 
@@ -442,9 +507,17 @@ def compare(records: list[dict[str, Any]]) -> None:
         if v_ar and r["theoretical_speedup"]:
             # a token from v costs 1 + c target-forward times, a round N·c + 1
             r["speedup_over_v_sampling"] = r["tokens_per_s"] / v_ar["tokens_per_s"]
-            r["theoretical_speedup_over_v_sampling"] = r["theoretical_speedup"] * (1.0 + r["draft_target_time_ratio"])
-        one = find(engine="diversed", verifier=r["verifier"], batch_size=1, temperature=r["temperature"],
-                   bonus_token=r["bonus_token"], first_token=r["first_token"])  # fmt: skip
+            r["theoretical_speedup_over_v_sampling"] = r["theoretical_speedup"] * (
+                1.0 + r["draft_target_time_ratio"]
+            )
+        one = find(
+            engine="diversed",
+            verifier=r["verifier"],
+            batch_size=1,
+            temperature=r["temperature"],
+            bonus_token=r["bonus_token"],
+            first_token=r["first_token"],
+        )
         if one and r["batch_size"] != 1:
             r["ratio_to_batch_1"] = r["tokens_per_s"] / one["tokens_per_s"]
 
@@ -485,8 +558,12 @@ def run_bench(
         pad = int(pad if pad is not None else (eos[0] if eos else 0))
         bench = Bench(config, target, draft, prompts, eos, pad)
         todo = settings(
-            config.num_draft_tokens, config.batch_sizes, config.temperature, config.weight,
-            config.bonus_token, config.first_token,
+            config.num_draft_tokens,
+            config.batch_sizes,
+            config.temperature,
+            config.weight,
+            config.bonus_token,
+            config.first_token,
         )
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
@@ -496,9 +573,11 @@ def run_bench(
         log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
-        log(f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
+        log(
+            f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
             f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, top_p = "
-            f"{config.top_p:g}, {len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)")  # fmt: skip
+            f"{config.top_p:g}, {len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)"
+        )
         runs: dict[Setting, list[Run]] = {s: [] for s in todo}
         try:
             for rep in range(config.warmup + config.repeats):
@@ -514,7 +593,13 @@ def run_bench(
         records = [summarize(s, r) for s, r in runs.items()]
         compare(records)
         for r in records:
-            r.update(machine=env, prompts=source, mean_prompt_tokens=mean_len, top_k=config.top_k, top_p=config.top_p)
+            r.update(
+                machine=env,
+                prompts=source,
+                mean_prompt_tokens=mean_len,
+                top_k=config.top_k,
+                top_p=config.top_p,
+            )
         return records
     finally:
         torch.set_num_threads(threads)
@@ -529,8 +614,10 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 def table(records: list[dict[str, Any]]) -> str:
     """The records as a fixed-width text table."""
-    head = (f"{'setting':<56} {'tok/s':>8} {'vs HF':>6} {'alpha':>5} {'tok/call':>8} {'bound':>5} {'c':>5} "
-            f"{'speedup':>7} {'theory':>6} {'frac':>5} {'vs v-AR':>7} {'v/d':>5} {'frac@v':>6} {'fwd%':>4}")  # fmt: skip
+    head = (
+        f"{'setting':<56} {'tok/s':>8} {'vs HF':>6} {'alpha':>5} {'tok/call':>8} {'bound':>5} {'c':>5} "
+        f"{'speedup':>7} {'theory':>6} {'frac':>5} {'vs v-AR':>7} {'v/d':>5} {'frac@v':>6} {'fwd%':>4}"
+    )
     lines = [head, "-" * len(head)]
     for r in records:
         lines.append(
@@ -550,10 +637,14 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
     d = BenchConfig()
     add = parser.add_argument
-    add("--pair", default=d.pair, choices=("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs()),
+    add(
+        "--pair",
+        default=d.pair,
+        choices=("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs()),
         help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the shapes "
         "of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16); smollm2, gemma3_270m and the "
-        "paper's pairs: as configs/pair/<name>.yaml")  # fmt: skip
+        "paper's pairs: as configs/pair/<name>.yaml",
+    )
     add("--target", default=None, help="another pair: the target's directory (with --draft)")
     add("--draft", default=None, help="another pair: the draft's directory (with --target)")
     add("-N", "--num-draft-tokens", type=int, default=d.num_draft_tokens)
@@ -569,15 +660,28 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("--threads", type=int, default=d.threads, help="torch threads (0: leave the default)")
     add("--seed", type=int, default=d.seed)
     add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
-    add("--first-token", choices=("ensemble", "target"), default=d.first_token,
-        help="our first new token: verified against v like the rest (as transformers) or the target's alone")
+    add(
+        "--first-token",
+        choices=("ensemble", "target"),
+        default=d.first_token,
+        help="our first new token: verified against v like the rest (as transformers) or the target's alone",
+    )
     add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
     add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
     add("--only", nargs="*", default=[], help="run only settings whose label contains one of these")
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
-    add("--task", default=None, help="prompts from this task (gsm8k, cnndm, xsum, mbpp, toy) instead of the toy prompts")
-    add("--data-files", nargs="*", default=[], help="the task's local rows: a path, or split=path pairs (offline)")
+    add(
+        "--task",
+        default=None,
+        help="prompts from this task (gsm8k, cnndm, xsum, mbpp, toy) instead of the toy prompts",
+    )
+    add(
+        "--data-files",
+        nargs="*",
+        default=[],
+        help="the task's local rows: a path, or split=path pairs (offline)",
+    )
     add("--num-few-shot", type=int, default=d.num_few_shot, help="few-shot examples per task prompt")
     add("--output", default=None, help="write the records to this JSON file")
     args = vars(parser.parse_args(argv))

@@ -38,10 +38,14 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), check_resume=fits)
     model = hydra.utils.instantiate(cfg.distill, pair=pair)
     model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
-    run = fit(cfg, model, datamodule, weights_only=False, job_type="distill")  # ... and the best draft exported
+    run = fit(
+        cfg, model, datamodule, weights_only=False, job_type="distill"
+    )  # ... and the best draft exported
     if run.is_global_zero:
         out = run.exported
-        log.info(f"Saved the distilled draft to {out} (use it as pair.draft={out} or sweep.draft_models=[{out}])")
+        log.info(
+            f"Saved the distilled draft to {out} (use it as pair.draft={out} or sweep.draft_models=[{out}])"
+        )
     return {"metrics": run.metrics, "draft_dir": str(run.exported), "best_checkpoint": run.best}
 
 

@@ -57,7 +57,9 @@ class DraftRecipe:
     name: str
     target: str  # a pair member (weights.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int  # the target's first decoder layers kept
-    vocab: int | None  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    vocab: (
+        int | None
+    )  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
     # (task, optimizer steps, that stage's own distill overrides), distilled in turn, each stage
     # replaying the earlier stages' samples
     stages: tuple[tuple[str, int, tuple[str, ...]], ...]
@@ -74,28 +76,61 @@ class DraftRecipe:
 # target's top 256 ids over the draft's support at every position, then epochs of the draft's
 # forward and backward in bf16 autocast, rows of 12; linear warm-up and decay; lr 2e-3 (measured
 # against 1e-3: higher acceptance at equal steps).
-_SHARED = ("distill.rollout=target", "distill.reuse=true", "distill.top_k=256", "distill.prompt_positions=-1",
-           "distill.divergence=forward_kl", "distill.sample_batch_size=64", "task.max_prompt_tokens=320",
-           "distill.optimizer.lr=2e-3", "distill.lr_schedule=linear", "distill.warmup_steps=10",
-           "trainer.precision=bf16-mixed", "data.batch_size=12", "data.val_split=holdout", "data.n_val=8",
-           "data.val_batch_size=8", "runtime.threads=2", "logger=csv", "trainer.enable_progress_bar=false",
-           "callbacks.last_checkpoint.every_n_train_steps=100")  # fmt: skip (a 15-layer draft's state is 0.6 GB)
+_SHARED = (
+    "distill.rollout=target",
+    "distill.reuse=true",
+    "distill.top_k=256",
+    "distill.prompt_positions=-1",
+    "distill.divergence=forward_kl",
+    "distill.sample_batch_size=64",
+    "task.max_prompt_tokens=320",
+    "distill.optimizer.lr=2e-3",
+    "distill.lr_schedule=linear",
+    "distill.warmup_steps=10",
+    "trainer.precision=bf16-mixed",
+    "data.batch_size=12",
+    "data.val_split=holdout",
+    "data.n_val=8",
+    "data.val_batch_size=8",
+    "runtime.threads=2",
+    "logger=csv",
+    "trainer.enable_progress_bar=false",
+    "callbacks.last_checkpoint.every_n_train_steps=100",
+)  # a 15-layer draft's state is 0.6 GB
 RECIPES: dict[str, DraftRecipe] = {
     r.name: r
     for r in (
         # 15 of 30 layers, the first 8 frozen: measured against 6 and 10 layers trained whole, the
         # highest acceptance per second of training (README). XSum first (400 prompts, one epoch),
         # then GSM8K (240 prompts, 128 new tokens) with XSum's samples replayed, about 3.3 epochs.
-        DraftRecipe("smollm2", "shipped:smollm2", layers=15, vocab=16384, freeze=8,
-                    stages=(("xsum", 34, ("data.n_train=400", "distill.max_new_tokens=64")),
-                            ("gsm8k", 176, ("data.n_train=240", "distill.max_new_tokens=128"))),
-                    overrides=_SHARED, n_eval=32),
+        DraftRecipe(
+            "smollm2",
+            "shipped:smollm2",
+            layers=15,
+            vocab=16384,
+            freeze=8,
+            stages=(
+                ("xsum", 34, ("data.n_train=400", "distill.max_new_tokens=64")),
+                ("gsm8k", 176, ("data.n_train=240", "distill.max_new_tokens=128")),
+            ),
+            overrides=_SHARED,
+            n_eval=32,
+        ),
         # Gemma-3-270M: its 262k-token LM head is most of a forward; restricted to 16k ids it is cheap.
         # This draft (3 sliding-window layers, not distilled) exists to run the sliding-window case.
-        DraftRecipe("gemma3_270m", "shipped:gemma3_270m", layers=3, vocab=16384, stages=(), vocab_tasks=("xsum",),
-                    overrides=_SHARED, eval_tasks=("xsum",), n_eval=8),
+        DraftRecipe(
+            "gemma3_270m",
+            "shipped:gemma3_270m",
+            layers=3,
+            vocab=16384,
+            stages=(),
+            vocab_tasks=("xsum",),
+            overrides=_SHARED,
+            eval_tasks=("xsum",),
+            n_eval=8,
+        ),
     )
-}  # fmt: skip
+}
 
 
 def built_dir(name: str) -> Path:
@@ -135,8 +170,13 @@ def cut_layers(model: Any, layers: int) -> Any:
     return model
 
 
-def init_draft(target_dir: str | Path, layers: int, out: str | Path, vocab: int | None = None,
-               texts: list[str] | None = None) -> Path:  # fmt: skip
+def init_draft(
+    target_dir: str | Path,
+    layers: int,
+    out: str | Path,
+    vocab: int | None = None,
+    texts: list[str] | None = None,
+) -> Path:
     """Save the target cut to its first `layers` layers (and its tokenizer) into `out`; with
     `vocab`, its head restricted to the `vocab` most frequent ids of `texts` (specials always in)."""
     import torch
@@ -148,8 +188,16 @@ def init_draft(target_dir: str | Path, layers: int, out: str | Path, vocab: int 
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     cut_layers(model, layers)
     if vocab is not None:
-        specials = [i for i in (tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id,
-                                *tokenizer.all_special_ids) if i is not None]  # fmt: skip
+        specials = [
+            i
+            for i in (
+                tokenizer.eos_token_id,
+                tokenizer.bos_token_id,
+                tokenizer.pad_token_id,
+                *tokenizer.all_special_ids,
+            )
+            if i is not None
+        ]
         ids = (tokenizer(t, add_special_tokens=False).input_ids for t in texts or [])
         draft_vocab.restrict(
             model, draft_vocab.rank_tokens(ids, vocab, draft_vocab.vocab_size(model), specials)
@@ -190,8 +238,9 @@ def data_overrides(task: str, data: str | Path | None) -> list[str]:
     return ["task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in splits.items()) + "}"]
 
 
-def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | None, n: int, max_new: int,
-               seed: int = 0) -> dict[str, float]:  # fmt: skip
+def acceptance(
+    target_dir: str, draft_dir: str, task: str, data: str | Path | None, n: int, max_new: int, seed: int = 0
+) -> dict[str, float]:
     """Lossless α (accepted / verified drafts) and acceptance rate at T = 1, N = 5 on the first `n`
     test prompts of `task`, batch 8."""
     import torch
@@ -208,9 +257,20 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
     g = torch.Generator().manual_seed(seed)
     for i in range(0, len(t.examples), 8):
         ids, mask = left_pad(t.encode(tok, t.examples[i : i + 8]), tok.pad_token_id, "cpu")
-        out = speculative_generate(pair.target, pair.draft, ids, mask, num_draft_tokens=5, max_new_tokens=max_new,
-                                   do_sample=True, temperature=1.0, eos_token_id=tok.eos_token_id,
-                                   pad_token_id=tok.pad_token_id, stop=t.stopper(tok), generator=g)  # fmt: skip
+        out = speculative_generate(
+            pair.target,
+            pair.draft,
+            ids,
+            mask,
+            num_draft_tokens=5,
+            max_new_tokens=max_new,
+            do_sample=True,
+            temperature=1.0,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            stop=t.stopper(tok),
+            generator=g,
+        )
         totals.add(out.stats)
     summary = totals.summary()
     return {
@@ -219,8 +279,15 @@ def acceptance(target_dir: str, draft_dir: str, task: str, data: str | Path | No
     }
 
 
-def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overrides: list[str], out: Path,
-                  replay: list[Path] = ()) -> str:  # fmt: skip
+def distill_stage(
+    target_dir: str,
+    draft_dir: str,
+    task: str,
+    steps: int,
+    overrides: list[str],
+    out: Path,
+    replay: list[Path] = (),
+) -> str:
     """One `diversed.distill` run on `task` (replaying `replay`'s samples); returns the distilled
     draft's directory. Its samples are kept in `out/teacher_samples.pt`."""
     from hydra import compose, initialize_config_dir
@@ -229,10 +296,22 @@ def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overri
     from diversed import CONFIG_DIR
     from diversed.distill import distill
 
-    pair = ["pair=local", f"pair.target='{target_dir}'", f"pair.draft='{draft_dir}'", "pair.name=draft-build",
-            "pair.device=cpu", "pair.dtype=float32"]  # fmt: skip
-    run = [f"task={task}", f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
-           "trainer.accelerator=cpu", "trainer.devices=1", f"task_name=draft_{task}"]  # fmt: skip
+    pair = [
+        "pair=local",
+        f"pair.target='{target_dir}'",
+        f"pair.draft='{draft_dir}'",
+        "pair.name=draft-build",
+        "pair.device=cpu",
+        "pair.dtype=float32",
+    ]
+    run = [
+        f"task={task}",
+        f"trainer.max_steps={steps}",
+        f"trainer.val_check_interval={steps}",
+        "trainer.accelerator=cpu",
+        "trainer.devices=1",
+        f"task_name=draft_{task}",
+    ]
     if replay:
         run.append("distill.replay=[" + ",".join(f"'{p}'" for p in replay) + "]")
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -242,8 +321,15 @@ def distill_stage(target_dir: str, draft_dir: str, task: str, steps: int, overri
     return distill(cfg)["draft_dir"]
 
 
-def build(name: str, *, data: str | Path | None = None, force: bool = False, steps_scale: float = 1.0,
-          measure: bool = True, before: bool = False) -> Path:  # fmt: skip
+def build(
+    name: str,
+    *,
+    data: str | Path | None = None,
+    force: bool = False,
+    steps_scale: float = 1.0,
+    measure: bool = True,
+    before: bool = False,
+) -> Path:
     """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory."""
     from diversed.models.gguf import check_member, resolve_model
 
@@ -269,9 +355,18 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
             train_texts(list(recipe.vocab_tasks) or [t for t, _, _ in stages], data) if recipe.vocab else None
         )
         draft = str(init_draft(target_dir, recipe.layers, work / "init", recipe.vocab, texts))
-        report: dict[str, Any] = {"recipe": asdict(recipe), "steps": {t: n for t, n, _ in stages}, "target": target_dir}
-        alpha = lambda d: {t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)  # noqa: E731
-                           for t in recipe.eval_tasks}  # fmt: skip
+        report: dict[str, Any] = {
+            "recipe": asdict(recipe),
+            "steps": {t: n for t, n, _ in stages},
+            "target": target_dir,
+        }
+
+        def alpha(d):
+            return {
+                t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)
+                for t in recipe.eval_tasks
+            }
+
         measured = 0.0
         if measure and (before or not stages):  # an undistilled draft's only α is its own
             t1 = time.perf_counter()
@@ -283,13 +378,22 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         replay: list[Path] = []
         for i, (task, steps, extra) in enumerate(stages):
             stage = work / f"stage{i}_{task}"
-            draft = distill_stage(target_dir, draft, task, steps, [*recipe.overrides, *freeze, *extra, *overrides[task]],
-                                  stage, replay)  # fmt: skip
+            draft = distill_stage(
+                target_dir,
+                draft,
+                task,
+                steps,
+                [*recipe.overrides, *freeze, *extra, *overrides[task]],
+                stage,
+                replay,
+            )
             replay.append(stage / "teacher_samples.pt")
         report["distill_seconds"] = round(time.perf_counter() - t2, 1)
         final = work / "final"
         shutil.copytree(draft, final)
-        for i, (task, _, _) in enumerate(stages):  # each stage's logged metrics (loss, acceptance) kept beside it
+        for i, (task, _, _) in enumerate(
+            stages
+        ):  # each stage's logged metrics (loss, acceptance) kept beside it
             for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
                 shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
         report["build_seconds"] = round(time.perf_counter() - t0 - measured, 1)
@@ -300,7 +404,9 @@ def build(name: str, *, data: str | Path | None = None, force: bool = False, ste
         os.rename(final, out)  # atomic: a reader sees a whole draft or none
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if measure and stages:  # after the draft is safe in the cache: an interrupted measurement loses no training
+    if (
+        measure and stages
+    ):  # after the draft is safe in the cache: an interrupted measurement loses no training
         _measure_after(out, recipe, target_dir, data)
     return out
 
@@ -309,8 +415,10 @@ def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | 
     """Measure the cached draft's α on `recipe.eval_tasks` into its `build.json` (atomically)."""
     report = json.loads((out / "build.json").read_text())
     t3 = time.perf_counter()
-    report["after"] = {t: acceptance(target_dir, str(out), t, data, recipe.n_eval, recipe.max_new_tokens)
-                       for t in recipe.eval_tasks}  # fmt: skip
+    report["after"] = {
+        t: acceptance(target_dir, str(out), t, data, recipe.n_eval, recipe.max_new_tokens)
+        for t in recipe.eval_tasks
+    }
     log.info("draft %s after distillation: %s", recipe.name, report["after"])
     report["measure_seconds"] = round(report.get("measure_seconds", 0.0) + time.perf_counter() - t3, 1)
     write_file(out / "build.json", json.dumps(report, indent=1) + "\n")
@@ -330,15 +438,29 @@ def run(argv: list[str] | None = None) -> Path:
     b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
     b.add_argument("--steps-scale", type=float, default=1.0, help="scale every stage's optimizer steps")
     b.add_argument("--no-measure", action="store_true", help="skip measuring the acceptance")
-    b.add_argument("--before", action="store_true",
-                   help="also measure the undistilled draft's acceptance (always for a recipe without stages)")
+    b.add_argument(
+        "--before",
+        action="store_true",
+        help="also measure the undistilled draft's acceptance (always for a recipe without stages)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    out = build(args.name, data=args.data, force=args.force, steps_scale=args.steps_scale,
-                measure=not args.no_measure, before=args.before)  # fmt: skip
+    out = build(
+        args.name,
+        data=args.data,
+        force=args.force,
+        steps_scale=args.steps_scale,
+        measure=not args.no_measure,
+        before=args.before,
+    )
     report = json.loads((out / "build.json").read_text())
     print(
-        json.dumps({k: report.get(k) for k in ("before", "after", "distill_seconds", "build_seconds", "measure_seconds")}),
+        json.dumps(
+            {
+                k: report.get(k)
+                for k in ("before", "after", "distill_seconds", "build_seconds", "measure_seconds")
+            }
+        ),
         file=sys.stderr,
     )
     print(out)

@@ -85,7 +85,9 @@ log = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- the grid
 
 
-def grid(sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+def grid(
+    sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
     """Grid points in run order: per temperature, the non-speculative methods first (in the registry's
     order), then per N each speculative method at each combination of its knobs' values (`sweep.<key>`
     per knob, its default grid where the config has none; heads and fine-tuned drafts as checked, by
@@ -104,7 +106,10 @@ def grid(sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any]
                 m = METHODS[name]
                 if not m.speculative:
                     continue
-                values = [checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default)) for k in m.knobs]
+                values = [
+                    checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default))
+                    for k in m.knobs
+                ]
                 for combination in itertools.product(*values):
                     point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}
                     if m.valid is None or m.valid(point):
@@ -144,16 +149,34 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- one grid point
 
 
-def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mask, *, max_new: int, seed: int,
-           stop=None, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None):  # fmt: skip
+def decode(
+    pair: Any,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    ids,
+    mask,
+    *,
+    max_new: int,
+    seed: int,
+    stop=None,
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+):
     """One batch by the point's method: the engine, our autoregressive loop, or transformers (alone,
     or assisted with its static ensemble); rows end at EOS, at `max_new` tokens, or where `stop`
     (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's."""
     tok, T, engine = pair.tokenizer, point["temperature"], dict(engine or {})
     # the engine's sampling truncation goes to every decoder: the same p and q for each method
-    common = {"max_new_tokens": max_new, "do_sample": T > 0, "temperature": T if T > 0 else 1.0,
-              "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "stop": stop,
-              "top_k": engine.pop("top_k", 0), "top_p": engine.pop("top_p", 1.0)}  # fmt: skip
+    common = {
+        "max_new_tokens": max_new,
+        "do_sample": T > 0,
+        "temperature": T if T > 0 else 1.0,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "stop": stop,
+        "top_k": engine.pop("top_k", 0),
+        "top_p": engine.pop("top_p", 1.0),
+    }
     generator = torch.Generator(device=ids.device).manual_seed(seed)
     method = METHODS[point["method"]]
     draft = (drafts or {}).get(point.get("draft_model"), pair.draft)
@@ -161,17 +184,43 @@ def decode(pair: Any, point: dict[str, Any], verifier: Verifier | None, ids, mas
         torch.manual_seed(seed)  # transformers samples from the global generator
         if not method.speculative:
             return transformers_generate(pair.target, ids, mask, **common)
-        return transformers_generate(pair.target, ids, mask, draft=draft, ensemble_weight=point.get("weight"),
-                                     num_draft_tokens=point["num_draft_tokens"], **common)  # fmt: skip
+        return transformers_generate(
+            pair.target,
+            ids,
+            mask,
+            draft=draft,
+            ensemble_weight=point.get("weight"),
+            num_draft_tokens=point["num_draft_tokens"],
+            **common,
+        )
     if method.decoder == "autoregressive":
         return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
-    return speculative_generate(pair.target, draft, ids, mask, verifier=verifier, generator=generator,
-                                num_draft_tokens=point["num_draft_tokens"], **engine, **common)  # fmt: skip
+    return speculative_generate(
+        pair.target,
+        draft,
+        ids,
+        mask,
+        verifier=verifier,
+        generator=generator,
+        num_draft_tokens=point["num_draft_tokens"],
+        **engine,
+        **common,
+    )
 
 
-def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
-              seed: int, engine: dict[str, Any] | None = None, drafts: dict[str, Any] | None = None,
-              token_w: bool = False, progress: bool = False):  # fmt: skip
+def run_point(
+    pair: Any,
+    task: Task,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    *,
+    batch_size: int,
+    seed: int,
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+    token_w: bool = False,
+    progress: bool = False,
+):
     """Decode every example once and score it once (every metric of the task: `Task.checked_metrics`);
     returns (record fields, per-example rows). With
     `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens;
@@ -187,8 +236,18 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
     for start in range(0, len(examples), batch_size):
         batch = examples[start : start + batch_size]
         ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
-        out = decode(pair, point, verifier, ids, mask, max_new=task.max_new_tokens, seed=seed + start, stop=stop,
-                     engine=engine, drafts=drafts)  # fmt: skip
+        out = decode(
+            pair,
+            point,
+            verifier,
+            ids,
+            mask,
+            max_new=task.max_new_tokens,
+            seed=seed + start,
+            stop=stop,
+            engine=engine,
+            drafts=drafts,
+        )
         stats, n_new = out.stats, out.stats.new_tokens
         wall += stats.wall_time_s
         completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
@@ -204,35 +263,62 @@ def run_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier |
         bar.update(len(batch))
         speculative = METHODS[point["method"]].speculative
         for i, ex in enumerate(batch):
-            rows.append({
-                "example_id": task.example_id(ex, start + i), "prompt_tokens_cut": cuts[start + i],
-                "prompt": tok.decode(prompts[start + i]) if cuts[start + i] else task.full_prompt(ex),  # what it saw
-                "reference": task.reference(ex), "completion": completions[i],
-                "extracted": task.extract(ex, completions[i]), "score": batch_scores[i], "new_tokens": int(n_new[i]),
-                "accepted_drafts": int(stats.accepted[i]) if speculative else None,
-                "proposed_drafts": int(stats.proposed[i]) if speculative else None,  # acceptance rate's denominator
-                "verified_drafts": int(stats.verified[i]) if speculative and stats.verified is not None else None,  # α's
-            })  # fmt: skip
+            rows.append(
+                {
+                    "example_id": task.example_id(ex, start + i),
+                    "prompt_tokens_cut": cuts[start + i],
+                    "prompt": tok.decode(prompts[start + i])
+                    if cuts[start + i]
+                    else task.full_prompt(ex),  # what it saw
+                    "reference": task.reference(ex),
+                    "completion": completions[i],
+                    "extracted": task.extract(ex, completions[i]),
+                    "score": batch_scores[i],
+                    "new_tokens": int(n_new[i]),
+                    "accepted_drafts": int(stats.accepted[i]) if speculative else None,
+                    "proposed_drafts": int(stats.proposed[i])
+                    if speculative
+                    else None,  # acceptance rate's denominator
+                    "verified_drafts": int(stats.verified[i])
+                    if speculative and stats.verified is not None
+                    else None,  # α's
+                }
+            )
             if token_w and stats.token_w is not None:
                 n = int(n_new[i])
                 rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
-                rows[-1]["token_text"] = [pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]]  # for the report
+                rows[-1]["token_text"] = [
+                    pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]
+                ]  # for the report
                 rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
     bar.close()
     score, low, high = mean_interval(scores)
     spec = METHODS[point["method"]].speculative
     fields = {
-        "score": score, "score_ci_low": low, "score_ci_high": high,
+        "score": score,
+        "score_ci_low": low,
+        "score_ci_high": high,
         **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
-        "new_tokens": new_tokens, "scored_wall_time_s": wall,
+        "new_tokens": new_tokens,
+        "scored_wall_time_s": wall,
         **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
-    }  # fmt: skip
+    }
     return fields, rows
 
 
-def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier | None, *, batch_size: int,
-               seed: int, timing: dict[str, Any], engine: dict[str, Any] | None = None,
-               drafts: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:  # fmt: skip
+def time_point(
+    pair: Any,
+    task: Task,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    *,
+    batch_size: int,
+    seed: int,
+    timing: dict[str, Any],
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
     Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
     `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
@@ -251,7 +337,9 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
             start, outs = time.perf_counter(), []
             for i, batch in enumerate(batches):
                 ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
-                outs.append(decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs))
+                outs.append(
+                    decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs)
+                )
                 bar.update(len(batch))
             times.append(time.perf_counter() - start)
             new_tokens[:] = [int(o.stats.new_tokens.sum()) for o in outs]
@@ -259,11 +347,20 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
 
     out: dict[str, Any] = {}
     batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
-    alone = [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]] if timing.get("latency") else []
+    alone = (
+        [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
+        if timing.get("latency")
+        else []
+    )
     lat_repeats = timing.get("latency_repeats") or max(1, timing["repeats"])
     total = timing["warmup"] * sum(map(len, batches[:1])) + timing["repeats"] * len(prompts)
-    bar = tqdm(total=total + bool(alone) * (timing["warmup"] + lat_repeats * len(alone)), desc="timing",
-               unit="example", leave=False, disable=not progress)  # fmt: skip
+    bar = tqdm(
+        total=total + bool(alone) * (timing["warmup"] + lat_repeats * len(alone)),
+        desc="timing",
+        unit="example",
+        leave=False,
+        disable=not progress,
+    )
     passes(batches[:1], timing["warmup"])
     runs = passes(batches, timing["repeats"])
     if runs:
@@ -271,8 +368,12 @@ def time_point(pair: Any, task: Task, point: dict[str, Any], verifier: Verifier 
     if alone:
         passes(alone[:1], timing["warmup"])
         lat = [t / len(alone) for t in passes(alone, lat_repeats)]
-        out.update(latency_s=statistics.median(lat), latency_runs=lat, latency_examples=len(alone),
-                   latency_new_tokens=sum(new_tokens))
+        out.update(
+            latency_s=statistics.median(lat),
+            latency_runs=lat,
+            latency_examples=len(alone),
+            latency_new_tokens=sum(new_tokens),
+        )
     bar.close()
     return out
 
@@ -288,18 +389,34 @@ def engine_settings(engine: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The engine options of a fingerprint: a later option at its old behaviour is left out, so
     points from before it keep their keys (and their run directories resume)."""
     engine = OmegaConf.to_container(engine, resolve=True) if isinstance(engine, DictConfig) else dict(engine)
-    return {k: v for k, v in engine.items() if not (k in LATER_ENGINE_OPTIONS and v in LATER_ENGINE_OPTIONS[k])}
+    return {
+        k: v for k, v in engine.items() if not (k in LATER_ENGINE_OPTIONS and v in LATER_ENGINE_OPTIONS[k])
+    }
 
 
 def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, Any]:
     """Everything that determines a grid point's output, but the point itself and its head."""
     pair = describe(card) or {"config": OmegaConf.to_container(cfg.pair, resolve=True)}
-    return {"task": task_settings(task), "pair": pair, "engine": engine_settings(cfg.engine),
-            "batch_size": int(cfg.sweep.batch_size), "seed": int(cfg.seed)}  # fmt: skip
+    return {
+        "task": task_settings(task),
+        "pair": pair,
+        "engine": engine_settings(cfg.engine),
+        "batch_size": int(cfg.sweep.batch_size),
+        "seed": int(cfg.seed),
+    }
 
 
 # What says which examples a run scored: left out of the comparison group (see evaluate).
-_WHICH_EXAMPLES = ("split", "n_examples", "n_loaded", "examples", "prompts", "selection", "data_files", "seed")
+_WHICH_EXAMPLES = (
+    "split",
+    "n_examples",
+    "n_loaded",
+    "examples",
+    "prompts",
+    "selection",
+    "data_files",
+    "seed",
+)
 
 
 def comparison_group(common: dict[str, Any]) -> str:
@@ -332,24 +449,43 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     task = instantiate(cfg.task)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
-    head_digests = check_heads(card, list(sweep.heads) if "dynamic" in sweep.methods else [],
-                               allow_other_pairs=bool(sweep.get("allow_other_pair_heads", False)))  # fmt: skip
+    head_digests = check_heads(
+        card,
+        list(sweep.heads) if "dynamic" in sweep.methods else [],
+        allow_other_pairs=bool(sweep.get("allow_other_pair_heads", False)),
+    )
     head_tasks = {h: head_metadata(h).get("task") for h in head_digests}  # Table 3: what each head learned on
     draft_digests = check_drafts(card, list(sweep.draft_models) if "finetuned_draft" in sweep.methods else [])
-    for method, key, found in (("dynamic", "heads", head_digests), ("finetuned_draft", "draft_models", draft_digests)):
+    for method, key, found in (
+        ("dynamic", "heads", head_digests),
+        ("finetuned_draft", "draft_models", draft_digests),
+    ):
         if method in sweep.methods and not found:
             log.warning(f"sweep.methods has {method} but sweep.{key} is empty: no {method} points")
     common = settings_fingerprint(cfg, task, card)
     name = card.name if card is not None else str(cfg.pair.get("name"))
-    meta = {"pair": name, "task": task.name, "n_examples": len(task), "metric": task.metric, "split": task.source.get("split")}
-    seeds = [int(cfg.seed) + i for i in range(int(sweep.get("num_seeds", 1)))]  # each point decoded once per seed
+    meta = {
+        "pair": name,
+        "task": task.name,
+        "n_examples": len(task),
+        "metric": task.metric,
+        "split": task.source.get("split"),
+    }
+    seeds = [
+        int(cfg.seed) + i for i in range(int(sweep.get("num_seeds", 1)))
+    ]  # each point decoded once per seed
     options = task.option_settings()  # the task's recorded options (part of its settings()), in every record
     if clash := sorted(set(options) & {*run_fields(), *meta}):
-        raise ConfigError(f"task {task.name}'s options {clash} have the names of record fields (results.run_fields()), "
-                          "which they would overwrite: rename them in its options")
+        raise ConfigError(
+            f"task {task.name}'s options {clash} have the names of record fields (results.run_fields()), "
+            "which they would overwrite: rename them in its options"
+        )
 
     def settings_of(point: dict[str, Any]) -> dict[str, Any]:  # a head's or a draft's files are part of it
-        extra = {"head": head_digests.get(point.get("head")), "draft": draft_digests.get(point.get("draft_model"))}
+        extra = {
+            "head": head_digests.get(point.get("head")),
+            "draft": draft_digests.get(point.get("draft_model")),
+        }
         return {**common, "seed": point["seed"], **{k: v for k, v in extra.items() if v}}
 
     # one group for every seed of these settings: plots average over seeds within a group only; the
@@ -363,22 +499,32 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     todo = [p for p in points if grid_key(**meta, **p) not in done]
     legacy = sum(1 for r in finished if not r.get("settings"))
     if legacy:
-        log.warning(f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
-                    "resumed: their points run again")  # fmt: skip
+        log.warning(
+            f"{run_dir}: {legacy} records from before settings fingerprints are kept (and plotted) but not "
+            "resumed: their points run again"
+        )
     log.info(f"{len(points)} grid points, {len(points) - len(todo)} already done")
     if store is not None:  # each fingerprint's settings and config, written again where torn
         for p in {p["settings"]: p for p in points}.values():
-            keep_settings(run_dir, p["settings"], settings_of(p), lambda: OmegaConf.to_yaml(cfg, resolve=True))
+            keep_settings(
+                run_dir, p["settings"], settings_of(p), lambda: OmegaConf.to_yaml(cfg, resolve=True)
+            )
     if sweep.get("dry_run", False):  # the plan, then out: no weights are read
-        print(plan(points, todo, finished, n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)))
+        print(
+            plan(
+                points, todo, finished, n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)
+            )
+        )
         return run_dir
     if not todo:
         log.info(f"Every grid point is done ({run_dir}): nothing to run")
         return run_dir
     if store is None:
-        raise ConfigError(f"{run_dir} cannot be written (read-only) and {len(todo)} of its {len(points)} grid points "
-                          "are still to run: make it writable, or give another directory (paths.output_dir=... or "
-                          "hydra.run.dir=...)")  # fmt: skip
+        raise ConfigError(
+            f"{run_dir} cannot be written (read-only) and {len(todo)} of its {len(points)} grid points "
+            "are still to run: make it writable, or give another directory (paths.output_dir=... or "
+            "hydra.run.dir=...)"
+        )
 
     show_config(cfg)  # once everything is checked: an error is not buried under the config
     log.info(f"Loading pair <{cfg.pair._target_}>")
@@ -389,28 +535,51 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     points_log, beside = PointLog(loggers), parallel_launcher()
     if beside and (timing["repeats"] or timing.get("latency")):
-        log.warning(f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
-                    "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
-                    "and time later; the records say parallel_launcher")  # fmt: skip
+        log.warning(
+            f"Hydra's launcher runs jobs side by side ({beside}): times measured at once are not comparable "
+            "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
+            "and time later; the records say parallel_launcher"
+        )
     base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
-    progress = bool(cfg.get("runtime", {}).get("progress", True))  # the points' bar, and each point's examples
+    progress = bool(
+        cfg.get("runtime", {}).get("progress", True)
+    )  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
     with logging_redirect_tqdm():
         for index, point in enumerate(bar):
             bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
             verifier = make_verifier(point, heads)
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
-            args = {"batch_size": batch, "seed": point["seed"], "engine": engine, "drafts": drafts, "progress": progress}
-            fields, rows = run_point(pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False)))
+            args = {
+                "batch_size": batch,
+                "seed": point["seed"],
+                "engine": engine,
+                "drafts": drafts,
+                "progress": progress,
+            }
+            fields, rows = run_point(
+                pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False))
+            )
             fields |= time_point(pair, task, point, verifier, timing=timing, **args)
             fields |= measured(fields)
-            fields["timing"] = {**timing, "batch_size": batch, "threads": torch.get_num_threads(),
-                                "device": str(pair.device)} | ({"parallel_launcher": beside} if beside else {})  # fmt: skip
+            fields["timing"] = {
+                **timing,
+                "batch_size": batch,
+                "threads": torch.get_num_threads(),
+                "device": str(pair.device),
+            } | ({"parallel_launcher": beside} if beside else {})
             if point.get("head"):
                 fields["head_task"] = head_tasks[point["head"]]
                 if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
                     fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
-            record = {**meta, **point, **fields, **options, "settings_group": group, "comparison_group": comparison}
+            record = {
+                **meta,
+                **point,
+                **fields,
+                **options,
+                "settings_group": group,
+                "comparison_group": comparison,
+            }
             base.add(record)
             record |= base.normalized(record)
             record = store.write(record, rows)
@@ -420,26 +589,51 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     return run_dir
 
 
-def plan(points: list[dict[str, Any]], todo: list[dict[str, Any]], finished: list[dict[str, Any]], *,
-         n_examples: int, timing: dict[str, Any], batch_size: int) -> str:  # fmt: skip
+def plan(
+    points: list[dict[str, Any]],
+    todo: list[dict[str, Any]],
+    finished: list[dict[str, Any]],
+    *,
+    n_examples: int,
+    timing: dict[str, Any],
+    batch_size: int,
+) -> str:
     """A dry run's text: each grid point (method and knobs, N, T, seed), done or to run, and how long those
     to run will take by `times.estimate_seconds` from the run's finished records, with what that rests on."""
     lines, waiting = [], {id(q) for q in todo}
     for p in points:
         n = f"  N={p['num_draft_tokens']}" if p.get("num_draft_tokens") is not None else ""
         state = "to run" if id(p) in waiting else "done"
-        lines.append(f"{state:>6}  {METHODS[p['method']].describe(p)}{n}  T={p['temperature']:g}  seed={p['seed']}")
-    seconds, basis = estimate_seconds(todo, finished, n_examples=n_examples, timing=timing, batch_size=batch_size)
-    took = "no estimate" if seconds is None else "about " + (
-        f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.2g} s")
-    lines.append(f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on {n_examples} examples"
-                 f" each: {took} ({basis})")  # fmt: skip
+        lines.append(
+            f"{state:>6}  {METHODS[p['method']].describe(p)}{n}  T={p['temperature']:g}  seed={p['seed']}"
+        )
+    seconds, basis = estimate_seconds(
+        todo, finished, n_examples=n_examples, timing=timing, batch_size=batch_size
+    )
+    took = (
+        "no estimate"
+        if seconds is None
+        else "about "
+        + (
+            f"{seconds / 3600:.1f} h"
+            if seconds >= 3600
+            else f"{seconds / 60:.1f} min"
+            if seconds >= 60
+            else f"{seconds:.2g} s"
+        )
+    )
+    lines.append(
+        f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on {n_examples} examples"
+        f" each: {took} ({basis})"
+    )
     return "\n".join(lines)
 
 
 def _line(r: dict[str, Any]) -> str:
     """One record as a rounded log line."""
-    knob = "".join(f" {k.field}={k.show(r[k.field])}" for k in METHODS[r["method"]].knobs if r.get(k.field) is not None)
+    knob = "".join(
+        f" {k.field}={k.show(r[k.field])}" for k in METHODS[r["method"]].knobs if r.get(k.field) is not None
+    )
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
     norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""

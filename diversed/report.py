@@ -77,10 +77,15 @@ def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 
 
 def _markdown(table: pd.DataFrame) -> str:
-    head = [*table.index.names, *(": ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in table.columns)]
+    head = [
+        *table.index.names,
+        *(": ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in table.columns),
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
-    lines += ["| " + " | ".join([*map(str, idx), *(v or "" for v in row)]) + " |"
-              for idx, row in zip(table.index, table.to_numpy(), strict=True)]  # fmt: skip
+    lines += [
+        "| " + " | ".join([*map(str, idx), *(v or "" for v in row)]) + " |"
+        for idx, row in zip(table.index, table.to_numpy(), strict=True)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -100,26 +105,39 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
     r = df[df["run_dir"] == str(run_dir)]
     link = lambda p: os.path.relpath(Path(p).resolve(), page.parent.resolve())  # noqa: E731
     join = lambda values: ", ".join(str(v) for v in values) or "–"  # noqa: E731
-    lines = [f"# {run_dir}", "",
-             f"{len(r)} records · pairs {join(sorted(r['pair'].unique()))} · tasks {join(sorted(r['task'].unique()))} · "
-             f"temperatures {join(f'{t:g}' for t in sorted(r['temperature'].unique()))} · N "
-             f"{join(int(n) for n in sorted(r['num_draft_tokens'].dropna().unique()))} · examples per point "
-             f"{join(int(n) for n in sorted(r['n_examples'].dropna().unique()))}", "", "## Settings fingerprints", ""]  # fmt: skip
+    lines = [
+        f"# {run_dir}",
+        "",
+        f"{len(r)} records · pairs {join(sorted(r['pair'].unique()))} · tasks {join(sorted(r['task'].unique()))} · "
+        f"temperatures {join(f'{t:g}' for t in sorted(r['temperature'].unique()))} · N "
+        f"{join(int(n) for n in sorted(r['num_draft_tokens'].dropna().unique()))} · examples per point "
+        f"{join(int(n) for n in sorted(r['n_examples'].dropna().unique()))}",
+        "",
+        "## Settings fingerprints",
+        "",
+    ]
     for s in sorted((run_dir / "settings").glob("*.json")):
         if (body := read_json(s)) is None:  # (a torn file of an older version: named in a warning)
             lines.append(f"- [`{s.stem}`]({link(s)}): cannot be read")
             continue
         task, pair = body.get("task", {}), body.get("pair", {})
         which = "".join(f", {k} {str(body[k])[:8]}" for k in ("head", "draft") if body.get(k))
-        lines.append(f"- [`{s.stem}`]({link(s)}){which}: pair {pair.get('name', '?')}, task {task.get('task', '?')} "
-                     f"({task.get('n_loaded', '?')} examples, max {task.get('max_new_tokens', '?')} new tokens, stop early "
-                     f"{task.get('stop_early', True)}), batch {body.get('batch_size')}, seed {body.get('seed')}, "
-                     f"engine {json.dumps(body.get('engine'))}")  # fmt: skip
+        lines.append(
+            f"- [`{s.stem}`]({link(s)}){which}: pair {pair.get('name', '?')}, task {task.get('task', '?')} "
+            f"({task.get('n_loaded', '?')} examples, max {task.get('max_new_tokens', '?')} new tokens, stop early "
+            f"{task.get('stop_early', True)}), batch {body.get('batch_size')}, seed {body.get('seed')}, "
+            f"engine {json.dumps(body.get('engine'))}"
+        )
     lines += ["", "## Records per method", "", "| method | records | settings groups |", "|---|---:|---:|"]
-    lines += [f"| {m} | {len(g)} | {g['settings_group'].nunique()} |" for m, g in r.groupby("method", sort=False)]
+    lines += [
+        f"| {m} | {len(g)} | {g['settings_group'].nunique()} |" for m, g in r.groupby("method", sort=False)
+    ]
     lines += ["", "## Figures of its tasks", ""]
-    lines += [f"- {f.caption} " + ", ".join(f"[{Path(p).name}]({link(p)})" for p in f.paths)
-              for f in figures if set(f.tasks) & set(r["task"])]  # fmt: skip
+    lines += [
+        f"- {f.caption} " + ", ".join(f"[{Path(p).name}]({link(p)})" for p in f.paths)
+        for f in figures
+        if set(f.tasks) & set(r["task"])
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -130,9 +148,16 @@ def _rel(path: Path, out: Path) -> str:
 # ----------------------------------------------------------------------------- the report
 
 
-def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool = False, n_examples: int = 5,
-                 formats: Sequence[str] = ("png", "pdf"), select_split: str = "validation",
-                 margin: float = 0.05) -> list[Path]:  # fmt: skip
+def write_report(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    paper: bool = False,
+    n_examples: int = 5,
+    formats: Sequence[str] = ("png", "pdf"),
+    select_split: str = "validation",
+    margin: float = 0.05,
+) -> list[Path]:
     """Write the report (see the module docstring); returns every file written. Records of
     `select_split` choose the knob families' settings (`fronts.choose_on`, non-inferiority margin
     `margin` × AR's quality); every other record is reported."""
@@ -151,58 +176,91 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, *, paper: bool
         write_file(out / "choices.csv", choices.to_csv(index=False))
         written.append(out / "choices.csv")
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
-    how = (f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
-           "[95 % interval: bootstrap over examples, each with all its seeds]")  # fmt: skip
-    chosen = (f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
-              f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
-              "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
-              if choices is not None and len(choices) else
-              f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the reported scores "
-              "themselves: the most acceptance within AR's 95 % half-width; * none was)")  # fmt: skip
+    how = (
+        f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
+        "[95 % interval: bootstrap over examples, each with all its seeds]"
+    )
+    chosen = (
+        f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
+        f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
+        "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
+        if choices is not None and len(choices)
+        else f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the reported scores "
+        "themselves: the most acceptance within AR's 95 % half-width; * none was)"
+    )
     for t in sorted(d["temperature"].unique(), reverse=True):
-        caption = (f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
-                   f"(drafts up to a round's first rejection), quality ×100 per task; {how}; time / AR: time relative to "
-                   "autoregressive decoding of the same seed, mean over seeds [95 % interval], per sample at batch 1 "
-                   f"where marked b1 (the paper's time), else per pass at the sweep's batch size. {chosen}.")  # fmt: skip
+        caption = (
+            f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
+            f"(drafts up to a round's first rejection), quality ×100 per task; {how}; time / AR: time relative to "
+            "autoregressive decoding of the same seed, mean over seeds [95 % interval], per sample at batch 1 "
+            f"where marked b1 (the paper's time), else per pass at the sweep's batch size. {chosen}."
+        )
         if paper:
-            caption += (" Published rows: the paper does not define its acceptance; its values look like accepted/"
-                        "proposed, so they sit in that column, unconfirmed.")  # fmt: skip
-        paths, md = _write_table(paper_table(d, t, paper=paper, choices=choices), out, f"table_T{t:g}", caption)
+            caption += (
+                " Published rows: the paper does not define its acceptance; its values look like accepted/"
+                "proposed, so they sit in that column, unconfirmed."
+            )
+        paths, md = _write_table(
+            paper_table(d, t, paper=paper, choices=choices), out, f"table_T{t:g}", caption
+        )
         written += paths
         sections += [md, ""]
         claims += [md, ""]
         if choices is not None and len(choices):
-            paths, md = _write_table(paper_table(d, t), out, f"table_oracle_T{t:g}",
-                                     f"**Oracle view (T = {t:g})**: the same, each knob family at its setting chosen on "
-                                     "the reported (test) scores themselves: an upper bound, not a claim.")  # fmt: skip
+            paths, md = _write_table(
+                paper_table(d, t),
+                out,
+                f"table_oracle_T{t:g}",
+                f"**Oracle view (T = {t:g})**: the same, each knob family at its setting chosen on "
+                "the reported (test) scores themselves: an upper bound, not a claim.",
+            )
             written += paths
             sections += [md, ""]
         diffs = paired_table(test, d, t, choices)
         if diffs is not None:
-            paths, md = _write_table(diffs, out, f"paired_T{t:g}",
-                                     f"**DIVERSED against each row (T = {t:g})**: paired by example over {len(seeds)} "
-                                     "seed(s), 95 % bootstrap interval of the difference; \"better\" / \"worse\" only "
-                                     "where the interval excludes 0.")  # fmt: skip
+            paths, md = _write_table(
+                diffs,
+                out,
+                f"paired_T{t:g}",
+                f"**DIVERSED against each row (T = {t:g})**: paired by example over {len(seeds)} "
+                'seed(s), 95 % bootstrap interval of the difference; "better" / "worse" only '
+                "where the interval excludes 0.",
+            )
             written += paths
             sections += [md, ""]
             claims += [md, ""]
         transfer = transfer_table(d, t, paper=paper)
         if transfer is not None:
-            paths, md = _write_table(transfer, out, f"transfer_T{t:g}", f"**Cross-task transfer (T = {t:g})**: rows the task "
-                                     "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
-                                     f"quality ×100, {how}.")  # fmt: skip
+            paths, md = _write_table(
+                transfer,
+                out,
+                f"transfer_T{t:g}",
+                f"**Cross-task transfer (T = {t:g})**: rows the task "
+                "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
+                f"quality ×100, {how}.",
+            )
             written += paths
             sections += [md, ""]
             claims += [md, ""]
     figs = out / "figures"
-    own = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]  # heads on their own task
+    own = d[
+        (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
+    ]  # heads on their own task
     shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
     for _, r in test[(test["method"] == "dynamic")].iterrows():
-        shown += head_learned(r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats)
+        shown += head_learned(
+            r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats
+        )
     pareto = plot_pareto(test, figs, formats=formats)
-    shown.append(Shown(pareto, "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
-                       "one per pair, task and temperature.", tuple(test["task"].unique())))
+    shown.append(
+        Shown(
+            pareto,
+            "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
+            "one per pair, task and temperature.",
+            tuple(test["task"].unique()),
+        )
+    )
     sections += ["## Figures", ""]
     claims += ["Proposition 1 in the figures:", ""]
     for f in shown:
@@ -234,25 +292,43 @@ def _with_verified(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
 def run(argv: Sequence[str] | None = None) -> list[Path]:
     """`python -m diversed.report`: the files written (the report's README printed)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.report", description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="run directories of python -m diversed.evaluate (searched recursively)")
+    parser.add_argument(
+        "runs", nargs="+", help="run directories of python -m diversed.evaluate (searched recursively)"
+    )
     parser.add_argument("--out", required=True, help="where the report goes")
     parser.add_argument("--paper", action="store_true", help="add the paper's published numbers as rows")
     parser.add_argument("--examples", type=int, default=5, help="completions per head shown coloured by w")
     parser.add_argument("--formats", nargs="+", default=["png", "pdf"])
-    parser.add_argument("--select-split", default="validation",
-                        help="records of this split choose each knob family's setting; the others are reported")
-    parser.add_argument("--margin", type=float, default=0.05,
-                        help="non-inferiority margin δ as a fraction of autoregressive quality (0.05: within 5 %%)")
+    parser.add_argument(
+        "--select-split",
+        default="validation",
+        help="records of this split choose each knob family's setting; the others are reported",
+    )
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="non-inferiority margin δ as a fraction of autoregressive quality (0.05: within 5 %%)",
+    )
     add_plugin_option(parser)
     args = parser.parse_args(argv)
     load_plugins(args.plugin, where="--plugin")
     if not 0 <= args.margin < 1:
-        parser.error(f"--margin {args.margin} is a fraction of autoregressive quality: give one in [0, 1), e.g. 0.05")
+        parser.error(
+            f"--margin {args.margin} is a fraction of autoregressive quality: give one in [0, 1), e.g. 0.05"
+        )
     for run in args.runs:
         if not Path(run).is_dir():
             parser.error(f"{run} is not a directory (give run directories of python -m diversed.evaluate)")
-    paths = write_report(args.runs, args.out, paper=args.paper, n_examples=args.examples, formats=args.formats,
-                         select_split=args.select_split, margin=args.margin)
+    paths = write_report(
+        args.runs,
+        args.out,
+        paper=args.paper,
+        n_examples=args.examples,
+        formats=args.formats,
+        select_split=args.select_split,
+        margin=args.margin,
+    )
     print(paths[0])
     return paths
 

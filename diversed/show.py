@@ -58,7 +58,9 @@ def _most(values: list[Any]) -> Any:
     return max(set(values), key=lambda v: (values.count(v), -v)) if values else None
 
 
-def choose(records: list[dict[str, Any]], temperature: float | None, n: int | None, methods: Sequence[str] | None):
+def choose(
+    records: list[dict[str, Any]], temperature: float | None, n: int | None, methods: Sequence[str] | None
+):
     """The records to compare: one temperature and N (the most common by default), the asked methods."""
     if temperature is None:
         temperature = _most([r["temperature"] for r in records])
@@ -78,29 +80,45 @@ def _order(record: dict[str, Any]) -> tuple:
     m = METHODS.get(record["method"])
     if m is None:
         return len(order), record["method"], ()
-    ranks = tuple(-float(v) if k.field == m.family and isinstance(v, int | float) else str(v)
-                  for k in m.knobs for v in [record.get(k.field)])  # fmt: skip
+    ranks = tuple(
+        -float(v) if k.field == m.family and isinstance(v, int | float) else str(v)
+        for k in m.knobs
+        for v in [record.get(k.field)]
+    )
     return order.index(m.name), "", ranks
 
 
-def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, temperature: float | None = None,
-         num_draft_tokens: int | None = None, methods: Sequence[str] | None = None, everything: bool = False,
-         width: int = 100) -> str:  # fmt: skip
+def show(
+    run_dir: str | Path,
+    *,
+    examples: Sequence[str] = (),
+    count: int = 3,
+    temperature: float | None = None,
+    num_draft_tokens: int | None = None,
+    methods: Sequence[str] | None = None,
+    everything: bool = False,
+    width: int = 100,
+) -> str:
     """The side-by-side text (see the module docstring)."""
     found = read_records(run_dir)
     if not found:
-        raise MissingFile(f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
-                          "python -m diversed.evaluate")  # fmt: skip
+        raise MissingFile(
+            f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
+            "python -m diversed.evaluate"
+        )
     check_known((r["method"] for r in found), str(run_dir))
     records, temperature, n = choose(found, temperature, num_draft_tokens, methods)
     if not records:
-        raise ConfigError(f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
-                          "--num-draft-tokens, --methods)")  # fmt: skip
+        raise ConfigError(
+            f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
+            "--num-draft-tokens, --methods)"
+        )
     rows = {r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"])} for r in records}
     ids = list(dict.fromkeys(i for r in records for i in rows[r["key"]]))
     if examples:
         ids = [str(i) for i in examples]
     elif not everything:
+
         def differs(i: str) -> bool:
             seen = {(e.get("score"), str(e.get("extracted"))) for k in rows if (e := rows[k].get(i))}
             return len(seen) > 1
@@ -109,7 +127,9 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
     ids = ids[:count] if not examples else ids
     labels = [_label(r) for r in records]
     pad = max(map(len, labels), default=10)
-    out = [f"{Path(run_dir)}: {len(records)} points at temperature {temperature:g}" + (f", N = {n}" if n else "")]
+    out = [
+        f"{Path(run_dir)}: {len(records)} points at temperature {temperature:g}" + (f", N = {n}" if n else "")
+    ]
     for i in ids:
         first = next((rows[r["key"]][i] for r in records if i in rows[r["key"]]), None)
         if first is None:
@@ -119,14 +139,20 @@ def show(run_dir: str | Path, *, examples: Sequence[str] = (), count: int = 3, t
         out.append(f"\n== example {i}")
         if prompt:
             cut = first.get("prompt_tokens_cut")  # task.max_prompt_tokens: the row holds what the model saw
-            out.append("prompt    …" + _clip(prompt[-300:], width) + (f"  ({cut} tokens cut from its start)" if cut else ""))
+            out.append(
+                "prompt    …"
+                + _clip(prompt[-300:], width)
+                + (f"  ({cut} tokens cut from its start)" if cut else "")
+            )
         out.append("reference " + _clip(first.get("reference"), width))
         for label, r in zip(labels, records, strict=True):
             e = rows[r["key"]].get(i)
             if e is None:
                 out.append(f"  {label:<{pad}}  (no row)")
                 continue
-            out.append(f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  extracted {_clip(e.get('extracted'), 24)}")
+            out.append(
+                f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  extracted {_clip(e.get('extracted'), 24)}"
+            )
             out.append(textwrap.indent(_clip(e.get("completion"), width), " " * (pad + 4)))
     return "\n".join(out)
 
@@ -186,10 +212,15 @@ def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFram
     (module docstring); returns both tables as written (before any cell became JSON text)."""
     out = Path(out)
     if out.suffix not in EXPORT_FORMATS:
-        raise ConfigError(f"--export {out}: its extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
+        raise ConfigError(
+            f"--export {out}: its extension names the format; use one of {', '.join(EXPORT_FORMATS)}"
+        )
     records = flatten(load_runs(*run_dirs))
-    rows = [{"run_dir": r["run_dir"], **e} for r in records[["run_dir", "key"]].to_dict("records")
-            for e in read_examples(r["run_dir"], r["key"])]  # fmt: skip
+    rows = [
+        {"run_dir": r["run_dir"], **e}
+        for r in records[["run_dir", "key"]].to_dict("records")
+        for e in read_examples(r["run_dir"], r["key"])
+    ]
     examples = pd.DataFrame(rows, columns=None if rows else ["run_dir", "key", "example_id"])
     out.parent.mkdir(parents=True, exist_ok=True)
     _write_table(records, out)
@@ -200,33 +231,56 @@ def export(run_dirs: Sequence[str | Path], out: str | Path) -> tuple[pd.DataFram
 def run(argv: list[str] | None = None) -> str:
     """`python -m diversed.show`: the text printed."""
     parser = argparse.ArgumentParser(prog="python -m diversed.show", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", metavar="run_dir",
-                        help="a run directory of python -m diversed.evaluate (several with --export)")
-    parser.add_argument("--export", metavar="FILE", default=None,
-                        help=f"write every record to FILE and every per-example row to FILE's name + .examples; "
-                             f"the extension says the format ({', '.join(EXPORT_FORMATS)})")  # fmt: skip
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="run_dir",
+        help="a run directory of python -m diversed.evaluate (several with --export)",
+    )
+    parser.add_argument(
+        "--export",
+        metavar="FILE",
+        default=None,
+        help=f"write every record to FILE and every per-example row to FILE's name + .examples; "
+        f"the extension says the format ({', '.join(EXPORT_FORMATS)})",
+    )
     parser.add_argument("--examples", nargs="*", default=[], help="example ids (the dataset's own) to show")
     parser.add_argument("--n", type=int, default=3, help="how many examples (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--num-draft-tokens", type=int, default=None)
     parser.add_argument("--methods", nargs="*", default=None, help="the methods to show (default: every one)")
-    parser.add_argument("--all", action="store_true", help="the first examples, not only those where points disagree")
+    parser.add_argument(
+        "--all", action="store_true", help="the first examples, not only those where points disagree"
+    )
     parser.add_argument("--width", type=int, default=100)
     add_plugin_option(parser)
     args = parser.parse_args(argv)
     load_plugins(args.plugin, where="--plugin")
     if args.export is not None:
         if Path(args.export).suffix not in EXPORT_FORMATS:
-            parser.error(f"--export {args.export}: the extension names the format; use one of {', '.join(EXPORT_FORMATS)}")
+            parser.error(
+                f"--export {args.export}: the extension names the format; use one of {', '.join(EXPORT_FORMATS)}"
+            )
         records, examples = export(args.run_dirs, args.export)
-        text = (f"{len(records)} records to {args.export}, {len(examples)} per-example rows to "
-                f"{examples_file(args.export)}")  # fmt: skip
+        text = (
+            f"{len(records)} records to {args.export}, {len(examples)} per-example rows to "
+            f"{examples_file(args.export)}"
+        )
     else:
         if len(args.run_dirs) > 1:
-            parser.error(f"give one run directory to show ({len(args.run_dirs)} given; several only with --export)")
-        text = show(args.run_dirs[0], examples=args.examples, count=args.n, temperature=args.temperature,
-                    num_draft_tokens=args.num_draft_tokens, methods=args.methods, everything=args.all,
-                    width=args.width)  # fmt: skip
+            parser.error(
+                f"give one run directory to show ({len(args.run_dirs)} given; several only with --export)"
+            )
+        text = show(
+            args.run_dirs[0],
+            examples=args.examples,
+            count=args.n,
+            temperature=args.temperature,
+            num_draft_tokens=args.num_draft_tokens,
+            methods=args.methods,
+            everything=args.all,
+            width=args.width,
+        )
     print(text)
     return text
 

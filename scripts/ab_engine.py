@@ -64,10 +64,17 @@ def main() -> None:
     engines = {}
     for name, pkg in (("old", old), ("new", diversed)):
         head = pkg.WeightHead(h_d, h_t).eval()
-        engines[name] = (pkg.speculative_generate, {
-            "lossless": pkg.Lossless(), "static": pkg.StaticEnsemble(0.5), "dynamic": pkg.DynamicEnsemble(head),
-        })  # fmt: skip
-    settings = [(v, t, b) for b in args.batch_sizes for t in (0.0, 1.0) for v in ("lossless", "static", "dynamic")]
+        engines[name] = (
+            pkg.speculative_generate,
+            {
+                "lossless": pkg.Lossless(),
+                "static": pkg.StaticEnsemble(0.5),
+                "dynamic": pkg.DynamicEnsemble(head),
+            },
+        )
+    settings = [
+        (v, t, b) for b in args.batch_sizes for t in (0.0, 1.0) for v in ("lossless", "static", "dynamic")
+    ]
     times = {(s, e): [] for s in settings for e in engines}
     same = dict.fromkeys(settings, True)
     for rep in range(args.repeats + 1):  # the first repeat warms up
@@ -80,10 +87,20 @@ def main() -> None:
                 seqs, start = [], time.perf_counter()
                 for i in range(0, len(prompts), bs):
                     ids, mask = left_pad(prompts[i : i + bs], tok.pad_token_id, torch.device("cpu"))
-                    out = generate(pair.target, pair.draft, ids, mask, verifier=verifiers[verifier], num_draft_tokens=5,
-                                   max_new_tokens=args.max_new_tokens, do_sample=temp > 0, temperature=temp or 1.0,
-                                   eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                   generator=torch.Generator().manual_seed(rep * 1000 + i))  # fmt: skip
+                    out = generate(
+                        pair.target,
+                        pair.draft,
+                        ids,
+                        mask,
+                        verifier=verifiers[verifier],
+                        num_draft_tokens=5,
+                        max_new_tokens=args.max_new_tokens,
+                        do_sample=temp > 0,
+                        temperature=temp or 1.0,
+                        eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id,
+                        generator=torch.Generator().manual_seed(rep * 1000 + i),
+                    )
                     seqs.append((out.sequences, int(out.stats.new_tokens.sum())))
                 elapsed = time.perf_counter() - start
                 if rep:

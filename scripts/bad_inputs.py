@@ -31,10 +31,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the cheapest sweep: what a silently accepted case runs before it exits 0
-CHEAP = ["+experiment=toy", "task.n_examples=2", "sweep.methods=[autoregressive]", "sweep.draft_lengths=[1]",
-         "sweep.temperatures=[0]", "sweep.num_seeds=1", "timing.repeats=0", "timing.warmup=0"]  # fmt: skip
-CHEAP_TRAIN = ["+experiment=toy", "trainer.max_steps=2", "trainer.val_check_interval=1", "data.n_val=4",
-               "data.n_train=8", "logger=csv"]  # fmt: skip
+CHEAP = [
+    "+experiment=toy",
+    "task.n_examples=2",
+    "sweep.methods=[autoregressive]",
+    "sweep.draft_lengths=[1]",
+    "sweep.temperatures=[0]",
+    "sweep.num_seeds=1",
+    "timing.repeats=0",
+    "timing.warmup=0",
+]
+CHEAP_TRAIN = [
+    "+experiment=toy",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=1",
+    "data.n_val=4",
+    "data.n_train=8",
+    "logger=csv",
+]
 
 
 def cases(tmp: Path) -> list[tuple[str, str, list[str], str]]:
@@ -72,21 +86,57 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str], str]]:
         ("preset of another task", ev, ["+paper=xsum", "task=toy", *out], "refuse"),
         ("max_steps 0 (train)", tr, [*CHEAP_TRAIN, "trainer.max_steps=0", *out], "refuse"),
         ("lr 0 (train)", tr, [*CHEAP_TRAIN, "model.optimizer.lr=0", *out], "refuse"),
-        ("group baseline, 1 sample", tr, [*CHEAP_TRAIN, "model.baseline=group", "model.num_samples=1", *out], "refuse"),
-        ("validation on the test split", tr, [*CHEAP_TRAIN, "task.split=test", "data.val_split=test", *out], "refuse"),
-        ("distill reuse w/o target rollout", di, ["+experiment=distill_toy", "distill.reuse=true", *out], "refuse"),
+        (
+            "group baseline, 1 sample",
+            tr,
+            [*CHEAP_TRAIN, "model.baseline=group", "model.num_samples=1", *out],
+            "refuse",
+        ),
+        (
+            "validation on the test split",
+            tr,
+            [*CHEAP_TRAIN, "task.split=test", "data.val_split=test", *out],
+            "refuse",
+        ),
+        (
+            "distill reuse w/o target rollout",
+            di,
+            ["+experiment=distill_toy", "distill.reuse=true", *out],
+            "refuse",
+        ),
         # files
         ("data file missing", ev, [*CHEAP, f"task.data_files={tmp}/none.jsonl", *out], "refuse"),
         ("data file not JSON", ev, [*CHEAP, f"task.data_files={tmp}/bad.jsonl", *out], "refuse"),
-        ("GSM8K validation split offline", ev, [*CHEAP, "task=gsm8k", "task.split=validation", *out], "refuse"),
-        ("head directory missing", ev, [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/nohead]", *out],
-         "refuse"),
-        ("head of another pair", ev, [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/foreign_head]", *out],
-         "refuse"),
-        ("head file half written", ev, [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/half_head]", *out],
-         "refuse"),
-        ("target directory missing", ev, [*CHEAP, "pair=local", f"pair.target={tmp}/none", f"pair.draft={tmp}/none",
-                                          *out], "refuse"),  # fmt: skip
+        (
+            "GSM8K validation split offline",
+            ev,
+            [*CHEAP, "task=gsm8k", "task.split=validation", *out],
+            "refuse",
+        ),
+        (
+            "head directory missing",
+            ev,
+            [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/nohead]", *out],
+            "refuse",
+        ),
+        (
+            "head of another pair",
+            ev,
+            [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/foreign_head]", *out],
+            "refuse",
+        ),
+        (
+            "head file half written",
+            ev,
+            [*CHEAP, "sweep.methods=[dynamic]", f"sweep.heads=[{tmp}/half_head]", *out],
+            "refuse",
+        ),
+        (
+            "target directory missing",
+            ev,
+            [*CHEAP, "pair=local", f"pair.target={tmp}/none", f"pair.draft={tmp}/none", *out],
+            "refuse",
+        ),
         ("draft without tokenizer", ev, [*CHEAP, *local, f"pair.draft={tmp}/draft_no_tok", *out], "refuse"),
         ("ckpt_path a directory", tr, [*CHEAP_TRAIN, f"ckpt_path={tmp}", *out], "refuse"),
         ("ckpt_path missing", tr, [*CHEAP_TRAIN, f"ckpt_path={tmp}/none.ckpt", *out], "refuse"),
@@ -122,14 +172,18 @@ def setup(tmp: Path, tree: Path, env: dict[str, str]) -> None:
 
     config_file = tmp / "foreign_head" / "head_config.json"
     config = json.loads(config_file.read_text())
-    config["pair"] = "other"  # same hidden sizes, other models (as a head trained on another local pair records)
+    config["pair"] = (
+        "other"  # same hidden sizes, other models (as a head trained on another local pair records)
+    )
     for role, member in (config.get("pair_identity") or {}).items():
         if isinstance(member, dict):
             config["pair_identity"][role] = {"path": f"/models/other-{role}", "weights": "0123456789abcdef"}
     config_file.write_text(json.dumps(config))
     toy = Path(env.get("DIVERSED_CACHE", Path.home() / ".cache/diversed")) / "toy"
     draft = next(toy.glob("*/draft"))
-    shutil.copytree(draft, tmp / "draft_no_tok", ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*"))
+    shutil.copytree(
+        draft, tmp / "draft_no_tok", ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*")
+    )
 
 
 def classify(rc: int, out: str, expected: str) -> str:
@@ -151,8 +205,14 @@ def main() -> None:
     parser.add_argument("--logs", default=None, help="a folder for each case's whole output")
     args = parser.parse_args()
     tree = Path(args.tree).resolve()
-    env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "WANDB_MODE": "offline", "PYTHONWARNINGS": "ignore::FutureWarning"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONWARNINGS": "ignore::FutureWarning",
+    }
     rows = []
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -162,8 +222,14 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             try:
-                done = subprocess.run([sys.executable, "-m", module, *argv], cwd=tmp, env=env, capture_output=True,
-                                      text=True, timeout=600)  # fmt: skip
+                done = subprocess.run(
+                    [sys.executable, "-m", module, *argv],
+                    cwd=tmp,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
                 rc, out = done.returncode, done.stdout + done.stderr
             except subprocess.TimeoutExpired:
                 rc, out = 124, "timed out"
@@ -171,11 +237,21 @@ def main() -> None:
             if args.logs:
                 Path(args.logs).mkdir(parents=True, exist_ok=True)
                 slug = "".join(c if c.isalnum() else "_" for c in case)
-                Path(args.logs, f"{slug}.txt").write_text(f"$ python -m {module} {' '.join(argv)}\nexit {rc}\n{out}")
+                Path(args.logs, f"{slug}.txt").write_text(
+                    f"$ python -m {module} {' '.join(argv)}\nexit {rc}\n{out}"
+                )
             last = next((line for line in reversed(out.strip().splitlines()) if line.strip()), "")
-            rows.append({"case": case, "entry": module.split(".")[-1], "outcome": outcome, "exit": rc,
-                         "lines": len(out.strip().splitlines()), "seconds": round(time.perf_counter() - start, 1),
-                         "last_line": last[:160]})  # fmt: skip
+            rows.append(
+                {
+                    "case": case,
+                    "entry": module.split(".")[-1],
+                    "outcome": outcome,
+                    "exit": rc,
+                    "lines": len(out.strip().splitlines()),
+                    "seconds": round(time.perf_counter() - start, 1),
+                    "last_line": last[:160],
+                }
+            )
             print(f"{outcome:>18}  rc={rc:<3} {rows[-1]['lines']:>4} lines  {case}: {last[:110]}", flush=True)
     counts: dict[str, int] = {}
     for r in rows:

@@ -67,7 +67,9 @@ def check_summaries(data: Path) -> None:
             print(
                 f"{name}: {len(task)} rows from {path.name}, lead-{k}: "
                 + ", ".join(f"{m} {v:.2f}" for m, v in means.items())
-                + " (" + ", ".join(f"{k}={v}" for k, v in task.option_settings().items()) + ")"
+                + " ("
+                + ", ".join(f"{k}={v}" for k, v in task.option_settings().items())
+                + ")"
             )
 
 

@@ -49,11 +49,19 @@ def decode(args: argparse.Namespace) -> None:
 
     for label, verifier in (("lossless", None), ("static w=0.5", StaticEnsemble(0.5))):
         out = speculative_generate(
-            pair.target, pair.draft, enc["input_ids"], enc["attention_mask"], verifier=verifier,
-            num_draft_tokens=args.num_draft_tokens, max_new_tokens=task.max_new_tokens, do_sample=True,
-            temperature=1.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            pair.target,
+            pair.draft,
+            enc["input_ids"],
+            enc["attention_mask"],
+            verifier=verifier,
+            num_draft_tokens=args.num_draft_tokens,
+            max_new_tokens=task.max_new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
             generator=torch.Generator().manual_seed(args.seed),
-        )  # fmt: skip
+        )
         texts = tok.batch_decode(out.sequences[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         scores = [task.score(e, t) for e, t in zip(task, texts, strict=True)]
         print(f"\n{label} (T = 1, N = {args.num_draft_tokens})")
@@ -77,23 +85,38 @@ def run(title: str, *argv: str) -> float:
 
 
 # The figures the README shows, copied by --docs (names as the report writes them).
-DOCS = ("acceptance_vs_w_toy_toy_T1.png", "quality_vs_time_toy_T1.png", "time_vs_acceptance_toy_count_T1.png",
-        "pareto_toy_toy_T1.png")  # fmt: skip
+DOCS = (
+    "acceptance_vs_w_toy_toy_T1.png",
+    "quality_vs_time_toy_T1.png",
+    "time_vs_acceptance_toy_count_T1.png",
+    "pareto_toy_toy_T1.png",
+)
 
 
 # The demo grid, the same on both splits (the validation sweep has only the knob families and no timing).
-GRID = ("sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0,0.1]", "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
-        "sweep.lenience=[0.3,0.6,0.9]", "sweep.cascade_rules=[chow,opt]", "sweep.cascade_alphas=[0.1,0.3]",
-        "sweep.typical_epsilons=[0.05,0.3]")  # fmt: skip
+GRID = (
+    "sweep.draft_lengths=[3,5]",
+    "sweep.temperatures=[1.0,0.1]",
+    "sweep.weights=[0.0,0.2,0.4,0.6,0.8,1.0]",
+    "sweep.lenience=[0.3,0.6,0.9]",
+    "sweep.cascade_rules=[chow,opt]",
+    "sweep.cascade_alphas=[0.1,0.3]",
+    "sweep.typical_epsilons=[0.05,0.3]",
+)
 
-BEGIN, END = "<!-- demo results: written by scripts/demo.py --docs from the report; do not edit -->", "<!-- end of demo results -->"
+BEGIN, END = (
+    "<!-- demo results: written by scripts/demo.py --docs from the report; do not edit -->",
+    "<!-- end of demo results -->",
+)
 
 
 def fill_readme(readme: Path, text: str) -> None:
     """Replace what lies between the README's demo markers with `text` (the report's claims)."""
     body = readme.read_text()
     if BEGIN not in body or END not in body:
-        raise SystemExit(f"{readme} has no demo markers ({BEGIN} ... {END}): add them where the demo's results go")
+        raise SystemExit(
+            f"{readme} has no demo markers ({BEGIN} ... {END}): add them where the demo's results go"
+        )
     head, rest = body.split(BEGIN, 1)
     readme.write_text(f"{head}{BEGIN}\n{text.strip()}\n{END}{rest.split(END, 1)[1]}")
 
@@ -103,10 +126,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8, help="toy test prompts to decode in step 1")
     parser.add_argument("--num-draft-tokens", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="outputs/demo", help="where heads, drafts, results and the report go")
+    parser.add_argument(
+        "--out", default="outputs/demo", help="where heads, drafts, results and the report go"
+    )
     parser.add_argument("--n-examples", type=int, default=100, help="toy test prompts per grid point")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per grid point (intervals over examples and seeds)")
-    parser.add_argument("--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme")
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="seeds per grid point (intervals over examples and seeds)"
+    )
+    parser.add_argument(
+        "--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme"
+    )
     parser.add_argument("--readme", default="README.md", help="the README whose demo results --docs rewrites")
     args = parser.parse_args()
     out = Path(args.out)
@@ -116,34 +145,75 @@ def main() -> None:
     decode(args)
     heads = [out / f"train_{t}" / "head" for t in TASKS]
     for task in TASKS:
-        took[f"train {task}"] = run(f"2. train a weight head on {task}", "-m", "diversed.train", "+experiment=toy",
-                                    f"task={task}", "logger=csv", f"hydra.run.dir={out / f'train_{task}'}",
-                                    "trainer.enable_progress_bar=false")  # fmt: skip
+        took[f"train {task}"] = run(
+            f"2. train a weight head on {task}",
+            "-m",
+            "diversed.train",
+            "+experiment=toy",
+            f"task={task}",
+            "logger=csv",
+            f"hydra.run.dir={out / f'train_{task}'}",
+            "trainer.enable_progress_bar=false",
+        )
     for task in TASKS:
-        took[f"distill {task}"] = run(f"3. fine-tune the draft on {task}", "-m", "diversed.distill", "+experiment=distill_toy",
-                                      f"task={task}", "logger=csv", f"hydra.run.dir={out / f'distill_{task}'}",
-                                      "trainer.enable_progress_bar=false")  # fmt: skip
+        took[f"distill {task}"] = run(
+            f"3. fine-tune the draft on {task}",
+            "-m",
+            "diversed.distill",
+            "+experiment=distill_toy",
+            f"task={task}",
+            "logger=csv",
+            f"hydra.run.dir={out / f'distill_{task}'}",
+            "trainer.enable_progress_bar=false",
+        )
     seeds = f"sweep.num_seeds={args.seeds}"
     families = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"
     for task in TASKS:
         took[f"validation {task}"] = run(
             f"4a. sweep the knob families on {task}'s validation split (the report chooses settings there)",
-            "-m", "diversed.evaluate", "+experiment=toy", f"task={task}", "task.split=validation",
-            f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'validation_{task}'}", families, seeds, *GRID,
-            "timing.warmup=0", "timing.repeats=0", "runtime.progress=false",
-        )  # fmt: skip
+            "-m",
+            "diversed.evaluate",
+            "+experiment=toy",
+            f"task={task}",
+            "task.split=validation",
+            f"task.n_examples={args.n_examples}",
+            f"hydra.run.dir={out / f'validation_{task}'}",
+            families,
+            seeds,
+            *GRID,
+            "timing.warmup=0",
+            "timing.repeats=0",
+            "runtime.progress=false",
+        )
     for task in TASKS:
         took[f"sweep {task}"] = run(
-            f"4. sweep every method on {task}", "-m", "diversed.evaluate", "+experiment=toy", f"task={task}",
-            f"task.n_examples={args.n_examples}", f"hydra.run.dir={out / f'sweep_{task}'}",
-            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]", seeds, *GRID,
-            f"sweep.heads=[{','.join(map(str, heads))}]", f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
-            "sweep.token_w=true", "timing.repeats=5", "timing.latency=true", "timing.latency_repeats=3",
-            "timing.latency_examples=20", "runtime.progress=false",
-        )  # fmt: skip
-    took["report"] = run("5. the report: Tables 1-3 and figures", "-m", "diversed.report",
-                         *(str(out / f"{kind}_{t}") for kind in ("validation", "sweep") for t in TASKS), "--out",
-                         str(out / "report"))  # fmt: skip
+            f"4. sweep every method on {task}",
+            "-m",
+            "diversed.evaluate",
+            "+experiment=toy",
+            f"task={task}",
+            f"task.n_examples={args.n_examples}",
+            f"hydra.run.dir={out / f'sweep_{task}'}",
+            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
+            seeds,
+            *GRID,
+            f"sweep.heads=[{','.join(map(str, heads))}]",
+            f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
+            "sweep.token_w=true",
+            "timing.repeats=5",
+            "timing.latency=true",
+            "timing.latency_repeats=3",
+            "timing.latency_examples=20",
+            "runtime.progress=false",
+        )
+    took["report"] = run(
+        "5. the report: Tables 1-3 and figures",
+        "-m",
+        "diversed.report",
+        *(str(out / f"{kind}_{t}") for kind in ("validation", "sweep") for t in TASKS),
+        "--out",
+        str(out / "report"),
+    )
     if args.docs:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
         for name in DOCS:
@@ -152,14 +222,20 @@ def main() -> None:
         if learned:
             shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
         minutes = (time.perf_counter() - start) / 60
-        timing = (f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, {minutes:.1f} min on "
-                  f"{os.cpu_count()} CPU cores for steps 1-5 (with the toy pair's build where it was not cached): " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + ".")  # fmt: skip
+        timing = (
+            f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, {minutes:.1f} min on "
+            f"{os.cpu_count()} CPU cores for steps 1-5 (with the toy pair's build where it was not cached): "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
+            + "."
+        )
         claims = (out / "report" / "claims.md").read_text()
         (Path(args.docs) / "demo_claims.md").write_text(claims + "\n" + timing + "\n")
         fill_readme(Path(args.readme), claims + "\n" + timing + "\n")
 
-    print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
-          + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))  # fmt: skip
+    print(
+        f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
+    )
     print(f"report:   {out / 'report' / 'README.md'} (tables table_T*.md, transfer_T*.md; figures/)")
 
 

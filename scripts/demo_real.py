@@ -71,15 +71,29 @@ def sweep_args(
 ) -> list[str]:
     fmt = lambda xs: "[" + ",".join(f"{x:g}" for x in xs) + "]"  # noqa: E731
     return [
-        "-m", "diversed.evaluate", "+experiment=smollm2", f"task={task}", *data_overrides(task, args.data),
-        f"task.n_examples={args.n_examples}", f"hydra.run.dir={out}", f"sweep.batch_size={args.batch_size}",
+        "-m",
+        "diversed.evaluate",
+        "+experiment=smollm2",
+        f"task={task}",
+        *data_overrides(task, args.data),
+        f"task.n_examples={args.n_examples}",
+        f"hydra.run.dir={out}",
+        f"sweep.batch_size={args.batch_size}",
         "sweep.methods=[autoregressive,lossless,finetuned_draft,dynamic,static,lossy,cascade,typical]",
-        f"sweep.heads=[{head}]", f"sweep.draft_models=[{draft}]", f"sweep.weights={fmt(g['weights'])}",
-        f"sweep.lenience={fmt(g['lenience'])}", "sweep.cascade_rules=[opt]", f"sweep.cascade_alphas={fmt(g['cascade_alphas'])}",
-        f"sweep.typical_epsilons={fmt(g['typical_epsilons'])}", f"sweep.temperatures=[{temperature}]",
-        "timing.warmup=1", "timing.repeats=0", "timing.latency=true", f"timing.latency_examples={args.latency_examples}",
+        f"sweep.heads=[{head}]",
+        f"sweep.draft_models=[{draft}]",
+        f"sweep.weights={fmt(g['weights'])}",
+        f"sweep.lenience={fmt(g['lenience'])}",
+        "sweep.cascade_rules=[opt]",
+        f"sweep.cascade_alphas={fmt(g['cascade_alphas'])}",
+        f"sweep.typical_epsilons={fmt(g['typical_epsilons'])}",
+        f"sweep.temperatures=[{temperature}]",
+        "timing.warmup=1",
+        "timing.repeats=0",
+        "timing.latency=true",
+        f"timing.latency_examples={args.latency_examples}",
         "timing.latency_repeats=1",  # one pass on CPU within the budget: these times have no interval over repeats
-    ]  # fmt: skip
+    ]
 
 
 def main() -> None:
@@ -115,41 +129,74 @@ def main() -> None:
 
     # 1. the pilot point: seconds per example of a speculative point, scored and timed as the sweep
     pilot = out / "pilot"
-    took["pilot"] = run("1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid", "-m", "diversed.evaluate",
-                        "+experiment=smollm2", "task=xsum", *data_overrides("xsum", args.data), f"task.n_examples={args.pilot}",
-                        f"hydra.run.dir={pilot}", "sweep.methods=[lossless]", f"sweep.batch_size={args.batch_size}",
-                        "timing.warmup=1", "timing.repeats=0", "timing.latency_repeats=1",
-                        "timing.latency=true", f"timing.latency_examples={min(args.pilot, args.latency_examples)}")  # fmt: skip
+    took["pilot"] = run(
+        "1. a pilot grid point (lossless SD, N = 5, T = 1) to size the grid",
+        "-m",
+        "diversed.evaluate",
+        "+experiment=smollm2",
+        "task=xsum",
+        *data_overrides("xsum", args.data),
+        f"task.n_examples={args.pilot}",
+        f"hydra.run.dir={pilot}",
+        "sweep.methods=[lossless]",
+        f"sweep.batch_size={args.batch_size}",
+        "timing.warmup=1",
+        "timing.repeats=0",
+        "timing.latency_repeats=1",
+        "timing.latency=true",
+        f"timing.latency_examples={min(args.pilot, args.latency_examples)}",
+    )
     rec = records(pilot)[-1]
     latency = rec.get("latency_s") or 0.0
     per_point = (rec["scored_wall_time_s"] / args.pilot) * args.n_examples + latency * args.latency_examples
-    print(f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, {latency:.2f} s per sample "
-          f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples")  # fmt: skip
+    print(
+        f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, {latency:.2f} s per sample "
+        f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples"
+    )
     smallest = len(FIXED) + 5  # the grid has every family whatever the budget
     sweep_s = left() - 0.4 * budget  # the head's and the draft's shares (their estimates below) set aside
     if smallest * per_point > sweep_s:
         fits = int(
             (sweep_s / smallest - latency * args.latency_examples) / (rec["scored_wall_time_s"] / args.pilot)
         )
-        print(f"warning: the smallest grid ({smallest} points) takes about {smallest * per_point / 60:.0f} min at "
-              f"{args.n_examples} examples, more than the {sweep_s / 60:.0f} min the budget leaves it: the demo will "
-              f"run over --budget-min {args.budget_min:g}" + (f" (--n-examples {fits} fits)" if fits > 0 else ""))  # fmt: skip
+        print(
+            f"warning: the smallest grid ({smallest} points) takes about {smallest * per_point / 60:.0f} min at "
+            f"{args.n_examples} examples, more than the {sweep_s / 60:.0f} min the budget leaves it: the demo will "
+            f"run over --budget-min {args.budget_min:g}"
+            + (f" (--n-examples {fits} fits)" if fits > 0 else "")
+        )
 
     # 2-3. the head and the fine-tuned draft on XSum
     head, draft = out / "train_xsum" / "head", out / "distill_xsum" / "draft"
     if not (head / "head_config.json").is_file():
-        took["train"] = run("2. train a DIVERSED head on XSum (ROUGE-2 reward)", "-m", "diversed.train",
-                            "+experiment=smollm2", *data_overrides("xsum", args.data), "logger=csv",
-                            "task.max_prompt_tokens=320",  # training rollouts only: the articles' ends (the sweep reads them whole)
-                            f"hydra.run.dir={out / 'train_xsum'}", "trainer.enable_progress_bar=false",
-                            f"trainer.max_steps={args.train_steps}", f"trainer.val_check_interval={args.train_steps}",
-                            eta_s=0.25 * budget)  # fmt: skip
+        took["train"] = run(
+            "2. train a DIVERSED head on XSum (ROUGE-2 reward)",
+            "-m",
+            "diversed.train",
+            "+experiment=smollm2",
+            *data_overrides("xsum", args.data),
+            "logger=csv",
+            "task.max_prompt_tokens=320",  # training rollouts only: the articles' ends (the sweep reads them whole)
+            f"hydra.run.dir={out / 'train_xsum'}",
+            "trainer.enable_progress_bar=false",
+            f"trainer.max_steps={args.train_steps}",
+            f"trainer.val_check_interval={args.train_steps}",
+            eta_s=0.25 * budget,
+        )
     if not (draft / "config.json").is_file():
-        took["distill"] = run("3. fine-tune the draft on XSum (the fine-tuned-draft baseline)", "-m", "diversed.distill",
-                              "+experiment=distill_smollm2", *data_overrides("xsum", args.data), "logger=csv",
-                              f"hydra.run.dir={out / 'distill_xsum'}", "trainer.enable_progress_bar=false",
-                              f"trainer.max_steps={args.distill_steps}", f"trainer.val_check_interval={args.distill_steps}",
-                              eta_s=0.15 * budget)  # fmt: skip
+        took["distill"] = run(
+            "3. fine-tune the draft on XSum (the fine-tuned-draft baseline)",
+            "-m",
+            "diversed.distill",
+            "+experiment=distill_smollm2",
+            *data_overrides("xsum", args.data),
+            "logger=csv",
+            f"hydra.run.dir={out / 'distill_xsum'}",
+            "trainer.enable_progress_bar=false",
+            f"trainer.max_steps={args.distill_steps}",
+            f"trainer.val_check_interval={args.distill_steps}",
+            eta_s=0.15 * budget,
+        )
 
     # 4. the sweeps, sized to what is left
     g = grid(per_point, left() - 60)
@@ -161,8 +208,11 @@ def main() -> None:
         + len(g["typical_epsilons"])
     )
     sweeps = [out / "sweep_xsum"]
-    took["sweep xsum"] = run(f"4. sweep {n_points} grid points on XSum (N = 5, T = 1)",
-                             *sweep_args(sweeps[0], "xsum", head, draft, g, args), eta_s=n_points * per_point)  # fmt: skip
+    took["sweep xsum"] = run(
+        f"4. sweep {n_points} grid points on XSum (N = 5, T = 1)",
+        *sweep_args(sweeps[0], "xsum", head, draft, g, args),
+        eta_s=n_points * per_point,
+    )
     core = {"weights": [0.5], "lenience": [0.5], "cascade_alphas": [0.3], "typical_epsilons": [0.05]}
     for task, temperature in (("cnndm", 1.0), ("gsm8k", 1.0), ("xsum", 0.1)):
         estimate = 8 * per_point * (0.5 if task == "gsm8k" else 1.0)
@@ -173,9 +223,11 @@ def main() -> None:
             continue
         run_dir = out / f"sweep_{task}_T{temperature:g}"
         sweeps.append(run_dir)
-        took[f"sweep {task} T={temperature:g}"] = run(f"4. sweep {task} at T = {temperature:g} (the XSum head)",
-                                                      *sweep_args(run_dir, task, head, draft, core, args, temperature),
-                                                      eta_s=estimate)  # fmt: skip
+        took[f"sweep {task} T={temperature:g}"] = run(
+            f"4. sweep {task} at T = {temperature:g} (the XSum head)",
+            *sweep_args(run_dir, task, head, draft, core, args, temperature),
+            eta_s=estimate,
+        )
     took["report"] = run(
         "5. the report", "-m", "diversed.report", *map(str, sweeps), "--out", str(out / "report")
     )
@@ -183,8 +235,10 @@ def main() -> None:
         Path(args.docs).mkdir(parents=True, exist_ok=True)
         for fig in (out / "report" / "figures").glob("quality_vs_time_xsum_T1*.png"):
             shutil.copy(fig, Path(args.docs) / fig.name.replace("quality_vs_time", "real_quality_vs_time"))
-    print(f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
-          + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))  # fmt: skip
+    print(
+        f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
+        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
+    )
     print(f"report: {out / 'report' / 'README.md'}")
 
 

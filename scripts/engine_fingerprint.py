@@ -64,8 +64,18 @@ def first_bigram_stop(a: int, b: int, triggers=None):
     return stop
 
 
-STATS = ("proposed", "accepted", "rounds", "new_tokens", "accepted_hist", "w_sum", "w_count", "verified", "tv_sum",
-         "token_w")  # fmt: skip
+STATS = (
+    "proposed",
+    "accepted",
+    "rounds",
+    "new_tokens",
+    "accepted_hist",
+    "w_sum",
+    "w_count",
+    "verified",
+    "tv_sum",
+    "token_w",
+)
 
 
 def values(t):
@@ -99,10 +109,18 @@ def tiny_battery() -> dict[str, dict]:
     with torch.no_grad():
         head.net[-1].weight.normal_(0, 0.05)
     head.eval()
-    verifiers = {"lossless": Lossless(), "static0.4": StaticEnsemble(0.4), "static0": StaticEnsemble(0.0),
-                 "dynamic": DynamicEnsemble(head)}  # fmt: skip
+    verifiers = {
+        "lossless": Lossless(),
+        "static0.4": StaticEnsemble(0.4),
+        "static0": StaticEnsemble(0.0),
+        "dynamic": DynamicEnsemble(head),
+    }
     ids, mask = ragged_prompts()
-    batches = {"b1": (ids[2:3, -3:], mask[2:3, -3:]), "b4": (ids, mask), "b8": (ids.repeat(2, 1), mask.repeat(2, 1))}
+    batches = {
+        "b1": (ids[2:3, -3:], mask[2:3, -3:]),
+        "b4": (ids, mask),
+        "b8": (ids.repeat(2, 1), mask.repeat(2, 1)),
+    }
     stops = {
         "none": None,
         "bigram": first_bigram_stop(17, 40),
@@ -110,8 +128,15 @@ def tiny_battery() -> dict[str, dict]:
     }
     out = {}
     grid = itertools.product(
-        verifiers, (0.0, 1.0, 0.7), batches, ("ensemble", "target"), (None, 0.3), ("constant", "heuristic"),
-        (1, 4), ("eos", "noeos"), stops,
+        verifiers,
+        (0.0, 1.0, 0.7),
+        batches,
+        ("ensemble", "target"),
+        (None, 0.3),
+        ("constant", "heuristic"),
+        (1, 4),
+        ("eos", "noeos"),
+        stops,
     )
     for v, temp, b, bonus, thr, sched, n, eos, stop in grid:
         # keep the battery to a few minutes: the full product on a subset of axes
@@ -123,10 +148,19 @@ def tiny_battery() -> dict[str, dict]:
             continue
         name = f"{v}|T={temp}|{b}|bonus={bonus}|thr={thr}|{sched}|N={n}|{eos}|stop={stop}"
         gen = torch.Generator().manual_seed(7)
-        kwargs = dict(verifier=verifiers[v], num_draft_tokens=n, max_new_tokens=21, do_sample=temp > 0,
-                      temperature=temp or 1.0, bonus_token=bonus, draft_confidence_threshold=thr,
-                      num_draft_tokens_schedule=sched, eos_token_id=EOS if eos == "eos" else [], generator=gen,
-                      stop=stops[stop])  # fmt: skip
+        kwargs = dict(
+            verifier=verifiers[v],
+            num_draft_tokens=n,
+            max_new_tokens=21,
+            do_sample=temp > 0,
+            temperature=temp or 1.0,
+            bonus_token=bonus,
+            draft_confidence_threshold=thr,
+            num_draft_tokens_schedule=sched,
+            eos_token_id=EOS if eos == "eos" else [],
+            generator=gen,
+            stop=stops[stop],
+        )
         with count_reads() as counts:
             result = speculative_generate(target, draft, *batches[b], **kwargs)
         out[name] = record(result, counts)
@@ -142,19 +176,31 @@ def other_paths(target, draft, verifiers, batches, stops, eos) -> dict[str, dict
     out = {}
     grid = itertools.product(verifiers, (0.0, 1.0), ("b1", "b4"), ("none", "bigram"), ("ensemble", "target"))
     for v, temp, b, stop, bonus in grid:
-        common = dict(max_new_tokens=21, do_sample=temp > 0, temperature=temp or 1.0, eos_token_id=eos,
-                      stop=stops[stop])  # fmt: skip
+        common = dict(
+            max_new_tokens=21, do_sample=temp > 0, temperature=temp or 1.0, eos_token_id=eos, stop=stops[stop]
+        )
         spec = dict(common, verifier=verifiers[v], num_draft_tokens=3)
-        runs = {f"first=target|{v}|T={temp}|{b}|bonus={bonus}|stop={stop}":
-                (speculative_generate, (target, draft), dict(spec, bonus_token=bonus, first_token="target"))}  # fmt: skip
+        runs = {
+            f"first=target|{v}|T={temp}|{b}|bonus={bonus}|stop={stop}": (
+                speculative_generate,
+                (target, draft),
+                dict(spec, bonus_token=bonus, first_token="target"),
+            )
+        }
         if temp > 0 and bonus == "ensemble":
-            runs[f"topk=5,topp=0.9|{v}|{b}|stop={stop}"] = (speculative_generate, (target, draft),
-                                                              dict(spec, top_k=5, top_p=0.9))  # fmt: skip
+            runs[f"topk=5,topp=0.9|{v}|{b}|stop={stop}"] = (
+                speculative_generate,
+                (target, draft),
+                dict(spec, top_k=5, top_p=0.9),
+            )
         if bonus == "ensemble" and v == "lossless":
             runs[f"autoregressive|T={temp}|{b}|stop={stop}"] = (autoregressive_generate, (target,), common)
         if bonus == "ensemble" and v != "lossless":
             runs[f"autoregressive-v|{v}|T={temp}|{b}|stop={stop}"] = (
-                autoregressive_generate, (target,), dict(common, draft=draft, verifier=verifiers[v]))
+                autoregressive_generate,
+                (target,),
+                dict(common, draft=draft, verifier=verifiers[v]),
+            )
         for name, (generate, models, kwargs) in runs.items():
             with count_reads() as counts:
                 result = generate(*models, *batches[b], generator=torch.Generator().manual_seed(5), **kwargs)
@@ -175,7 +221,11 @@ def toy_battery() -> dict[str, dict]:
     head = WeightHead(pair.draft.config.hidden_size, pair.target.config.hidden_size)
     with torch.no_grad():
         head.net[-1].weight.normal_(0, 0.05)
-    verifiers = {"lossless": Lossless(), "static0.5": StaticEnsemble(0.5), "dynamic": DynamicEnsemble(head.eval())}
+    verifiers = {
+        "lossless": Lossless(),
+        "static0.5": StaticEnsemble(0.5),
+        "dynamic": DynamicEnsemble(head.eval()),
+    }
     out = {}
     for v, temp, bs, stop in itertools.product(verifiers, (0.0, 1.0), (1, 8), (False, True)):
         gen = torch.Generator().manual_seed(3)
@@ -185,14 +235,28 @@ def toy_battery() -> dict[str, dict]:
                 ids, mask = enc["input_ids"][i : i + bs], enc["attention_mask"][i : i + bs]
                 if bs == 1:
                     ids, mask = ids[:, mask[0].bool()], None
-                results.append(speculative_generate(
-                    pair.target, pair.draft, ids, mask, verifier=verifiers[v], num_draft_tokens=5,
-                    max_new_tokens=task.max_new_tokens, do_sample=temp > 0, temperature=temp or 1.0,
-                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=gen,
-                    stop=task.stopper(tok) if stop else None,
-                ))  # fmt: skip
+                results.append(
+                    speculative_generate(
+                        pair.target,
+                        pair.draft,
+                        ids,
+                        mask,
+                        verifier=verifiers[v],
+                        num_draft_tokens=5,
+                        max_new_tokens=task.max_new_tokens,
+                        do_sample=temp > 0,
+                        temperature=temp or 1.0,
+                        eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id,
+                        generator=gen,
+                        stop=task.stopper(tok) if stop else None,
+                    )
+                )
         rec = [record(r, Counter()) for r in results]
-        out[f"toy|{v}|T={temp}|b{bs}|stop={stop}"] = {"batches": rec, "host_reads": dict(sorted(counts.items()))}
+        out[f"toy|{v}|T={temp}|b{bs}|stop={stop}"] = {
+            "batches": rec,
+            "host_reads": dict(sorted(counts.items())),
+        }
     return out
 
 
@@ -210,7 +274,9 @@ def compare(a_path: str, b_path: str) -> int:
             continue
         for field in sorted(set(a[name]) | set(b[name])):
             if a[name].get(field) != b[name].get(field):
-                print(f"DIFF {name}: {field}: {str(a[name].get(field))[:200]} != {str(b[name].get(field))[:200]}")
+                print(
+                    f"DIFF {name}: {field}: {str(a[name].get(field))[:200]} != {str(b[name].get(field))[:200]}"
+                )
                 bad += 1
     print(f"{len(set(a) & set(b))} settings compared, {bad} differences")
     return bad

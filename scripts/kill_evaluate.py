@@ -36,10 +36,20 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GRID = ["+experiment=toy", "task.n_examples=8", "task.max_new_tokens=8", "sweep.batch_size=4",
-        "sweep.draft_lengths=[2,3]", "sweep.weights=[0.1,0.3,0.5,0.7,0.9]", "sweep.temperatures=[0.0,0.5,1.0]",
-        "sweep.methods=[autoregressive,lossless,static]", "sweep.num_seeds=1", "timing.warmup=0",
-        "timing.repeats=8", "runtime.progress=false"]  # fmt: skip
+GRID = [
+    "+experiment=toy",
+    "task.n_examples=8",
+    "task.max_new_tokens=8",
+    "sweep.batch_size=4",
+    "sweep.draft_lengths=[2,3]",
+    "sweep.weights=[0.1,0.3,0.5,0.7,0.9]",
+    "sweep.temperatures=[0.0,0.5,1.0]",
+    "sweep.methods=[autoregressive,lossless,static]",
+    "sweep.num_seeds=1",
+    "timing.warmup=0",
+    "timing.repeats=8",
+    "runtime.progress=false",
+]
 
 # The child: evaluate's Hydra entry point, every file write of a run directory slowed halfway.
 CHILD = r"""
@@ -70,8 +80,13 @@ main()
 
 def child(tree: Path, run_dir: Path, slow: float, log) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(tree), "KILL_EVALUATE_SLOW": str(slow), "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, "-c", CHILD, *GRID, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, *GRID, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def half_written(run_dir: Path, moment: str) -> bool:
@@ -102,8 +117,10 @@ def state(run_dir: Path) -> str:
         except ValueError:
             torn_settings.append(f.name)
     lines, torn = data.count(b"\n"), bool(data) and not data.endswith(b"\n")
-    return (f"{lines} records{', a torn last line' if torn else ''}, {len(temps)} temp files, "
-            f"{len(torn_settings)} torn settings files")  # fmt: skip
+    return (
+        f"{lines} records{', a torn last line' if torn else ''}, {len(temps)} temp files, "
+        f"{len(torn_settings)} torn settings files"
+    )
 
 
 def check(run_dir: Path, reference: set[str], tree: Path, out: Path) -> dict:
@@ -127,25 +144,43 @@ def check(run_dir: Path, reference: set[str], tree: Path, out: Path) -> dict:
             assert (json.loads if f.suffix == ".json" else yaml.safe_load)(f.read_bytes())
         except Exception as e:  # noqa: BLE001 (a measurement: every failure counts)
             problems.append(f"{f.parent.name}/{f.name}: {type(e).__name__}")
-    temps = [str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.name.endswith(".tmp") or ".tmp-" in p.name]
+    temps = [
+        str(p.relative_to(run_dir))
+        for p in run_dir.rglob("*")
+        if p.name.endswith(".tmp") or ".tmp-" in p.name
+    ]
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    report = subprocess.run([sys.executable, "-m", "diversed.report", str(run_dir), "--out", str(out),
-                             "--formats", "png"], env=env, capture_output=True, text=True)  # fmt: skip
-    return {"lost": sorted(reference - set(keys)), "added": sorted(set(keys) - reference),
-            "duplicated": sorted({k for k in keys if keys.count(k) > 1}), "unreadable": problems, "temp_files": temps,
-            "report_rc": report.returncode,
-            "report_error": report.stderr.strip().splitlines()[-1:] if report.returncode else []}  # fmt: skip
+    report = subprocess.run(
+        [sys.executable, "-m", "diversed.report", str(run_dir), "--out", str(out), "--formats", "png"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return {
+        "lost": sorted(reference - set(keys)),
+        "added": sorted(set(keys) - reference),
+        "duplicated": sorted({k for k in keys if keys.count(k) > 1}),
+        "unreadable": problems,
+        "temp_files": temps,
+        "report_rc": report.returncode,
+        "report_error": report.stderr.strip().splitlines()[-1:] if report.returncode else [],
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, default=ROOT, help="the source tree the children import")
-    parser.add_argument("--out", type=Path, default=Path("kill_evaluate"), help="where the runs go (replaced)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("kill_evaluate"), help="where the runs go (replaced)"
+    )
     parser.add_argument("--kills", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--slow-writes", type=float, default=0.3, help="seconds each file write stops halfway")
-    parser.add_argument("--max-delay", type=float, default=None,
-                        help="latest random kill (default: the reference's time)")  # fmt: skip
+    parser.add_argument(
+        "--slow-writes", type=float, default=0.3, help="seconds each file write stops halfway"
+    )
+    parser.add_argument(
+        "--max-delay", type=float, default=None, help="latest random kill (default: the reference's time)"
+    )
     args = parser.parse_args()
     rng, out = random.Random(args.seed), args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
@@ -158,7 +193,9 @@ def main() -> int:
         print(f"the reference run failed: see {out / 'children.log'}")
         return 1
     took = time.perf_counter() - t0
-    reference = {json.loads(line)["key"] for line in (out / "reference" / "results.jsonl").read_bytes().splitlines()}
+    reference = {
+        json.loads(line)["key"] for line in (out / "reference" / "results.jsonl").read_bytes().splitlines()
+    }
     print(f"reference: {len(reference)} grid points in {took:.1f} s")
 
     kills, rounds, failed = [], 0, False
@@ -171,7 +208,11 @@ def main() -> int:
             if len(kills) >= args.kills:  # enough: let it finish
                 print(f"round {rounds}, run {runs}: let finish, exit status {proc.wait()}")
                 break
-            moment = ("settings" if runs == 1 else "record" if len(kills) % 3 == 1 else "random") if args.slow_writes else "random"
+            moment = (
+                ("settings" if runs == 1 else "record" if len(kills) % 3 == 1 else "random")
+                if args.slow_writes
+                else "random"
+            )
             start, clean = time.perf_counter(), False
             delay = rng.uniform(0.5, args.max_delay or took)
             while proc.poll() is None:
@@ -185,17 +226,25 @@ def main() -> int:
                     clean = clean or not busy
                 time.sleep(0.005)
             if proc.poll() is not None:
-                print(f"round {rounds}, run {runs}: finished before its kill ({moment}), exit status {proc.returncode}")
+                print(
+                    f"round {rounds}, run {runs}: finished before its kill ({moment}), exit status {proc.returncode}"
+                )
                 break
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             kills.append(moment)
-            print(f"kill {len(kills)} (round {rounds}) at {time.perf_counter() - start:.2f} s ({moment}): {state(run_dir)}")
+            print(
+                f"kill {len(kills)} (round {rounds}) at {time.perf_counter() - start:.2f} s ({moment}): {state(run_dir)}"
+            )
         result = check(run_dir, reference, args.tree, out / f"report_{rounds}")
         bad = [k for k in ("lost", "added", "duplicated", "unreadable", "temp_files") if result[k]]
         failed |= bool(bad) or result["report_rc"] != 0
         print(json.dumps({"round": rounds, "runs": runs, **result}))
-    print(json.dumps({"kills": len(kills), "rounds": rounds, "at": {m: kills.count(m) for m in dict.fromkeys(kills)}}))
+    print(
+        json.dumps(
+            {"kills": len(kills), "rounds": rounds, "at": {m: kills.count(m) for m in dict.fromkeys(kills)}}
+        )
+    )
     print("FAILED" if failed else "OK: nothing lost, duplicated or unreadable in any round; the report works")
     return 1 if failed else 0
 

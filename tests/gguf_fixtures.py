@@ -83,28 +83,134 @@ GEMMA3_CHAT_TEMPLATE = (
 
 # Merge pairs in priority order, as plain text (a space is GPT-2's "Ġ" once spelled).
 _LLAMA_MERGES = [
-    (" ", "t"), (" ", "a"), ("i", "n"), ("h", "e"), (" ", " "), ("r", "e"), ("o", "n"), ("e", "r"),
-    (" t", "he"), ("a", "t"), (" ", "s"), (" ", "o"), ("e", "n"), (" ", "w"), ("o", "r"), ("i", "s"),
-    ("in", "g"), ("a", "n"), (" ", "c"), ("n", "d"), ("e", "s"), ("e", "d"), (" ", "b"), (" ", "f"),
-    (" ", "m"), (" ", "p"), ("o", "u"), ("l", "l"), ("i", "t"), ("a", "r"), ("a", "l"), (" a", "nd"),
-    (" o", "f"), (" t", "o"), (" ", "is"), (" ", "in"), (" ", "h"), (" ", "d"), (" ", "l"), ("l", "e"),
-    ("s", "t"), (" w", "or"), ("l", "d"), (" wor", "ld"), ("e", "l"), ("l", "o"), ("el", "lo"),
-    ("0", "0"), ("1", "9"), ("2", "0"), ("1", "0"), ("00", "0"), ("1", "2"),
+    (" ", "t"),
+    (" ", "a"),
+    ("i", "n"),
+    ("h", "e"),
+    (" ", " "),
+    ("r", "e"),
+    ("o", "n"),
+    ("e", "r"),
+    (" t", "he"),
+    ("a", "t"),
+    (" ", "s"),
+    (" ", "o"),
+    ("e", "n"),
+    (" ", "w"),
+    ("o", "r"),
+    ("i", "s"),
+    ("in", "g"),
+    ("a", "n"),
+    (" ", "c"),
+    ("n", "d"),
+    ("e", "s"),
+    ("e", "d"),
+    (" ", "b"),
+    (" ", "f"),
+    (" ", "m"),
+    (" ", "p"),
+    ("o", "u"),
+    ("l", "l"),
+    ("i", "t"),
+    ("a", "r"),
+    ("a", "l"),
+    (" a", "nd"),
+    (" o", "f"),
+    (" t", "o"),
+    (" ", "is"),
+    (" ", "in"),
+    (" ", "h"),
+    (" ", "d"),
+    (" ", "l"),
+    ("l", "e"),
+    ("s", "t"),
+    (" w", "or"),
+    ("l", "d"),
+    (" wor", "ld"),
+    ("e", "l"),
+    ("l", "o"),
+    ("el", "lo"),
+    ("0", "0"),
+    ("1", "9"),
+    ("2", "0"),
+    ("1", "0"),
+    ("00", "0"),
+    ("1", "2"),
 ]
 _LLAMA_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # Gemma pieces ("▁" is SentencePiece's space), each splittable into pieces before it.
 _GEMMA_PIECES = [
-    "▁t", "in", "he", "▁a", "▁the", "er", "on", "▁s", "re", "at", "en", "▁w", "or", "is", "ing", "an",
-    "▁o", "▁c", "nd", "es", "ed", "▁b", "▁f", "▁m", "▁p", "ou", "ll", "it", "ar", "al", "▁and", "▁of",
-    "▁to", "▁is", "▁in", "▁h", "▁d", "▁l", "le", "st", "▁wor", "ld", "▁world", "el", "lo", "ello",
-    "▁T", "Th", "The", "00", "19", "20", "000", "12",
+    "▁t",
+    "in",
+    "he",
+    "▁a",
+    "▁the",
+    "er",
+    "on",
+    "▁s",
+    "re",
+    "at",
+    "en",
+    "▁w",
+    "or",
+    "is",
+    "ing",
+    "an",
+    "▁o",
+    "▁c",
+    "nd",
+    "es",
+    "ed",
+    "▁b",
+    "▁f",
+    "▁m",
+    "▁p",
+    "ou",
+    "ll",
+    "it",
+    "ar",
+    "al",
+    "▁and",
+    "▁of",
+    "▁to",
+    "▁is",
+    "▁in",
+    "▁h",
+    "▁d",
+    "▁l",
+    "le",
+    "st",
+    "▁wor",
+    "ld",
+    "▁world",
+    "el",
+    "lo",
+    "ello",
+    "▁T",
+    "Th",
+    "The",
+    "00",
+    "19",
+    "20",
+    "000",
+    "12",
 ]
 # (token, GGUF token type) before the byte tokens, as in Gemma-3's vocabulary: 3 control, 2 unknown,
 # 4 user-defined (matched whole; runs of spaces are stored as real spaces).
 _GEMMA_HEAD = [
-    ("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2), ("<mask>", 3), ("[multimodal]", 4),
-    ("<start_of_turn>", 3), ("<end_of_turn>", 3), ("\n", 4), ("\n\n", 4), ("  ", 4), ("   ", 4),
+    ("<pad>", 3),
+    ("<eos>", 3),
+    ("<bos>", 3),
+    ("<unk>", 2),
+    ("<mask>", 3),
+    ("[multimodal]", 4),
+    ("<start_of_turn>", 3),
+    ("<end_of_turn>", 3),
+    ("\n", 4),
+    ("\n\n", 4),
+    ("  ", 4),
+    ("   ", 4),
 ]
 
 DTYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
@@ -162,7 +268,13 @@ def _normal(rng: np.random.Generator, shape, std: float) -> np.ndarray:
 
 
 def llama_state_dict(
-    *, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2, ffn: int = 128,
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 128,
     tie_embeddings: bool = True,
 ) -> dict[str, np.ndarray]:
     """The float32 weights `write_tiny_llama_gguf` writes for these arguments, in transformers' names
@@ -190,8 +302,14 @@ def llama_state_dict(
 
 
 def gemma3_state_dict(
-    *, seed: int = 0, layers: int = 6, hidden: int = 32, heads: int = 2, kv_heads: int = 1,
-    head_dim: int = 16, ffn: int = 64,
+    *,
+    seed: int = 0,
+    layers: int = 6,
+    hidden: int = 32,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 16,
+    ffn: int = 64,
 ) -> dict[str, np.ndarray]:
     """The float32 weights `write_tiny_gemma3_gguf` writes for these arguments, in transformers' names and
     layout (a norm's `w` of `x * (1 + w)`, without the +1 the file stores). Embeddings are tied."""
@@ -268,8 +386,17 @@ def _write(path: Path, arch: str, metadata, state: dict[str, np.ndarray], transf
 
 
 def write_tiny_llama_gguf(
-    path: Path, *, seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4, kv_heads: int = 2,
-    ffn: int = 128, context: int = 256, rope_theta: float = 100_000.0, tie_embeddings: bool = True,
+    path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ffn: int = 128,
+    context: int = 256,
+    rope_theta: float = 100_000.0,
+    tie_embeddings: bool = True,
     dtype: str = "f32",
 ) -> Path:
     """A random Llama GGUF at `path` (~0.4 MB with the defaults) with a byte-level BPE tokenizer.
@@ -281,8 +408,15 @@ def write_tiny_llama_gguf(
     if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
         raise ValueError("need hidden % heads == 0, heads % kv_heads == 0 and an even head size")
     tokens, types, merges, ids = llama_vocab()
-    state = llama_state_dict(seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn,
-                             tie_embeddings=tie_embeddings)
+    state = llama_state_dict(
+        seed=seed,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        ffn=ffn,
+        tie_embeddings=tie_embeddings,
+    )
 
     def metadata(w: gguf.GGUFWriter) -> None:
         w.add_name("tiny-random-llama")
@@ -320,9 +454,19 @@ def write_tiny_llama_gguf(
 
 
 def write_tiny_gemma3_gguf(
-    path: Path, *, seed: int = 0, layers: int = 6, hidden: int = 32, heads: int = 2, kv_heads: int = 1,
-    head_dim: int = 16, ffn: int = 64, context: int = 256, sliding_window: int = 8,
-    rope_theta: float = 1_000_000.0, dtype: str = "f32",
+    path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 6,
+    hidden: int = 32,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 16,
+    ffn: int = 64,
+    context: int = 256,
+    sliding_window: int = 8,
+    rope_theta: float = 1_000_000.0,
+    dtype: str = "f32",
 ) -> Path:
     """A random Gemma-3 text GGUF at `path` (~0.3 MB with the defaults) with a SentencePiece tokenizer.
 
@@ -335,8 +479,9 @@ def write_tiny_gemma3_gguf(
     if hidden % heads or heads % kv_heads:
         raise ValueError("need hidden % heads == 0 and heads % kv_heads == 0")
     tokens, scores, types, ids = gemma3_vocab()
-    state = gemma3_state_dict(seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                              head_dim=head_dim, ffn=ffn)
+    state = gemma3_state_dict(
+        seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn
+    )
 
     def metadata(w: gguf.GGUFWriter) -> None:
         w.add_name("tiny-random-gemma3")

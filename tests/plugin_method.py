@@ -32,8 +32,21 @@ class PowerAcceptance(Verifier):
         return f"beta={self.beta}"
 
 
-BETA = Knob("power_beta", "power_betas", "β", interval="(0, 1]", label="the power on p/q, 1 = lossless",
-            default=(0.5, 1.0))  # fmt: skip
-METHOD = register(Method("power", "Power β={power_beta:g}", knobs=(BETA,), family="power_beta",
-                         verifier=lambda point, heads: PowerAcceptance(point["power_beta"]),
-                         summary="accept x with min(1, (p(x)/q(x))^β): β = 1 is lossless, smaller β accepts more"))  # fmt: skip
+BETA = Knob(
+    "power_beta",
+    "power_betas",
+    "β",
+    interval="(0, 1]",
+    label="the power on p/q, 1 = lossless",
+    default=(0.5, 1.0),
+)
+METHOD = register(
+    Method(
+        "power",
+        "Power β={power_beta:g}",
+        knobs=(BETA,),
+        family="power_beta",
+        verifier=lambda point, heads: PowerAcceptance(point["power_beta"]),
+        summary="accept x with min(1, (p(x)/q(x))^β): β = 1 is lossless, smaller β accepts more",
+    )
+)

@@ -29,15 +29,22 @@ def csv_rows(run: Path) -> list[list[dict]]:
     return [[{k: v for k, v in r.items() if v != ""} for r in csv.DictReader(p.open())] for p in versions]
 
 
-def assert_resumed_is_uninterrupted(ref: Path, run: Path, result: dict, ref_result: dict, exported: str) -> None:
+def assert_resumed_is_uninterrupted(
+    ref: Path, run: Path, result: dict, ref_result: dict, exported: str
+) -> None:
     """The final state (weights, optimizer, buffers), the export, the best step and the logged metrics."""
     from safetensors.torch import load_file
 
-    a, b = (torch.load(r / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False) for r in (ref, run))
+    a, b = (
+        torch.load(r / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+        for r in (ref, run)
+    )
     assert a["global_step"] == b["global_step"]
     assert a["state_dict"].keys() == b["state_dict"].keys()
     assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
-    for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(), strict=True):
+    for sa, sb in zip(
+        a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values(), strict=True
+    ):
         assert all(torch.equal(sa[k], sb[k]) for k in sa if torch.is_tensor(sa[k]))
     ea, eb = load_file(ref / exported), load_file(run / exported)
     assert all(torch.equal(ea[k], eb[k]) for k in ea)

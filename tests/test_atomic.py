@@ -34,7 +34,9 @@ def test_a_full_disk_leaves_the_previous_file_and_no_part_and_says_where(tmp_pat
     path = tmp_path / "checkpoints" / "last.ckpt"
     path.parent.mkdir()
     path.write_bytes(b"the previous checkpoint")
-    with pytest.raises(DiskFull, match=rf"the disk holding {path.parent} is full .*writing last\.ckpt.*intact") as e:
+    with pytest.raises(
+        DiskFull, match=rf"the disk holding {path.parent} is full .*writing last\.ckpt.*intact"
+    ) as e:
         write_file(path, b"x" * 10_000)
     assert isinstance(e.value, OSError) and e.value.errno == errno.ENOSPC
     assert path.read_bytes() == b"the previous checkpoint" and os.listdir(path.parent) == ["last.ckpt"]
@@ -50,6 +52,7 @@ def test_a_directory_is_replaced_whole_or_kept(tmp_path, monkeypatch):
         def write(d):
             (d / "a.json").write_text(text)
             (d / "b.bin").write_bytes(text.encode() * 3)
+
         return write
 
     write_directory(out, fill("one"))
@@ -69,7 +72,9 @@ def test_a_directory_is_replaced_whole_or_kept(tmp_path, monkeypatch):
 
 
 def test_what_a_killed_writer_left_is_removed_and_a_running_ones_kept(tmp_path):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     pid = int(dead.stdout)
     left = [tmp_path / f".last.ckpt.tmp-{pid}", tmp_path / f".head.tmp-{pid}", tmp_path / f".head.old-{pid}"]
     left[0].write_bytes(b"part")

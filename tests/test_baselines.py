@@ -25,11 +25,15 @@ def pair():
 def test_the_loop_matches_generate_and_lets_finished_rows_go(pair):
     target, _ = pair
     ids, mask = ragged_prompts()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20, pad_token_id=PAD, eos_token_id=EOS)
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=20, pad_token_id=PAD, eos_token_id=EOS
+    )
     out = autoregressive_generate(target, ids, mask, max_new_tokens=20, eos_token_id=EOS, pad_token_id=PAD)
     assert torch.equal(out.sequences, ref[:, : out.sequences.shape[1]])
     s = out.stats
-    assert torch.equal(s.rounds, s.new_tokens) and int(s.proposed.sum()) == 0 and s.tokens_per_target_call == 1.0
+    assert (
+        torch.equal(s.rounds, s.new_tokens) and int(s.proposed.sum()) == 0 and s.tokens_per_target_call == 1.0
+    )
     assert s.target_calls == int(s.new_tokens.max())  # one batched call per step; finished rows leave
     ended = [n < 20 for n in s.new_tokens.tolist()]
     assert any(ended)  # a row ended at EOS: its last token is EOS and it is padded after it
@@ -62,8 +66,15 @@ def test_the_loop_samples_from_v_with_an_ensemble(pair):
     target, draft = pair
     ids, mask = ragged_prompts()
     kwargs = {"max_new_tokens": 10, "eos_token_id": [], "do_sample": True}
-    from_v = autoregressive_generate(target, ids, mask, draft=draft, verifier=StaticEnsemble(0.0),
-                                     generator=torch.Generator().manual_seed(2), **kwargs)  # fmt: skip
+    from_v = autoregressive_generate(
+        target,
+        ids,
+        mask,
+        draft=draft,
+        verifier=StaticEnsemble(0.0),
+        generator=torch.Generator().manual_seed(2),
+        **kwargs,
+    )
     alone = autoregressive_generate(draft, ids, mask, generator=torch.Generator().manual_seed(2), **kwargs)
     assert torch.equal(from_v.sequences, alone.sequences)
     head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
@@ -76,20 +87,41 @@ def test_the_loop_samples_from_v_with_an_ensemble(pair):
 def test_transformers_reference_is_generate_with_the_engines_outputs(pair):
     target, draft = pair
     ids, mask = ragged_prompts()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS)
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS
+    )
     out = transformers_generate(target, ids, mask, max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD)
     assert torch.equal(out.sequences, ref[:, : out.sequences.shape[1]])
     assert torch.equal(out.stats.rounds, out.stats.new_tokens)
     # assisted, with transformers' static ensemble: the same tokens as our engine with its bonus rule
     one = ids[1:2, mask[1].bool()]
     for n in (2, 4):
-        hf = transformers_generate(target, one, draft=draft, ensemble_weight=0.4, num_draft_tokens=n, max_new_tokens=15,
-                                   eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
-        ours = speculative_generate(target, draft, one, verifier=StaticEnsemble(0.4), num_draft_tokens=n,
-                                    max_new_tokens=15, bonus_token="target", eos_token_id=EOS, pad_token_id=PAD)
+        hf = transformers_generate(
+            target,
+            one,
+            draft=draft,
+            ensemble_weight=0.4,
+            num_draft_tokens=n,
+            max_new_tokens=15,
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+        )
+        ours = speculative_generate(
+            target,
+            draft,
+            one,
+            verifier=StaticEnsemble(0.4),
+            num_draft_tokens=n,
+            max_new_tokens=15,
+            bonus_token="target",
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+        )
         assert torch.equal(hf.sequences, ours.sequences)
         s = hf.stats
-        assert int(s.accepted) == int(s.new_tokens) - int(s.rounds) and 0 < int(s.proposed) <= n * int(s.rounds)
+        assert int(s.accepted) == int(s.new_tokens) - int(s.rounds) and 0 < int(s.proposed) <= n * int(
+            s.rounds
+        )
     with pytest.raises(ValueError, match="batch 1 only"):
         transformers_generate(target, ids, mask, draft=draft, max_new_tokens=4)
     assert VOCAB > 0

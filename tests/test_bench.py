@@ -21,15 +21,24 @@ from diversed.decoding.stopping import generated_lengths
 from diversed.decoding.verify import Lossless
 from diversed.models.pair import RANDOM_PAIRS, RANDOM_SHAPES
 
-_spec = importlib.util.spec_from_file_location("bench_goals", Path(__file__).parents[1] / "scripts" / "bench_goals.py")
+_spec = importlib.util.spec_from_file_location(
+    "bench_goals", Path(__file__).parents[1] / "scripts" / "bench_goals.py"
+)
 bench_goals = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_goals)
 goals = bench_goals.goals
 
 REQUIRED = {
-    "engine", "verifier", "weight", "num_draft_tokens", "batch_size", "temperature",
-    "tokens_per_s", "acceptance_rate", "tokens_per_target_call",
-}  # fmt: skip
+    "engine",
+    "verifier",
+    "weight",
+    "num_draft_tokens",
+    "batch_size",
+    "temperature",
+    "tokens_per_s",
+    "acceptance_rate",
+    "tokens_per_target_call",
+}
 
 
 def test_bounds_on_known_numbers():
@@ -67,9 +76,18 @@ def test_our_greedy_loop_equals_generate(pair):
     assert torch.equal(new[:, : ref.shape[1] - ids.shape[1]], ref[:, ids.shape[1] :])
     # w = 1 is the target alone: sampling from v = p with the draft along gives the same tokens
     g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    alone = autoregressive_generate(target, ids, mask, max_new_tokens=8, eos_token_id=[], generator=g1, do_sample=True)
+    alone = autoregressive_generate(
+        target, ids, mask, max_new_tokens=8, eos_token_id=[], generator=g1, do_sample=True
+    )
     with_v = autoregressive_generate(
-        target, ids, mask, draft=pair[1], verifier=Lossless(), max_new_tokens=8, eos_token_id=[], generator=g2,
+        target,
+        ids,
+        mask,
+        draft=pair[1],
+        verifier=Lossless(),
+        max_new_tokens=8,
+        eos_token_id=[],
+        generator=g2,
         do_sample=True,
     )
     assert torch.equal(alone.sequences, with_v.sequences)
@@ -103,7 +121,9 @@ def test_records_on_the_tiny_pair(pair):
         assert 0.0 <= r["acceptance_rate"] <= 1.0 and n == 2 and c > 0
         assert 1.0 <= r["tokens_per_target_call"] <= n + 1
         if r["engine"] == "transformers":
-            assert a is None and r["tokens_per_target_call_bound"] is None and r["theoretical_speedup"] is None
+            assert (
+                a is None and r["tokens_per_target_call_bound"] is None and r["theoretical_speedup"] is None
+            )
         else:
             assert r["acceptance_rate"] <= a <= 1.0
             assert r["tokens_per_target_call_bound"] == pytest.approx(
@@ -112,12 +132,19 @@ def test_records_on_the_tiny_pair(pair):
             assert r["theoretical_speedup"] == pytest.approx(r["tokens_per_target_call_bound"] / (n * c + 1))
             assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
         assert 0 < r["forward_time_share"] <= 1
-        same = ("autoregressive", None, "loop" if r["engine"] == "diversed" else "generate", r["batch_size"],
-                r["temperature"])  # fmt: skip
+        same = (
+            "autoregressive",
+            None,
+            "loop" if r["engine"] == "diversed" else "generate",
+            r["batch_size"],
+            r["temperature"],
+        )
         key = lambda a: (a["engine"], a["verifier"], a["implementation"], a["batch_size"], a["temperature"])  # noqa: E731
         own = next(a for a in records if key(a) == same)
         if r["engine"] != "transformers":  # no bound there (above), so no fraction of it either
-            assert r["verify_decode_time_ratio"] == pytest.approx(r["target_forward_ms"] / own["target_forward_ms"])
+            assert r["verify_decode_time_ratio"] == pytest.approx(
+                r["target_forward_ms"] / own["target_forward_ms"]
+            )
             assert r["speedup_fraction_at_verify_cost"] == pytest.approx(
                 r["speedup_fraction_of_theory"] * r["verify_decode_time_ratio"]
             )
@@ -126,8 +153,14 @@ def test_records_on_the_tiny_pair(pair):
     rollouts = [r for r in records if "speedup_over_v_sampling" in r]
     assert {(r["verifier"], r["batch_size"]) for r in rollouts} == {("dynamic", 1), ("dynamic", 2)}
     # greedy static with transformers' bonus token emits the very tokens transformers does
-    ours = next(r for r in records if r["engine"] == "diversed" and r["verifier"] == "static"
-                and r["bonus_token"] == "target" and r["temperature"] == 0)  # fmt: skip
+    ours = next(
+        r
+        for r in records
+        if r["engine"] == "diversed"
+        and r["verifier"] == "static"
+        and r["bonus_token"] == "target"
+        and r["temperature"] == 0
+    )
     hf = next(
         r
         for r in records
@@ -144,12 +177,35 @@ def test_records_on_the_tiny_pair(pair):
 
 def test_cli_writes_json(toy_tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    run([
-        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
-        "--batch-sizes", "1", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
-        "--only", "diversed static", "transformers assisted static", "target (loop)", "--output", str(out),
-        "--first-token", "target",
-    ])  # fmt: skip
+    run(
+        [
+            "--target",
+            str(toy_tiny_dir / "target"),
+            "--draft",
+            str(toy_tiny_dir / "draft"),
+            "-N",
+            "2",
+            "--batch-sizes",
+            "1",
+            "2",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--only",
+            "diversed static",
+            "transformers assisted static",
+            "target (loop)",
+            "--output",
+            str(out),
+            "--first-token",
+            "target",
+        ]
+    )
     records = json.loads(out.read_text())
     ours = [r for r in records if r["engine"] == "diversed" and r["bonus_token"] == "ensemble"]
     assert ours and {r["first_token"] for r in ours} == {"target"}
@@ -172,14 +228,22 @@ def test_first_token_target_reaches_our_settings_and_transformers_algorithm_stay
     target, draft = pair
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 7, 5)]
-    config = BenchConfig(num_draft_tokens=2, batch_sizes=(1,), num_prompts=3, max_new_tokens=6, repeats=1,
-                         warmup=0, first_token="target", only=("static",))  # fmt: skip
+    config = BenchConfig(
+        num_draft_tokens=2,
+        batch_sizes=(1,),
+        num_prompts=3,
+        max_new_tokens=6,
+        repeats=1,
+        warmup=0,
+        first_token="target",
+        only=("static",),
+    )
     records = {r["label"]: r for r in run_bench(config, target, draft, prompts, log=lambda _: None)}
     assert {label for label in records if "greedy" in label} == {
         "transformers assisted static w=0.5, greedy, batch 1",
         "diversed static w=0.5 target-bonus, greedy, batch 1",
         "diversed static w=0.5 target-first, greedy, batch 1",
-    }  # fmt: skip
+    }
     assert records["diversed static w=0.5 target-first, greedy, batch 1"]["first_token"] == "target"
     hf = records["transformers assisted static w=0.5, greedy, batch 1"]
     assert records["diversed static w=0.5 target-bonus, greedy, batch 1"]["new_tokens"] == hf["new_tokens"]
@@ -198,8 +262,17 @@ def test_top_k_and_top_p_reach_every_decoder(pair, monkeypatch):
     for name in decoders:
         monkeypatch.setattr(bench, name, spy(name, getattr(bench, name)))
     target, draft = pair
-    config = BenchConfig(num_draft_tokens=2, batch_sizes=(1,), num_prompts=1, max_new_tokens=3, repeats=1, warmup=0,
-                         top_k=7, top_p=0.9, only=("lossless", "(loop)"))  # fmt: skip
+    config = BenchConfig(
+        num_draft_tokens=2,
+        batch_sizes=(1,),
+        num_prompts=1,
+        max_new_tokens=3,
+        repeats=1,
+        warmup=0,
+        top_k=7,
+        top_p=0.9,
+        only=("lossless", "(loop)"),
+    )
     records = run_bench(config, target, draft, [[5, 6, 7]], log=lambda _: None)
     assert {a[0] for a in asked} == set(decoders)
     assert {a[1:] for a in asked} == {(7, 0.9)} and {(r["top_k"], r["top_p"]) for r in records} == {(7, 0.9)}
@@ -209,11 +282,33 @@ def test_top_k_and_top_p_reach_every_decoder(pair, monkeypatch):
 
 def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    run([
-        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
-        "--batch-sizes", "2", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
-        "--dtype", "bfloat16", "--only", "diversed static", "target (loop)", "--output", str(out),
-    ])  # fmt: skip
+    run(
+        [
+            "--target",
+            str(toy_tiny_dir / "target"),
+            "--draft",
+            str(toy_tiny_dir / "draft"),
+            "-N",
+            "2",
+            "--batch-sizes",
+            "2",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--dtype",
+            "bfloat16",
+            "--only",
+            "diversed static",
+            "target (loop)",
+            "--output",
+            str(out),
+        ]
+    )
     records = json.loads(out.read_text())
     assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
     assert all(r["tokens_per_s"] > 0 for r in records)
@@ -232,16 +327,44 @@ def test_cli_refuses_a_bad_dtype_or_a_missing_gpu_before_loading(toy_tiny_dir, f
 
 
 def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
-    rows = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many apples?", "answer": f"#### {2 * i + 2}"}
-            for i in range(3)]  # fmt: skip
+    rows = [
+        {
+            "question": f"Tom has {i} apples and buys {i + 2} more. How many apples?",
+            "answer": f"#### {2 * i + 2}",
+        }
+        for i in range(3)
+    ]
     data = tmp_path / "gsm8k.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "bench.json"
-    run([
-        "--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
-        "--batch-sizes", "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
-        "--task", "gsm8k", "--data-files", str(data), "--only", "diversed static", "--output", str(out),
-    ])  # fmt: skip
+    run(
+        [
+            "--target",
+            str(toy_tiny_dir / "target"),
+            "--draft",
+            str(toy_tiny_dir / "draft"),
+            "-N",
+            "2",
+            "--batch-sizes",
+            "1",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--task",
+            "gsm8k",
+            "--data-files",
+            str(data),
+            "--only",
+            "diversed static",
+            "--output",
+            str(out),
+        ]
+    )
     header = capsys.readouterr().out
     assert "# 2 gsm8k (0-shot) prompts of" in header
     # the GSM8K prompts are far longer than the toy ones ("Q: 37+48=", about 10 tokens)
@@ -252,7 +375,10 @@ def test_cli_takes_prompts_from_a_task(toy_tiny_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("flags", "message"),
-    [(["--task", "gsm9k"], "--task must be one of"), (["--task", "gsm8k", "--data-files", "a.jsonl", "train=b.jsonl"], "not a mix")],
+    [
+        (["--task", "gsm9k"], "--task must be one of"),
+        (["--task", "gsm8k", "--data-files", "a.jsonl", "train=b.jsonl"], "not a mix"),
+    ],
 )
 def test_cli_refuses_a_bad_task_before_loading_the_pair(tmp_path, flags, message):
     with pytest.raises(ValueError, match=message):  # the pair directories do not even exist
@@ -273,22 +399,53 @@ def test_the_random_pair_has_the_public_shapes():
     assert counts["llama-3.1-8b"] == 8_030_261_248 and counts["llama-3.2-1b"] == 1_235_814_400
 
 
-TINY_SHAPE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=160, tie_word_embeddings=False)  # fmt: skip
+TINY_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=160,
+    tie_word_embeddings=False,
+)
 
 
 def test_cli_runs_a_random_pair(monkeypatch, tmp_path, capsys):
     """The random-pair path end to end, with tiny shapes in place of the 8B/1B ones: models built
     on the device in the dtype, toy prompts, every asked setting timed."""
     monkeypatch.setitem(RANDOM_SHAPES, "tiny-t", TINY_SHAPE)
-    monkeypatch.setitem(RANDOM_SHAPES, "tiny-d", {**TINY_SHAPE, "num_hidden_layers": 1, "tie_word_embeddings": True})
+    monkeypatch.setitem(
+        RANDOM_SHAPES, "tiny-d", {**TINY_SHAPE, "num_hidden_layers": 1, "tie_word_embeddings": True}
+    )
     monkeypatch.setitem(RANDOM_PAIRS, "random-llama-8b-1b", ("tiny-t", "tiny-d"))
     out = tmp_path / "bench.json"
-    run([
-        "--pair", "random-llama-8b-1b", "-N", "2", "--batch-sizes", "1", "2", "--num-prompts", "2",
-        "--max-new-tokens", "4", "--ignore-eos", "--repeats", "1", "--warmup", "0", "--dtype", "bfloat16",
-        "--only", "diversed static", "target (loop)", "--output", str(out),
-    ])  # fmt: skip
+    run(
+        [
+            "--pair",
+            "random-llama-8b-1b",
+            "-N",
+            "2",
+            "--batch-sizes",
+            "1",
+            "2",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--ignore-eos",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--dtype",
+            "bfloat16",
+            "--only",
+            "diversed static",
+            "target (loop)",
+            "--output",
+            str(out),
+        ]
+    )
     records = json.loads(out.read_text())
     assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
     assert all(r["tokens_per_s"] > 0 and r["new_tokens"] == 2 * 4 for r in records)

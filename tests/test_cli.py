@@ -33,13 +33,21 @@ def environment(**extra: str) -> dict[str, str]:
 
 
 def shell(name: str, *args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(script(name)), *args], capture_output=True, text=True, timeout=300,
-                          env=environment(**env), cwd=cwd or ROOT)  # fmt: skip
+    return subprocess.run(
+        [str(script(name)), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment(**env),
+        cwd=cwd or ROOT,
+    )
 
 
 def no_dump(err: str) -> bool:
     """Nothing on stderr that reads as a Python value printed by `sys.exit(value)`."""
-    return not any(line.lstrip().startswith(("[{", "{'", "[PosixPath", "PosixPath(")) for line in err.splitlines())
+    return not any(
+        line.lstrip().startswith(("[{", "{'", "[PosixPath", "PosixPath(")) for line in err.splitlines()
+    )
 
 
 # ----------------------------------------------------------------------------- exit status 0, output once
@@ -53,11 +61,26 @@ def run_dir(tmp_path_factory, toy_tiny_dir):
     from diversed.evaluate import evaluate
 
     out = tmp_path_factory.mktemp("cli-run")
-    evaluate(compose_run("evaluate", out, toy_tiny_dir, [
-        "+experiment=toy", "task.n_examples=3", "task.max_new_tokens=4", "sweep.methods=[autoregressive,lossless,static]",
-        "sweep.draft_lengths=[2]", "sweep.weights=[0.5]", "sweep.temperatures=[1.0]", "sweep.num_seeds=1", "timing.warmup=0",
-        "timing.repeats=1", "runtime.progress=false",
-    ]))  # fmt: skip
+    evaluate(
+        compose_run(
+            "evaluate",
+            out,
+            toy_tiny_dir,
+            [
+                "+experiment=toy",
+                "task.n_examples=3",
+                "task.max_new_tokens=4",
+                "sweep.methods=[autoregressive,lossless,static]",
+                "sweep.draft_lengths=[2]",
+                "sweep.weights=[0.5]",
+                "sweep.temperatures=[1.0]",
+                "sweep.num_seeds=1",
+                "timing.warmup=0",
+                "timing.repeats=1",
+                "runtime.progress=false",
+            ],
+        )
+    )
     return out
 
 
@@ -72,15 +95,40 @@ def test_mains_return_status_0_and_print_once(run_dir, toy_tiny_dir, tmp_path, c
     assert plot.main([str(run_dir), "--out", str(tmp_path / "plots"), "--formats", "png"]) == 0
     printed = capsys.readouterr().out.split()
     assert printed and len(printed) == len(set(printed)) and all(Path(p).is_file() for p in printed)
-    assert report.main([str(run_dir), "--out", str(tmp_path / "report"), "--formats", "png", "--examples", "1"]) == 0
+    assert (
+        report.main([str(run_dir), "--out", str(tmp_path / "report"), "--formats", "png", "--examples", "1"])
+        == 0
+    )
     assert capsys.readouterr().out.split() == [str(tmp_path / "report" / "README.md")]
     cached = toy.pair_dir(toy.ToyBuildConfig.tiny(), tmp_path / "cache")  # as the cache keeps it: no build
     shutil.copytree(toy_tiny_dir, cached)
     assert toy.main(["--tiny", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert capsys.readouterr().out.split() == [str(cached)]
-    assert bench.main(["--target", str(cached / "target"), "--draft", str(cached / "draft"), "-N", "2", "--batch-sizes",
-                       "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
-                       "--only", "diversed static"]) == 0  # fmt: skip
+    assert (
+        bench.main(
+            [
+                "--target",
+                str(cached / "target"),
+                "--draft",
+                str(cached / "draft"),
+                "-N",
+                "2",
+                "--batch-sizes",
+                "1",
+                "--num-prompts",
+                "2",
+                "--max-new-tokens",
+                "3",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--only",
+                "diversed static",
+            ]
+        )
+        == 0
+    )
     said = capsys.readouterr()
     assert said.out.count("tok/s") == 1 and "'engine'" not in said.out + said.err
 
@@ -94,29 +142,59 @@ def test_console_scripts_exit_0_and_user_errors_2(run_dir, tmp_path):
     empty = shell("show", str(tmp_path))
     assert empty.returncode == 2 and empty.stderr.startswith("error: ") and "no run records" in empty.stderr
     weights = shell("weights", "convert", str(tmp_path / "missing.gguf"))
-    assert weights.returncode == 2 and "does not exist" in weights.stderr and "Traceback" not in weights.stderr
+    assert (
+        weights.returncode == 2 and "does not exist" in weights.stderr and "Traceback" not in weights.stderr
+    )
 
 
 @pytest.mark.slow
 def test_every_console_script_runs_from_the_shell(run_dir, toy_tiny_dir, tmp_path):
     """All ten scripts' --help, and show, plot, report, toy and bench on tiny inputs, as subprocesses."""
     names = [script(n) for n in SCRIPTS]
-    running = [subprocess.Popen([str(p), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=environment(), cwd=ROOT) for p in names]  # fmt: skip
+    running = [
+        subprocess.Popen(
+            [str(p), "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment(),
+            cwd=ROOT,
+        )
+        for p in names
+    ]
     for name, proc in zip(SCRIPTS, running, strict=True):
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0 and ("usage" in out.lower()), (name, err[-2000:])
         if name in HYDRA:
-            assert f"python -m diversed.{name} +experiment=" in out and "hydra/launcher" not in out, out[:1500]
+            assert f"python -m diversed.{name} +experiment=" in out and "hydra/launcher" not in out, out[
+                :1500
+            ]
     train = next(p for n, p in zip(SCRIPTS, running, strict=True) if n == "train")
     assert train.returncode == 0
     runs = {
         "plot": [str(run_dir), "--out", str(tmp_path / "plots"), "--formats", "png"],
         "report": [str(run_dir), "--out", str(tmp_path / "report"), "--formats", "png"],
-        "bench": ["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft"), "-N", "2",
-                  "--batch-sizes", "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1", "--warmup", "0",
-                  "--only", "diversed static"],
-    }  # fmt: skip
+        "bench": [
+            "--target",
+            str(toy_tiny_dir / "target"),
+            "--draft",
+            str(toy_tiny_dir / "draft"),
+            "-N",
+            "2",
+            "--batch-sizes",
+            "1",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--only",
+            "diversed static",
+        ],
+    }
     for name, args in runs.items():
         done = shell(name, *args)
         assert done.returncode == 0 and no_dump(done.stderr), (name, done.stderr[-2000:])
@@ -132,7 +210,9 @@ def test_hydra_help_describes_the_program_and_its_own_groups():
     assert out.startswith("python -m diversed.evaluate (diversed-evaluate): The evaluation grid")
     assert "sweep.methods" in out and "python -m diversed.evaluate +experiment=toy" in out
     groups = out.split("== Config groups")[1].split("== Config (")[0]
-    assert "+experiment: " in groups and "toy (in use)" in groups and "pair: " in groups and "task: " in groups
+    assert (
+        "+experiment: " in groups and "toy (in use)" in groups and "pair: " in groups and "task: " in groups
+    )
     assert "head:" not in groups and "trainer:" not in groups  # train's groups, not evaluate's
     assert "powered by Hydra" not in out and "hydra/launcher" not in out and "paper_sampling" not in out
 
@@ -170,20 +250,37 @@ def test_a_bug_keeps_its_traceback_from_the_shell(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(  # the bug: describe_pair fails inside the job
         "import diversed.models.pair as p\ndef broken(cfg):\n    raise ZeroDivisionError('a bug')\np.describe_pair = broken\n"
     )
-    done = shell("evaluate", "+experiment=toy", "sweep.methods=[autoregressive]", f"hydra.run.dir={tmp_path / 'run'}",
-                 PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")  # fmt: skip
+    done = shell(
+        "evaluate",
+        "+experiment=toy",
+        "sweep.methods=[autoregressive]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}",
+    )
     assert done.returncode == 1 and "Traceback" in done.stderr and "ZeroDivisionError: a bug" in done.stderr
-    full = shell("evaluate", "+experiment=toy", "sweep.draft_lengths=[0]", "hydra.run.dir=/nonexistent/never",
-                 HYDRA_FULL_ERROR="1")  # fmt: skip
+    full = shell(
+        "evaluate",
+        "+experiment=toy",
+        "sweep.draft_lengths=[0]",
+        "hydra.run.dir=/nonexistent/never",
+        HYDRA_FULL_ERROR="1",
+    )
     assert full.returncode == 1 and "Traceback" in full.stderr and "ConfigError" in full.stderr
 
 
 @pytest.mark.parametrize(
     ("flags", "named"),
-    [(["-N", "0"], "-N/--num-draft-tokens must be at least 1"), (["--batch-sizes", "1", "0"], "--batch-sizes"),
-     (["--repeats", "0"], "--repeats"), (["--num-prompts", "0"], "--num-prompts"), (["--warmup", "-1"], "--warmup"),
-     (["--temperature", "-1"], "--temperature must be >= 0"), (["--top-k", "-1"], "--top-k"),
-     (["--max-new-tokens", "0"], "--max-new-tokens"), (["--weight", "1.0"], "--weight")],
+    [
+        (["-N", "0"], "-N/--num-draft-tokens must be at least 1"),
+        (["--batch-sizes", "1", "0"], "--batch-sizes"),
+        (["--repeats", "0"], "--repeats"),
+        (["--num-prompts", "0"], "--num-prompts"),
+        (["--warmup", "-1"], "--warmup"),
+        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--top-k", "-1"], "--top-k"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--weight", "1.0"], "--weight"),
+    ],
 )
 def test_bench_checks_its_flags_before_loading(tmp_path, flags, named, monkeypatch, capsys):
     from diversed import bench
@@ -205,8 +302,11 @@ def test_a_split_the_hub_does_not_have_is_named_before_the_network(monkeypatch):
     from diversed.tasks import load_task
 
     monkeypatch.setattr(hub, "probe", lambda *a, **k: pytest.fail("the network was tried"))
-    with pytest.raises(ConfigError, match=r"no 'validation' split on the Hugging Face Hub, only train, test.*"
-                                          r"task.split=test.*data.val_split=holdout.*task.data_files"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"no 'validation' split on the Hugging Face Hub, only train, test.*"
+        r"task.split=test.*data.val_split=holdout.*task.data_files",
+    ):
         load_task("gsm8k", split="validation")
 
 

@@ -30,16 +30,36 @@ N = 60
 
 def _write(store, *, method, split, seed, scores, accepted=None, proposed=None, **knobs):
     n_draft = None if method == "autoregressive" else 3
-    record = run_record(pair="p", task="t", metric="accuracy", method=method, num_draft_tokens=n_draft, temperature=1.0,
-                        seed=seed, n_examples=len(scores), score=float(np.mean(scores)), split=split,
-                        settings=f"s-{split}-{seed}", settings_group=f"g-{split}", comparison_group="c",
-                        acceptance_rate=None if accepted is None else float(np.sum(accepted) / np.sum(proposed)),
-                        wall_time_s=1.0, **knobs)  # fmt: skip
-    rows = [{"example_id": f"e{i}", "completion": "", "score": float(s), "new_tokens": 4,
-             "accepted_drafts": None if accepted is None else int(accepted[i]),
-             "proposed_drafts": None if proposed is None else int(proposed[i]),
-             "verified_drafts": None if proposed is None else int(min(proposed[i], accepted[i] + 1))}
-            for i, s in enumerate(scores)]  # fmt: skip
+    record = run_record(
+        pair="p",
+        task="t",
+        metric="accuracy",
+        method=method,
+        num_draft_tokens=n_draft,
+        temperature=1.0,
+        seed=seed,
+        n_examples=len(scores),
+        score=float(np.mean(scores)),
+        split=split,
+        settings=f"s-{split}-{seed}",
+        settings_group=f"g-{split}",
+        comparison_group="c",
+        acceptance_rate=None if accepted is None else float(np.sum(accepted) / np.sum(proposed)),
+        wall_time_s=1.0,
+        **knobs,
+    )
+    rows = [
+        {
+            "example_id": f"e{i}",
+            "completion": "",
+            "score": float(s),
+            "new_tokens": 4,
+            "accepted_drafts": None if accepted is None else int(accepted[i]),
+            "proposed_drafts": None if proposed is None else int(proposed[i]),
+            "verified_drafts": None if proposed is None else int(min(proposed[i], accepted[i] + 1)),
+        }
+        for i, s in enumerate(scores)
+    ]
     store.write(record, rows)
 
 
@@ -49,7 +69,11 @@ def test_bootstrap_intervals_behave():
     est, low, high = bootstrap_interval(lambda a, axis=-1: a.mean(axis), [x])
     assert low < est < high and low < 0.3 < high and high - low == pytest.approx(2 * 1.96 / 20, rel=0.2)
     assert bootstrap_interval(lambda a, axis=-1: a.mean(axis), [np.zeros(50)]) == (0.0, 0.0, 0.0)
-    assert verdict(0.01, 0.2) == "better" and verdict(-0.2, -0.01) == "worse" and verdict(-0.1, 0.1) == "no difference shown"
+    assert (
+        verdict(0.01, 0.2) == "better"
+        and verdict(-0.2, -0.01) == "worse"
+        and verdict(-0.1, 0.1) == "no difference shown"
+    )
     # one-sided: the other bound is open
     _, low1, high1 = bootstrap_interval(lambda a, axis=-1: a.mean(axis), [x], alternative="greater")
     assert high1 == np.inf and low < low1 < est
@@ -58,7 +82,10 @@ def test_bootstrap_intervals_behave():
 def test_mean_interval_of_0_1_scores_is_wilson_and_stays_in_range():
     # 3 of 10 right: Wilson's 95 % interval is [0.1078, 0.6032] (p = 0.3, z = 1.96), as scipy computes it
     m, low, high = mean_interval([1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
-    assert m == pytest.approx(0.3) and (low, high) == (pytest.approx(0.1078, abs=1e-4), pytest.approx(0.6032, abs=1e-4))
+    assert m == pytest.approx(0.3) and (low, high) == (
+        pytest.approx(0.1078, abs=1e-4),
+        pytest.approx(0.6032, abs=1e-4),
+    )
     ci = stats.binomtest(3, 10).proportion_ci(0.95, method="wilson")
     assert (low, high) == (pytest.approx(ci.low), pytest.approx(ci.high))
     # every wrong (or every right): a width all the same, inside [0, 1] (a t-interval had none)
@@ -75,7 +102,8 @@ def test_mean_interval_of_0_1_scores_is_wilson_and_stays_in_range():
             assert 0.0 <= low <= m <= high <= 1.0 and high > low, (n, p, x)
     # other bounds: the same interval, rescaled
     assert mean_interval([-1.0, 1.0, 1.0, 1.0], bounds=(-1.0, 1.0))[1:] == pytest.approx(
-        [2 * v - 1 for v in mean_interval([0.0, 1.0, 1.0, 1.0])[1:]])
+        [2 * v - 1 for v in mean_interval([0.0, 1.0, 1.0, 1.0])[1:]]
+    )
 
 
 def test_a_report_cell_of_all_wrong_or_all_right_examples_has_a_width():
@@ -87,14 +115,19 @@ def test_a_report_cell_of_all_wrong_or_all_right_examples_has_a_width():
     cell = cell_intervals(rows([1.0] * 20))
     assert cell["score"] == cell["score_ci_high"] == 1.0 and 0.83 < cell["score_ci_low"] < 0.85
     varied = [0.0, 1 / 3, 1.0, 2 / 3] * 5
-    assert cell_intervals(rows(varied))["score_ci_low"] == bootstrap_interval(lambda x, axis: x.mean(axis), [varied])[1]
+    assert (
+        cell_intervals(rows(varied))["score_ci_low"]
+        == bootstrap_interval(lambda x, axis: x.mean(axis), [varied])[1]
+    )
 
 
 def test_mean_interval_of_bounded_scores_is_the_bootstrap():
     rng = np.random.default_rng(2)
     rouge = np.where(rng.random(40) < 0.4, 0.0, rng.beta(2, 8, 40))  # skewed, a spike at 0
     m, low, high = mean_interval(rouge)
-    assert (m, low, high) == bootstrap_interval(lambda a, axis=-1: a.mean(axis), [rouge])  # the report's interval
+    assert (m, low, high) == bootstrap_interval(
+        lambda a, axis=-1: a.mean(axis), [rouge]
+    )  # the report's interval
     assert 0.0 <= rouge.min() <= low < m < high <= rouge.max() <= 1.0
     assert mean_interval([0.3, 0.3, 0.3]) == (pytest.approx(0.3), pytest.approx(0.3), pytest.approx(0.3))
     assert math.isnan(mean_interval([0.25])[1])
@@ -109,7 +142,11 @@ def test_t_interval_is_scipys_and_clipped_to_bounds():
     x = np.arange(10.0)  # 90 %: t_{0.95, 9} = 1.8331
     assert t_interval(x, 0.9)[2] - 4.5 == pytest.approx(1.8331 * x.std(ddof=1) / math.sqrt(10), abs=1e-4)
     assert t_interval([0.1, 0.9], bounds=(0.0, 1.0)) == (pytest.approx(0.5), 0.0, 1.0)  # 0.5 ± 5.08, clipped
-    assert t_interval([0.7, 0.7, None, float("nan")]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
+    assert t_interval([0.7, 0.7, None, float("nan")]) == (
+        pytest.approx(0.7),
+        pytest.approx(0.7),
+        pytest.approx(0.7),
+    )
     assert math.isnan(t_interval([0.25])[1]) and all(math.isnan(v) for v in t_interval([None]))
 
 
@@ -138,11 +175,20 @@ def test_mean_over_seeds_pools_examples_and_seeds(tmp_path):
 
 def test_paired_difference_and_non_inferiority():
     rng = np.random.default_rng(3)
-    base = pd.DataFrame({"score": rng.random(200), "accepted": rng.integers(0, 5, 200), "proposed": np.full(200, 5),
-                         "verified": np.full(200, 5)}, index=[f"e{i}" for i in range(200)])  # fmt: skip
+    base = pd.DataFrame(
+        {
+            "score": rng.random(200),
+            "accepted": rng.integers(0, 5, 200),
+            "proposed": np.full(200, 5),
+            "verified": np.full(200, 5),
+        },
+        index=[f"e{i}" for i in range(200)],
+    )
     better = base.assign(score=base["score"] + 0.05, accepted=np.minimum(base["accepted"] + 1, 5))
     d = paired(better, base)
-    assert d["diff"] == pytest.approx(0.05) and d["low"] == pytest.approx(0.05) and d["n"] == 200  # constant shift
+    assert (
+        d["diff"] == pytest.approx(0.05) and d["low"] == pytest.approx(0.05) and d["n"] == 200
+    )  # constant shift
     a = paired(better, base, "acceptance_rate")
     assert a["low"] > 0 and verdict(a["low"], a["high"]) == "better"
     noisy = base.assign(score=base["score"] + rng.normal(0, 0.3, 200))
@@ -170,10 +216,26 @@ def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
                 scores = ar[split] if quality == 0.8 else (rng.random(N) < quality).astype(float)
                 if split == "test" and w == 0.0:
                     scores = np.ones(N)  # the test split flatters w = 0: no choice may see it
-                _write(store, method="static", split=split, seed=seed, scores=scores, accepted=np.full(N, acc),
-                       proposed=np.full(N, 4), weight=w)  # fmt: skip
-            _write(store, method="dynamic", split=split, seed=seed, scores=ar[split], accepted=np.full(N, 4),
-                   proposed=np.full(N, 4), head="/h")  # fmt: skip
+                _write(
+                    store,
+                    method="static",
+                    split=split,
+                    seed=seed,
+                    scores=scores,
+                    accepted=np.full(N, acc),
+                    proposed=np.full(N, 4),
+                    weight=w,
+                )
+            _write(
+                store,
+                method="dynamic",
+                split=split,
+                seed=seed,
+                scores=ar[split],
+                accepted=np.full(N, 4),
+                proposed=np.full(N, 4),
+                head="/h",
+            )
     records = load_runs([tmp_path])
     choices = choose_on(records[records["split"] == "validation"], margin=0.05)
     (c,) = choices.to_dict("records")
@@ -192,4 +254,6 @@ def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
     line = next(x for x in diffs.splitlines() if "Static, chosen on validation" in x)
     assert "0.00 [0.00, 0.00] no difference shown" in line and "25.00 [25.00, 25.00] better" in line
     claims = (out / "claims.md").read_text()
-    assert table.split("\n\n", 1)[1] in claims and "validation" not in set(pd.read_csv(out / "table_T1.csv").columns)
+    assert table.split("\n\n", 1)[1] in claims and "validation" not in set(
+        pd.read_csv(out / "table_T1.csv").columns
+    )

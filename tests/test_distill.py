@@ -11,17 +11,32 @@ from diversed.decoding.verify import total_variation
 from diversed.distill import distill
 from diversed.training.teacher import divergence
 
-SMALL = ["+experiment=distill_toy", "logger=none", "trainer.max_steps=6", "trainer.val_check_interval=3",
-         "trainer.enable_progress_bar=false", "data.batch_size=8", "data.n_val=16", "data.val_batch_size=16",
-         "data.n_train=64", "distill.max_new_tokens=8", "distill.optimizer.lr=0.02", "distill.divergence=tvd"]  # fmt: skip
+SMALL = [
+    "+experiment=distill_toy",
+    "logger=none",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "trainer.enable_progress_bar=false",
+    "data.batch_size=8",
+    "data.n_val=16",
+    "data.val_batch_size=16",
+    "data.n_train=64",
+    "distill.max_new_tokens=8",
+    "distill.optimizer.lr=0.02",
+    "distill.divergence=tvd",
+]
 
 
 def test_divergences_are_what_they_say_and_pull_q_towards_p():
     g = torch.Generator().manual_seed(0)
     p_logits, q_logits = torch.randn(5, 40, generator=g) * 2, torch.randn(5, 40, generator=g) * 2
     p, q = p_logits.softmax(-1), q_logits.softmax(-1)
-    assert torch.allclose(divergence(p_logits, q_logits, "forward_kl"), (p * (p / q).log()).sum(-1), atol=1e-5)
-    assert torch.allclose(divergence(p_logits, q_logits, "reverse_kl"), (q * (q / p).log()).sum(-1), atol=1e-5)
+    assert torch.allclose(
+        divergence(p_logits, q_logits, "forward_kl"), (p * (p / q).log()).sum(-1), atol=1e-5
+    )
+    assert torch.allclose(
+        divergence(p_logits, q_logits, "reverse_kl"), (q * (q / p).log()).sum(-1), atol=1e-5
+    )
     assert torch.allclose(divergence(p_logits, q_logits, "tvd"), total_variation(p, q), atol=1e-6)
     assert torch.allclose(divergence(p_logits, p_logits, "forward_kl"), torch.zeros(5), atol=1e-6)
     for kind in ("forward_kl", "tvd", "reverse_kl"):  # one gradient step on q's logits lowers D
@@ -46,7 +61,11 @@ def mean_tv(pair_dir, draft_dir, n=64):
     with torch.no_grad():
         for e in task.examples:
             ids = torch.tensor([pair.tokenizer(task.prompt(e) + task.target(e))["input_ids"]])
-            tvs.append(total_variation(pair.target(ids).logits.softmax(-1), pair.draft(ids).logits.softmax(-1)).mean())
+            tvs.append(
+                total_variation(
+                    pair.target(ids).logits.softmax(-1), pair.draft(ids).logits.softmax(-1)
+                ).mean()
+            )
     return float(torch.stack(tvs).mean())
 
 
@@ -80,8 +99,13 @@ def test_a_short_distillation_raises_acceptance_and_saves_a_loadable_draft(tmp_p
 
 def test_lora_trains_adapters_only_and_saves_them_merged(tmp_path, toy_tiny_dir):
     pytest.importorskip("peft")
-    cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL,
-                      ["+distill.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"])  # fmt: skip
+    cfg = compose_run(
+        "distill",
+        tmp_path / "run",
+        toy_tiny_dir,
+        SMALL,
+        ["+distill.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"],
+    )
     distill(cfg)
     resumable(cfg, tmp_path / "run" / "checkpoints" / "last.ckpt")  # LoRA's wrapped names too
     saved = load_file(tmp_path / "run" / "draft" / "model.safetensors")
@@ -94,9 +118,14 @@ def test_lora_trains_adapters_only_and_saves_them_merged(tmp_path, toy_tiny_dir)
 def test_bad_distill_settings_fail_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
     from transformers import PreTrainedModel
 
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights read")))
-    for override, message in (("distill.divergence=js", "distill.divergence"), ("distill.rollout=both", "rollout"),
-                              ("distill.mixed_fraction=2", "mixed_fraction")):  # fmt: skip
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights read"))
+    )
+    for override, message in (
+        ("distill.divergence=js", "distill.divergence"),
+        ("distill.rollout=both", "rollout"),
+        ("distill.mixed_fraction=2", "mixed_fraction"),
+    ):
         with pytest.raises(ValueError, match=message):
             distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, [override]))
 
@@ -130,7 +159,9 @@ def test_the_coarsened_divergences_are_exact_with_every_id_and_never_larger_with
             before = coarse_divergence(teacher_top(p_logits, support, k), q_var, kind).sum()
             before.backward()
             assert torch.isfinite(q_var.grad).all()
-            after = coarse_divergence(teacher_top(p_logits, support, k), q_support - 0.2 * q_var.grad, kind).sum()
+            after = coarse_divergence(
+                teacher_top(p_logits, support, k), q_support - 0.2 * q_var.grad, kind
+            ).sum()
             assert after < before, (kind, k)
 
 
@@ -155,19 +186,33 @@ def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
 
     # top_k ≥ the toy vocabulary (137 ids): the coarsening is exact (its own tests are above), so this
     # checks reuse alone. 16 steps of 8 rows: each of the 64 samples twice.
-    reuse = ["distill.rollout=target", "distill.reuse=true", "distill.top_k=139", "trainer.max_steps=16",
-             "distill.optimizer.lr=0.005", "distill.divergence=forward_kl", "distill.sample_batch_size=16",
-             "distill.prompt_positions=-1"]  # fmt: skip
+    reuse = [
+        "distill.rollout=target",
+        "distill.reuse=true",
+        "distill.top_k=139",
+        "trainer.max_steps=16",
+        "distill.optimizer.lr=0.005",
+        "distill.divergence=forward_kl",
+        "distill.sample_batch_size=16",
+        "distill.prompt_positions=-1",
+    ]
     cfg = compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, reuse)
     rollouts = []
     real = DistillModule.rollout
-    monkeypatch.setattr(DistillModule, "rollout", lambda self, task, ex: rollouts.append(len(ex)) or real(self, task, ex))
+    monkeypatch.setattr(
+        DistillModule, "rollout", lambda self, task, ex: rollouts.append(len(ex)) or real(self, task, ex)
+    )
     distill(cfg)
     assert sum(rollouts) == 64 and max(rollouts) == 16  # every train prompt once, 16 at a time
     samples = torch.load(tmp_path / "run" / "teacher_samples.pt", weights_only=True)
     assert len(samples["ids"]) == 64 and all(t.shape[-1] == 137 for t in samples["top"])
-    assert all(len(at) == len(ids) - 1 for at, ids in zip(samples["at"], samples["ids"], strict=True))  # every slot
-    before, after = mean_tv(toy_tiny_dir, toy_tiny_dir / "draft"), mean_tv(toy_tiny_dir, tmp_path / "run" / "draft")
+    assert all(
+        len(at) == len(ids) - 1 for at, ids in zip(samples["at"], samples["ids"], strict=True)
+    )  # every slot
+    before, after = (
+        mean_tv(toy_tiny_dir, toy_tiny_dir / "draft"),
+        mean_tv(toy_tiny_dir, tmp_path / "run" / "draft"),
+    )
     assert after < before - 0.01, (before, after)
     # a second run on the same directory reads the samples instead of drawing them
     rollouts.clear()
@@ -178,9 +223,18 @@ def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
 
     served = []
     real_serve = PromptDataModule.serve
-    monkeypatch.setattr(PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items))
-    distill(compose_run("distill", tmp_path / "other", toy_tiny_dir, SMALL,
-                        [*reuse, f"distill.replay=[{tmp_path / 'run' / 'teacher_samples.pt'}]"]))  # fmt: skip
+    monkeypatch.setattr(
+        PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items)
+    )
+    distill(
+        compose_run(
+            "distill",
+            tmp_path / "other",
+            toy_tiny_dir,
+            SMALL,
+            [*reuse, f"distill.replay=[{tmp_path / 'run' / 'teacher_samples.pt'}]"],
+        )
+    )
     assert served == [128]
 
 
@@ -198,7 +252,11 @@ def test_frozen_bottom_layers_and_embeddings_do_not_move_and_the_rest_trains():
     after = model.state_dict()
     frozen = {k for k in before if k.startswith(("model.layers.0.", "model.layers.1.", "model.embed_tokens"))}
     assert all(torch.equal(before[k], after[k]) for k in frozen)
-    assert all(not torch.equal(before[k], after[k]) for k in before if k.startswith("model.layers.2.") and "weight" in k)
+    assert all(
+        not torch.equal(before[k], after[k])
+        for k in before
+        if k.startswith("model.layers.2.") and "weight" in k
+    )
     with pytest.raises(ValueError, match="freeze_layers=4"):
         freeze_bottom(model, 4)
 
@@ -206,12 +264,23 @@ def test_frozen_bottom_layers_and_embeddings_do_not_move_and_the_rest_trains():
 def test_reuse_settings_are_checked_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
     from transformers import PreTrainedModel
 
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights read")))
-    for override, message in ((["distill.reuse=true", "distill.top_k=8"], "rollout=target"),
-                              (["distill.reuse=true", "distill.rollout=target"], "top_k"),
-                              (["distill.replay=[/nonexistent/teacher_samples.pt]"], "reuse"),
-                              (["distill.reuse=true", "distill.rollout=target", "distill.top_k=8",
-                                "distill.replay=[/nonexistent/teacher_samples.pt]"], "no file")):  # fmt: skip
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights read"))
+    )
+    for override, message in (
+        (["distill.reuse=true", "distill.top_k=8"], "rollout=target"),
+        (["distill.reuse=true", "distill.rollout=target"], "top_k"),
+        (["distill.replay=[/nonexistent/teacher_samples.pt]"], "reuse"),
+        (
+            [
+                "distill.reuse=true",
+                "distill.rollout=target",
+                "distill.top_k=8",
+                "distill.replay=[/nonexistent/teacher_samples.pt]",
+            ],
+            "no file",
+        ),
+    ):
         with pytest.raises(ValueError, match=message):
             distill(compose_run("distill", tmp_path / "run", toy_tiny_dir, SMALL, override))
 
@@ -219,12 +288,21 @@ def test_reuse_settings_are_checked_before_the_pair_loads(tmp_path, toy_tiny_dir
 # ----------------------------------------------------------------------------- resumed = uninterrupted
 
 
-RESUMABLE = ["trainer.max_steps=9", "callbacks.last_checkpoint.every_n_train_steps=2", "data.n_train=32"]  # 4 batches an epoch
-VARIANTS = {"on-policy": [], "mixed": ["distill.rollout=mixed", "distill.prompt_positions=3"],  # random source and slots
-            "reuse": ["distill.rollout=target", "distill.reuse=true", "distill.top_k=139"]}  # length-grouped rows
+RESUMABLE = [
+    "trainer.max_steps=9",
+    "callbacks.last_checkpoint.every_n_train_steps=2",
+    "data.n_train=32",
+]  # 4 batches an epoch
+VARIANTS = {
+    "on-policy": [],
+    "mixed": ["distill.rollout=mixed", "distill.prompt_positions=3"],  # random source and slots
+    "reuse": ["distill.rollout=target", "distill.reuse=true", "distill.top_k=139"],
+}  # length-grouped rows
 
 
-@pytest.mark.parametrize(("variant", "step"), [("on-policy", 3), ("on-policy", 5), ("mixed", 3), ("reuse", 7)])
+@pytest.mark.parametrize(
+    ("variant", "step"), [("on-policy", 3), ("on-policy", 5), ("mixed", 3), ("reuse", 7)]
+)
 def test_a_resumed_distillation_is_the_run_it_continues(variant, step, tmp_path, toy_tiny_dir, monkeypatch):
     """Killed mid-epoch (step 3, 7) or after an epoch (step 5: last.ckpt of step 4), resumed in place
     from last.ckpt: the draft, its optimizer, the export, the best step and the metrics are the

@@ -73,7 +73,11 @@ def test_the_head_gives_zero_outside_and_the_full_heads_law_inside(restricted):
     _, full = tiny_pair()
     head = small.get_output_embeddings()
     assert isinstance(head, DraftVocabHead) and isinstance(head, torch.nn.Linear)
-    assert (head.out_features, head.in_features, head.vocab) == (index.numel(), full.config.hidden_size, VOCAB)
+    assert (head.out_features, head.in_features, head.vocab) == (
+        index.numel(),
+        full.config.hidden_size,
+        VOCAB,
+    )
     assert torch.equal(head.weight, full.lm_head.weight[index]) and torch.equal(head.index, index)
     assert vocab_size(small) == vocab_size(full) == VOCAB
     assert torch.equal(small.get_input_embeddings().weight, full.get_input_embeddings().weight)  # untouched
@@ -136,7 +140,10 @@ def test_saved_and_loaded_with_its_head(restricted, tmp_path):
         before = small(PROMPT).logits
     save_pretrained(small, tmp_path / "d")
     # saving leaves the model as it was
-    assert isinstance(small.get_output_embeddings(), DraftVocabHead) and small.config.tie_word_embeddings is False
+    assert (
+        isinstance(small.get_output_embeddings(), DraftVocabHead)
+        and small.config.tie_word_embeddings is False
+    )
     assert (tmp_path / "d" / FILE).is_file()
     bare = AutoModelForCausalLM.from_pretrained(tmp_path / "d").eval()  # any loader reads the files
     with torch.no_grad():
@@ -171,8 +178,9 @@ def test_load_pair_puts_the_restricted_head_back(tmp_path):
     for model, role in ((target, "target"), (small, "draft")):
         save_pretrained(model, tmp_path / role)
         tok.save_pretrained(tmp_path / role)
-    pair = load_pair(str(tmp_path / "target"), str(tmp_path / "draft"), dtype="float32", device="cpu",
-                     probe=lambda: None)  # fmt: skip
+    pair = load_pair(
+        str(tmp_path / "target"), str(tmp_path / "draft"), dtype="float32", device="cpu", probe=lambda: None
+    )
     head = pair.draft.get_output_embeddings()
     assert isinstance(head, DraftVocabHead) and torch.equal(head.index, index) and head.vocab == len(tok)
     assert type(pair.target.get_output_embeddings()) is torch.nn.Linear
@@ -181,9 +189,19 @@ def test_load_pair_puts_the_restricted_head_back(tmp_path):
         assert torch.equal(pair.draft(PROMPT).logits, small(PROMPT).logits)
         assert torch.equal(pair.target(PROMPT).logits, target(PROMPT).logits)
     ids, mask = ragged_prompts(vocab=len(tok))
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8, pad_token_id=PAD, eos_token_id=EOS)
-    out = speculative_generate(pair.target, pair.draft, ids, mask, num_draft_tokens=3, max_new_tokens=8,
-                               eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=8, pad_token_id=PAD, eos_token_id=EOS
+    )
+    out = speculative_generate(
+        pair.target,
+        pair.draft,
+        ids,
+        mask,
+        num_draft_tokens=3,
+        max_new_tokens=8,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
     assert torch.equal(out.sequences[:, : ref.shape[1]], ref)
 
 
@@ -205,7 +223,9 @@ def test_a_fine_tuned_draft_in_a_sweep_keeps_its_restricted_head(restricted, tmp
 def test_lossless_greedy_with_a_restricted_draft_equals_generate_on_both_paths(restricted):
     target, small, index = restricted
     ids, mask = ragged_prompts()
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS)
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=12, pad_token_id=PAD, eos_token_id=EOS
+    )
     new = ref[:, ids.shape[1] :]
     outside = outside_of(index)
     assert outside[new[:, 0]].all()  # the target's first argmax is never a draft proposal
@@ -214,8 +234,16 @@ def test_lossless_greedy_with_a_restricted_draft_equals_generate_on_both_paths(r
         for path in ("direct", "hf"):
             use_forward(target, path)
             use_forward(small, path)
-            out = speculative_generate(target, small, ids, mask, num_draft_tokens=3, max_new_tokens=12,
-                                       eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+            out = speculative_generate(
+                target,
+                small,
+                ids,
+                mask,
+                num_draft_tokens=3,
+                max_new_tokens=12,
+                eos_token_id=EOS,
+                pad_token_id=PAD,
+            )
             assert plan(small).path == path and plan(target).path == path
             assert torch.equal(out.sequences[:, : ref.shape[1]], ref), path
             assert 0 < out.stats.acceptance_rate < 1, path  # both drafts accepted and rejected
@@ -242,13 +270,27 @@ def test_every_verifier_keeps_its_law_where_q_is_zero(restricted):
     laws = {
         "lossless": (Lossless(), p, float(torch.minimum(p, q).sum()), inside_law(p, index)),
         "static": (StaticEnsemble(0.4), mix(p, q, 0.4), 1 - 0.4 * tv, inside_law(mix(p, q, 0.4), index)),
-        "dynamic": (DynamicEnsemble(head), mix(p, q, w_head), 1 - w_head * tv, inside_law(mix(p, q, w_head), index)),
-        "lossy": (LossySD(0.5), lossy_first_token(p, q, 0.5), float(torch.minimum(q, p / 0.5).sum()),
-                  inside_law(lossy_first_token(p, q, 0.5), index)),
+        "dynamic": (
+            DynamicEnsemble(head),
+            mix(p, q, w_head),
+            1 - w_head * tv,
+            inside_law(mix(p, q, w_head), index),
+        ),
+        "lossy": (
+            LossySD(0.5),
+            lossy_first_token(p, q, 0.5),
+            float(torch.minimum(q, p / 0.5).sum()),
+            inside_law(lossy_first_token(p, q, 0.5), index),
+        ),
         "cascade_defers": (Cascade("chow", 0.5), p, 1 - tv, inside_law(p, index)),
         "cascade_keeps": (Cascade("diff", 0.05), q, 1.0, p),
-        "typical": (TypicalAcceptance(0.05, 0.3), typical_law, float((q * passes).sum()), inside_law(typical_law, index)),
-    }  # fmt: skip
+        "typical": (
+            TypicalAcceptance(0.05, 0.3),
+            typical_law,
+            float((q * passes).sum()),
+            inside_law(typical_law, index),
+        ),
+    }
     for name, (verifier, law, rate, wrong) in laws.items():
         assert abs(float(law.sum()) - 1) < 1e-5, name
         if name != "cascade_keeps":
@@ -309,8 +351,15 @@ def test_verifiers_pure_functions_with_zeros_in_q(restricted):
     X = x.reshape(-1).expand(m, -1)
     H = small.config.hidden_size
     hd, ht = (torch.randn(1, rows * drafts, H, generator=g).expand(m, -1, -1) for _ in range(2))
-    verifiers = [Lossless(), StaticEnsemble(0.4), DynamicEnsemble(random_head(target, small)), LossySD(0.5),
-                 Cascade("chow", 0.5), Cascade("diff", 0.05), TypicalAcceptance(0.05, 0.3)]  # fmt: skip
+    verifiers = [
+        Lossless(),
+        StaticEnsemble(0.4),
+        DynamicEnsemble(random_head(target, small)),
+        LossySD(0.5),
+        Cascade("chow", 0.5),
+        Cascade("diff", 0.05),
+        TypicalAcceptance(0.05, 0.3),
+    ]
     for v in verifiers:
         name = repr(v)
         w = v.weights(P, Q, hd, ht)
@@ -325,7 +374,11 @@ def test_verifiers_pure_functions_with_zeros_in_q(restricted):
         assert ((rate - exact).abs() <= 5 * (exact * (1 - exact) / m).sqrt() + 1e-3).all(), name
         # rejection and bonus, at [n, V] as the engine calls them
         pk, qk = P[0], Q[0]
-        laws = {"rejection": v.rejection(pk, qk, w0), "bonus": v.bonus(pk, None, w0), "bonus_q": v.bonus(pk, qk, w0)}
+        laws = {
+            "rejection": v.rejection(pk, qk, w0),
+            "bonus": v.bonus(pk, None, w0),
+            "bonus_q": v.bonus(pk, qk, w0),
+        }
         for kind, law in laws.items():
             assert law.shape == pk.shape and torch.isfinite(law).all() and (law >= 0).all(), (name, kind)
             assert torch.allclose(law.sum(-1), torch.ones(len(law)), atol=1e-5), (name, kind)
@@ -334,7 +387,10 @@ def test_verifiers_pure_functions_with_zeros_in_q(restricted):
             assert (laws["rejection"][zero] >= pk[zero] * (1 - 1e-5)).all(), name
         for f in (v.greedy_rejection(pk, qk, w0), v.greedy_bonus(pk, qk, w0), v.greedy_bonus(pk, None, w0)):
             assert f.shape == (len(pk),) and ((0 <= f) & (f < VOCAB)).all(), name
-        assert v.greedy_accept(P[:1], Q[:1], X[:1], w[:1] if isinstance(w, torch.Tensor) else w).dtype == torch.bool
+        assert (
+            v.greedy_accept(P[:1], Q[:1], X[:1], w[:1] if isinstance(w, torch.Tensor) else w).dtype
+            == torch.bool
+        )
 
 
 # ----------------------------------------------------------------------------- training
@@ -356,7 +412,10 @@ def test_divergences_are_finite_with_finite_gradients_on_a_restricted_head(restr
             d = divergence(p_logits, head(h), kind)
             d.sum().backward()
             assert torch.isfinite(d).all(), (kind, scale)
-            assert kind == "forward_kl" or (d >= -1e-6).all(), (kind, scale)  # (forward KL on q's support: < 0 too)
+            assert kind == "forward_kl" or (d >= -1e-6).all(), (
+                kind,
+                scale,
+            )  # (forward KL on q's support: < 0 too)
             assert torch.isfinite(h.grad).all() and torch.isfinite(head.weight.grad).all(), (kind, scale)
             assert head.weight.grad.abs().sum() > 0, (kind, scale)  # the head learns
             h.grad, head.weight.grad = None, None

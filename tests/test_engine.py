@@ -33,7 +33,9 @@ def random_head(target, draft, seed=0, scale=0.05):
 
 
 def ar_greedy(model, ids, mask, max_new):
-    return model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, pad_token_id=PAD, eos_token_id=EOS)
+    return model.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, pad_token_id=PAD, eos_token_id=EOS
+    )
 
 
 # ----------------------------------------------------------------------------- exactness
@@ -45,7 +47,9 @@ def test_lossless_greedy_equals_target_generate(pair, prompts, n, bonus):
     target, draft = pair
     ids, mask = prompts
     ref = ar_greedy(target, ids, mask, 24)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=24, bonus_token=bonus)
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=24, bonus_token=bonus
+    )
     assert out.sequences.shape == ref.shape
     assert torch.equal(out.sequences, ref)
 
@@ -57,8 +61,9 @@ def test_lossless_greedy_exact_with_adaptive_drafting(pair, prompts):
     for kwargs in ({"num_draft_tokens_schedule": "heuristic"}, {"draft_confidence_threshold": 0.3}):
         out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=30, **kwargs)
         assert torch.equal(out.sequences, ref), kwargs
-    heuristic = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=30,
-                                     num_draft_tokens_schedule="heuristic").stats.num_draft_tokens
+    heuristic = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=30, num_draft_tokens_schedule="heuristic"
+    ).stats.num_draft_tokens
     assert len(set(heuristic)) > 1  # the schedule moved
 
 
@@ -67,22 +72,38 @@ def test_drafting_stops_once_every_row_has_drafted_eos(pair):
     cut anyway); outputs stay exact, and a batch where some row has not drafted EOS drafts on."""
     target, draft = pair
     ids, mask = ragged_prompts(lengths=(6,), seed=4)
-    drafts = draft.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6, eos_token_id=None,
-                            pad_token_id=PAD)[0, 6:].tolist()  # fmt: skip
+    drafts = draft.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=6, eos_token_id=None, pad_token_id=PAD
+    )[0, 6:].tolist()
     eos = drafts[2]  # round 1 drafts x_1, x_2 and then this token (if it is not among them already)
     j = drafts.index(eos)
     for rows in ((ids, mask), (ids.repeat(2, 1), mask.repeat(2, 1))):
-        ref = target.generate(*rows[:1], attention_mask=rows[1], do_sample=False, max_new_tokens=24,
-                              pad_token_id=PAD, eos_token_id=eos)  # fmt: skip
-        out = speculative_generate(target, draft, *rows, num_draft_tokens=5, max_new_tokens=24, eos_token_id=eos)
+        ref = target.generate(
+            *rows[:1],
+            attention_mask=rows[1],
+            do_sample=False,
+            max_new_tokens=24,
+            pad_token_id=PAD,
+            eos_token_id=eos,
+        )
+        out = speculative_generate(
+            target, draft, *rows, num_draft_tokens=5, max_new_tokens=24, eos_token_id=eos
+        )
         assert torch.equal(out.sequences, ref)
         assert out.stats.num_draft_tokens[0] == j + 1
     # another row that does not draft EOS keeps the batch drafting; the first row's drafts after its
     # EOS are not counted as proposals, so its statistics are those it has alone
     other = ragged_prompts(lengths=(6, 6), seed=4)[0]
     other[1] = torch.randint(3, VOCAB, (6,), generator=torch.Generator().manual_seed(9))
-    kwargs = {"verifier": StaticEnsemble(0.0), "num_draft_tokens": 5, "max_new_tokens": 24, "eos_token_id": eos}
-    out = speculative_generate(target, draft, other, **kwargs)  # w = 0 accepts every draft: row 0 ends at its EOS
+    kwargs = {
+        "verifier": StaticEnsemble(0.0),
+        "num_draft_tokens": 5,
+        "max_new_tokens": 24,
+        "eos_token_id": eos,
+    }
+    out = speculative_generate(
+        target, draft, other, **kwargs
+    )  # w = 0 accepts every draft: row 0 ends at its EOS
     alone = speculative_generate(target, draft, ids, mask, **kwargs)
     assert out.stats.num_draft_tokens[0] == 5 and alone.stats.num_draft_tokens == [j + 1]
     assert out.sequences[0, 6:].tolist() == drafts[: j + 1] + [PAD] * (out.sequences.shape[1] - 7 - j)
@@ -91,10 +112,20 @@ def test_drafting_stops_once_every_row_has_drafted_eos(pair):
     # with per-row proposal lengths (a confidence threshold that never fires) the same break gives
     # the same outputs: rows that stopped at EOS count their proposals up to it
     for v in (StaticEnsemble(0.4), Lossless()):
-        plain = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=5, max_new_tokens=24,
-                                     eos_token_id=eos)  # fmt: skip
-        thresh = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=5, max_new_tokens=24,
-                                      eos_token_id=eos, draft_confidence_threshold=0.0)  # fmt: skip
+        plain = speculative_generate(
+            target, draft, ids, mask, verifier=v, num_draft_tokens=5, max_new_tokens=24, eos_token_id=eos
+        )
+        thresh = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=v,
+            num_draft_tokens=5,
+            max_new_tokens=24,
+            eos_token_id=eos,
+            draft_confidence_threshold=0.0,
+        )
         assert torch.equal(plain.sequences, thresh.sequences)
         assert torch.equal(plain.stats.proposed, thresh.stats.proposed)
         assert thresh.stats.num_draft_tokens[0] == j + 1
@@ -109,10 +140,24 @@ def test_static_greedy_equals_transformers_assisted_ensemble(pair, w, n):
     draft.generation_config.assistant_confidence_threshold = 0.0
     for seed in range(3):
         ids, _ = ragged_prompts(lengths=(4 + 3 * seed,), seed=seed)
-        ref = target.generate(ids, assistant_model=draft, assistant_ensemble_weight=w, do_sample=False,
-                              max_new_tokens=25, pad_token_id=PAD, eos_token_id=EOS)
-        out = speculative_generate(target, draft, ids, verifier=StaticEnsemble(w), num_draft_tokens=n,
-                                   max_new_tokens=25, bonus_token="target")
+        ref = target.generate(
+            ids,
+            assistant_model=draft,
+            assistant_ensemble_weight=w,
+            do_sample=False,
+            max_new_tokens=25,
+            pad_token_id=PAD,
+            eos_token_id=EOS,
+        )
+        out = speculative_generate(
+            target,
+            draft,
+            ids,
+            verifier=StaticEnsemble(w),
+            num_draft_tokens=n,
+            max_new_tokens=25,
+            bonus_token="target",
+        )
         assert torch.equal(out.sequences, ref), (seed, out.sequences, ref)
 
 
@@ -120,11 +165,17 @@ def test_static_greedy_equals_transformers_assisted_ensemble(pair, w, n):
 def test_batch_equals_rows_one_by_one(pair, prompts, verifier):
     target, draft = pair
     ids, mask = prompts
-    v = {"lossless": Lossless(), "static": StaticEnsemble(0.4), "dynamic": DynamicEnsemble(random_head(target, draft))}[verifier]
+    v = {
+        "lossless": Lossless(),
+        "static": StaticEnsemble(0.4),
+        "dynamic": DynamicEnsemble(random_head(target, draft)),
+    }[verifier]
     batch = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20)
     for i in range(ids.shape[0]):
         keep = mask[i].bool()
-        one = speculative_generate(target, draft, ids[i : i + 1, keep], verifier=v, num_draft_tokens=4, max_new_tokens=20)
+        one = speculative_generate(
+            target, draft, ids[i : i + 1, keep], verifier=v, num_draft_tokens=4, max_new_tokens=20
+        )
         new = one.sequences[0, keep.sum() :]
         row = batch.sequences[i, ids.shape[1] :][: new.numel()]
         assert torch.equal(row, new), i
@@ -139,8 +190,17 @@ def test_static_w1_is_lossless_and_w0_accepts_everything(pair, prompts):
     b = speculative_generate(target, draft, ids, mask, max_new_tokens=16)
     assert torch.equal(a.sequences, b.sequences)
     g = torch.Generator().manual_seed(0)
-    c = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.0), do_sample=True,
-                             max_new_tokens=16, generator=g, eos_token_id=[])
+    c = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=StaticEnsemble(0.0),
+        do_sample=True,
+        max_new_tokens=16,
+        generator=g,
+        eos_token_id=[],
+    )
     assert c.stats.acceptance_rate == 1.0
     # w = 0 samples from the draft alone: greedy gives the draft's own greedy text
     d = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.0), max_new_tokens=16)
@@ -151,8 +211,17 @@ def test_identical_models_accept_everything_without_nan(pair, prompts):
     target, _ = pair
     ids, mask = prompts
     for v in (Lossless(), StaticEnsemble(0.5)):
-        out = speculative_generate(target, target, ids, mask, verifier=v, do_sample=True, max_new_tokens=12,
-                                   generator=torch.Generator().manual_seed(0), eos_token_id=[])
+        out = speculative_generate(
+            target,
+            target,
+            ids,
+            mask,
+            verifier=v,
+            do_sample=True,
+            max_new_tokens=12,
+            generator=torch.Generator().manual_seed(0),
+            eos_token_id=[],
+        )
         assert out.stats.acceptance_rate == 1.0
         assert (out.sequences >= 0).all() and (out.sequences < VOCAB).all()
 
@@ -160,8 +229,16 @@ def test_identical_models_accept_everything_without_nan(pair, prompts):
 def test_bf16_models_run_and_accept_in_float32(prompts):
     target, draft = (m.to(torch.bfloat16) for m in tiny_pair(seed=3))
     ids, mask = prompts
-    out = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.6), do_sample=True,
-                               max_new_tokens=12, generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=StaticEnsemble(0.6),
+        do_sample=True,
+        max_new_tokens=12,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert 0.0 < out.stats.acceptance_rate <= 1.0
     assert (out.sequences < VOCAB).all()
 
@@ -199,9 +276,17 @@ def test_first_token_is_distributed_as_v(pair, kind):
     verifier = StaticEnsemble(w) if kind == "static" else DynamicEnsemble(head)
     v = mix(p, q, w)
     n = 6000
-    out = speculative_generate(target, draft, prompt.expand(n, -1), verifier=verifier, num_draft_tokens=3,
-                               max_new_tokens=2, do_sample=True, generator=torch.Generator().manual_seed(1),
-                               eos_token_id=[])
+    out = speculative_generate(
+        target,
+        draft,
+        prompt.expand(n, -1),
+        verifier=verifier,
+        num_draft_tokens=3,
+        max_new_tokens=2,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(1),
+        eos_token_id=[],
+    )
     first = out.sequences[:, prompt.shape[1]]
     assert chi2_pvalue(first, v) > 1e-3
     assert chi2_pvalue(first, p) < 1e-6 and chi2_pvalue(first, q) < 1e-6  # the test has power
@@ -219,9 +304,17 @@ def test_ensemble_bonus_is_distributed_as_v(pair):
     target, draft = pair
     prompt = torch.tensor([[9, 40, 22]])
     n = 4000
-    out = speculative_generate(target, draft, prompt.expand(n, -1), verifier=StaticEnsemble(0.0), num_draft_tokens=1,
-                               max_new_tokens=2, do_sample=True, generator=torch.Generator().manual_seed(2),
-                               eos_token_id=[])
+    out = speculative_generate(
+        target,
+        draft,
+        prompt.expand(n, -1),
+        verifier=StaticEnsemble(0.0),
+        num_draft_tokens=1,
+        max_new_tokens=2,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(2),
+        eos_token_id=[],
+    )
     second = out.sequences[:, -1]
     anchor = int(torch.mode(out.sequences[:, -2]).values)  # condition on the most common first token
     rows = out.sequences[:, -2] == anchor
@@ -239,8 +332,17 @@ def test_ensemble_bonus_is_distributed_as_v(pair):
 def test_stats_add_up(pair, prompts, do_sample):
     target, draft = pair
     ids, mask = prompts
-    out = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=4,
-                               max_new_tokens=23, do_sample=do_sample, generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=StaticEnsemble(0.5),
+        num_draft_tokens=4,
+        max_new_tokens=23,
+        do_sample=do_sample,
+        generator=torch.Generator().manual_seed(0),
+    )
     s = out.stats
     P = ids.shape[1]
     for i in range(ids.shape[0]):
@@ -266,7 +368,9 @@ def test_stats_add_up(pair, prompts, do_sample):
 def test_no_eos_means_exact_budget(pair, prompts):
     target, draft = pair
     ids, mask = prompts
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=5, max_new_tokens=17, eos_token_id=[])
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=5, max_new_tokens=17, eos_token_id=[]
+    )
     s = out.stats
     assert (s.new_tokens == 17).all()
     assert out.sequences.shape[1] == ids.shape[1] + 17
@@ -310,8 +414,13 @@ def test_stop_in_sampled_rows_with_the_ensemble_bonus(pair, prompts):
     target, draft = pair
     ids, mask = prompts
     P = ids.shape[1]
-    kwargs = {"verifier": DynamicEnsemble(random_head(target, draft)), "num_draft_tokens": 4, "max_new_tokens": 40,
-              "do_sample": True, "eos_token_id": []}  # fmt: skip
+    kwargs = {
+        "verifier": DynamicEnsemble(random_head(target, draft)),
+        "num_draft_tokens": 4,
+        "max_new_tokens": 40,
+        "do_sample": True,
+        "eos_token_id": [],
+    }
     g = torch.Generator().manual_seed(3)
     free = speculative_generate(target, draft, ids, mask, generator=g, **kwargs).sequences[:, P:]
     ends = set(free.mode(1).values.tolist())  # each row's commonest token: rows meet one early
@@ -454,11 +563,22 @@ def test_adaptive_drafting_with_ensemble_verifiers(pair, prompts, verifier):
     v = StaticEnsemble(0.4) if verifier == "static" else DynamicEnsemble(random_head(target, draft))
     ref = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20)
     for kwargs in ({"draft_confidence_threshold": 0.3}, {"num_draft_tokens_schedule": "heuristic"}):
-        out = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20, **kwargs)
+        out = speculative_generate(
+            target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20, **kwargs
+        )
         assert torch.equal(out.sequences, ref.sequences), kwargs
-    s = speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=4, max_new_tokens=20,
-                             do_sample=True, draft_confidence_threshold=0.5,
-                             generator=torch.Generator().manual_seed(0)).stats
+    s = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=v,
+        num_draft_tokens=4,
+        max_new_tokens=20,
+        do_sample=True,
+        draft_confidence_threshold=0.5,
+        generator=torch.Generator().manual_seed(0),
+    ).stats
     assert int(s.proposed.sum()) < 4 * int(s.rounds.sum())  # some rows stopped proposing early
     assert (s.accepted <= s.proposed).all() and 0 < s.acceptance_rate <= 1
 
@@ -466,18 +586,38 @@ def test_adaptive_drafting_with_ensemble_verifiers(pair, prompts, verifier):
 def test_mlp_head_with_free_features_runs_and_round_trips(pair, prompts, tmp_path):
     target, draft = pair
     ids, mask = prompts
-    head = WeightHead(draft.config.hidden_size, target.config.hidden_size, hidden_sizes=(16,),
-                      features=("entropy_p", "entropy_q", "tv")).eval()
+    head = WeightHead(
+        draft.config.hidden_size,
+        target.config.hidden_size,
+        hidden_sizes=(16,),
+        features=("entropy_p", "entropy_q", "tv"),
+    ).eval()
     assert head.uses_distributions
     with torch.no_grad():
         head.net[-1].weight.normal_(0, 0.5)
-    out = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(head), max_new_tokens=12,
-                               do_sample=True, generator=torch.Generator().manual_seed(0))
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=DynamicEnsemble(head),
+        max_new_tokens=12,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert 0 < out.stats.mean_w < 1
     loaded = WeightHead.from_pretrained(head.save_pretrained(tmp_path / "mlp", task="toy"))
     assert loaded.features == head.features and loaded.hidden_sizes == (16,)
-    again = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(loaded), max_new_tokens=12,
-                                 do_sample=True, generator=torch.Generator().manual_seed(0))
+    again = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=DynamicEnsemble(loaded),
+        max_new_tokens=12,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(out.sequences, again.sequences)
 
 
@@ -495,8 +635,18 @@ def test_a_verifier_with_only_the_defaults_is_standard_speculative_decoding(pair
     ids, mask = prompts
     for do_sample in (False, True):
         kwargs = {"num_draft_tokens": 4, "max_new_tokens": 20, "do_sample": do_sample}
-        a = speculative_generate(target, draft, ids, mask, verifier=Plain(), generator=torch.Generator().manual_seed(4), **kwargs)
-        b = speculative_generate(target, draft, ids, mask, verifier=Lossless(), generator=torch.Generator().manual_seed(4), **kwargs)
+        a = speculative_generate(
+            target, draft, ids, mask, verifier=Plain(), generator=torch.Generator().manual_seed(4), **kwargs
+        )
+        b = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=Lossless(),
+            generator=torch.Generator().manual_seed(4),
+            **kwargs,
+        )
         assert torch.equal(a.sequences, b.sequences), do_sample
         assert torch.equal(a.stats.accepted, b.stats.accepted) and a.stats.verifier == "plain"
 
@@ -516,19 +666,39 @@ def test_a_new_rule_runs_through_the_engine_unchanged(pair, prompts):
     target, draft = pair
     ids, mask = prompts
     for do_sample in (False, True):
-        out = speculative_generate(target, draft, ids, mask, verifier=AcceptAll(), num_draft_tokens=3, max_new_tokens=16,
-                                   do_sample=do_sample, eos_token_id=[], generator=torch.Generator().manual_seed(0))
+        out = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=AcceptAll(),
+            num_draft_tokens=3,
+            max_new_tokens=16,
+            do_sample=do_sample,
+            eos_token_id=[],
+            generator=torch.Generator().manual_seed(0),
+        )
         s = out.stats
         assert s.acceptance_rate == 1.0 and (s.new_tokens == 16).all()
         assert (s.rounds == 4).all() and s.tokens_per_target_call == 4.0  # 4 rounds of 3 drafts + 1 bonus
     # greedy: the drafts are the draft's argmax, the bonus the target's argmax after them
-    ref = speculative_generate(target, draft, ids[:1], mask[:1], verifier=AcceptAll(), num_draft_tokens=3,
-                               max_new_tokens=4, eos_token_id=[])
+    ref = speculative_generate(
+        target,
+        draft,
+        ids[:1],
+        mask[:1],
+        verifier=AcceptAll(),
+        num_draft_tokens=3,
+        max_new_tokens=4,
+        eos_token_id=[],
+    )
     new = ref.sequences[0, ids.shape[1] :].tolist()
     assert new[:3] == ar_greedy(draft, ids[:1], mask[:1], 3)[0, ids.shape[1] :].tolist()
     with torch.no_grad():
         seq = ref.sequences[:, :-1]
-        after = target(seq, attention_mask=torch.cat([mask[:1], torch.ones(1, 3, dtype=torch.long)], 1)).logits[0, -1]
+        after = target(
+            seq, attention_mask=torch.cat([mask[:1], torch.ones(1, 3, dtype=torch.long)], 1)
+        ).logits[0, -1]
     assert new[3] == int(after.argmax())
 
 
@@ -560,15 +730,31 @@ def count_syncs(monkeypatch):
 
 
 @pytest.mark.parametrize("verifier", ["lossless", "static", "dynamic"])
-def test_one_host_sync_per_round_and_a_second_only_for_an_ensemble_bonus(pair, prompts, verifier, monkeypatch):
+def test_one_host_sync_per_round_and_a_second_only_for_an_ensemble_bonus(
+    pair, prompts, verifier, monkeypatch
+):
     """Without EOS (as on a GPU: drafting never asks the host) the host reads tensors once per
     round, twice in rounds where an ensemble bonus is drawn, and a fixed few times at the end."""
     target, draft = pair
     ids, mask = prompts
-    v = {"lossless": Lossless(), "static": StaticEnsemble(0.0), "dynamic": DynamicEnsemble(random_head(target, draft))}
+    v = {
+        "lossless": Lossless(),
+        "static": StaticEnsemble(0.0),
+        "dynamic": DynamicEnsemble(random_head(target, draft)),
+    }
     counts = count_syncs(monkeypatch)
-    out = speculative_generate(target, draft, ids, mask, verifier=v[verifier], num_draft_tokens=3, max_new_tokens=17,
-                               do_sample=True, eos_token_id=[], generator=torch.Generator().manual_seed(1))
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=v[verifier],
+        num_draft_tokens=3,
+        max_new_tokens=17,
+        do_sample=True,
+        eos_token_id=[],
+        generator=torch.Generator().manual_seed(1),
+    )
     monkeypatch.undo()
     rounds = len(out.stats.num_draft_tokens)
     bonus_rounds = counts["sync"] - rounds
@@ -611,7 +797,9 @@ def test_logits_that_are_not_finite_are_warned_about(pair, prompts, broken, do_s
     handle = model.register_forward_hook(poison)
     try:
         with pytest.warns(RuntimeWarning, match=rf"^{broken} gave logits that are not finite") as caught:
-            speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3, **kw)
+            speculative_generate(
+                target, draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3, **kw
+            )
         assert len([w for w in caught if "not finite" in str(w.message)]) == 1
         assert caught[0].filename == __file__  # points at the caller, not inside the package
         if broken == "target":  # the target alone too

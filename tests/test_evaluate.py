@@ -35,11 +35,19 @@ def head_dir(toy_tiny_dir, tmp_path_factory):
 
 
 SMALL = [
-    "+experiment=toy", "task.n_examples=6", "task.max_new_tokens=6", "sweep.batch_size=4",
-    "sweep.draft_lengths=[2,3]", "sweep.weights=[0.0,0.5,1.0]", "sweep.temperatures=[0.0,1.0]",
-    "timing.warmup=0", "timing.repeats=1", "runtime.progress=false", "sweep.num_seeds=1",
+    "+experiment=toy",
+    "task.n_examples=6",
+    "task.max_new_tokens=6",
+    "sweep.batch_size=4",
+    "sweep.draft_lengths=[2,3]",
+    "sweep.weights=[0.0,0.5,1.0]",
+    "sweep.temperatures=[0.0,1.0]",
+    "timing.warmup=0",
+    "timing.repeats=1",
+    "runtime.progress=false",
+    "sweep.num_seeds=1",
     "sweep.methods=[autoregressive,lossless,static,dynamic]",
-]  # fmt: skip
+]
 
 
 def compose_eval(out: Path, pair_dir: Path, *overrides: str):
@@ -90,13 +98,19 @@ def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     assert df[df.method != "autoregressive"].acceptance_rate.between(0, 1).all()
     assert (df.score_ci_low <= df.score).all() and (df.score <= df.score_ci_high).all()
     # toy scores are 0/1: Wilson intervals, within [0, 1] and never of zero width (all wrong included)
-    assert (df.score_ci_low >= 0).all() and (df.score_ci_high <= 1).all() and (df.score_ci_low < df.score_ci_high).all()
+    assert (
+        (df.score_ci_low >= 0).all()
+        and (df.score_ci_high <= 1).all()
+        and (df.score_ci_low < df.score_ci_high).all()
+    )
     dyn = df[df.method == "dynamic"]
     assert dyn.mean_w.between(0.4, 0.6).all()  # an untrained head: w = 0.5
     # w = 0 accepts every draft; greedy w = 1 and lossless give the same text
     assert (static[static.weight == 0.0].acceptance_rate == 1.0).all()
     g = df[(df.temperature == 0.0) & (df.num_draft_tokens == 2)]
-    assert float(g[g.method == "lossless"].score.iloc[0]) == float(g[(g.method == "static") & (g.weight == 1.0)].score.iloc[0])
+    assert float(g[g.method == "lossless"].score.iloc[0]) == float(
+        g[(g.method == "static") & (g.weight == 1.0)].score.iloc[0]
+    )
     examples = sorted((tmp_path / "examples").glob("*.jsonl"))
     assert len(examples) == n_points
     row = json.loads(examples[0].read_text().splitlines()[0])
@@ -109,8 +123,15 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
     # tokenizer) as stop sequences most rows meet one within 16 tokens, and a method that decoded
     # past it would show characters after it.
     digits = list("0123456789")
-    cfg = compose_eval(tmp_path, toy_tiny_dir, f"task.stop=[{','.join(repr(d) for d in digits)}]", "task.max_new_tokens=16",
-                       "sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[3]", "sweep.weights=[0.5]")  # fmt: skip
+    cfg = compose_eval(
+        tmp_path,
+        toy_tiny_dir,
+        f"task.stop=[{','.join(repr(d) for d in digits)}]",
+        "task.max_new_tokens=16",
+        "sweep.methods=[autoregressive,lossless,static]",
+        "sweep.draft_lengths=[3]",
+        "sweep.weights=[0.5]",
+    )
     ev.evaluate(cfg)
     task, stopped, rows = ToyTask([], stop=digits), 0, 0
     for path in sorted((tmp_path / "examples").glob("*.jsonl")):
@@ -127,7 +148,9 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
     tok = pair.tokenizer
     for pad in (tok.pad_token_id, tok.eos_token_id):
         tok.pad_token_id = pad
-        ids, mask = left_pad(task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device)
+        ids, mask = left_pad(
+            task.encode(tok, ToyTask.load(n_examples=6).examples), tok.pad_token_id, pair.device
+        )
         for method in ("autoregressive", "hf_generate"):  # the time baseline and transformers' reference
             point = {"method": method, "temperature": 1.0}
 
@@ -138,7 +161,9 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
             free, n_free = run()
             seqs, n_new = run(task.stopper(tok))
             stopper = task.stopper(tok)
-            assert stopper.triggers is not None  # rows are asked only after a digit; asking every row is the same
+            assert (
+                stopper.triggers is not None
+            )  # rows are asked only after a digit; asking every row is the same
             every, n_every = run(stopper.__call__)  # no triggers
             assert torch.equal(seqs, every) and torch.equal(n_new, n_every)
             P = ids.shape[1]
@@ -146,7 +171,9 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
             for r, n in enumerate(n_new.tolist()):
                 assert seqs[r, P : P + n].tolist() == free[r, P : P + n].tolist()
                 assert (seqs[r, P + n :] == tok.pad_token_id).all()
-                assert task.truncate(tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)) == tok.decode(
+                assert task.truncate(
+                    tok.decode(seqs[r, P : P + n - 1], skip_special_tokens=True)
+                ) == tok.decode(
                     seqs[r, P : P + n - 1], skip_special_tokens=True
                 )  # the fewest tokens: one fewer has not reached the stop
 
@@ -188,13 +215,19 @@ def test_a_task_with_its_own_option_needs_no_edit_to_the_runner(tmp_path, toy_ti
     """Registered, its option is a known key, checked before anything loads, passed to the task,
     recorded in its settings and in every record (the runner reads the task's `option_settings`)."""
     monkeypatch.setitem(TASKS, "toy_strict", StrictToy)
-    bad = small_eval(tmp_path / "bad", toy_tiny_dir, "task.name=toy_strict", "+task.strict=maybe", "+task.strikt=1")
+    bad = small_eval(
+        tmp_path / "bad", toy_tiny_dir, "task.name=toy_strict", "+task.strict=maybe", "+task.strikt=1"
+    )
     with pytest.raises(ConfigError) as err:
         ev.evaluate(bad)
     assert "task.strict='maybe': Input should be a valid boolean" in str(err.value)
     assert "task.strikt=1: unknown key; did you mean task.strict?" in str(err.value)
     out = tmp_path / "run"
-    ev.evaluate(small_eval(out, toy_tiny_dir, "task.name=toy_strict", "+task.strict=true", "sweep.methods=[autoregressive]"))
+    ev.evaluate(
+        small_eval(
+            out, toy_tiny_dir, "task.name=toy_strict", "+task.strict=true", "sweep.methods=[autoregressive]"
+        )
+    )
     (record,) = load_results(out).to_dict("records")
     assert record["task"] == "toy_strict" and record["strict"] is True and record["stop_early"] is True
     assert json.loads((out / "settings" / f"{record['settings']}.json").read_text())["task"]["strict"] is True
@@ -209,7 +242,9 @@ def test_bad_sweep_fails_before_loading_the_pair(tmp_path, toy_tiny_dir):
     ):
         cfg = compose_eval(tmp_path, toy_tiny_dir, override)
         with open_dict(cfg):
-            cfg.pair = OmegaConf.create({"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"})
+            cfg.pair = OmegaConf.create(
+                {"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"}
+            )
         with pytest.raises(ValueError, match=message):
             ev.evaluate(cfg)
 
@@ -229,12 +264,24 @@ def test_multirun_fans_out_over_coarse_axes(tmp_path, toy_tiny_dir, launcher):
     import sys
 
     cmd = [
-        sys.executable, "-m", "diversed.evaluate", "-m", f"hydra/launcher={launcher}", "+experiment=toy",
-        "seed=0,1", "task.n_examples=4", "task.max_new_tokens=4", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
-        "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]", f"hydra.sweep.dir={tmp_path}",
-        "timing.repeats=1", "sweep.num_seeds=1",
+        sys.executable,
+        "-m",
+        "diversed.evaluate",
+        "-m",
+        f"hydra/launcher={launcher}",
+        "+experiment=toy",
+        "seed=0,1",
+        "task.n_examples=4",
+        "task.max_new_tokens=4",
+        "sweep.draft_lengths=[2]",
+        "sweep.weights=[0.5]",
+        "sweep.temperatures=[1.0]",
+        "sweep.methods=[autoregressive,lossless,static]",
+        f"hydra.sweep.dir={tmp_path}",
+        "timing.repeats=1",
+        "sweep.num_seeds=1",
         *pair_overrides(toy_tiny_dir),
-    ]  # fmt: skip
+    ]
     subprocess.run(cmd, check=True, timeout=900)
     df = load_results(tmp_path)
     assert sorted(df.seed.unique().tolist()) == [0, 1] and len(df) == 6
@@ -262,8 +309,10 @@ def test_the_runner_does_not_import_lightning():
     import subprocess
     import sys
 
-    code = ("import sys, diversed.evaluate; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))")
+    code = (
+        "import sys, diversed.evaluate; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -271,22 +320,30 @@ def test_the_runner_does_not_import_lightning():
 # ----------------------------------------------------------------------------- settings, timing, reading
 
 
-SMALL_ONE = ["sweep.methods=[autoregressive,lossless,static]", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]",
-             "sweep.temperatures=[1.0]"]  # fmt: skip
+SMALL_ONE = [
+    "sweep.methods=[autoregressive,lossless,static]",
+    "sweep.draft_lengths=[2]",
+    "sweep.weights=[0.5]",
+    "sweep.temperatures=[1.0]",
+]
 
 
 def small_eval(out, pair_dir, *overrides):
     return compose_eval(out, pair_dir, *SMALL_ONE, *overrides)
 
 
-def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without_the_pair(tmp_path, toy_tiny_dir, monkeypatch):
+def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without_the_pair(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     first = load_results(tmp_path)
     assert len(first) == 3 and first.settings.nunique() == 1
     # the same command again: nothing runs, and the pair is not even loaded
     from transformers import PreTrainedModel
 
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded")))
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded"))
+    )
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     monkeypatch.undo()
     # each setting that changes outputs gives new points; the old records stay
@@ -294,8 +351,16 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     engine = ev.speculative_generate
     spy = lambda *a, **k: first_tokens.append(k["first_token"]) or engine(*a, **k)  # noqa: E731
     monkeypatch.setattr(ev, "speculative_generate", spy)
-    for i, override in enumerate(["task.max_new_tokens=4", "sweep.batch_size=3", "engine.bonus_token=target",
-                                  "engine.first_token=target", "task.stop=['+']", "seed=1"]):  # fmt: skip
+    for i, override in enumerate(
+        [
+            "task.max_new_tokens=4",
+            "sweep.batch_size=3",
+            "engine.bonus_token=target",
+            "engine.first_token=target",
+            "task.stop=['+']",
+            "seed=1",
+        ]
+    ):
         first_tokens.clear()
         ev.evaluate(small_eval(tmp_path, toy_tiny_dir, override))
         df = load_results(tmp_path)
@@ -307,7 +372,9 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     assert settings["pair"]["target"]["weights"] and settings["task"]["prompts"]
 
 
-def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(tmp_path, toy_tiny_dir, monkeypatch):
+def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
     """engine.top_k / engine.top_p go to our engine, our autoregressive loop and transformers alike;
     at their defaults (no truncation) they are left out of the settings, so run directories from
     before the options resume; set, they are in the settings and give new points."""
@@ -347,7 +414,11 @@ def test_another_pair_under_the_same_name_is_not_resumed(tmp_path, toy_tiny_dir)
     from safetensors.torch import load_file, save_file
 
     state = load_file(other / "draft" / "model.safetensors")
-    save_file({k: v * 1.01 for k, v in state.items()}, other / "draft" / "model.safetensors", metadata={"format": "pt"})
+    save_file(
+        {k: v * 1.01 for k, v in state.items()},
+        other / "draft" / "model.safetensors",
+        metadata={"format": "pt"},
+    )
     ev.evaluate(small_eval(tmp_path / "run", other))
     df = load_results(tmp_path / "run")
     assert len(df) == 6 and df.settings.nunique() == 2 and set(df.pair) == {"tiny-toy"}
@@ -377,14 +448,21 @@ def test_records_from_before_fingerprints_are_read_but_not_resumed(tmp_path, toy
 def no_pair(monkeypatch):
     from transformers import PreTrainedModel
 
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded")))
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("pair loaded"))
+    )
 
 
-def test_a_second_evaluate_on_one_directory_is_refused_before_the_pair_loads(tmp_path, toy_tiny_dir, monkeypatch):
+def test_a_second_evaluate_on_one_directory_is_refused_before_the_pair_loads(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
     from diversed.files.rundir import hold
 
     cfg = small_eval(tmp_path, toy_tiny_dir)
-    with hold(tmp_path), monkeypatch.context() as m:  # another writer (this process holds it apart: one writer)
+    with (
+        hold(tmp_path),
+        monkeypatch.context() as m,
+    ):  # another writer (this process holds it apart: one writer)
         no_pair(m)
         with pytest.raises(ConfigError, match=r"being written by another process \(pid \d+ on .*wait for it"):
             ev.evaluate(cfg)
@@ -394,19 +472,29 @@ def test_a_second_evaluate_on_one_directory_is_refused_before_the_pair_loads(tmp
     assert len(load_results(tmp_path)) == 3
 
 
-def test_resuming_skips_bad_lines_redoes_their_points_and_rewrites_a_torn_settings_file(tmp_path, toy_tiny_dir,
-                                                                                       monkeypatch):  # fmt: skip
+def test_resuming_skips_bad_lines_redoes_their_points_and_rewrites_a_torn_settings_file(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     results = tmp_path / "results.jsonl"
     lines = results.read_bytes().splitlines(keepends=True)
     lossless = json.loads(lines[1])
     (settings,) = (tmp_path / "settings").glob("*.json")
-    results.write_bytes(lines[0] + b'{"pair": "\xff"}\n[1, 2, 3]\n{"score": 1}\n'
-                        + json.dumps({**lossless, "score": 9.5}).encode() + b"\n" + lines[2])  # fmt: skip
+    results.write_bytes(
+        lines[0]
+        + b'{"pair": "\xff"}\n[1, 2, 3]\n{"score": 1}\n'
+        + json.dumps({**lossless, "score": 9.5}).encode()
+        + b"\n"
+        + lines[2]
+    )
     settings.write_bytes(settings.read_bytes()[:40])  # as a kill left it under an older version
     ran = []
     real = ev.run_point
-    monkeypatch.setattr(ev, "run_point", lambda pair, task, point, *a, **k: ran.append(point) or real(pair, task, point, *a, **k))
+    monkeypatch.setattr(
+        ev,
+        "run_point",
+        lambda pair, task, point, *a, **k: ran.append(point) or real(pair, task, point, *a, **k),
+    )
     with pytest.warns(UserWarning, match=r"line 2: not UTF-8; line 3: a JSON list.*line 5: score is 9.5"):
         ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     assert [p["method"] for p in ran] == ["lossless"]  # its line was impossible: the point is redone, once
@@ -426,25 +514,45 @@ def test_a_finished_sweep_reruns_on_a_read_only_directory(tmp_path, toy_tiny_dir
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
     before = sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
     with monkeypatch.context() as m:
-        m.setattr(ev, "hold", lambda run_dir: contextlib.nullcontext(False))  # what a read-only directory gives
+        m.setattr(
+            ev, "hold", lambda run_dir: contextlib.nullcontext(False)
+        )  # what a read-only directory gives
         no_pair(m)
-        assert ev.evaluate(small_eval(tmp_path, toy_tiny_dir)) == tmp_path  # every point done: out, writing nothing
+        assert (
+            ev.evaluate(small_eval(tmp_path, toy_tiny_dir)) == tmp_path
+        )  # every point done: out, writing nothing
         assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
         with pytest.raises(ConfigError, match="cannot be written .* 1 of its 4 grid points are still to run"):
             ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.weights=[0.5,1.0]"))
 
-    probe = subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    probe = (
+        subprocess.run(["unshare", "-rm", "true"], capture_output=True) if shutil.which("unshare") else None
+    )
     if os.geteuid() != 0:
         wrap = []
         for p in [tmp_path, *tmp_path.rglob("*")]:
             p.chmod(p.stat().st_mode & ~0o222)
     elif probe is not None and probe.returncode == 0:
-        wrap = ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{tmp_path}" "{tmp_path}" && '
-                f'mount -o remount,bind,ro "{tmp_path}" "{tmp_path}" && exec "$0" "$@"']  # fmt: skip
+        wrap = [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f'mount --bind -o ro "{tmp_path}" "{tmp_path}" && '
+            f'mount -o remount,bind,ro "{tmp_path}" "{tmp_path}" && exec "$0" "$@"',
+        ]
     else:
         pytest.skip("no read-only directory can be made here (root without user namespaces)")
-    cmd = [*wrap, sys.executable, "-m", "diversed.evaluate", *SMALL, *SMALL_ONE, *pair_overrides(toy_tiny_dir),
-           f"hydra.run.dir={tmp_path}"]  # fmt: skip
+    cmd = [
+        *wrap,
+        sys.executable,
+        "-m",
+        "diversed.evaluate",
+        *SMALL,
+        *SMALL_ONE,
+        *pair_overrides(toy_tiny_dir),
+        f"hydra.run.dir={tmp_path}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "Every grid point is done" in proc.stdout + proc.stderr
@@ -453,14 +561,28 @@ def test_a_finished_sweep_reruns_on_a_read_only_directory(tmp_path, toy_tiny_dir
 
 
 def test_points_are_timed_apart_from_scoring(tmp_path, toy_tiny_dir):
-    cfg = small_eval(tmp_path, toy_tiny_dir, "timing.repeats=3", "timing.warmup=1", "timing.latency=true",
-                     "timing.latency_repeats=2", "sweep.methods=[autoregressive,hf_generate,lossless,hf_static]")  # fmt: skip
+    cfg = small_eval(
+        tmp_path,
+        toy_tiny_dir,
+        "timing.repeats=3",
+        "timing.warmup=1",
+        "timing.latency=true",
+        "timing.latency_repeats=2",
+        "sweep.methods=[autoregressive,hf_generate,lossless,hf_static]",
+    )
     ev.evaluate(cfg)
     df = load_results(tmp_path).set_index("method")
     for method, r in df.iterrows():
-        assert len(r.wall_time_runs) == 3 and r.wall_time_s == pytest.approx(sorted(r.wall_time_runs)[1]), method
+        assert len(r.wall_time_runs) == 3 and r.wall_time_s == pytest.approx(sorted(r.wall_time_runs)[1]), (
+            method
+        )
         assert r.wall_time_ci_low <= r.wall_time_s <= r.wall_time_ci_high
-        assert len(r.latency_runs) == 2 and r.latency_examples == 6 and r.latency_s > 0 and r.latency_new_tokens > 0
+        assert (
+            len(r.latency_runs) == 2
+            and r.latency_examples == 6
+            and r.latency_s > 0
+            and r.latency_new_tokens > 0
+        )
         assert r.time_per_token_s == pytest.approx(r.wall_time_s / r.new_tokens)
         assert r.timing["repeats"] == 3 and r.timing["batch_size"] == (1 if method == "hf_static" else 4)
     ar = df.loc["autoregressive"]
@@ -471,7 +593,10 @@ def test_points_are_timed_apart_from_scoring(tmp_path, toy_tiny_dir):
     assert lossless.normalized_time_batch_size == 4
     # transformers' static ensemble decodes at batch 1: against autoregressive decoding at batch 1
     hf = df.loc["hf_static"]
-    assert hf.normalized_time == pytest.approx(hf.wall_time_s / 6 / ar.latency_s) and hf.normalized_time_batch_size == 1
+    assert (
+        hf.normalized_time == pytest.approx(hf.wall_time_s / 6 / ar.latency_s)
+        and hf.normalized_time_batch_size == 1
+    )
     assert df.loc["hf_generate"].acceptance_rate is None or pd_isna(df.loc["hf_generate"].acceptance_rate)
 
 
@@ -487,8 +612,15 @@ def test_show_prints_examples_side_by_side(tmp_path, toy_tiny_dir, capsys):
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.weights=[0.0,1.0]"))
     text = show([str(tmp_path), "--all", "--n", "2"])
     rows = load_results(tmp_path)
-    ids = [json.loads(line)["example_id"] for line in next((tmp_path / "examples").glob("*.jsonl")).read_text().splitlines()]
-    assert f"== example {ids[0]}" in text and f"== example {ids[1]}" in text and f"== example {ids[2]}" not in text
+    ids = [
+        json.loads(line)["example_id"]
+        for line in next((tmp_path / "examples").glob("*.jsonl")).read_text().splitlines()
+    ]
+    assert (
+        f"== example {ids[0]}" in text
+        and f"== example {ids[1]}" in text
+        and f"== example {ids[2]}" not in text
+    )
     for label in ("Autoregressive", "Lossless SD, N=2", "Static w=0, N=2", "Static w=1, N=2"):
         assert label in text
     assert text.count("reference ") == 2 and "prompt    …Q: " in text and len(rows) == 4
@@ -516,17 +648,32 @@ def test_the_sweep_runs_every_baseline(tmp_path, toy_tiny_dir):
     ft = tmp_path / "ft-draft"
     shutil.copytree(toy_tiny_dir / "draft", ft)
     cfg = small_eval(
-        tmp_path / "run", toy_tiny_dir,
+        tmp_path / "run",
+        toy_tiny_dir,
         "sweep.methods=[autoregressive,lossless,finetuned_draft,static,hf_static,lossy,cascade,typical]",
-        f"sweep.draft_models=[{ft}]", "sweep.weights=[0.0,0.5]", "sweep.lenience=[0.5]", "sweep.cascade_rules=[chow,opt]",
-        "sweep.cascade_alphas=[0.2]", "sweep.typical_epsilons=[0.09]", "sweep.typical_deltas=[0.3]",
-        "sweep.temperatures=[0.0]", "engine.bonus_token=target",
-    )  # fmt: skip
+        f"sweep.draft_models=[{ft}]",
+        "sweep.weights=[0.0,0.5]",
+        "sweep.lenience=[0.5]",
+        "sweep.cascade_rules=[chow,opt]",
+        "sweep.cascade_alphas=[0.2]",
+        "sweep.typical_epsilons=[0.09]",
+        "sweep.typical_deltas=[0.3]",
+        "sweep.temperatures=[0.0]",
+        "engine.bonus_token=target",
+    )
     ev.evaluate(cfg)
     df = load_results(tmp_path / "run")
     counts = df.method.value_counts().to_dict()
-    assert counts == {"autoregressive": 1, "lossless": 1, "finetuned_draft": 1, "static": 2, "hf_static": 1, "lossy": 1,
-                      "cascade": 2, "typical": 1}  # fmt: skip (hf_static: 0 < w < 1 only)
+    assert counts == {
+        "autoregressive": 1,
+        "lossless": 1,
+        "finetuned_draft": 1,
+        "static": 2,
+        "hf_static": 1,
+        "lossy": 1,
+        "cascade": 2,
+        "typical": 1,
+    }  # hf_static: 0 < w < 1 only
     r = df.set_index("method")
     assert r.loc["lossy", "lenience"] == 0.5 and r.loc["typical", "typical_epsilon"] == 0.09
     assert sorted(df[df.method == "cascade"].cascade_rule) == ["chow", "opt"]
@@ -540,18 +687,31 @@ def test_the_sweep_runs_every_baseline(tmp_path, toy_tiny_dir):
 
     assert completions("finetuned_draft") == completions("lossless")
     assert completions("hf_static", 0.5) == completions("static", 0.5)
-    assert abs(r.loc["hf_static", "acceptance_rate"] - df[(df.method == "static") & (df.weight == 0.5)].acceptance_rate.iloc[0]) < 0.15
+    assert (
+        abs(
+            r.loc["hf_static", "acceptance_rate"]
+            - df[(df.method == "static") & (df.weight == 0.5)].acceptance_rate.iloc[0]
+        )
+        < 0.15
+    )
 
 
 def test_seeds_are_a_grid_axis_and_splits_share_a_comparison_group(tmp_path, toy_tiny_dir):
     # two seeds: every point twice, each normalised by its own seed's autoregressive time; the two
     # seeds share a settings group (averaged together), a validation run shares the comparison group
-    over = ["sweep.methods=[autoregressive,lossless]", "sweep.draft_lengths=[2]", "sweep.temperatures=[1.0]",
-            "sweep.num_seeds=2", "seed=3"]  # fmt: skip
+    over = [
+        "sweep.methods=[autoregressive,lossless]",
+        "sweep.draft_lengths=[2]",
+        "sweep.temperatures=[1.0]",
+        "sweep.num_seeds=2",
+        "seed=3",
+    ]
     ev.evaluate(compose_eval(tmp_path / "test", toy_tiny_dir, *over))
     ev.evaluate(compose_eval(tmp_path / "val", toy_tiny_dir, *over, "task.split=validation"))
     test, val = load_results(tmp_path / "test"), load_results(tmp_path / "val")
-    assert sorted(test.seed) == [3, 3, 4, 4] and set(test.split) == {"test"} and set(val.split) == {"validation"}
+    assert (
+        sorted(test.seed) == [3, 3, 4, 4] and set(test.split) == {"test"} and set(val.split) == {"validation"}
+    )
     assert test.settings.nunique() == 2 and test.settings_group.nunique() == 1
     assert (test[test.method == "autoregressive"].normalized_time == 1.0).all()
     for _, g in test.groupby("seed"):
@@ -563,36 +723,49 @@ def test_seeds_are_a_grid_axis_and_splits_share_a_comparison_group(tmp_path, toy
     lossless = test[test.method == "lossless"]
     rows = [read_examples(tmp_path / "test", k) for k in lossless.key]
     assert [r["completion"] for r in rows[0]] != [r["completion"] for r in rows[1]]
-    assert all(r["proposed_drafts"] >= r["verified_drafts"] >= r["accepted_drafts"] for rs in rows for r in rs)
+    assert all(
+        r["proposed_drafts"] >= r["verified_drafts"] >= r["accepted_drafts"] for rs in rows for r in rs
+    )
     for rs, (_, rec) in zip(rows, lossless.iterrows(), strict=True):
         accepted = sum(r["accepted_drafts"] for r in rs)
         assert accepted / sum(r["proposed_drafts"] for r in rs) == pytest.approx(rec.acceptance_rate)
         assert accepted / sum(r["verified_drafts"] for r in rs) == pytest.approx(rec.alpha)
 
 
-def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loading_weights(tmp_path, toy_tiny_dir,
-                                                                                              monkeypatch, capsys):  # fmt: skip
+def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loading_weights(
+    tmp_path, toy_tiny_dir, monkeypatch, capsys
+):
     from transformers import PreTrainedModel
 
     real = PreTrainedModel.from_pretrained.__func__
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded")))
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded"))
+    )
     # nothing finished: every point to run, and no number made up
     assert ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.dry_run=true")) == tmp_path
     out = capsys.readouterr().out.splitlines()
-    assert out[:3] == ["to run  Autoregressive  T=1  seed=0", "to run  Lossless SD  N=2  T=1  seed=0",
-                       "to run  Static w=0.5  N=2  T=1  seed=0"]  # fmt: skip
+    assert out[:3] == [
+        "to run  Autoregressive  T=1  seed=0",
+        "to run  Lossless SD  N=2  T=1  seed=0",
+        "to run  Static w=0.5  N=2  T=1  seed=0",
+    ]
     assert "3 grid points, 0 done, 3 to run on 6 examples each: no estimate (no finished points" in out[3]
     assert "task.n_examples=8" in out[3] and not (tmp_path / "results.jsonl").exists()
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(real))
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.methods=[autoregressive]"))
     done = load_results(tmp_path)
-    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded")))
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded"))
+    )
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "sweep.dry_run=true", "timing.repeats=2"))
     out = capsys.readouterr().out.splitlines()
     assert [line[:6] for line in out[:3]] == ["  done", "to run", "to run"]
     assert "3 grid points, 1 done, 2 to run on 6 examples each: about " in out[3]
-    assert "from 1 finished points in this run: the median seconds per example of every finished point (2 points)" in out[3]
+    assert (
+        "from 1 finished points in this run: the median seconds per example of every finished point (2 points)"
+        in out[3]
+    )
     # the autoregressive point's seconds per example, times 1 scored + 2 timed passes of 6 and no warm-up (tests' timing)
     seconds = 2 * float(done.wall_time_s.iloc[0]) / 6 * 6 * 3  # 2 points
     assert float(re.search(r"about ([0-9.e-]+) s", out[3]).group(1)) == pytest.approx(seconds, rel=0.05)
@@ -600,12 +773,22 @@ def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loa
 
 
 def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, toy_tiny_dir, capsys):
-    timing = ["timing.warmup=1", "timing.latency=true", "timing.latency_examples=2", "timing.latency_repeats=2"]
-    ev.evaluate(small_eval(tmp_path / "on", toy_tiny_dir, "sweep.methods=[autoregressive]", "runtime.progress=true",
-                           *timing))  # fmt: skip
+    timing = [
+        "timing.warmup=1",
+        "timing.latency=true",
+        "timing.latency_examples=2",
+        "timing.latency_repeats=2",
+    ]
+    ev.evaluate(
+        small_eval(
+            tmp_path / "on", toy_tiny_dir, "sweep.methods=[autoregressive]", "runtime.progress=true", *timing
+        )
+    )
     err = capsys.readouterr().err
     # decode: 6 examples; timing: a warm-up batch of 4, 1 pass of 6, a warm-up of 1 and 2 passes of 2 alone
-    assert re.search(r"decode: +\d+%\|[^|]*\| \d+/6 \[", err) and re.search(r"timing: +\d+%\|[^|]*\| \d+/15 \[", err)
+    assert re.search(r"decode: +\d+%\|[^|]*\| \d+/6 \[", err) and re.search(
+        r"timing: +\d+%\|[^|]*\| \d+/15 \[", err
+    )
     assert "point" in err  # the bar over points is still there
     ev.evaluate(small_eval(tmp_path / "off", toy_tiny_dir, "sweep.methods=[autoregressive]", *timing))
     err = capsys.readouterr().err
@@ -613,8 +796,14 @@ def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, to
 
 
 def test_cut_prompts_are_said_and_their_rows_hold_what_the_model_saw(tmp_path, toy_tiny_dir, caplog):
-    cfg = compose_eval(tmp_path, toy_tiny_dir, "task.max_prompt_tokens=3", "sweep.methods=[autoregressive]",
-                       "sweep.temperatures=[0.0]", "timing.repeats=0")  # fmt: skip
+    cfg = compose_eval(
+        tmp_path,
+        toy_tiny_dir,
+        "task.max_prompt_tokens=3",
+        "sweep.methods=[autoregressive]",
+        "sweep.temperatures=[0.0]",
+        "timing.repeats=0",
+    )
     with caplog.at_level("WARNING"):
         ev.evaluate(cfg)
     (record,) = load_results(tmp_path).to_dict("records")
@@ -627,4 +816,7 @@ def test_cut_prompts_are_said_and_their_rows_hold_what_the_model_saw(tmp_path, t
     assert [r["prompt_tokens_cut"] for r in rows] == [len(ids) - 3 for ids in full]
     said = [m for m in caplog.messages if "task.max_prompt_tokens=3" in m]
     assert len(said) == 1, said  # once per task, not per grid point
-    assert said[0].startswith("toy: 6 of 6 prompts are longer") and f"the longest has {max(map(len, full))} tokens" in said[0]
+    assert (
+        said[0].startswith("toy: 6 of 6 prompts are longer")
+        and f"the longest has {max(map(len, full))} tokens" in said[0]
+    )

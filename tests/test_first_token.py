@@ -41,11 +41,25 @@ def test_static_greedy_with_the_target_bonus_equals_transformers_and_target_firs
     target, draft = pair
     g = torch.Generator().manual_seed(3)
     disagree = prompts_where_v_and_p_disagree(target, draft)
-    kw = dict(verifier=StaticEnsemble(W), num_draft_tokens=3, max_new_tokens=12, bonus_token="target",
-              eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+    kw = dict(
+        verifier=StaticEnsemble(W),
+        num_draft_tokens=3,
+        max_new_tokens=12,
+        bonus_token="target",
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
     for prompt in disagree + [torch.randint(3, 96, (1, 6), generator=g) for _ in range(4)]:
-        ref = transformers_generate(target, prompt, draft=draft, ensemble_weight=W, num_draft_tokens=3,
-                                    max_new_tokens=12, eos_token_id=EOS, pad_token_id=PAD).sequences  # fmt: skip
+        ref = transformers_generate(
+            target,
+            prompt,
+            draft=draft,
+            ensemble_weight=W,
+            num_draft_tokens=3,
+            max_new_tokens=12,
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+        ).sequences
         assert speculative_generate(target, draft, prompt, **kw).sequences.tolist() == ref.tolist(), (
             prompt.tolist()
         )
@@ -62,8 +76,18 @@ def test_lossless_with_the_target_first_still_equals_generate(pair):
         ids, attention_mask=mask, do_sample=False, max_new_tokens=10, pad_token_id=PAD, eos_token_id=EOS
     )
     for n in (1, 3):
-        out = speculative_generate(target, draft, ids, mask, verifier=Lossless(), num_draft_tokens=n, max_new_tokens=10,
-                                   first_token="target", eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+        out = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=Lossless(),
+            num_draft_tokens=n,
+            max_new_tokens=10,
+            first_token="target",
+            eos_token_id=EOS,
+            pad_token_id=PAD,
+        )
         assert torch.equal(out.sequences[:, : ref.shape[1]], ref)
         st = out.stats
         assert int(st.rounds.min()) >= 1 and int(st.accepted_hist.sum()) == int(st.rounds.sum())
@@ -89,7 +113,7 @@ def test_the_first_token_is_p_with_target_first_and_v_by_default(pair):
             eos_token_id=[],
             **kw,
         )
-        return out.sequences[:, prompt.shape[1]], out.stats  # fmt: skip
+        return out.sequences[:, prompt.shape[1]], out.stats
 
     x, stats = first(first_token="target")
     assert chi2_pvalue(x, p) > 1e-3 and chi2_pvalue(x, mix(p, q, W)) < 1e-6
@@ -101,9 +125,19 @@ def test_the_first_token_is_p_with_target_first_and_v_by_default(pair):
 def test_the_first_token_from_the_target_records_w_one(pair):
     target, draft = pair
     ids, mask = ragged_prompts()
-    out = speculative_generate(target, draft, ids, mask, verifier=DynamicEnsemble(random_head(target, draft)),
-                               num_draft_tokens=3, max_new_tokens=6, first_token="target", do_sample=True,
-                               generator=torch.Generator().manual_seed(0), eos_token_id=[])  # fmt: skip
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=DynamicEnsemble(random_head(target, draft)),
+        num_draft_tokens=3,
+        max_new_tokens=6,
+        first_token="target",
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+        eos_token_id=[],
+    )
     assert torch.equal(out.stats.token_w[:, 0], torch.ones(ids.shape[0]))
     assert bool((out.stats.token_w[:, 1:6] < 1).any())  # the head's own w after it
 
@@ -112,13 +146,31 @@ def test_a_row_that_ends_on_its_first_token_and_bad_values(pair):
     target, draft = pair
     ids, mask = ragged_prompts()
     p1 = target(ids, attention_mask=mask).logits[:, -1].argmax(-1)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=6, first_token="target",
-                               eos_token_id=[int(p1[0])], pad_token_id=PAD)  # fmt: skip
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        num_draft_tokens=3,
+        max_new_tokens=6,
+        first_token="target",
+        eos_token_id=[int(p1[0])],
+        pad_token_id=PAD,
+    )
     assert (
         int(out.stats.new_tokens[0]) == 1 and out.sequences[0, ids.shape[1]] == p1[0]
     )  # EOS first: the row ends
-    one = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=1, first_token="target",
-                               eos_token_id=EOS, pad_token_id=PAD)  # fmt: skip
+    one = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        num_draft_tokens=3,
+        max_new_tokens=1,
+        first_token="target",
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
     assert one.sequences[:, ids.shape[1]].tolist() == p1.tolist() and int(one.stats.proposed.sum()) == 0
     with pytest.raises(ValueError, match="first_token"):
         speculative_generate(target, draft, ids, mask, first_token="draft")
@@ -130,8 +182,15 @@ def test_the_statistics_count_the_first_token_as_a_target_call_without_drafts(pa
     accepted, k = 0 in the histogram); every later round is an ordinary one."""
     target, draft = pair
     ids, mask = ragged_prompts()
-    kw = dict(verifier=Lossless(), num_draft_tokens=3, max_new_tokens=9, eos_token_id=[], pad_token_id=PAD,
-              do_sample=do_sample, generator=torch.Generator().manual_seed(2))  # fmt: skip
+    kw = dict(
+        verifier=Lossless(),
+        num_draft_tokens=3,
+        max_new_tokens=9,
+        eos_token_id=[],
+        pad_token_id=PAD,
+        do_sample=do_sample,
+        generator=torch.Generator().manual_seed(2),
+    )
     first = speculative_generate(target, draft, ids, mask, first_token="target", **kw).stats
     assert first.num_draft_tokens[0] == 0 and first.target_calls == len(first.num_draft_tokens)
     assert first.draft_calls == sum(first.num_draft_tokens)  # the draft is not called for the first token

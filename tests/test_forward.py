@@ -19,10 +19,20 @@ VOCAB = 64
 def tiny(config_cls, layers: int, seed: int, **extra):
     torch.manual_seed(seed)
     config = config_cls(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, bos_token_id=1,
-        eos_token_id=EOS, pad_token_id=PAD, tie_word_embeddings=False, **extra,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        tie_word_embeddings=False,
+        **extra,
+    )
     model = transformers.AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = EOS, PAD
     return model
@@ -31,9 +41,12 @@ def tiny(config_cls, layers: int, seed: int, **extra):
 def assert_exact(target, draft, n: int, max_new: int) -> None:
     """Lossless greedy speculative decoding emits exactly `target.generate`'s tokens."""
     ids, mask = ragged_prompts(vocab=VOCAB)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=max_new, eos_token_id=[])
-    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, eos_token_id=None,
-                          pad_token_id=PAD)  # fmt: skip
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=n, max_new_tokens=max_new, eos_token_id=[]
+    )
+    ref = target.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new, eos_token_id=None, pad_token_id=PAD
+    )
     assert torch.equal(out.sequences, ref)
 
 
@@ -41,7 +54,10 @@ FAMILIES = {
     "llama": (transformers.LlamaConfig, {"attention_bias": True, "mlp_bias": True}),
     "mistral": (transformers.MistralConfig, {"sliding_window": None}),
     "qwen2": (transformers.Qwen2Config, {"use_sliding_window": False}),
-    "qwen3": (transformers.Qwen3Config, {"head_dim": 24, "use_sliding_window": False}),  # q/k norms, odd head dim
+    "qwen3": (
+        transformers.Qwen3Config,
+        {"head_dim": 24, "use_sliding_window": False},
+    ),  # q/k norms, odd head dim
 }
 
 
@@ -97,7 +113,11 @@ def test_sliding_window_models_give_each_row_what_it_gets_alone(family):
     """Windows (4 tokens here) count positions, not slots: a left-padded row, and a row with holes
     where other rows took more drafts, get exactly the tokens it gets decoded alone."""
     config_cls, extra = SLIDING[family]
-    types = {"layer_types": ["sliding_attention", "full_attention"]} if config_cls is transformers.Gemma3TextConfig else {}
+    types = (
+        {"layer_types": ["sliding_attention", "full_attention"]}
+        if config_cls is transformers.Gemma3TextConfig
+        else {}
+    )
     target, draft = tiny(config_cls, 2, 0, **extra, **types), tiny(config_cls, 2, 0, **extra, **types)
     g = torch.Generator().manual_seed(0)
     for p in draft.parameters():  # a draft near the target: some drafts accepted, some not
@@ -105,7 +125,9 @@ def test_sliding_window_models_give_each_row_what_it_gets_alone(family):
     assert sliding_window(target) == (4, bool(types)) and not plan(target).direct
     ids, mask = ragged_prompts(vocab=VOCAB)
     P, new = ids.shape[1], 20
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=new, eos_token_id=[])
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=new, eos_token_id=[]
+    )
     assert 0 < out.stats.acceptance_rate < 1  # rows accept different numbers of drafts: holes
     for i in range(ids.shape[0]):
         alone = ids[i : i + 1, mask[i].bool()]
@@ -118,7 +140,9 @@ def test_sliding_window_models_give_each_row_what_it_gets_alone(family):
     logits = target(input_ids=seq, attention_mask=attn, position_ids=pos).logits
     for i in range(ids.shape[0]):
         alone = seq[i : i + 1, attn[i].bool()]
-        torch.testing.assert_close(logits[i, attn[i].bool()], target(input_ids=alone).logits[0], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            logits[i, attn[i].bool()], target(input_ids=alone).logits[0], atol=1e-5, rtol=1e-4
+        )
 
 
 def test_architectures_outside_the_family_take_the_general_way():
@@ -208,14 +232,20 @@ def test_hooks_on_the_embeddings_and_lm_head_still_fire():
     hooks: then it calls them, so a hook there (the bench times forwards that way) sees every call."""
     target, draft = tiny(transformers.LlamaConfig, 2, 0), tiny(transformers.LlamaConfig, 1, 1)
     ids, mask = ragged_prompts(vocab=VOCAB)
-    plain = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[])
+    plain = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[]
+    )
     seen = {"embed": 0, "head": 0}
     count = lambda key: lambda *a: seen.__setitem__(key, seen[key] + 1)  # noqa: E731
-    handles = [target.get_input_embeddings().register_forward_pre_hook(count("embed")),
-               target.get_output_embeddings().register_forward_hook(count("head"))]  # fmt: skip
+    handles = [
+        target.get_input_embeddings().register_forward_pre_hook(count("embed")),
+        target.get_output_embeddings().register_forward_hook(count("head")),
+    ]
     assert plan(target).direct  # re-checked with the hooks on (the check's own calls fire them too)
     seen.update(embed=0, head=0)
-    out = speculative_generate(target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[])
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=10, eos_token_id=[]
+    )
     assert torch.equal(out.sequences, plain.sequences)
     assert seen["embed"] == seen["head"] == out.stats.target_calls > 0
     for h in handles:
@@ -243,7 +273,9 @@ def test_the_forward_path_is_asked_for_and_logged(caplog):
     with pytest.raises(ValueError, match="forward must be one of"):
         use_forward(target, "fast")
 
-    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=VOCAB, n_layer=1, n_embd=32, n_head=2)).eval()
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=VOCAB, n_layer=1, n_embd=32, n_head=2)
+    ).eval()
     assert forward_path(gpt2) == "hf" and "model type 'gpt2' is not one of" in caplog.text
     use_forward(gpt2, "direct")
     with pytest.raises(ValueError, match=r"forward=direct was asked for .*model type 'gpt2'"):

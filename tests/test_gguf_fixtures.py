@@ -102,10 +102,12 @@ def test_forward_and_greedy_generate(which, request):
     assert enc["input_ids"].shape[1] > 8  # longer than Gemma's window
     with torch.no_grad():
         logits = model(**enc).logits
-        out = model.generate(**enc, max_new_tokens=4, min_new_tokens=4, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
-        again = model.generate(**enc, max_new_tokens=4, min_new_tokens=4, do_sample=False,
-                               pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            **enc, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+        again = model.generate(
+            **enc, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
     assert logits.shape == (1, enc["input_ids"].shape[1], model.config.vocab_size)
     assert torch.isfinite(logits).all()
     assert out.shape == (1, enc["input_ids"].shape[1] + 4)

@@ -40,11 +40,25 @@ def _greedy_matches_generate(pair, texts, max_new=12):
     tok = pair.tokenizer
     prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
     ids, mask = left_pad(prompts, tok.pad_token_id, "cpu")
-    out = speculative_generate(pair.target, pair.draft, ids, mask, verifier=Lossless(), num_draft_tokens=3,
-                               max_new_tokens=max_new, eos_token_id=[], pad_token_id=tok.pad_token_id)  # fmt: skip
+    out = speculative_generate(
+        pair.target,
+        pair.draft,
+        ids,
+        mask,
+        verifier=Lossless(),
+        num_draft_tokens=3,
+        max_new_tokens=max_new,
+        eos_token_id=[],
+        pad_token_id=tok.pad_token_id,
+    )
     for i, p in enumerate(prompts):
-        ref = pair.target.generate(torch.tensor([p]), do_sample=False, max_new_tokens=max_new, eos_token_id=None,
-                                   pad_token_id=tok.pad_token_id)  # fmt: skip
+        ref = pair.target.generate(
+            torch.tensor([p]),
+            do_sample=False,
+            max_new_tokens=max_new,
+            eos_token_id=None,
+            pad_token_id=tok.pad_token_id,
+        )
         got = out.sequences[i, ids.shape[1] :][:max_new]
         assert got.tolist() == ref[0, len(p) :].tolist(), f"row {i}"
     return out
@@ -86,8 +100,17 @@ def test_a_tiny_llama_gguf_and_its_restricted_draft_decode_exactly(cache, tmp_pa
     # sampled, against v with the restricted draft: valid statistics, q = 0 outside the vocabulary
     tok = pair.tokenizer
     ids, mask = left_pad([tok(t).input_ids for t in TEXTS], tok.pad_token_id, "cpu")
-    out = speculative_generate(pair.target, pair.draft, ids, mask, verifier=StaticEnsemble(0.5), num_draft_tokens=3,
-                               max_new_tokens=16, do_sample=True, generator=torch.Generator().manual_seed(0))  # fmt: skip
+    out = speculative_generate(
+        pair.target,
+        pair.draft,
+        ids,
+        mask,
+        verifier=StaticEnsemble(0.5),
+        num_draft_tokens=3,
+        max_new_tokens=16,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     summary = out.stats.summary()
     assert 0 <= summary["alpha"] <= 1 and 0 <= summary["acceptance_rate"] <= 1
 
@@ -107,7 +130,9 @@ def test_a_tiny_gemma3_gguf_with_sliding_windows_decodes_exactly(cache, tmp_path
     _greedy_matches_generate(pair, long, max_new=14)
 
 
-def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_samples(cache, tmp_path, monkeypatch):
+def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_samples(
+    cache, tmp_path, monkeypatch
+):
     """`drafts.build` end to end on a tiny recipe: cut, restricted, distilled on two tasks in turn
     (the second replaying the first's samples), the target's first layer kept frozen, α measured."""
     from safetensors.torch import load_file
@@ -116,17 +141,41 @@ def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_s
     from diversed.training.prompts import PromptDataModule
 
     path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=2)
-    tiny = ("distill.rollout=target", "distill.reuse=true", "distill.top_k=16", "distill.prompt_positions=-1",
-            "distill.sample_batch_size=16", "distill.max_new_tokens=6", "distill.optimizer.lr=1e-3",
-            "data.batch_size=8", "data.n_train=24", "data.val_split=holdout", "data.n_val=4", "data.val_batch_size=4",
-            "logger=none", "trainer.enable_progress_bar=false", "runtime.threads=1")  # fmt: skip
-    recipe = drafts.DraftRecipe("tiny", str(path), layers=2, vocab=200, freeze=1, overrides=tiny,
-                                stages=(("toy", 3, ()), ("toy_count", 3, ("data.n_train=16",))),
-                                eval_tasks=("toy",), n_eval=4, max_new_tokens=6)  # fmt: skip
+    tiny = (
+        "distill.rollout=target",
+        "distill.reuse=true",
+        "distill.top_k=16",
+        "distill.prompt_positions=-1",
+        "distill.sample_batch_size=16",
+        "distill.max_new_tokens=6",
+        "distill.optimizer.lr=1e-3",
+        "data.batch_size=8",
+        "data.n_train=24",
+        "data.val_split=holdout",
+        "data.n_val=4",
+        "data.val_batch_size=4",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        "runtime.threads=1",
+    )
+    recipe = drafts.DraftRecipe(
+        "tiny",
+        str(path),
+        layers=2,
+        vocab=200,
+        freeze=1,
+        overrides=tiny,
+        stages=(("toy", 3, ()), ("toy_count", 3, ("data.n_train=16",))),
+        eval_tasks=("toy",),
+        n_eval=4,
+        max_new_tokens=6,
+    )
     monkeypatch.setitem(drafts.RECIPES, "tiny", recipe)
     served = []
     real_serve = PromptDataModule.serve
-    monkeypatch.setattr(PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items))
+    monkeypatch.setattr(
+        PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items)
+    )
     out = drafts.build("tiny")
     assert out == drafts.built_dir("tiny") and out.parent.parent == cache
     report = json.loads((out / "build.json").read_text())
@@ -137,7 +186,10 @@ def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_s
     pair = load_pair(str(path), str(out), dtype="float32", device="cpu", name="tiny-built")
     assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
     assert pair.draft.config.num_hidden_layers == 2
-    built, target = load_file(out / "model.safetensors"), load_file(converted_dir(sha256_file(path)) / "model.safetensors")
+    built, target = (
+        load_file(out / "model.safetensors"),
+        load_file(converted_dir(sha256_file(path)) / "model.safetensors"),
+    )
     layer0 = [k for k in built if k.startswith("model.layers.0.")]
     assert layer0 and all(torch.equal(built[k], target[k]) for k in layer0)  # frozen: the target's own
     assert not all(torch.equal(built[k], target[k]) for k in built if k.startswith("model.layers.1."))
@@ -155,8 +207,9 @@ def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache,
     from diversed import drafts
 
     path = write_tiny_llama_gguf(tmp_path / "llama.gguf", layers=3, seed=2)
-    recipe = drafts.DraftRecipe("cut", str(path), layers=1, vocab=None, stages=(), eval_tasks=("toy",), n_eval=4,
-                                max_new_tokens=6)  # fmt: skip
+    recipe = drafts.DraftRecipe(
+        "cut", str(path), layers=1, vocab=None, stages=(), eval_tasks=("toy",), n_eval=4, max_new_tokens=6
+    )
     monkeypatch.setitem(drafts.RECIPES, "cut", recipe)
     report = json.loads((drafts.build("cut") / "build.json").read_text())
     assert 0 <= report["before"]["toy"]["alpha"] <= 1 and "after" not in report

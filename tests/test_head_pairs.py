@@ -16,9 +16,19 @@ from diversed.models.heads import pair_record, same_pair
 from diversed.models.pair import describe_pair
 from diversed.sweep.results import load_results
 
-SMALL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=4", "sweep.draft_lengths=[2]",
-         "sweep.temperatures=[0.0]", "sweep.methods=[dynamic]", "timing.warmup=0", "timing.repeats=0",
-         "runtime.progress=false", "sweep.num_seeds=1"]  # fmt: skip
+SMALL = [
+    "+experiment=toy",
+    "task.n_examples=4",
+    "task.max_new_tokens=4",
+    "sweep.batch_size=4",
+    "sweep.draft_lengths=[2]",
+    "sweep.temperatures=[0.0]",
+    "sweep.methods=[dynamic]",
+    "timing.warmup=0",
+    "timing.repeats=0",
+    "runtime.progress=false",
+    "sweep.num_seeds=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +47,9 @@ def card_of(tmp_path, pair_dir):
 
 
 def save_head(directory, card, **metadata):
-    WeightHead(card.hidden["draft"], card.hidden["target"]).save_pretrained(directory, pair="tiny-toy", **metadata)
+    WeightHead(card.hidden["draft"], card.hidden["target"]).save_pretrained(
+        directory, pair="tiny-toy", **metadata
+    )
     return directory
 
 
@@ -51,7 +63,9 @@ def no_weights(monkeypatch):
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
 
 
-def test_a_head_of_other_models_with_the_same_sizes_is_refused(tmp_path, toy_tiny_dir, other_pair_dir, no_weights):
+def test_a_head_of_other_models_with_the_same_sizes_is_refused(
+    tmp_path, toy_tiny_dir, other_pair_dir, no_weights
+):
     card = card_of(tmp_path, toy_tiny_dir)
     head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
     cfg = compose_run("evaluate", tmp_path / "out", other_pair_dir, SMALL, [f"sweep.heads=[{head}]"])
@@ -82,7 +96,9 @@ def test_allowed_on_request_and_the_points_say_so(tmp_path, toy_tiny_dir, other_
     card = card_of(tmp_path, toy_tiny_dir)
     head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
     out = tmp_path / "out"
-    cfg = compose_run("evaluate", out, other_pair_dir, SMALL, [f"sweep.heads=[{head}]", "sweep.allow_other_pair_heads=true"])
+    cfg = compose_run(
+        "evaluate", out, other_pair_dir, SMALL, [f"sweep.heads=[{head}]", "sweep.allow_other_pair_heads=true"]
+    )
     with caplog.at_level("INFO"):
         ev.evaluate(cfg)
     assert "head=run1/head" in caplog.text  # labelled by its run (every exported head is <run>/head)
@@ -99,33 +115,59 @@ def test_a_damaged_head_file_is_named(tmp_path, toy_tiny_dir, no_weights):
     weights = head / "head.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL, [f"sweep.heads=[{head}]"])
-    with pytest.raises(ValueError, match=rf"sweep\.heads entry {head}: {weights} cannot be read .*copy the head again"):
+    with pytest.raises(
+        ValueError, match=rf"sweep\.heads entry {head}: {weights} cannot be read .*copy the head again"
+    ):
         ev.evaluate(cfg)
 
 
-def test_a_damaged_head_config_or_draft_file_is_named_before_the_pair_loads(tmp_path, toy_tiny_dir, no_weights):
+def test_a_damaged_head_config_or_draft_file_is_named_before_the_pair_loads(
+    tmp_path, toy_tiny_dir, no_weights
+):
     card = card_of(tmp_path, toy_tiny_dir)
     head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
     config = head / "head_config.json"
     config.write_text(config.read_text()[:40])
     cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL, [f"sweep.heads=[{head}]"])
-    with pytest.raises(ValueError, match=rf"sweep\.heads entry {head}: {config} cannot be read \(JSONDecodeError.*copy the head again"):
+    with pytest.raises(
+        ValueError,
+        match=rf"sweep\.heads entry {head}: {config} cannot be read \(JSONDecodeError.*copy the head again",
+    ):
         ev.evaluate(cfg)
-    with pytest.raises(FileNotFoundError, match=rf"{config} cannot be read"):  # loading it directly says the same
+    with pytest.raises(
+        FileNotFoundError, match=rf"{config} cannot be read"
+    ):  # loading it directly says the same
         WeightHead.from_pretrained(head)
-    draft = tmp_path / "run2" / "draft"  # a distilled draft whose weights were cut short (a full disk, a copy)
+    draft = (
+        tmp_path / "run2" / "draft"
+    )  # a distilled draft whose weights were cut short (a full disk, a copy)
     shutil.copytree(toy_tiny_dir / "draft", draft)
     weights = draft / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL,
-                      ["sweep.methods=[finetuned_draft]", f"sweep.draft_models=[{draft}]"])  # fmt: skip
-    with pytest.raises(ValueError, match=rf"sweep\.draft_models entry {draft}: {weights} cannot be read .*distil it again"):
+    cfg = compose_run(
+        "evaluate",
+        tmp_path / "out",
+        toy_tiny_dir,
+        SMALL,
+        ["sweep.methods=[finetuned_draft]", f"sweep.draft_models=[{draft}]"],
+    )
+    with pytest.raises(
+        ValueError, match=rf"sweep\.draft_models entry {draft}: {weights} cannot be read .*distil it again"
+    ):
         ev.evaluate(cfg)
 
 
 def test_same_pair_by_weights_hub_commit_and_random_shape():
-    local = {"target": {"path": "/a/t", "weights": "1"}, "draft": {"path": "/a/d", "weights": "2"}, "dtype": "auto"}
-    moved = {"target": {"path": "/b/t", "weights": "1"}, "draft": {"path": "/b/d", "weights": "2"}, "device": "cpu"}
+    local = {
+        "target": {"path": "/a/t", "weights": "1"},
+        "draft": {"path": "/a/d", "weights": "2"},
+        "dtype": "auto",
+    }
+    moved = {
+        "target": {"path": "/b/t", "weights": "1"},
+        "draft": {"path": "/b/d", "weights": "2"},
+        "device": "cpu",
+    }
     assert same_pair(pair_record(local), moved) is True
     assert same_pair(pair_record(local), {**moved, "draft": {"path": "/b/d", "weights": "3"}}) is False
     hub = {"target": {"id": "org/t", "commit": "c1"}, "draft": {"id": "org/d", "commit": None}}
@@ -146,7 +188,11 @@ def test_local_pairs_are_named_by_their_models(tmp_path):
 
     def composed(*overrides):
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="evaluate"):
-            return compose("evaluate", overrides=["pair=local", "pair.target=/models/Big", *overrides], return_hydra_config=True)
+            return compose(
+                "evaluate",
+                overrides=["pair=local", "pair.target=/models/Big", *overrides],
+                return_hydra_config=True,
+            )
 
     one, two = composed("pair.draft=/runs/a/draft"), composed("pair.draft=/runs/b/draft")
     assert one.pair.name.startswith("Big+draft-") and two.pair.name.startswith("Big+draft-")
@@ -162,17 +208,35 @@ def test_one_check_of_a_head_against_a_pair(caplog):
 
     config = {"draft_hidden_size": 8, "target_hidden_size": 16, "pair": "mine"}
     assert check_head(config, draft_hidden_size=8, target_hidden_size=None) is None
-    with pytest.raises(ValueError, match=r"head h was trained for hidden sizes \(draft_hidden_size=8, target_hidden_size=16\) "
-                                         r"but the pair p has \(draft_hidden_size=8, target_hidden_size=32\) \(head pair: mine\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"head h was trained for hidden sizes \(draft_hidden_size=8, target_hidden_size=16\) "
+        r"but the pair p has \(draft_hidden_size=8, target_hidden_size=32\) \(head pair: mine\)",
+    ):
         check_head(config, draft_hidden_size=8, target_hidden_size=32, pair_name="p", head="head h")
     local = {"target": {"path": "/a/t", "weights": "1"}, "draft": {"path": "/a/d", "weights": "2"}}
     recorded = {**config, "pair_identity": pair_record(local)}
-    assert check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p") is True
+    assert (
+        check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p")
+        is True
+    )
     other = {**local, "draft": {"path": "/a/d", "weights": "3"}}
     with pytest.raises(ValueError, match="not on the pair being evaluated, p .*allow_other_pair_heads=true"):
         check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=other, pair_name="p")
     with caplog.at_level("WARNING"):
-        assert check_head(recorded, draft_hidden_size=8, target_hidden_size=16, identity=other, pair_name="p",
-                          allow_other_pairs=True) is False
-        assert check_head(config, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p") is None
+        assert (
+            check_head(
+                recorded,
+                draft_hidden_size=8,
+                target_hidden_size=16,
+                identity=other,
+                pair_name="p",
+                allow_other_pairs=True,
+            )
+            is False
+        )
+        assert (
+            check_head(config, draft_hidden_size=8, target_hidden_size=16, identity=local, pair_name="p")
+            is None
+        )
     assert "evaluated on p" in caplog.text and "does not record which models" in caplog.text

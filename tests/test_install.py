@@ -9,8 +9,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # every console script: `main` returns its exit status (tests/test_cli.py runs them)
-ENTRY_POINTS = {name: f"diversed.{name}:main" for name in ("train", "evaluate", "plot", "bench", "toy", "show", "distill",
-                                                           "report", "weights", "drafts")}  # fmt: skip
+ENTRY_POINTS = {
+    name: f"diversed.{name}:main"
+    for name in (
+        "train",
+        "evaluate",
+        "plot",
+        "bench",
+        "toy",
+        "show",
+        "distill",
+        "report",
+        "weights",
+        "drafts",
+    )
+}
 
 COMPOSE = """
 import sys
@@ -35,15 +48,34 @@ def test_a_wheel_ships_the_configs_and_every_entry_point_composes(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)  # noqa: E731
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(source))
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(wheels),
+        str(source),
+    )
     wheel = next(wheels.glob("diversed-*.whl"))
     run(sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel))
-    configs = sorted(p.relative_to(target).as_posix() for p in (target / "diversed" / "configs").rglob("*.yaml"))
+    configs = sorted(
+        p.relative_to(target).as_posix() for p in (target / "diversed" / "configs").rglob("*.yaml")
+    )
     assert "diversed/configs/train.yaml" in configs and "diversed/configs/pair/toy.yaml" in configs
     assert len(configs) == len(list((ROOT / "diversed" / "configs").rglob("*.yaml")))
     scripts = next(target.glob("diversed-*.dist-info")).joinpath("entry_points.txt").read_text()
     for name, function in ENTRY_POINTS.items():
         assert f"diversed-{name} = {function}" in scripts
-    out = subprocess.run([sys.executable, "-c", COMPOSE, str(target)], capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=tmp_path)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", COMPOSE, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
+    )
     assert out.returncode == 0 and "composed" in out.stdout, out.stderr[-2000:]

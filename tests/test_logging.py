@@ -37,11 +37,17 @@ def test_every_entry_point_logs_csv_by_default_and_wandb_offline_and_silent_when
     assert list(composed(entry).logger) == ["csv"]
     wandb = composed(entry, "logger=wandb").logger
     assert sorted(wandb) == ["csv", "wandb"]
-    assert wandb.wandb.offline is True and wandb.wandb.settings.silent is True and wandb.wandb.settings.console == "off"
+    assert (
+        wandb.wandb.offline is True
+        and wandb.wandb.settings.silent is True
+        and wandb.wandb.settings.console == "off"
+    )
 
 
 def test_the_resolved_config_is_logged(caplog):
-    cfg = OmegaConf.create({"task_name": "toy", "model": {"name": "${task_name}-head"}, "later": "${hydra:runtime.output_dir}"})
+    cfg = OmegaConf.create(
+        {"task_name": "toy", "model": {"name": "${task_name}-head"}, "later": "${hydra:runtime.output_dir}"}
+    )
     with caplog.at_level(logging.INFO, logger="diversed.config.runtime"):
         runtime.show_config(cfg)
     assert "name: toy-head" in caplog.text  # resolved
@@ -51,7 +57,9 @@ def test_the_resolved_config_is_logged(caplog):
 def test_the_progress_bar_reads_steps_when_training_runs_by_steps():
     bar = runtime.progress_bar()
     bar._trainer = SimpleNamespace(max_epochs=-1, max_steps=200, global_step=26, num_training_batches=13)
-    assert bar._get_train_description(2).strip() == "Epoch 2 · steps 27-39 of 200"  # Lightning's: "Epoch 2/-2"
+    assert (
+        bar._get_train_description(2).strip() == "Epoch 2 · steps 27-39 of 200"
+    )  # Lightning's: "Epoch 2/-2"
     bar._trainer = SimpleNamespace(max_epochs=5, max_steps=-1, global_step=26, num_training_batches=13)
     assert bar._get_train_description(2).strip() == "Epoch 2/4"
 
@@ -92,8 +100,15 @@ def run_hydra(monkeypatch, tmp_path):
         monkeypatch.setattr(sys, "argv", ["prog", *args, *quiet])
         # Hydra configures logging (dictConfig disables the loggers that exist): put it back after
         root = logging.getLogger()
-        state = (root.level, list(root.handlers), {n: g.disabled for n, g in logging.Logger.manager.loggerDict.items()
-                                                  if isinstance(g, logging.Logger)})  # fmt: skip
+        state = (
+            root.level,
+            list(root.handlers),
+            {
+                n: g.disabled
+                for n, g in logging.Logger.manager.loggerDict.items()
+                if isinstance(g, logging.Logger)
+            },
+        )
         try:
             hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(task)()
         finally:
@@ -121,40 +136,88 @@ def test_a_run_resumed_from_its_checkpoint_writes_to_its_own_directory(run_hydra
     # a checkpoint outside <run>/checkpoints/: a new directory, as without one
     (tmp_path / "loose.ckpt").write_bytes(b"")
     [(out, output_dir)] = run_hydra("train", "+experiment=toy", f"ckpt_path={tmp_path}/loose.ckpt")
-    assert out == output_dir and out.parent.resolve() == run.parent.resolve() and out.resolve() != run.resolve()
+    assert (
+        out == output_dir and out.parent.resolve() == run.parent.resolve() and out.resolve() != run.resolve()
+    )
 
 
-LONG = ["sweep.methods=[autoregressive,lossless,static,dynamic,lossy,cascade,typical]", "task.n_examples=4",
-        "sweep.weights=[0.0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0]", "sweep.lenience=[0.1,0.3,0.5,0.7,0.9]"]  # fmt: skip
+LONG = [
+    "sweep.methods=[autoregressive,lossless,static,dynamic,lossy,cascade,typical]",
+    "task.n_examples=4",
+    "sweep.weights=[0.0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0]",
+    "sweep.lenience=[0.1,0.3,0.5,0.7,0.9]",
+]
 
 
 def test_multirun_jobs_are_named_by_the_swept_overrides(run_hydra, tmp_path):
     """Hydra's override_dirname of all overrides, cut at 120 characters, cut off the swept part
     (`seed=...` sorts after `sweep.*`): every job's directory read the same but for a digest."""
     sweep = tmp_path / "sweep"
-    seen = run_hydra("evaluate", "-m", "+experiment=toy", *LONG, "seed=0,1", "task=toy,toy_count", f"hydra.sweep.dir={sweep}")
+    seen = run_hydra(
+        "evaluate",
+        "-m",
+        "+experiment=toy",
+        *LONG,
+        "seed=0,1",
+        "task=toy,toy_count",
+        f"hydra.sweep.dir={sweep}",
+    )
     names = sorted(out.relative_to(sweep).as_posix() for out, _ in seen)
     assert names == ["seed=0,task=toy", "seed=0,task=toy_count", "seed=1,task=toy", "seed=1,task=toy_count"]
     assert all(out == output_dir for out, output_dir in seen)
     # the same command: the same directories (a sweep re-run resumes); range() and paths are sweeps too
-    again = run_hydra("evaluate", "-m", "+experiment=toy", *LONG, "seed=0,1", "task=toy,toy_count", f"hydra.sweep.dir={sweep}")
+    again = run_hydra(
+        "evaluate",
+        "-m",
+        "+experiment=toy",
+        *LONG,
+        "seed=0,1",
+        "task=toy,toy_count",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert sorted(out for out, _ in again) == sorted(out for out, _ in seen)
-    seen = run_hydra("evaluate", "-m", "+experiment=toy", "seed=range(2)", "pair=local", "pair.name=mine", "pair.draft=/d",
-                     "pair.target=/a/t,/b/t", f"hydra.sweep.dir={sweep}")
+    seen = run_hydra(
+        "evaluate",
+        "-m",
+        "+experiment=toy",
+        "seed=range(2)",
+        "pair=local",
+        "pair.name=mine",
+        "pair.draft=/d",
+        "pair.target=/a/t,/b/t",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert sorted(out.relative_to(sweep).as_posix() for out, _ in seen) == [
-        "pair.target=_a_t,seed=0", "pair.target=_a_t,seed=1", "pair.target=_b_t,seed=0", "pair.target=_b_t,seed=1"]
+        "pair.target=_a_t,seed=0",
+        "pair.target=_a_t,seed=1",
+        "pair.target=_b_t,seed=0",
+        "pair.target=_b_t,seed=1",
+    ]
 
 
 @pytest.mark.slow
 def test_resuming_a_real_run_continues_in_its_directory(tmp_path, toy_tiny_dir):
-    small = ["+experiment=toy", "trainer.val_check_interval=2", "data.n_val=4", "data.n_train=16", "data.batch_size=4",
-             "model.max_new_tokens=6", "trainer.enable_progress_bar=false", *pair_overrides(toy_tiny_dir)]  # fmt: skip
+    small = [
+        "+experiment=toy",
+        "trainer.val_check_interval=2",
+        "data.n_val=4",
+        "data.n_train=16",
+        "data.batch_size=4",
+        "model.max_new_tokens=6",
+        "trainer.enable_progress_bar=false",
+        *pair_overrides(toy_tiny_dir),
+    ]
     cmd = [sys.executable, "-m", "diversed.train", *small]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this tree's diversed, from tmp_path
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }  # this tree's diversed, from tmp_path
     subprocess.run([*cmd, "trainer.max_steps=2"], check=True, timeout=600, cwd=tmp_path, env=env)
     (run,) = (tmp_path / "outputs" / "toy").iterdir()
     last = run / "checkpoints" / "last.ckpt"
-    subprocess.run([*cmd, "trainer.max_steps=4", f"ckpt_path={last}"], check=True, timeout=600, cwd=tmp_path, env=env)
+    subprocess.run(
+        [*cmd, "trainer.max_steps=4", f"ckpt_path={last}"], check=True, timeout=600, cwd=tmp_path, env=env
+    )
     assert list((tmp_path / "outputs" / "toy").iterdir()) == [run]
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 4
     assert sorted(p.name for p in (run / "csv").iterdir()) == ["version_0", "version_1"]
@@ -164,9 +227,20 @@ def test_resuming_a_real_run_continues_in_its_directory(tmp_path, toy_tiny_dir):
 
 
 def small_eval(out: Path, pair_dir: Path, *overrides: str):
-    base = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=4", "sweep.draft_lengths=[2]",
-            "sweep.weights=[0.5]", "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]",
-            "sweep.num_seeds=1", "timing.warmup=0", "timing.repeats=1", "runtime.progress=false"]  # fmt: skip
+    base = [
+        "+experiment=toy",
+        "task.n_examples=4",
+        "task.max_new_tokens=4",
+        "sweep.batch_size=4",
+        "sweep.draft_lengths=[2]",
+        "sweep.weights=[0.5]",
+        "sweep.temperatures=[1.0]",
+        "sweep.methods=[autoregressive,lossless,static]",
+        "sweep.num_seeds=1",
+        "timing.warmup=0",
+        "timing.repeats=1",
+        "runtime.progress=false",
+    ]
     return compose_run("evaluate", out, pair_dir, base, overrides)
 
 
@@ -195,13 +269,21 @@ def test_timing_under_a_parallel_launcher_warns_and_is_recorded(tmp_path, toy_ti
     import diversed.evaluate as ev
     from diversed.sweep.results import ResultStore
 
-    launcher = OmegaConf.create({"launcher": {"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
-                                              "n_jobs": -1}})  # fmt: skip
+    launcher = OmegaConf.create(
+        {
+            "launcher": {
+                "_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher",
+                "n_jobs": -1,
+            }
+        }
+    )
     monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: launcher))
     with caplog.at_level(logging.WARNING, logger="diversed.evaluate"):
         ev.evaluate(small_eval(tmp_path / "timed", toy_tiny_dir, "logger=none"))
     assert "hydra/launcher=basic" in caplog.text and "timing.repeats=0" in caplog.text
-    assert {r["timing"].get("parallel_launcher") for r in ResultStore(tmp_path / "timed").records()} == {"joblib n_jobs=-1"}
+    assert {r["timing"].get("parallel_launcher") for r in ResultStore(tmp_path / "timed").records()} == {
+        "joblib n_jobs=-1"
+    }
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="diversed.evaluate"):  # untimed: nothing to warn about
         ev.evaluate(small_eval(tmp_path / "untimed", toy_tiny_dir, "logger=none", "timing.repeats=0"))

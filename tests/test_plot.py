@@ -74,8 +74,11 @@ def test_summary_table_layout_and_values(df):
     assert table.attrs == {"num_draft_tokens": 2, "temperature": 0.0, "best": False}
     assert list(table.index) == [("tiny-pair", r) for r in T0_ROWS]
     assert list(table.columns) == [
-        ("gsm8k", "acceptance_rate"), ("gsm8k", "accuracy"), ("cnndm", "acceptance_rate"), ("cnndm", "rouge2"),
-    ]  # fmt: skip
+        ("gsm8k", "acceptance_rate"),
+        ("gsm8k", "accuracy"),
+        ("cnndm", "acceptance_rate"),
+        ("cnndm", "rouge2"),
+    ]
     assert table[("gsm8k", "acceptance_rate")].isna().tolist() == [True] + [False] * 7  # autoregressive
 
     src = df[(df["num_draft_tokens"] == 2) & (df["temperature"] == 0)].set_index(["task", "method", "weight"])
@@ -139,8 +142,14 @@ def test_cli_end_to_end(tmp_path, capsys):
     paths = run(
         [str(tmp_path / "multirun"), "--out", str(out), "--num-draft-tokens", "4", "--temperature", "0"]
     )
-    names = ["pareto_tiny-pair_gsm8k_T0.png", "pareto_tiny-pair_gsm8k_T0.pdf", "table.md", "table.csv",
-             "table_all.md", "table_all.csv"]
+    names = [
+        "pareto_tiny-pair_gsm8k_T0.png",
+        "pareto_tiny-pair_gsm8k_T0.pdf",
+        "table.md",
+        "table.csv",
+        "table_all.md",
+        "table_all.csv",
+    ]
     assert [p.name for p in paths] == names and all(p.parent == out for p in paths)
     assert capsys.readouterr().out.split() == [str(p) for p in paths]
     check_figures(paths[:2])
@@ -189,8 +198,17 @@ def families_frame() -> pd.DataFrame:
     """Records of every method family on one task, with known scores and acceptance rates."""
     from diversed.sweep.results import run_record
 
-    base = {"pair": "p", "task": "t", "metric": "accuracy", "temperature": 1.0, "seed": 0, "n_examples": 100,
-            "settings_group": "g", "settings": "s", "wall_time_s": 1.0}  # fmt: skip
+    base = {
+        "pair": "p",
+        "task": "t",
+        "metric": "accuracy",
+        "temperature": 1.0,
+        "seed": 0,
+        "n_examples": 100,
+        "settings_group": "g",
+        "settings": "s",
+        "wall_time_s": 1.0,
+    }
     rows = [{**base, "method": "autoregressive", "score": 0.80, "score_ci_low": 0.72, "score_ci_high": 0.88}]
     spec = {**base, "num_draft_tokens": 3}
     for w, score, acc in ((1.0, 0.8, 0.4), (0.6, 0.78, 0.55), (0.3, 0.70, 0.70), (0.0, 0.1, 1.0)):
@@ -199,11 +217,27 @@ def families_frame() -> pd.DataFrame:
         rows.append({**spec, "method": "lossy", "lenience": lenience, "score": score, "acceptance_rate": acc})
     for rule in ("chow", "opt"):
         for alpha, score, acc in ((0.1, 0.8, 0.42), (0.5, 0.75, 0.58)):
-            rows.append({**spec, "method": "cascade", "cascade_rule": rule, "cascade_alpha": alpha, "score": score,
-                         "acceptance_rate": acc + (0.01 if rule == "opt" else 0.0)})  # fmt: skip
+            rows.append(
+                {
+                    **spec,
+                    "method": "cascade",
+                    "cascade_rule": rule,
+                    "cascade_alpha": alpha,
+                    "score": score,
+                    "acceptance_rate": acc + (0.01 if rule == "opt" else 0.0),
+                }
+            )
     for eps, score, acc in ((0.3, 0.80, 0.41), (0.01, 0.5, 0.8)):
-        rows.append({**spec, "method": "typical", "typical_epsilon": eps, "typical_delta": 0.3, "score": score,
-                     "acceptance_rate": acc})  # fmt: skip
+        rows.append(
+            {
+                **spec,
+                "method": "typical",
+                "typical_epsilon": eps,
+                "typical_delta": 0.3,
+                "score": score,
+                "acceptance_rate": acc,
+            }
+        )
     rows.append({**spec, "method": "lossless", "score": 0.81, "acceptance_rate": 0.4})
     return pd.DataFrame([run_record(**r) for r in rows])
 
@@ -219,16 +253,32 @@ def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quali
     assert sorted(best.loc["cascade", "cascade_rule"]) == ["chow", "opt"]  # one best per rule
     table = summary_table(df, best=True)
     labels = list(table.index.get_level_values("method"))
-    assert labels == ["Autoregressive", "Lossless SD", "Static w=0.6", "Lossy SD l=0.5", "Cascade chow α=0.5",
-                      "Cascade opt α=0.5", "Typical ε=0.3 δ=0.3"]  # fmt: skip
+    assert labels == [
+        "Autoregressive",
+        "Lossless SD",
+        "Static w=0.6",
+        "Lossy SD l=0.5",
+        "Cascade chow α=0.5",
+        "Cascade opt α=0.5",
+        "Typical ε=0.3 δ=0.3",
+    ]
     assert len(summary_table(df)) == 1 + 1 + 4 + 3 + 4 + 2  # every setting
     paths = plot_pareto(df, tmp_path, formats=("png",))
     check_figures(paths)
     from diversed.analysis.drawing import _legend, _lines
 
     lines = _lines(df)
-    assert {(m, tuple(o.values())) for m, o, _ in lines} == {("static", ()), ("lossy", ()), ("cascade", ("chow",)),
-                                                              ("cascade", ("opt",)), ("typical", (0.3,))}  # fmt: skip
+    assert {(m, tuple(o.values())) for m, o, _ in lines} == {
+        ("static", ()),
+        ("lossy", ()),
+        ("cascade", ("chow",)),
+        ("cascade", ("opt",)),
+        ("typical", (0.3,)),
+    }
     labels = [h.get_label() for h in _legend({3: "C0"}, {}, df)]
-    assert "static, w labelled" in labels and "lossy, l labelled" in labels and "cascade rule=chow, α labelled" in labels
+    assert (
+        "static, w labelled" in labels
+        and "lossy, l labelled" in labels
+        and "cascade rule=chow, α labelled" in labels
+    )
     assert "typical δ=0.3, ε labelled" in labels  # each knob named by its symbol (methods.Knob)

@@ -21,9 +21,20 @@ from diversed.sweep.results import ResultStore, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-SMALL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=6", "sweep.batch_size=4", "sweep.draft_lengths=[2]",
-         "sweep.temperatures=[1.0]", "timing.warmup=0", "timing.repeats=1", "runtime.progress=false",
-         "sweep.num_seeds=1", "sweep.methods=[autoregressive,lossless,power]", "plugins=[plugin_method]"]  # fmt: skip
+SMALL = [
+    "+experiment=toy",
+    "task.n_examples=4",
+    "task.max_new_tokens=6",
+    "sweep.batch_size=4",
+    "sweep.draft_lengths=[2]",
+    "sweep.temperatures=[1.0]",
+    "timing.warmup=0",
+    "timing.repeats=1",
+    "runtime.progress=false",
+    "sweep.num_seeds=1",
+    "sweep.methods=[autoregressive,lossless,power]",
+    "plugins=[plugin_method]",
+]
 
 
 @pytest.fixture
@@ -56,7 +67,9 @@ def test_evaluate_sweeps_a_registered_method_by_its_knob(swept, toy_tiny_dir, mo
     df = load_results(swept)
     power = df[df.method == "power"].sort_values("power_beta")
     assert power.power_beta.tolist() == [0.2, 0.5, 1.0]  # its knob is its own record field ...
-    assert power.key.nunique() == 3 and all("|power_beta=" in k for k in power.key)  # ... and part of each key
+    assert power.key.nunique() == 3 and all(
+        "|power_beta=" in k for k in power.key
+    )  # ... and part of each key
     assert df[df.method != "power"].power_beta.isna().all()
     assert power.acceptance_rate.is_monotonic_decreasing  # a smaller β accepts more
     # β = 1 is the lossless test on the same uniforms: lossless SD's very tokens
@@ -85,8 +98,17 @@ def test_the_plugin_verifier_runs_on_the_engine_as_the_built_in_ones(plugin):
     ids, mask = ragged_prompts()
 
     def run(verifier):
-        return speculative_generate(target, draft, ids, mask, verifier=verifier, num_draft_tokens=3, max_new_tokens=24,
-                                    do_sample=True, generator=torch.Generator().manual_seed(4))  # fmt: skip
+        return speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=verifier,
+            num_draft_tokens=3,
+            max_new_tokens=24,
+            do_sample=True,
+            generator=torch.Generator().manual_seed(4),
+        )
 
     lossless, one, low = run(Lossless()), run(plugin.PowerAcceptance(1.0)), run(plugin.PowerAcceptance(0.2))
     assert torch.equal(one.sequences, lossless.sequences)
@@ -122,27 +144,41 @@ def test_plot_draws_it_and_report_tabulates_it_with_its_knob_named(swept, tmp_pa
 
 def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swept, monkeypatch):
     methods.unregister("power")
-    with pytest.raises(ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"):
+    with pytest.raises(
+        ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"
+    ):
         load_results(swept)
     # a package's entry point of the diversed.sweep.methods group is loaded when records name a method not registered
     import importlib.metadata
 
-    point = importlib.metadata.EntryPoint(name="power", value="plugin_method:METHOD", group=methods.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [point] if group == point.group else [])
+    point = importlib.metadata.EntryPoint(
+        name="power", value="plugin_method:METHOD", group=methods.ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group=None: [point] if group == point.group else []
+    )
     monkeypatch.setattr(methods, "_entry_points_loaded", False)
     assert set(load_results(swept).method) == {"autoregressive", "lossless", "power"}
 
 
 def test_bad_values_of_a_plugin_knob_are_refused_before_the_pair_loads(plugin, tmp_path, toy_tiny_dir):
     for override, message in (
-        ("sweep.power_betas=[0.5,1.5]", r"sweep\.power_betas\[1\]=1\.5: β \(the power on p/q, 1 = lossless\) must be a number in \(0, 1\]"),
+        (
+            "sweep.power_betas=[0.5,1.5]",
+            r"sweep\.power_betas\[1\]=1\.5: β \(the power on p/q, 1 = lossless\) must be a number in \(0, 1\]",
+        ),
         ("sweep.power_betas=[0]", r"sweep\.power_betas\[0\]=0: β .* must be a number in \(0, 1\]"),
         ("sweep.power_betas=[x]", r"sweep\.power_betas\[0\]='x'"),
-        ("+sweep.power_beta=[0.5]", r"sweep\.power_beta=\[0\.5\]: unknown key; did you mean sweep\.power_betas\?"),
-    ):  # fmt: skip
+        (
+            "+sweep.power_beta=[0.5]",
+            r"sweep\.power_beta=\[0\.5\]: unknown key; did you mean sweep\.power_betas\?",
+        ),
+    ):
         cfg = compose_run("evaluate", tmp_path, toy_tiny_dir, SMALL, [override])
         with open_dict(cfg):
-            cfg.pair = OmegaConf.create({"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"})
+            cfg.pair = OmegaConf.create(
+                {"_target_": "builtins.exec", "source": "raise AssertionError('pair loaded')"}
+            )
         with pytest.raises(ConfigError, match=message):
             ev.evaluate(cfg)
 
@@ -151,15 +187,23 @@ def test_a_plugin_that_cannot_be_imported_is_named_with_the_fix(tmp_path, toy_ti
     cfg = compose_run("evaluate", tmp_path, toy_tiny_dir, SMALL, ["plugins=[no_such_plugin]"])
     with pytest.raises(ConfigError, match=r"plugins\[0\]='no_such_plugin': cannot import it .*PYTHONPATH"):
         ev.evaluate(cfg)
-    cfg = compose_run("evaluate", tmp_path, toy_tiny_dir, [*SMALL[:-1], "sweep.methods=[autoregressive,power]"])
+    cfg = compose_run(
+        "evaluate", tmp_path, toy_tiny_dir, [*SMALL[:-1], "sweep.methods=[autoregressive,power]"]
+    )
     with pytest.raises(ConfigError, match=r"unknown methods \['power'\].*plugins: \[my_pkg\.my_method\]"):
         ev.evaluate(cfg)  # the method named, its module not loaded
 
 
 def test_a_knob_that_clashes_with_a_registered_one_is_refused():
     with pytest.raises(ValueError, match="clashes with the registered knob weight"):
-        methods.register(methods.Method("mine", "Mine w={weight:g}", verifier=lambda p, h: None,
-                                        knobs=(methods.Knob("weight", "weights", "w", interval="[0, 2]"),)))  # fmt: skip
+        methods.register(
+            methods.Method(
+                "mine",
+                "Mine w={weight:g}",
+                verifier=lambda p, h: None,
+                knobs=(methods.Knob("weight", "weights", "w", interval="[0, 2]"),),
+            )
+        )
     with pytest.raises(ValueError, match="registered already"):
         methods.register(methods.Method("static", "Mine", verifier=lambda p, h: None))
     with pytest.raises(ValueError, match=r"names \['beta'\], which are not its knobs' fields"):
@@ -175,23 +219,55 @@ def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir
     report without it stops with the option named."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]), "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
-    pair = ["pair=local", f"pair.target={toy_tiny_dir}/target", f"pair.draft={toy_tiny_dir}/draft", "pair.name=tiny-toy",
-            "pair.device=cpu", "pair.dtype=float32"]  # fmt: skip
-    sweep = [o for o in SMALL if not o.startswith("sweep.methods")] + ["sweep.methods=[autoregressive,power]",
-                                                                       "+sweep.power_betas=[0.3,1.0]"]  # fmt: skip
+    pair = [
+        "pair=local",
+        f"pair.target={toy_tiny_dir}/target",
+        f"pair.draft={toy_tiny_dir}/draft",
+        "pair.name=tiny-toy",
+        "pair.device=cpu",
+        "pair.dtype=float32",
+    ]
+    sweep = [o for o in SMALL if not o.startswith("sweep.methods")] + [
+        "sweep.methods=[autoregressive,power]",
+        "+sweep.power_betas=[0.3,1.0]",
+    ]
 
     def python(*args):
-        return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+        return subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+        )
 
     done = python("-m", "diversed.evaluate", *sweep, *pair, f"hydra.run.dir={run}")
     assert done.returncode == 0, done.stderr[-3000:]
-    report = python("-m", "diversed.report", str(run), "--out", str(tmp_path / "report"), "--formats", "png",
-                    "--plugin", "plugin_method")  # fmt: skip
+    report = python(
+        "-m",
+        "diversed.report",
+        str(run),
+        "--out",
+        str(tmp_path / "report"),
+        "--formats",
+        "png",
+        "--plugin",
+        "plugin_method",
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     assert "(β=" in (tmp_path / "report" / "table_T1.md").read_text()
-    plot = python("-m", "diversed.plot", str(run), "--out", str(tmp_path / "plots"), "--formats", "png",
-                  "--plugin", "plugin_method")  # fmt: skip
+    plot = python(
+        "-m",
+        "diversed.plot",
+        str(run),
+        "--out",
+        str(tmp_path / "plots"),
+        "--formats",
+        "png",
+        "--plugin",
+        "plugin_method",
+    )
     assert plot.returncode == 0, plot.stderr[-3000:]
     assert "Power β=0.3" in (tmp_path / "plots" / "table_all.md").read_text()
     refused = python("-m", "diversed.report", str(run), "--out", str(tmp_path / "r2"))
-    assert refused.returncode == 2 and "--plugin my_pkg.my_method" in refused.stderr and "Traceback" not in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "--plugin my_pkg.my_method" in refused.stderr
+        and "Traceback" not in refused.stderr
+    )

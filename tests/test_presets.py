@@ -29,7 +29,14 @@ def test_protocol_values(task, pair, monkeypatch):
     cfg = preset("evaluate", task, pair)
     assert cfg.task.name == task and cfg.pair.name == pair and cfg.pair.dtype == "bfloat16"
     t = cfg.task
-    assert (t.n_examples, t.seed, t.max_new_tokens, t.num_few_shot, t.chat_template, t.stop_early) == (100, 42, 128, 0, False, False)
+    assert (t.n_examples, t.seed, t.max_new_tokens, t.num_few_shot, t.chat_template, t.stop_early) == (
+        100,
+        42,
+        128,
+        0,
+        False,
+        False,
+    )
     assert t.split == ("validation" if task == "mbpp" else "test")
     if task == "mbpp":
         assert t.test_format == "list" and t.subset == "full"
@@ -38,7 +45,9 @@ def test_protocol_values(task, pair, monkeypatch):
     s = cfg.sweep
     assert list(s.temperatures) == [1.0, 0.1] and list(s.draft_lengths) == [3, 5, 7]
     assert {"autoregressive", "lossless", "finetuned_draft", "static", "dynamic"} <= set(s.methods)
-    assert cfg.timing.latency is True and cfg.timing.latency_examples is None  # the paper's mean over all examples
+    assert (
+        cfg.timing.latency is True and cfg.timing.latency_examples is None
+    )  # the paper's mean over all examples
     assert cfg.timing.repeats >= 5 and cfg.timing.latency_repeats >= 3  # enough for an interval per time
     base = f"outputs/paper/{pair}/{task}"
     assert cfg.hydra.run.dir.endswith(f"{base}/evaluate")
@@ -48,9 +57,21 @@ def test_protocol_values(task, pair, monkeypatch):
     cfg = preset("train", task, pair)
     assert cfg.hydra.run.dir.endswith(f"{base}/train")
     m, d, tr = cfg.model, cfg.data, cfg.trainer
-    assert (m.optimizer.lr, m.lr_schedule, m.warmup_steps, m.reg_mode, m.reg_scale) == (5e-4, "cosine", 10, "adaptive", 0.05)
+    assert (m.optimizer.lr, m.lr_schedule, m.warmup_steps, m.reg_mode, m.reg_scale) == (
+        5e-4,
+        "cosine",
+        10,
+        "adaptive",
+        0.05,
+    )
     assert (m.do_sample, m.temperature, m.max_new_tokens) == (True, 1.0, 128)
-    assert (d.n_train, d.batch_size, tr.max_epochs, tr.max_steps, tr.gradient_clip_val) == (400, 8, 2, -1, 5.0)
+    assert (d.n_train, d.batch_size, tr.max_epochs, tr.max_steps, tr.gradient_clip_val) == (
+        400,
+        8,
+        2,
+        -1,
+        5.0,
+    )
     assert list(cfg.head.hidden_sizes) == [] and list(cfg.head.features) == []  # the paper's linear head
     if task in ("gsm8k", "mbpp"):
         assert (m.baseline, m.baseline_constant, d.val_split) == ("constant", 1.0, "holdout")
@@ -81,7 +102,11 @@ def test_sampling_is_the_released_codes_by_default_and_exact_v_on_request(task, 
     e = exact.engine
     assert (e.bonus_token, e.top_k, e.top_p, e.first_token) == ("ensemble", 0, 1.0, "ensemble")
     check_evaluate(exact)
-    before = {"bonus_token": "ensemble", "num_draft_tokens_schedule": "constant", "draft_confidence_threshold": None}
+    before = {
+        "bonus_token": "ensemble",
+        "num_draft_tokens_schedule": "constant",
+        "draft_confidence_threshold": None,
+    }
     assert engine_settings(exact.engine) == before
     assert engine_settings(released.engine) == {**before, "bonus_token": "target", "top_k": 50}
     # each setting can still be changed on its own
@@ -106,7 +131,11 @@ def test_cfg_job_on_the_command_line(entry, tmp_path):
     """What a researcher types to see a preset: `--cfg job` prints it without running."""
     out = subprocess.run(
         [sys.executable, "-m", f"diversed.{entry}", "+paper=xsum", "pair=qwen3_8b_0p6b", "--cfg", "job"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
     ).stdout
     cfg = yaml.safe_load(out)
     assert cfg["task"]["name"] == "xsum" and cfg["task"]["max_summary_words"] == 32

@@ -40,14 +40,19 @@ def _write(path, rows):
 
 
 def _gsm8k_rows(start, n):
-    return [{"question": f"What is {i} plus 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(start, start + n)]
+    return [
+        {"question": f"What is {i} plus 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
+        for i in range(start, start + n)
+    ]
 
 
 def test_one_file_for_every_split_is_refused(tmp_path):
     path = _write(tmp_path / "all.jsonl", _gsm8k_rows(0, 300))
     factory = functools.partial(load_task, "gsm8k", split="test", data_files=path)
     dm = PromptDataModule(factory, val_split="holdout", n_val=20)
-    with pytest.raises(ValueError, match=r"every 'train' example is also in the evaluation split 'test'.*mapping"):
+    with pytest.raises(
+        ValueError, match=r"every 'train' example is also in the evaluation split 'test'.*mapping"
+    ):
         dm.setup("fit")
 
 
@@ -77,17 +82,36 @@ def test_paper_presets_select_checkpoints_on_train_problems_only(preset, tmp_pat
     examples, nor anything else of the evaluation split."""
     monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
     if preset == "gsm8k":
-        files = {"train": _write(tmp_path / "train.jsonl", _gsm8k_rows(0, 600)),
-                 "test": _write(tmp_path / "test.jsonl", _gsm8k_rows(5000, 300))}  # fmt: skip
+        files = {
+            "train": _write(tmp_path / "train.jsonl", _gsm8k_rows(0, 600)),
+            "test": _write(tmp_path / "test.jsonl", _gsm8k_rows(5000, 300)),
+        }
     else:
-        def rows(start, n):
-            return [{"task_id": i, "text": f"Write f{i}.", "code": f"def f{i}(): return {i}",
-                     "test_list": [f"assert f{i}() == {i}"], "test_setup_code": ""} for i in range(start, start + n)]  # fmt: skip
 
-        files = {"train": _write(tmp_path / "train.jsonl", rows(0, 600)),
-                 "validation": _write(tmp_path / "val.jsonl", rows(5000, 90))}  # fmt: skip
+        def rows(start, n):
+            return [
+                {
+                    "task_id": i,
+                    "text": f"Write f{i}.",
+                    "code": f"def f{i}(): return {i}",
+                    "test_list": [f"assert f{i}() == {i}"],
+                    "test_setup_code": "",
+                }
+                for i in range(start, start + n)
+            ]
+
+        files = {
+            "train": _write(tmp_path / "train.jsonl", rows(0, 600)),
+            "validation": _write(tmp_path / "val.jsonl", rows(5000, 90)),
+        }
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[f"+paper={preset}", "task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in files.items()) + "}"])
+        cfg = compose(
+            "train",
+            overrides=[
+                f"+paper={preset}",
+                "task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in files.items()) + "}",
+            ],
+        )
     assert cfg.data.val_split == "holdout"
     dm = hydra.utils.instantiate(cfg.data, task=hydra.utils.instantiate(cfg.task, _partial_=True))
     dm.setup("fit")

@@ -24,14 +24,32 @@ TASKS = {"alpha_task": "accuracy", "beta_task": "rouge2"}
 def _record(pair, task, method, temperature, n=None, score=0.5, acc=None, **extra):
     alpha, mean_tv = extra.pop("alpha", None), extra.pop("mean_tv", None)
     w = extra.pop("mean_w", extra.get("weight"))
-    return run_record(**{
-        "pair": pair, "task": task, "metric": TASKS[task], "method": method, "num_draft_tokens": n, "temperature": temperature,
-        "seed": 0, "n_examples": 20, "score": score, "score_ci_low": score - 0.05, "score_ci_high": score + 0.05,
-        "acceptance_rate": acc, "alpha": alpha, "mean_tv": mean_tv, "wall_time_s": 1.0,
-        "latency_s": 0.1 * (1 if acc is None else 2 - acc), "normalized_time": None,
-        "normalized_latency": 1.0 if acc is None else 2 - acc, "mean_w": w, "settings": f"s-{task}",
-        "settings_group": f"g-{pair}-{task}", **extra,
-    })  # fmt: skip
+    return run_record(
+        **{
+            "pair": pair,
+            "task": task,
+            "metric": TASKS[task],
+            "method": method,
+            "num_draft_tokens": n,
+            "temperature": temperature,
+            "seed": 0,
+            "n_examples": 20,
+            "score": score,
+            "score_ci_low": score - 0.05,
+            "score_ci_high": score + 0.05,
+            "acceptance_rate": acc,
+            "alpha": alpha,
+            "mean_tv": mean_tv,
+            "wall_time_s": 1.0,
+            "latency_s": 0.1 * (1 if acc is None else 2 - acc),
+            "normalized_time": None,
+            "normalized_latency": 1.0 if acc is None else 2 - acc,
+            "mean_w": w,
+            "settings": f"s-{task}",
+            "settings_group": f"g-{pair}-{task}",
+            **extra,
+        }
+    )
 
 
 def write_fixture(run_dir, head_a, head_b):
@@ -43,33 +61,95 @@ def write_fixture(run_dir, head_a, head_b):
         for task in TASKS:
             for t in (1.0, 0.1):
                 rows.append(_record(pair, task, "autoregressive", t, score=0.60))
-                rows.append(_record(pair, task, "lossless", t, 3, score=0.60, acc=0.40, alpha=0.5, mean_tv=0.5, verified_drafts=4000))
-                rows.append(_record(pair, task, "finetuned_draft", t, 3, score=0.59, acc=0.55, draft_model="/d/draft"))
+                rows.append(
+                    _record(
+                        pair,
+                        task,
+                        "lossless",
+                        t,
+                        3,
+                        score=0.60,
+                        acc=0.40,
+                        alpha=0.5,
+                        mean_tv=0.5,
+                        verified_drafts=4000,
+                    )
+                )
+                rows.append(
+                    _record(pair, task, "finetuned_draft", t, 3, score=0.59, acc=0.55, draft_model="/d/draft")
+                )
                 for w, score in ((0.0, 0.30), (0.5, 0.58), (0.8, 0.60), (1.0, 0.61)):
-                    alpha = 1 - w * 0.5 + (0.02 if (w, t, task, pair) == (0.5, 1.0, "alpha_task", "p1") else 0.0)
-                    rows.append(_record(pair, task, "static", t, 3, score=score, acc=alpha - 0.1, weight=w,
-                                        alpha=alpha, mean_tv=0.5, verified_drafts=4000))  # fmt: skip
+                    alpha = (
+                        1 - w * 0.5 + (0.02 if (w, t, task, pair) == (0.5, 1.0, "alpha_task", "p1") else 0.0)
+                    )
+                    rows.append(
+                        _record(
+                            pair,
+                            task,
+                            "static",
+                            t,
+                            3,
+                            score=score,
+                            acc=alpha - 0.1,
+                            weight=w,
+                            alpha=alpha,
+                            mean_tv=0.5,
+                            verified_drafts=4000,
+                        )
+                    )
                 for lenience, score in ((0.3, 0.40), (0.6, 0.50)):
-                    rows.append(_record(pair, task, "lossy", t, 3, score=score, acc=0.9 - lenience / 2, lenience=lenience))
+                    rows.append(
+                        _record(
+                            pair, task, "lossy", t, 3, score=score, acc=0.9 - lenience / 2, lenience=lenience
+                        )
+                    )
                 for head, trained in ((head_a, "alpha_task"), (head_b, "beta_task")):
                     own = trained == task
-                    rows.append(_record(pair, task, "dynamic", t, 3, score=0.62 if own else 0.50, acc=0.80 if own else 0.70,
-                                        head=str(head), head_task=trained if pair == "p1" else None,
-                                        mean_w=0.4, alpha=0.85, mean_tv=0.5))  # fmt: skip
+                    rows.append(
+                        _record(
+                            pair,
+                            task,
+                            "dynamic",
+                            t,
+                            3,
+                            score=0.62 if own else 0.50,
+                            acc=0.80 if own else 0.70,
+                            head=str(head),
+                            head_task=trained if pair == "p1" else None,
+                            mean_w=0.4,
+                            alpha=0.85,
+                            mean_tv=0.5,
+                        )
+                    )
     for r in rows:
         examples = []
         if r["method"] == "dynamic":
-            examples = [{"key": r["key"], "example_id": "ex1", "completion": " so 42.", "score": 1.0, "new_tokens": 4, "accepted_drafts": 2,
-                         "token_text": [" so", " 42", ".", "\n"], "token_w": [0.1, 0.9, 0.5, 0.3]}]  # fmt: skip
+            examples = [
+                {
+                    "key": r["key"],
+                    "example_id": "ex1",
+                    "completion": " so 42.",
+                    "score": 1.0,
+                    "new_tokens": 4,
+                    "accepted_drafts": 2,
+                    "token_text": [" so", " 42", ".", "\n"],
+                    "token_w": [0.1, 0.9, 0.5, 0.3],
+                }
+            ]
         store.write(r, examples)
     (run_dir / "settings").mkdir(exist_ok=True)
-    (run_dir / "settings" / "s-alpha_task.json").write_text(json.dumps({"pair": {"name": "p1"}, "task": {"task": "alpha_task"}, "seed": 0}))
+    (run_dir / "settings" / "s-alpha_task.json").write_text(
+        json.dumps({"pair": {"name": "p1"}, "task": {"task": "alpha_task"}, "seed": 0})
+    )
 
 
 @pytest.fixture
 def report_dir(tmp_path):
     head_a, head_b = tmp_path / "heads" / "a", tmp_path / "heads" / "b"
-    for head, task in ((head_a, "alpha_task"), (head_b, "beta_task")):  # p2's records lack head_task: read here
+    for head, task in (
+        (head_a, "alpha_task"),
+        (head_b, "beta_task"),
+    ):  # p2's records lack head_task: read here
         head.mkdir(parents=True)
         (head / "head_config.json").write_text(json.dumps({"task": task}))
     write_fixture(tmp_path / "run", head_a, head_b)
@@ -83,7 +163,9 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     d = mean_over_seeds(load_runs([report_dir / "run"]))
     table = paper_table(d, 1.0)
     acc, alpha, quality, time = "accepted/proposed %", "α = accepted/verified %", "quality ×100", "time / AR"
-    assert list(table.columns) == [(t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality, time)]
+    assert list(table.columns) == [
+        (t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality, time)
+    ]
     # time relative to autoregressive, per sample at batch 1 (b1): the fixture's latencies, one seed, no passes
     assert table.loc[("p1", "SD (lossless)", "3"), ("alpha_task", time)] == "1.60 b1"
     row = lambda pair, method, n, task="alpha_task": table.loc[(pair, method, n), task].tolist()[:3]  # noqa: E731
@@ -93,12 +175,19 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     assert row("p1", "SD, fine-tuned draft", "3", "beta_task")[::2] == ["55.00", "59.00 [54.00, 64.00]"]
     # no validation run: the oracle choice, labelled so; the best static weight at AR quality
     # (0.60 − CI half-width 0.05 = 0.55): w = 0.5, most acceptance
-    assert row("p1", "Static, oracle (chosen on test)", "3") == ["67.00", "77.00", "58.00 [53.00, 63.00] (w=0.5)"]
+    assert row("p1", "Static, oracle (chosen on test)", "3") == [
+        "67.00",
+        "77.00",
+        "58.00 [53.00, 63.00] (w=0.5)",
+    ]
     # no lossy setting reaches it: the best-scoring one, starred
     assert row("p1", "Lossy SD, oracle (chosen on test)", "3")[2] == "50.00 [45.00, 55.00] (l=0.6)*"
     # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json for p2)
     for pair in ("p1", "p2"):
-        assert table.loc[(pair, "DIVERSED", "3")].tolist() == ["80.00", "85.00", "62.00 [57.00, 67.00]", "1.20 b1"] * 2
+        assert (
+            table.loc[(pair, "DIVERSED", "3")].tolist()
+            == ["80.00", "85.00", "62.00 [57.00, 67.00]", "1.20 b1"] * 2
+        )
     assert len(df) == 2 * 2 * 2 * 11
     # two fine-tuned drafts in one cell: a row each, named by the draft
     twice = pd.concat([d, d[d["method"] == "finetuned_draft"].assign(draft_model="/d/other", score=0.3)])
@@ -108,13 +197,19 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     published_row = with_paper.loc[("Llama 8B/1B (paper)", "DIVERSED", "?"), "gsm8k"].tolist()
     assert published_row == ["72.61 (undefined in the paper)", "", "67", ""]  # no α published, no time
     assert {"gsm8k", "xsum", "mbpp"} <= set(with_paper.columns.get_level_values("task"))
-    assert paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), ("mbpp", quality)] == "67"
+    assert (
+        paper_table(d, 0.1, paper=True).loc[("Qwen3 8B/0.6B (paper)", "SD", "?"), ("mbpp", quality)] == "67"
+    )
 
     transfer = transfer_table(d, 1.0)
-    assert transfer.loc[("p1", "head trained on alpha_task", "3")].tolist() == ["80.00 / 62.00 [57.00, 67.00]",
-                                                                                "70.00 / 50.00 [45.00, 55.00]"]
-    assert transfer.loc[("p2", "head trained on beta_task", "3")].tolist() == ["70.00 / 50.00 [45.00, 55.00]",
-                                                                               "80.00 / 62.00 [57.00, 67.00]"]
+    assert transfer.loc[("p1", "head trained on alpha_task", "3")].tolist() == [
+        "80.00 / 62.00 [57.00, 67.00]",
+        "70.00 / 50.00 [45.00, 55.00]",
+    ]
+    assert transfer.loc[("p2", "head trained on beta_task", "3")].tolist() == [
+        "70.00 / 50.00 [45.00, 55.00]",
+        "80.00 / 62.00 [57.00, 67.00]",
+    ]
     assert transfer.loc[("p1", "SD (lossless)", "3"), "beta_task"] == "40.00 / 60.00 [55.00, 65.00]"
     assert transfer_table(d[d["method"] != "dynamic"], 1.0) is None
     paper3 = transfer_table(d, 1.0, paper=True)
@@ -128,14 +223,19 @@ def test_the_report_writes_every_table_and_figure(report_dir):
     for name in ("table_T1", "table_T0.1", "transfer_T1", "transfer_T0.1"):
         assert (out / f"{name}.md").is_file() and (out / f"{name}.csv").is_file(), name
     figs = out / "figures"
-    for stem in ("acceptance_vs_w_p1_alpha_task_T1", "acceptance_vs_w_p2_beta_task_T0.1", "quality_vs_time_alpha_task_T1",
-                 "time_vs_acceptance_beta_task_T0.1", "pareto_p1_alpha_task_T1"):  # fmt: skip
+    for stem in (
+        "acceptance_vs_w_p1_alpha_task_T1",
+        "acceptance_vs_w_p2_beta_task_T0.1",
+        "quality_vs_time_alpha_task_T1",
+        "time_vs_acceptance_beta_task_T0.1",
+        "pareto_p1_alpha_task_T1",
+    ):
         for fmt in ("png", "pdf"):
             assert (figs / f"{stem}.{fmt}").stat().st_size > 1000, stem
     pages = sorted(figs.glob("head_learned_*.html"))
     assert len(pages) == 2 * 2 * 2 * 2  # per pair, task, temperature and head
     html = pages[0].read_text()
-    assert html.count("<span style=\"background:") >= 4 and 'title="w=0.90"' in html and "trained on" in html
+    assert html.count('<span style="background:') >= 4 and 'title="w=0.90"' in html and "trained on" in html
     assert len(list(figs.glob("w_by_token_class_*.png"))) == len(pages)
     readme = (out / "README.md").read_text()
     # Proposition 1's caption names the largest gap: the one point 0.02 off
@@ -153,8 +253,18 @@ def test_the_report_writes_every_table_and_figure(report_dir):
 def test_prop1_gap_in_standard_errors():
     import pandas as pd
 
-    d = pd.DataFrame([{"method": "static", "weight": 0.5, "alpha": 0.77, "mean_tv": 0.5, "verified_drafts": 10000,
-                       "num_draft_tokens": 3}])  # fmt: skip
+    d = pd.DataFrame(
+        [
+            {
+                "method": "static",
+                "weight": 0.5,
+                "alpha": 0.77,
+                "mean_tv": 0.5,
+                "verified_drafts": 10000,
+                "num_draft_tokens": 3,
+            }
+        ]
+    )
     g = prop1_gaps(d).iloc[0]
     assert g["predicted"] == 0.75 and g["gap"] == pytest.approx(0.02)
     assert g["gap_se"] == pytest.approx(0.02 / math.sqrt(0.77 * 0.23 / 10000))
@@ -168,17 +278,38 @@ def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_
 
     rows = []
     for seed, ar_time in ((0, 1.0), (1, 2.0)):
-        for method, n, w, t, tokens in (("autoregressive", None, None, ar_time, 100), ("lossless", 3, None, 0.8, 100),
-                                        ("static", 3, 0.5, 0.6, 50), ("static", 3, 1.0, 0.7 + 0.1 * seed, 100)):  # fmt: skip
-            rows.append(_record("p1", "alpha_task", method, 1.0, n, acc=None if n is None else 0.5, weight=w, seed=seed,
-                                wall_time_s=t, new_tokens=tokens, normalized_latency=None, latency_s=None,
-                                settings=f"s{seed}", timing={"batch_size": 4}))  # fmt: skip
+        for method, n, w, t, tokens in (
+            ("autoregressive", None, None, ar_time, 100),
+            ("lossless", 3, None, 0.8, 100),
+            ("static", 3, 0.5, 0.6, 50),
+            ("static", 3, 1.0, 0.7 + 0.1 * seed, 100),
+        ):
+            rows.append(
+                _record(
+                    "p1",
+                    "alpha_task",
+                    method,
+                    1.0,
+                    n,
+                    acc=None if n is None else 0.5,
+                    weight=w,
+                    seed=seed,
+                    wall_time_s=t,
+                    new_tokens=tokens,
+                    normalized_latency=None,
+                    latency_s=None,
+                    settings=f"s{seed}",
+                    timing={"batch_size": 4},
+                )
+            )
     store = ResultStore(tmp_path / "run")
     for r in rows:  # without normalized_time: load_results normalises as evaluate does
         store.write(r, [])
     df = load_results(tmp_path / "run")
     by_seed = df.set_index(["method", "weight", "seed"])
-    assert by_seed.loc[("lossless", None, 1), "normalized_time"] == pytest.approx(0.4)  # 0.8 / its own seed's 2.0
+    assert by_seed.loc[("lossless", None, 1), "normalized_time"] == pytest.approx(
+        0.4
+    )  # 0.8 / its own seed's 2.0
     d = with_times(mean_over_seeds(df), df)
     lossless = d.set_index("method").loc["lossless"]
     assert lossless["normalized_time"] == pytest.approx(0.6)
@@ -194,14 +325,28 @@ def test_quality_vs_time_draws_time_per_sample_and_per_token_with_intervals(tmp_
     for ax in fig.axes:  # horizontal bars on the points
         assert any(c.has_xerr for c in ax.containers)
     half = d.set_index(["method", "weight"]).loc[("static", 0.5)]
-    assert half["normalized_time_per_token_s"] == pytest.approx(2 * half["normalized_time"])  # half the tokens
+    assert half["normalized_time_per_token_s"] == pytest.approx(
+        2 * half["normalized_time"]
+    )  # half the tokens
 
 
 def test_token_classes():
-    assert [token_class(t) for t in ["42", " 3.5", " the", "Paris", ".", ",", " def", "(", "x_1", " ", "\n", "é!"]] == [
-        "digits", "digits", "words", "words", "punctuation", "punctuation", "code", "code", "code", "whitespace",
-        "whitespace", "other",
-    ]  # fmt: skip
+    assert [
+        token_class(t) for t in ["42", " 3.5", " the", "Paris", ".", ",", " def", "(", "x_1", " ", "\n", "é!"]
+    ] == [
+        "digits",
+        "digits",
+        "words",
+        "words",
+        "punctuation",
+        "punctuation",
+        "code",
+        "code",
+        "code",
+        "whitespace",
+        "whitespace",
+        "other",
+    ]
 
 
 def test_bad_input_is_named(tmp_path, capsys):
@@ -218,17 +363,41 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     from diversed.evaluate import evaluate
     from diversed.train import train
 
-    small = ["+experiment=toy", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2",
-             "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=4", "data.val_batch_size=4",
-             "data.n_train=16", "model.max_new_tokens=6"]  # fmt: skip
+    small = [
+        "+experiment=toy",
+        "logger=none",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "trainer.enable_progress_bar=false",
+        "data.batch_size=4",
+        "data.n_val=4",
+        "data.val_batch_size=4",
+        "data.n_train=16",
+        "model.max_new_tokens=6",
+    ]
     head = train(compose_run("train", tmp_path / "train", toy_tiny_dir, small))["head_dir"]
     runs = []
     for task in ("toy", "toy_count"):
-        cfg = compose_run("evaluate", tmp_path / task, toy_tiny_dir, [
-            "+experiment=toy", f"task={task}", "task.n_examples=6", "sweep.methods=[autoregressive,lossless,static,dynamic]",
-            "sweep.weights=[0.5,1.0]", "sweep.draft_lengths=[2]", "sweep.temperatures=[1.0]", f"sweep.heads=[{head}]",
-            "sweep.token_w=true", "timing.repeats=1", "timing.latency=true", "timing.latency_examples=2", "runtime.progress=false",
-        ])  # fmt: skip
+        cfg = compose_run(
+            "evaluate",
+            tmp_path / task,
+            toy_tiny_dir,
+            [
+                "+experiment=toy",
+                f"task={task}",
+                "task.n_examples=6",
+                "sweep.methods=[autoregressive,lossless,static,dynamic]",
+                "sweep.weights=[0.5,1.0]",
+                "sweep.draft_lengths=[2]",
+                "sweep.temperatures=[1.0]",
+                f"sweep.heads=[{head}]",
+                "sweep.token_w=true",
+                "timing.repeats=1",
+                "timing.latency=true",
+                "timing.latency_examples=2",
+                "runtime.progress=false",
+            ],
+        )
         runs.append(evaluate(cfg))
     dyn = load_results(runs[1]).query("method == 'dynamic'").iloc[0]
     assert dyn["head_task"] == "toy" and dyn["verified_drafts"] > 0
@@ -247,10 +416,21 @@ def test_proposition_1_holds_on_the_toy_pair(tmp_path, toy_pair_dir):
     """At T = 1 the measured α of every static point agrees with 1 − w·mean_tv within sampling error."""
     from diversed.evaluate import evaluate
 
-    cfg = compose_run("evaluate", tmp_path / "run", toy_pair_dir, [
-        "+experiment=toy", "task.n_examples=200", "sweep.methods=[static]", "sweep.weights=[0.2,0.5,0.8,1.0]",
-        "sweep.draft_lengths=[3,5]", "sweep.temperatures=[1.0]", "timing.repeats=0", "runtime.progress=false",
-    ])  # fmt: skip
+    cfg = compose_run(
+        "evaluate",
+        tmp_path / "run",
+        toy_pair_dir,
+        [
+            "+experiment=toy",
+            "task.n_examples=200",
+            "sweep.methods=[static]",
+            "sweep.weights=[0.2,0.5,0.8,1.0]",
+            "sweep.draft_lengths=[3,5]",
+            "sweep.temperatures=[1.0]",
+            "timing.repeats=0",
+            "runtime.progress=false",
+        ],
+    )
     gaps = prop1_gaps(load_results(evaluate(cfg)))
     assert len(gaps) == 8
     assert (gaps["gap_se"] < 4).all(), gaps[["weight", "num_draft_tokens", "alpha", "predicted", "gap_se"]]

@@ -28,8 +28,17 @@ from diversed.sweep.results import (
 FIXTURE = Path(__file__).parent / "fixtures" / "results_small.jsonl"
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = dict(pair="tiny", task="gsm8k", method="static", weight=0.5, head=None, num_draft_tokens=4,
-            temperature=0.0, seed=0, n_examples=3)  # fmt: skip
+BASE = dict(
+    pair="tiny",
+    task="gsm8k",
+    method="static",
+    weight=0.5,
+    head=None,
+    num_draft_tokens=4,
+    temperature=0.0,
+    seed=0,
+    n_examples=3,
+)
 
 
 def point(**overrides) -> dict:
@@ -62,8 +71,17 @@ def test_grid_key_is_deterministic_and_normalised():
 
 
 def test_grid_key_distinct_for_every_field():
-    changed = dict(pair="other", task="cnndm", method="lossless", weight=0.25, head="h.pt",
-                   num_draft_tokens=8, temperature=1.0, seed=1, n_examples=4)  # fmt: skip
+    changed = dict(
+        pair="other",
+        task="cnndm",
+        method="lossless",
+        weight=0.25,
+        head="h.pt",
+        num_draft_tokens=8,
+        temperature=1.0,
+        seed=1,
+        n_examples=4,
+    )
     assert set(changed) == set(GRID_FIELDS)
     keys = {grid_key(**BASE)} | {grid_key(**{**BASE, f: v}) for f, v in changed.items()}
     assert len(keys) == 1 + len(GRID_FIELDS)

@@ -26,17 +26,40 @@ PROMPT = torch.tensor([[5, 17, 33, 8, 61, 12]])
 
 def first_tokens(target, draft, verifier, seed=1, **kwargs):
     """The first emitted token of N_ROWS copies of PROMPT, with one draft at stake, and the stats."""
-    out = speculative_generate(target, draft, PROMPT.expand(N_ROWS, -1), verifier=verifier, num_draft_tokens=3,
-                               max_new_tokens=2, do_sample=True, generator=torch.Generator().manual_seed(seed),
-                               eos_token_id=[], **kwargs)  # fmt: skip
+    out = speculative_generate(
+        target,
+        draft,
+        PROMPT.expand(N_ROWS, -1),
+        verifier=verifier,
+        num_draft_tokens=3,
+        max_new_tokens=2,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(seed),
+        eos_token_id=[],
+        **kwargs,
+    )
     return out.sequences[:, PROMPT.shape[1]], out.stats
 
 
 def same_tokens(target, draft, a, b, **kwargs):
     ids, mask = ragged_prompts()
-    outs = [speculative_generate(target, draft, ids, mask, verifier=v, num_draft_tokens=3, max_new_tokens=20,
-                                 generator=torch.Generator().manual_seed(4), **kwargs) for v in (a, b)]  # fmt: skip
-    return torch.equal(outs[0].sequences, outs[1].sequences) and torch.equal(outs[0].stats.accepted, outs[1].stats.accepted)
+    outs = [
+        speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=v,
+            num_draft_tokens=3,
+            max_new_tokens=20,
+            generator=torch.Generator().manual_seed(4),
+            **kwargs,
+        )
+        for v in (a, b)
+    ]
+    return torch.equal(outs[0].sequences, outs[1].sequences) and torch.equal(
+        outs[0].stats.accepted, outs[1].stats.accepted
+    )
 
 
 def close(rate: float, expected: float, n: int = N_ROWS) -> bool:
@@ -66,7 +89,9 @@ def test_lossy_first_token_has_the_distribution_its_rule_implies(pair):
 
 def test_lossy_acceptance_rises_as_lenience_falls(pair):
     target, draft = pair
-    rates = [first_tokens(target, draft, LossySD(lenience))[1].acceptance_rate for lenience in (1.0, 0.6, 0.3, 0.1)]
+    rates = [
+        first_tokens(target, draft, LossySD(lenience))[1].acceptance_rate for lenience in (1.0, 0.6, 0.3, 0.1)
+    ]
     assert rates == sorted(rates) and rates[-1] - rates[0] > 0.1
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         LossySD(0.0)
@@ -99,11 +124,25 @@ def test_a_cascade_that_always_defers_is_lossless_and_one_that_never_does_accept
     for do_sample in (False, True):  # with the target's bonus rule, the same random draws as lossless
         assert same_tokens(target, draft, always, Lossless(), do_sample=do_sample, bonus_token="target")
     ids, mask = ragged_prompts()
-    out = speculative_generate(target, draft, ids, mask, verifier=never, num_draft_tokens=3, max_new_tokens=12,
-                               do_sample=True, generator=torch.Generator().manual_seed(0), eos_token_id=[])
+    out = speculative_generate(
+        target,
+        draft,
+        ids,
+        mask,
+        verifier=never,
+        num_draft_tokens=3,
+        max_new_tokens=12,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(0),
+        eos_token_id=[],
+    )
     assert out.stats.acceptance_rate == 1.0 and out.stats.mean_w == 0.0
-    greedy = speculative_generate(target, draft, ids, mask, verifier=never, max_new_tokens=12, eos_token_id=[])
-    alone = draft.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+    greedy = speculative_generate(
+        target, draft, ids, mask, verifier=never, max_new_tokens=12, eos_token_id=[]
+    )
+    alone = draft.generate(
+        ids, attention_mask=mask, do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0
+    )
     assert torch.equal(greedy.sequences, alone)  # never deferring, greedy: the draft's own text
 
 
@@ -119,9 +158,18 @@ def test_cascade_first_token_and_acceptance_follow_its_mixture(pair):
     ids, mask = ragged_prompts(lengths=(5, 9, 3, 7, 6, 4, 8, 5))
     rates = []
     for alpha in (0.0, 0.3, 0.6, 0.9):
-        out = speculative_generate(target, draft, ids.repeat(50, 1), mask.repeat(50, 1), verifier=Cascade("chow", alpha),
-                                   num_draft_tokens=3, max_new_tokens=8, do_sample=True, eos_token_id=[],
-                                   generator=torch.Generator().manual_seed(2))  # fmt: skip
+        out = speculative_generate(
+            target,
+            draft,
+            ids.repeat(50, 1),
+            mask.repeat(50, 1),
+            verifier=Cascade("chow", alpha),
+            num_draft_tokens=3,
+            max_new_tokens=8,
+            do_sample=True,
+            eos_token_id=[],
+            generator=torch.Generator().manual_seed(2),
+        )
         rates.append(out.stats.acceptance_rate)
     assert rates == sorted(rates) and rates[-1] > rates[0]
 
@@ -164,12 +212,18 @@ def test_typical_first_token_and_greedy(pair):
     # greedy: Medusa at temperature 0 is lossless greedy
     assert same_tokens(target, draft, rule, Lossless())
     # a lower ε accepts more
-    rates = [first_tokens(target, draft, TypicalAcceptance(e, 0.3))[1].acceptance_rate for e in (0.5, 0.1, 0.02, 0.001)]
+    rates = [
+        first_tokens(target, draft, TypicalAcceptance(e, 0.3))[1].acceptance_rate
+        for e in (0.5, 0.1, 0.02, 0.001)
+    ]
     assert rates == sorted(rates) and rates[-1] > rates[0]
 
 
-@pytest.mark.parametrize("no_drafts", [{"max_new_tokens": 1}, {"max_new_tokens": 2, "first_token": "target"}],
-                         ids=["budget", "target-first"])  # fmt: skip
+@pytest.mark.parametrize(
+    "no_drafts",
+    [{"max_new_tokens": 1}, {"max_new_tokens": 2, "first_token": "target"}],
+    ids=["budget", "target-first"],
+)
 def test_a_round_without_drafts_emits_from_the_rules_own_law(pair, no_drafts):
     """A round with no drafts (the budget leaves room for one token only, or the target's own first
     token) emits from the rule's bonus law, typical(p) = p restricted to the tokens that pass the
@@ -179,9 +233,17 @@ def test_a_round_without_drafts_emits_from_the_rules_own_law(pair, no_drafts):
     typical = torch.where(p >= typical_threshold(p, 0.05, 0.3), p, 0.0)
     typical = typical / typical.sum()
     rule = TypicalAcceptance(0.05, 0.3)
-    out = speculative_generate(target, draft, PROMPT.expand(N_ROWS, -1), verifier=rule, num_draft_tokens=3,
-                               do_sample=True, generator=torch.Generator().manual_seed(1), eos_token_id=[],
-                               **no_drafts)  # fmt: skip
+    out = speculative_generate(
+        target,
+        draft,
+        PROMPT.expand(N_ROWS, -1),
+        verifier=rule,
+        num_draft_tokens=3,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(1),
+        eos_token_id=[],
+        **no_drafts,
+    )
     first = out.sequences[:, PROMPT.shape[1]]
     assert out.stats.num_draft_tokens[0] == 0  # the round that emitted it had no drafts
     assert chi2_pvalue(first, typical) > 1e-3

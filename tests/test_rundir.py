@@ -53,10 +53,14 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypat
 def test_a_kill_during_a_write_leaves_the_old_file_and_a_temp_file_the_writer_removes(tmp_path):
     path = tmp_path / "a.json"
     atomic.write_file(path, "old\n")
-    child = ("import os, sys; from diversed import atomic\n"
-             "def dying(fd, data):\n    os.write(fd, data[:5]); os._exit(9)\n"
-             "atomic.write_all = dying\natomic.write_file(sys.argv[1], 'new, and longer\\n')")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", child, str(path)], cwd=ROOT, capture_output=True, timeout=120)
+    child = (
+        "import os, sys; from diversed import atomic\n"
+        "def dying(fd, data):\n    os.write(fd, data[:5]); os._exit(9)\n"
+        "atomic.write_all = dying\natomic.write_file(sys.argv[1], 'new, and longer\\n')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", child, str(path)], cwd=ROOT, capture_output=True, timeout=120
+    )
     assert proc.returncode == 9, proc.stderr
     assert path.read_text() == "old\n"
     (leftover,) = [p for p in tmp_path.iterdir() if p != path]
@@ -73,7 +77,10 @@ def test_settings_are_kept_once_and_written_again_where_torn(tmp_path):
     assert json.loads(s.read_text()) == settings and c.read_text() == "seed: 0\n"
     rundir.keep_settings(tmp_path, "d1", {"seed": 1}, lambda: "seed: 1\n")  # a readable one is never replaced
     assert json.loads(s.read_text()) == settings and c.read_text() == "seed: 0\n"
-    for torn in (b"", s.read_bytes()[:9]):  # what a kill or a full disk left behind an older version's plain write
+    for torn in (
+        b"",
+        s.read_bytes()[:9],
+    ):  # what a kill or a full disk left behind an older version's plain write
         s.write_bytes(torn)
         c.write_bytes(b"")
         rundir.keep_settings(tmp_path, "d1", settings, config)
@@ -83,12 +90,16 @@ def test_settings_are_kept_once_and_written_again_where_torn(tmp_path):
 # ----------------------------------------------------------------------------- the lock
 
 
-HOLDER = ("import sys, time; from diversed import rundir; lock = rundir.hold(sys.argv[1]); lock.__enter__(); "
-          "print('held', flush=True); time.sleep(120)")
+HOLDER = (
+    "import sys, time; from diversed import rundir; lock = rundir.hold(sys.argv[1]); lock.__enter__(); "
+    "print('held', flush=True); time.sleep(120)"
+)
 
 
 def test_a_second_writer_is_refused_with_who_holds_the_directory_and_a_killed_holder_blocks_nothing(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ConfigError) as e, rundir.hold(tmp_path):
@@ -136,21 +147,46 @@ def test_the_job_log_and_hydras_config_copy_do_not_stop_a_read_only_run(tmp_path
 
 
 def _point(method: str, **fields) -> dict:
-    return run_record(pair="p", task="t", metric="accuracy", method=method, temperature=1.0, seed=0, n_examples=3,
-                      settings="s1", settings_group="g", score=2 / 3, score_ci_low=0.2, score_ci_high=0.9,
-                      wall_time_s=1.0, **fields)  # fmt: skip
+    return run_record(
+        pair="p",
+        task="t",
+        metric="accuracy",
+        method=method,
+        temperature=1.0,
+        seed=0,
+        n_examples=3,
+        settings="s1",
+        settings_group="g",
+        score=2 / 3,
+        score_ci_low=0.2,
+        score_ci_high=0.9,
+        wall_time_s=1.0,
+        **fields,
+    )
 
 
 BAD_RECORDS = [  # (line, what the warning says)
     (b'{"pair": "p\xff", "task": "t"}', "not UTF-8"),
     (b"[1, 2, 3]", "a JSON list, not a record"),
     (b'{"score": 1}', "no pair"),
-    (b'{"pair": "p", "task": "t", "method": "lossless", "num_draft_tokens": 2, "score": 0.5}', "no temperature"),
-    (b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 3, "temperature": 1.0, '
-     b'"score": 9.5}', "score is 9.5"),
-    (b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 4, "temperature": 1.0, '
-     b'"score": NaN}', "score is nan"),
-    (b'{"pair": "p", "task": "t", "method": "lossless", "temperature": 1.0, "wall_time_s": 1e999}', "wall_time_s is inf"),
+    (
+        b'{"pair": "p", "task": "t", "method": "lossless", "num_draft_tokens": 2, "score": 0.5}',
+        "no temperature",
+    ),
+    (
+        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 3, "temperature": 1.0, '
+        b'"score": 9.5}',
+        "score is 9.5",
+    ),
+    (
+        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 4, "temperature": 1.0, '
+        b'"score": NaN}',
+        "score is nan",
+    ),
+    (
+        b'{"pair": "p", "task": "t", "method": "lossless", "temperature": 1.0, "wall_time_s": 1e999}',
+        "wall_time_s is inf",
+    ),
     (b'{"pair": "p", "task": "t", "method": "lossless", "temperature": "hot"}', "temperature is 'hot'"),
     (b'{"pair": "p", "task": "t", "method": "lossless", "temperature": 1.0, "key": 5}', "key is 5"),
     (b'{"pair": "p", "task": ', "not JSON"),
@@ -159,7 +195,10 @@ BAD_EXAMPLES = [
     (b'{"example_id": "\xff"}', "not UTF-8"),
     (b"[1]", "a JSON list, not an example row"),
     (b'{"score": 1}', "example_id is None"),
-    (b'{"example_id": "9", "key": "another point", "score": 1.0}', "key 'another point' is another grid point's"),
+    (
+        b'{"example_id": "9", "key": "another point", "score": 1.0}',
+        "key 'another point' is another grid point's",
+    ),
     (b'{"example_id": "9", "score": 2.0}', "score is 2.0"),
     (b'{"example_id": "9", "score": 1.0, "token_text": ["a"], "token_w": [0.5, 0.5]}', "token_w"),
 ]
@@ -171,9 +210,18 @@ def damaged_run(tmp_path):
     line after its records and its first point's examples, a torn last line, and a torn settings file."""
     run = tmp_path / "run"
     store = ResultStore(run)
-    rows = [dict(example_id=str(i), completion="c", score=float(i % 2), new_tokens=2, accepted_drafts=1) for i in range(3)]
-    records = [store.write(r, rows) for r in (_point("autoregressive"), _point("lossless", num_draft_tokens=2),
-                                              _point("static", weight=0.5, num_draft_tokens=2))]  # fmt: skip
+    rows = [
+        dict(example_id=str(i), completion="c", score=float(i % 2), new_tokens=2, accepted_drafts=1)
+        for i in range(3)
+    ]
+    records = [
+        store.write(r, rows)
+        for r in (
+            _point("autoregressive"),
+            _point("lossless", num_draft_tokens=2),
+            _point("static", weight=0.5, num_draft_tokens=2),
+        )
+    ]
     with open(run / "results.jsonl", "ab") as f:
         f.write(b"".join(line + b"\n" for line, _ in BAD_RECORDS) + b'{"pair": "torn')
     with open(examples_path(run, records[0]["key"]), "ab") as f:
@@ -184,7 +232,9 @@ def damaged_run(tmp_path):
 
 def _named(caught, path: Path, bad: list[tuple[bytes, str]], first_line: int) -> None:
     """One warning names every bad line of `path`: its number and why."""
-    (message,) = {str(w.message) for w in caught if str(w.message).startswith(f"{path}:")}  # (each read says the same)
+    (message,) = {
+        str(w.message) for w in caught if str(w.message).startswith(f"{path}:")
+    }  # (each read says the same)
     assert f"skipping {len(bad)} unreadable lines" in message, message
     for i, (_, why) in enumerate(bad):
         assert f"line {first_line + i}: {why}" in message, (why, message)
@@ -207,7 +257,7 @@ def test_every_reader_survives_each_bad_line_and_names_it(damaged_run, tmp_path)
         "export": lambda: show.run([str(run), "--export", str(tmp_path / "all.csv")]),
         "report": lambda: report.run([str(run), "--out", str(tmp_path / "report"), "--formats", "png"]),
         "plot": lambda: plot.run([str(run), "--out", str(tmp_path / "plots"), "--formats", "png"]),
-    }.items():  # fmt: skip
+    }.items():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             call()

@@ -71,13 +71,25 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict | str]:
             DIVERSED_SANDBOX=CONFIGS[config] or "", DVX_SECRET=secrets.token_hex(16), HOME=str(root / "home")
         )
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        spec = {"config": config, "cases": [c.name for c in cases], "out": str(root), "repo": str(REPO),
-                "timeout": TIMEOUT, "workers": WORKERS, "require": sorted(active)}  # fmt: skip
+        spec = {
+            "config": config,
+            "cases": [c.name for c in cases],
+            "out": str(root),
+            "repo": str(REPO),
+            "timeout": TIMEOUT,
+            "workers": WORKERS,
+            "require": sorted(active),
+        }
         (root / "spec.json").write_text(json.dumps(spec))
         proc = subprocess.Popen(
             [sys.executable, str(EVALUATOR), str(root / "spec.json")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=root, start_new_session=True, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=root,
+            start_new_session=True,
+            text=True,
+        )
         running[config] = (proc, env["DVX_SECRET"], active)
     for config, (proc, secret, active) in running.items():
         try:

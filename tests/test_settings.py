@@ -15,12 +15,31 @@ from diversed import CONFIG_DIR
 from diversed.config.schema import ConfigError, check_distill, check_evaluate, check_train
 from diversed.train import train
 
-EVAL = ["+experiment=toy", "task.n_examples=4", "task.max_new_tokens=4", "sweep.batch_size=2", "sweep.draft_lengths=[2]",
-        "sweep.weights=[0.5]", "sweep.temperatures=[1.0]", "sweep.methods=[autoregressive,lossless,static]",
-        "timing.warmup=0", "timing.repeats=0", "runtime.progress=false"]  # fmt: skip
-TRAIN = ["+experiment=toy", "logger=none", "trainer.max_steps=2", "trainer.val_check_interval=2",
-         "trainer.enable_progress_bar=false", "data.batch_size=2", "data.n_val=2", "data.val_batch_size=2",
-         "data.n_train=4", "model.max_new_tokens=4"]  # fmt: skip
+EVAL = [
+    "+experiment=toy",
+    "task.n_examples=4",
+    "task.max_new_tokens=4",
+    "sweep.batch_size=2",
+    "sweep.draft_lengths=[2]",
+    "sweep.weights=[0.5]",
+    "sweep.temperatures=[1.0]",
+    "sweep.methods=[autoregressive,lossless,static]",
+    "timing.warmup=0",
+    "timing.repeats=0",
+    "runtime.progress=false",
+]
+TRAIN = [
+    "+experiment=toy",
+    "logger=none",
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "data.batch_size=2",
+    "data.n_val=2",
+    "data.val_batch_size=2",
+    "data.n_train=4",
+    "model.max_new_tokens=4",
+]
 
 
 @pytest.fixture
@@ -45,8 +64,12 @@ def data(tmp_path):
     return {
         "empty": write(tmp_path / "empty.jsonl", ""),
         "fields": write(tmp_path / "fields.jsonl", json.dumps({"question": "1+2?", "answer": "3"}) + "\n"),
-        "broken": write(tmp_path / "broken.jsonl", json.dumps(good) + "\n" + json.dumps(good) + "\n{'prompt': 'Q'}\n"),
-        "long": write(tmp_path / "long.jsonl", json.dumps({**good, "prompt": "Q: " + "1+" * 400 + "1="}) + "\n"),
+        "broken": write(
+            tmp_path / "broken.jsonl", json.dumps(good) + "\n" + json.dumps(good) + "\n{'prompt': 'Q'}\n"
+        ),
+        "long": write(
+            tmp_path / "long.jsonl", json.dumps({**good, "prompt": "Q: " + "1+" * 400 + "1="}) + "\n"
+        ),
         "missing": tmp_path / "nowhere" / "test.jsonl",
     }
 
@@ -63,7 +86,10 @@ def wide_draft(tmp_path, toy_tiny_dir):
 
 
 EVAL_CASES = {
-    "negative n": (["task.n_examples=-1"], r"task\.n_examples=-1.*greater than or equal to 1.*null keeps every"),
+    "negative n": (
+        ["task.n_examples=-1"],
+        r"task\.n_examples=-1.*greater than or equal to 1.*null keeps every",
+    ),
     "zero n": (["task.n_examples=0"], r"task\.n_examples=0"),
     "fractional N": (["sweep.draft_lengths=[2.7]"], r"sweep\.draft_lengths\[0\]=2\.7.*integer"),
     "zero batch": (["sweep.batch_size=0"], r"sweep\.batch_size=0"),
@@ -75,14 +101,29 @@ EVAL_CASES = {
     "forward": (["pair.forward=fast"], r"pair\.forward='fast'"),
     "not a head": (["sweep.heads=[/nonexistent/head]", "sweep.methods=[dynamic]"], "not a saved head"),
     "empty data": (["task.data_files={data[empty]}"], r"empty\.jsonl.*has no rows"),
-    "wrong fields": (["task.data_files={data[fields]}"], r"row 1 lacks \['prompt'\].*needs the fields prompt, answer"),
+    "wrong fields": (
+        ["task.data_files={data[fields]}"],
+        r"row 1 lacks \['prompt'\].*needs the fields prompt, answer",
+    ),
     "missing file": (["task.data_files={data[missing]}"], r"nowhere/test\.jsonl does not exist"),
     "broken line": (["task.data_files={data[broken]}"], r"broken\.jsonl:3: not a JSON row"),
-    "too long": (["task.data_files={data[long]}"], r"longest prompt has \d+ tokens.*512 positions.*task\.max_prompt_tokens=508"),
+    "too long": (
+        ["task.data_files={data[long]}"],
+        r"longest prompt has \d+ tokens.*512 positions.*task\.max_prompt_tokens=508",
+    ),
     # what Hydra's own hint suggests for a typo: with +, a key that nothing reads
-    "unknown key": (["+sweep.weight=[0.9]"], r"sweep\.weight=\[0\.9\]: unknown key; did you mean sweep\.weights\?"),
-    "unknown task key": (["+task.max_prompt_token=3"], r"task\.max_prompt_token=3: unknown key; did you mean task\.max_prompt_tokens\?"),
-    "unknown pair key": (["+pair.dtyp=float16"], r"pair\.dtyp='float16': unknown key; did you mean pair\.dtype\?"),
+    "unknown key": (
+        ["+sweep.weight=[0.9]"],
+        r"sweep\.weight=\[0\.9\]: unknown key; did you mean sweep\.weights\?",
+    ),
+    "unknown task key": (
+        ["+task.max_prompt_token=3"],
+        r"task\.max_prompt_token=3: unknown key; did you mean task\.max_prompt_tokens\?",
+    ),
+    "unknown pair key": (
+        ["+pair.dtyp=float16"],
+        r"pair\.dtyp='float16': unknown key; did you mean pair\.dtype\?",
+    ),
     "unknown top key": (["+sweeps.weights=[0.9]"], r"sweeps=.*unknown key; did you mean sweep\?"),
 }
 
@@ -114,13 +155,31 @@ TRAIN_CASES = {
     "group baseline": (["model.baseline=group"], r"needs model\.num_samples >= 2"),
     "bad lr": (["model.optimizer.lr=0"], r"model\.optimizer\.lr=0"),
     "bad schedule": (["model.lr_schedule=step"], r"model\.lr_schedule='step'"),
-    "test selects": (["data.val_split=test"], r"data\.val_split='test' is the split the task is evaluated on.*holdout"),
-    "test trains": (["task.split=validation"], r"data\.val_split='validation' is the split the task is evaluated on"),
+    "test selects": (
+        ["data.val_split=test"],
+        r"data\.val_split='test' is the split the task is evaluated on.*holdout",
+    ),
+    "test trains": (
+        ["task.split=validation"],
+        r"data\.val_split='validation' is the split the task is evaluated on",
+    ),
     "empty data": (["task.data_files={{train: {data[empty]}, validation: {data[empty]}}}"], "has no rows"),
-    "unknown trainer key": (["+trainer.max_step=3"], r"trainer\.max_step=3: unknown key; did you mean trainer\.max_steps\?"),
-    "unknown head key": (["+head.hidden_size=[8]"], r"head\.hidden_size=\[8\]: unknown key; did you mean head\.hidden_sizes"),
-    "unknown optimizer key": (["+model.optimizer.lrr=1"], r"model\.optimizer\.lrr=1: unknown key; did you mean model\.optimizer\.lr\?"),
-    "unknown callback key": (["+callbacks.model_checkpoint.monitr=x"], r"did you mean callbacks\.model_checkpoint\.monitor\?"),
+    "unknown trainer key": (
+        ["+trainer.max_step=3"],
+        r"trainer\.max_step=3: unknown key; did you mean trainer\.max_steps\?",
+    ),
+    "unknown head key": (
+        ["+head.hidden_size=[8]"],
+        r"head\.hidden_size=\[8\]: unknown key; did you mean head\.hidden_sizes",
+    ),
+    "unknown optimizer key": (
+        ["+model.optimizer.lrr=1"],
+        r"model\.optimizer\.lrr=1: unknown key; did you mean model\.optimizer\.lr\?",
+    ),
+    "unknown callback key": (
+        ["+callbacks.model_checkpoint.monitr=x"],
+        r"did you mean callbacks\.model_checkpoint\.monitor\?",
+    ),
     "another task's key": (["+task.use_stemmer=true"], r"task\.use_stemmer=True: unknown key"),
 }
 
@@ -135,7 +194,9 @@ def test_train_refuses_bad_settings_before_reading_weights(case, tmp_path, toy_t
 
 
 def test_every_problem_is_named_at_once(tmp_path, toy_tiny_dir, no_weights):
-    cfg = compose_run("evaluate", tmp_path, toy_tiny_dir, EVAL, ["task.n_examples=-1", "sweep.batch_size=0", "seed=x"])
+    cfg = compose_run(
+        "evaluate", tmp_path, toy_tiny_dir, EVAL, ["task.n_examples=-1", "sweep.batch_size=0", "seed=x"]
+    )
     with pytest.raises(ValueError) as err:
         ev.evaluate(cfg)
     text = str(err.value)
@@ -158,17 +219,32 @@ def test_every_experiment_passes_every_entry_points_checks(experiment):
 def test_unknown_keys_are_found_in_every_kind_of_section():
     """Sections of the schema, of another entry point, `_target_` nodes (by the target's signature,
     anything for a **kwargs target), collections of loggers and callbacks."""
-    overrides = ["+experiment=distill_toy", "+distill.lora_r=4", "distill.lora={r: 4, alpha: 8}", "+model.reg_scal=1",
-                 "+distill.optimizer.betas=[0.9,0.99]", "+trainer.accumulate_grad_batches=2", "+paths.mine=x",
-                 "+callbacks.stop={_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: x, patiense: 3}",
-                 "logger=wandb", "+logger.wandb.tags=[a]", "+logger.csv.save_dirr=x", "+runtime.thread=1"]  # fmt: skip
+    overrides = [
+        "+experiment=distill_toy",
+        "+distill.lora_r=4",
+        "distill.lora={r: 4, alpha: 8}",
+        "+model.reg_scal=1",
+        "+distill.optimizer.betas=[0.9,0.99]",
+        "+trainer.accumulate_grad_batches=2",
+        "+paths.mine=x",
+        "+callbacks.stop={_target_: lightning.pytorch.callbacks.EarlyStopping, monitor: x, patiense: 3}",
+        "logger=wandb",
+        "+logger.wandb.tags=[a]",
+        "+logger.csv.save_dirr=x",
+        "+runtime.thread=1",
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
         cfg = compose("distill", overrides=overrides)
     with pytest.raises(ConfigError) as err:
         check_distill(cfg)
     refused = sorted(line.split("=")[0].strip() for line in str(err.value).splitlines()[1:])
-    assert refused == ["callbacks.stop.patiense", "distill.lora_r", "logger.csv.save_dirr", "model.reg_scal",
-                       "runtime.thread"]  # fmt: skip
+    assert refused == [
+        "callbacks.stop.patiense",
+        "distill.lora_r",
+        "logger.csv.save_dirr",
+        "model.reg_scal",
+        "runtime.thread",
+    ]
 
 
 def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
@@ -181,34 +257,69 @@ def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
 
     card = describe_pair(compose_run("train", tmp_path, toy_tiny_dir, TRAIN).pair)
     d, t = card.hidden["draft"], card.hidden["target"]
-    files = {"directory": tmp_path / "run1", "missing": tmp_path / "gone.ckpt", "empty": write(tmp_path / "empty.ckpt", "")}
+    files = {
+        "directory": tmp_path / "run1",
+        "missing": tmp_path / "gone.ckpt",
+        "empty": write(tmp_path / "empty.ckpt", ""),
+    }
     (tmp_path / "run1" / "checkpoints").mkdir(parents=True)
-    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t)}}, tmp_path / "run1" / "checkpoints" / "last.ckpt")
+    torch.save(
+        {"state_dict": {"head.net.0.weight": torch.zeros(2, d + t)}},
+        tmp_path / "run1" / "checkpoints" / "last.ckpt",
+    )
     blob = (tmp_path / "run1" / "checkpoints" / "last.ckpt").read_bytes()
     files["half"] = tmp_path / "half.ckpt"
     files["half"].write_bytes(blob[: len(blob) // 2])
-    (tmp_path / "run2" / "checkpoints").mkdir(parents=True)  # a run whose last.ckpt was cut short, its best whole
+    (tmp_path / "run2" / "checkpoints").mkdir(
+        parents=True
+    )  # a run whose last.ckpt was cut short, its best whole
     (tmp_path / "run2" / "checkpoints" / "step_000040.ckpt").write_bytes(blob)
     files["half, another whole"] = tmp_path / "run2" / "checkpoints" / "last.ckpt"
     files["half, another whole"].write_bytes(blob[: len(blob) // 2])
-    torch.save({"state_dict": {"head.net.0.weight": torch.zeros(2, d + t + 64), "head.net.0.bias": torch.zeros(2)}},
-               files.setdefault("other head", tmp_path / "other_head.ckpt"))  # fmt: skip
+    torch.save(
+        {"state_dict": {"head.net.0.weight": torch.zeros(2, d + t + 64), "head.net.0.bias": torch.zeros(2)}},
+        files.setdefault("other head", tmp_path / "other_head.ckpt"),
+    )
     embed = "model.embed_tokens.weight"
     (v, h) = model_shapes(card, "draft")[embed]
-    torch.save({"state_dict": {f"draft.{embed}": torch.zeros(v, h * 2)}}, files.setdefault("other draft", tmp_path / "d.ckpt"))
+    torch.save(
+        {"state_dict": {f"draft.{embed}": torch.zeros(v, h * 2)}},
+        files.setdefault("other draft", tmp_path / "d.ckpt"),
+    )
     torch.save({"weights": torch.zeros(2)}, files.setdefault("no state", tmp_path / "plain.pt"))
     return files
 
 
 CKPT_CASES = {
-    "directory": ("train", r"ckpt_path='.*run1': is a directory: give the checkpoint file, e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt"),
-    "missing": ("train", r"ckpt_path='.*gone\.ckpt': no such file: .*checkpoints/last\.ckpt.*null to start afresh"),
-    "empty": ("train", r"ckpt_path=.*empty\.ckpt is not a complete checkpoint \(0 bytes.*ckpt_path=null to start afresh"),
-    "half": ("train", r"ckpt_path=.*half\.ckpt is not a complete checkpoint \(\d+ bytes, not a whole zip archive"),
-    "half, another whole": ("distill", r"run2/checkpoints/last\.ckpt is not a complete checkpoint .*resume from another "
-                                       r"checkpoint of the run \(ckpt_path=.*run2/checkpoints/step_000040\.ckpt\)"),
-    "other head": ("train", r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)"),
-    "other draft": ("distill", r"d\.ckpt was saved for another draft or pair: draft\.model\.embed_tokens\.weight"),
+    "directory": (
+        "train",
+        r"ckpt_path='.*run1': is a directory: give the checkpoint file, e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt",
+    ),
+    "missing": (
+        "train",
+        r"ckpt_path='.*gone\.ckpt': no such file: .*checkpoints/last\.ckpt.*null to start afresh",
+    ),
+    "empty": (
+        "train",
+        r"ckpt_path=.*empty\.ckpt is not a complete checkpoint \(0 bytes.*ckpt_path=null to start afresh",
+    ),
+    "half": (
+        "train",
+        r"ckpt_path=.*half\.ckpt is not a complete checkpoint \(\d+ bytes, not a whole zip archive",
+    ),
+    "half, another whole": (
+        "distill",
+        r"run2/checkpoints/last\.ckpt is not a complete checkpoint .*resume from another "
+        r"checkpoint of the run \(ckpt_path=.*run2/checkpoints/step_000040\.ckpt\)",
+    ),
+    "other head": (
+        "train",
+        r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)",
+    ),
+    "other draft": (
+        "distill",
+        r"d\.ckpt was saved for another draft or pair: draft\.model\.embed_tokens\.weight",
+    ),
     "no state": ("train", r"plain\.pt is not a Lightning checkpoint \(no state_dict\)"),
 }
 
@@ -219,7 +330,11 @@ def test_a_bad_ckpt_path_is_named_before_the_pair_loads(case, tmp_path, toy_tiny
 
     entry, message = CKPT_CASES[case]
     path = ckpt_files(tmp_path, toy_tiny_dir)[case]
-    overrides = TRAIN if entry == "train" else ["+experiment=distill_toy", "logger=none", "data.n_val=2", "data.n_train=4"]
+    overrides = (
+        TRAIN
+        if entry == "train"
+        else ["+experiment=distill_toy", "logger=none", "data.n_val=2", "data.n_train=4"]
+    )
     cfg = compose_run(entry, tmp_path / "run", toy_tiny_dir, overrides, [f"ckpt_path={path}"])
     with pytest.raises(ValueError, match=message):
         (train if entry == "train" else distill)(cfg)

@@ -27,18 +27,38 @@ def test_totals_over_rows_equal_the_batch(pair):
         keep = mask[i].bool()
         rows.add(speculative_generate(target, draft, ids[i : i + 1, keep], **kwargs).stats)
     whole = batch.summary()
-    for key in ("proposed", "accepted", "rounds", "new_tokens", "acceptance_rate", "mean_accepted_length",
-                "tokens_per_target_call", "accepted_length_histogram"):  # fmt: skip
+    for key in (
+        "proposed",
+        "accepted",
+        "rounds",
+        "new_tokens",
+        "acceptance_rate",
+        "mean_accepted_length",
+        "tokens_per_target_call",
+        "accepted_length_histogram",
+    ):
         assert rows.summary()[key] == whole[key], key
     assert rows.target_calls > batch.target_calls  # one call per round per batch, not per row
     assert Totals().add(batch).summary() == whole
 
 
 def test_totals_travel_as_a_vector_and_merge():
-    t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, w_sum=2.5, w_count=5, target_calls=4,
-               draft_calls=12, wall_time_s=0.25, records_w=True)  # fmt: skip
+    t = Totals(
+        proposed=10,
+        accepted=7,
+        rounds=4,
+        new_tokens=11,
+        w_sum=2.5,
+        w_count=5,
+        target_calls=4,
+        draft_calls=12,
+        wall_time_s=0.25,
+        records_w=True,
+    )
     back = Totals.from_vector(t.to_vector())
-    assert back.summary() | {"accepted_length_histogram": []} == t.summary() | {"accepted_length_histogram": []}
+    assert back.summary() | {"accepted_length_histogram": []} == t.summary() | {
+        "accepted_length_histogram": []
+    }
     doubled = Totals.from_vector(t.to_vector() * 2)  # what a sum over two processes gives
     assert doubled.acceptance_rate == t.acceptance_rate == 0.7 and doubled.new_tokens == 22
     merged = Totals(accepted_hist=[1, 2]).merge(Totals(accepted_hist=[0, 1, 5]))
@@ -65,11 +85,24 @@ def test_mean_tv_predicts_the_ensembles_acceptance_and_w_is_kept_per_token(pair)
     ids, mask = ragged_prompts()
     ids, mask = ids.repeat(40, 1), mask.repeat(40, 1)
     for w in (1.0, 0.6, 0.3):
-        s = speculative_generate(target, draft, ids, mask, verifier=StaticEnsemble(w), num_draft_tokens=3,
-                                 max_new_tokens=12, do_sample=True, generator=torch.Generator().manual_seed(3)).stats
+        s = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=StaticEnsemble(w),
+            num_draft_tokens=3,
+            max_new_tokens=12,
+            do_sample=True,
+            generator=torch.Generator().manual_seed(3),
+        ).stats
         predicted = 1 - w * s.mean_tv
         n = int(s.verified.sum())
-        assert abs(s.alpha - predicted) < 4 * math.sqrt(predicted * (1 - predicted) / n), (w, s.alpha, predicted)
+        assert abs(s.alpha - predicted) < 4 * math.sqrt(predicted * (1 - predicted) / n), (
+            w,
+            s.alpha,
+            predicted,
+        )
         assert s.acceptance_rate < s.alpha  # untested drafts count against the acceptance rate
         assert Totals().add(s).mean_tv == pytest.approx(s.mean_tv)
     greedy = speculative_generate(target, draft, ids[:4], mask[:4], max_new_tokens=5).stats
@@ -77,8 +110,16 @@ def test_mean_tv_predicts_the_ensembles_acceptance_and_w_is_kept_per_token(pair)
     head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
     with torch.no_grad():
         head.net[-1].weight.normal_(0, 0.05)
-    out = speculative_generate(target, draft, ids[:4], mask[:4], verifier=DynamicEnsemble(head), max_new_tokens=9,
-                               do_sample=True, generator=torch.Generator().manual_seed(1))
+    out = speculative_generate(
+        target,
+        draft,
+        ids[:4],
+        mask[:4],
+        verifier=DynamicEnsemble(head),
+        max_new_tokens=9,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(1),
+    )
     tw = out.stats.token_w
     for i, n in enumerate(out.stats.new_tokens.tolist()):
         assert not tw[i, :n].isnan().any() and tw[i, n:].isnan().all()  # one w per emitted token
@@ -102,8 +143,17 @@ def test_a_round_is_counted_from_what_happened_in_it():
     x = torch.tensor([[5, 2, 6], [7, 8, 9], [7, 8, 9]])  # row 0 drafted EOS second
     k, keep = torch.tensor([3, 1, 0]), torch.tensor([2, 2, 1])
     steps = torch.arange(4)
-    r = Round(n=3, lengths=3, x=x, k=k, full=k == 3, nxt=torch.tensor([4, 4, 4]), keep=keep,
-              kept=steps < keep.unsqueeze(1), cols=steps.expand(3, 4))  # fmt: skip
+    r = Round(
+        n=3,
+        lengths=3,
+        x=x,
+        k=k,
+        full=k == 3,
+        nxt=torch.tensor([4, 4, 4]),
+        keep=keep,
+        kept=steps < keep.unsqueeze(1),
+        cols=steps.expand(3, 4),
+    )
     counter = RowCounter(4, 3, torch.device("cpu"), records_w=False, max_new=3, eos=eos)
     counter.count(torch.tensor([0, 1, 3]), r)  # original rows 0, 1 and 3 (row 2 left earlier)
     s = _finish(counter)
@@ -141,8 +191,17 @@ def test_the_records_statistics_come_from_the_totals():
     from diversed.decoding.stats import RECORDED
     from diversed.sweep import results
 
-    t = Totals(proposed=10, accepted=7, rounds=4, new_tokens=11, verified=9, tv_sum=1.5, w_sum=2.5, w_count=5,
-               records_w=True)  # fmt: skip
+    t = Totals(
+        proposed=10,
+        accepted=7,
+        rounds=4,
+        new_tokens=11,
+        verified=9,
+        tv_sum=1.5,
+        w_sum=2.5,
+        w_count=5,
+        records_w=True,
+    )
     record = t.record()
     assert list(record) == list(RECORDED) and set(RECORDED) <= set(results.run_fields())
     assert record["acceptance_rate"] == 0.7 and record["alpha"] == 7 / 9 and record["verified_drafts"] == 9

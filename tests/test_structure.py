@@ -75,12 +75,16 @@ def test_no_private_names_imported_across_modules():
     for name, path in modules().items():
         for target, names in imports(path, name):
             if target.startswith("diversed"):
-                bad += [f"{name} imports {target}.{n}" for n in names if n.startswith("_") and n != "__version__"]
+                bad += [
+                    f"{name} imports {target}.{n}" for n in names if n.startswith("_") and n != "__version__"
+                ]
     assert not bad, bad
 
 
 def test_the_graph_sees_the_imports():
     """The checks above can fail: the graph has the engine's own imports."""
     edges = graph()
-    assert {"diversed.decoding.forward", "diversed.decoding.verify", "diversed.decoding.stats"} <= edges["diversed.decoding.engine"]
+    assert {"diversed.decoding.forward", "diversed.decoding.verify", "diversed.decoding.stats"} <= edges[
+        "diversed.decoding.engine"
+    ]
     assert "diversed.decoding.engine" in edges["diversed.decoding.autoregressive"]

@@ -374,7 +374,9 @@ def test_a_summary_is_scored_once_for_all_its_metrics(files: dict[str, Path]) ->
     assert len(calls) == 3
     assert [set(m) for m in found] == [{"rouge1", "rouge2", "rougeL"}] * 3
     del task.scorer.score
-    assert [m["rouge2"] for m in found] == [task.score(e, c) for e, c in zip(examples, completions, strict=True)]
+    assert [m["rouge2"] for m in found] == [
+        task.score(e, c) for e, c in zip(examples, completions, strict=True)
+    ]
 
 
 def test_xsum_cuts_summaries_to_32_words(files: dict[str, Path]) -> None:
@@ -534,7 +536,9 @@ def corpus_tokenizer(kind: str):
         tok.decoder = decoders.Sequence(
             [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
         )
-        return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        )
     assert kind == "wordpiece"
     words = sorted(set(re.findall(r"\w+|[^\w\s]", text)))
     chars = sorted({c for c in text if not c.isspace()})
@@ -560,7 +564,14 @@ def test_stop_triggers_hold_every_token_that_completes_a_stop_sequence(kind: str
         start = rng.randrange(len(text))
         seqs.append(tok.encode(text[start : start + rng.randrange(5, 60)], add_special_tokens=False))
         seqs.append([rng.randrange(len(tok)) for _ in range(rng.randrange(2, 25))])
-    stops = [("\n\n", "\nArticle:"), ("Question:",), ("\nassert", "\nif __name__"), (".", "\n"), ("é",), ("🙂",)]
+    stops = [
+        ("\n\n", "\nArticle:"),
+        ("Question:",),
+        ("\nassert", "\nif __name__"),
+        (".", "\n"),
+        ("é",),
+        ("🙂",),
+    ]
     stops += [("a b",), ("Answer: ",)]  # a space inside, and at the end (SentencePiece's "▁" pieces)
     completed = 0
     for stop in stops:
@@ -572,7 +583,12 @@ def test_stop_triggers_hold_every_token_that_completes_a_stop_sequence(kind: str
             for n in range(1, len(ids) + 1):
                 if held[n] and not held[n - 1]:  # the n-th token made the text hold a stop sequence
                     completed += 1
-                    assert mask[ids[n - 1]], (kind, stop, tok.decode(ids[:n]), tok.convert_ids_to_tokens(ids[n - 1]))
+                    assert mask[ids[n - 1]], (
+                        kind,
+                        stop,
+                        tok.decode(ids[:n]),
+                        tok.convert_ids_to_tokens(ids[n - 1]),
+                    )
     assert completed >= 40  # the check above ran on many completions (61-89 per tokenizer)
     # and the mask leaves out most tokens for stop sequences that few tokens can end
     assert Task([], stop=("Question:",)).stopper(tok).triggers.float().mean() < 0.5
@@ -630,7 +646,9 @@ def test_a_score_that_is_not_a_fraction_stops_the_sweep_at_its_first_batch(bad):
 
     task = Broken([{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}])
     assert ToyTask(task.examples).checked_metrics(task.examples, ["1", "2"]) == [{"exact_match": 1.0}] * 2
-    with pytest.raises(ValueError, match=r"task 'toy' scored a completion .*a score must be a number in \[0, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"task 'toy' scored a completion .*a score must be a number in \[0, 1\]"
+    ):
         task.checked_metrics(task.examples, ["1", "2"])
 
 
@@ -641,7 +659,9 @@ def test_metrics_without_the_headline_metric_are_refused():
         def metrics(self, example, completion):
             return {"other": 1.0}
 
-    with pytest.raises(ValueError, match=r"task 'toy' scored a completion None \(metric 'exact_match'.*metrics\(\)"):
+    with pytest.raises(
+        ValueError, match=r"task 'toy' scored a completion None \(metric 'exact_match'.*metrics\(\)"
+    ):
         Elsewhere([{"prompt": "a", "answer": "1"}]).checked_metrics([{"prompt": "a", "answer": "1"}], ["1"])
 
 
@@ -652,13 +672,24 @@ def test_a_task_declares_its_options_once() -> None:
     from diversed.tasks.toy import ToyTask
 
     assert list(XSum.options) == ["stop_early", "use_stemmer", "max_summary_words"]
-    assert XSum.options["max_summary_words"].default == 32 and CNNDailyMail.options["max_summary_words"].default is None
-    assert set(MBPP.options) - set(Task.options) == {"subset", "test_format", "timeout", "allow_code_execution", "workers"}
+    assert (
+        XSum.options["max_summary_words"].default == 32
+        and CNNDailyMail.options["max_summary_words"].default is None
+    )
+    assert set(MBPP.options) - set(Task.options) == {
+        "subset",
+        "test_format",
+        "timeout",
+        "allow_code_execution",
+        "workers",
+    }
     with pytest.raises(ValueError, match=r"toy: stop_early='maybe': Input should be a valid boolean"):
         ToyTask([], stop_early="maybe")
     with pytest.raises(ValueError, match=r"toy takes no option strict; its own options are stop_early"):
         ToyTask([], strict=True)
-    with pytest.raises(TypeError, match=r"Sloppy.__init__ takes \['strict'\], which Sloppy.options does not declare"):
+    with pytest.raises(
+        TypeError, match=r"Sloppy.__init__ takes \['strict'\], which Sloppy.options does not declare"
+    ):
 
         class Sloppy(ToyTask):
             def __init__(self, examples, *, strict=False, **kwargs):
@@ -670,4 +701,7 @@ def test_a_task_declares_its_options_once() -> None:
     task = Declared([], strict=1)
     assert task.strict is True and task.note == ""
     assert task.option_settings() == {"stop_early": True, "strict": True}
-    assert {"strict": True, "stop_early": True}.items() <= task.settings().items() and "note" not in task.settings()
+    assert {
+        "strict": True,
+        "stop_early": True,
+    }.items() <= task.settings().items() and "note" not in task.settings()

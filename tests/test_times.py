@@ -29,17 +29,43 @@ from diversed.sweep.times import (
 )
 
 
-def rec(method: str, seed: int, runs: list[float], *, new_tokens: int = 100, lat: list[float] | None = None, **extra) -> dict:
+def rec(
+    method: str,
+    seed: int,
+    runs: list[float],
+    *,
+    new_tokens: int = 100,
+    lat: list[float] | None = None,
+    **extra,
+) -> dict:
     """A record as evaluate writes it before normalising: the measurements and `measured`."""
-    fields = {"pair": "p", "task": "t", "metric": "accuracy", "method": method, "temperature": 1.0, "seed": seed,
-              "n_examples": 4, "score": 0.5, "settings_group": "g", "settings": f"s{seed}{method}", "new_tokens": new_tokens,
-              "wall_time_runs": runs, "wall_time_s": float(np.median(runs)), "timing": {"batch_size": 16}}  # fmt: skip
+    fields = {
+        "pair": "p",
+        "task": "t",
+        "metric": "accuracy",
+        "method": method,
+        "temperature": 1.0,
+        "seed": seed,
+        "n_examples": 4,
+        "score": 0.5,
+        "settings_group": "g",
+        "settings": f"s{seed}{method}",
+        "new_tokens": new_tokens,
+        "wall_time_runs": runs,
+        "wall_time_s": float(np.median(runs)),
+        "timing": {"batch_size": 16},
+    }
     if method != "autoregressive":
         fields["num_draft_tokens"] = 3
     if method == "hf_static":
         fields["weight"] = 0.5
     if lat is not None:
-        fields |= {"latency_runs": lat, "latency_s": float(np.median(lat)), "latency_examples": 4, "latency_new_tokens": 90}
+        fields |= {
+            "latency_runs": lat,
+            "latency_s": float(np.median(lat)),
+            "latency_examples": 4,
+            "latency_new_tokens": 90,
+        }
     fields |= extra
     return fields | measured(fields)
 
@@ -60,7 +86,11 @@ def write(run_dir, records: list[dict]) -> None:
 
 
 def test_baselines_pair_a_record_with_its_own_autoregressive_record_and_one_time_is_shown():
-    ar0, ar1, lossless = rec("autoregressive", 0, [10.0, 10.0]), rec("autoregressive", 1, [20.0, 20.0]), rec("lossless", 1, [5.0, 5.0])
+    ar0, ar1, lossless = (
+        rec("autoregressive", 0, [10.0, 10.0]),
+        rec("autoregressive", 1, [20.0, 20.0]),
+        rec("lossless", 1, [5.0, 5.0]),
+    )
     base = Baselines([lossless, ar0])  # (what evaluate finds on resuming; the others it adds as they finish)
     assert base.of(lossless) is None and base.normalized(lossless)["normalized_time"] is None
     base.add(ar1)
@@ -70,20 +100,35 @@ def test_baselines_pair_a_record_with_its_own_autoregressive_record_and_one_time
     # tables and figures show the paper's time (batch 1) where there is one
     latency = {**lossless, "normalized_latency": 0.3}
     assert shown_time(lossless) == shown_time(pd.DataFrame([lossless])) == "normalized_time"
-    assert shown_time(latency) == shown_time(pd.Series(latency)) == shown_time(pd.DataFrame([lossless, latency])) == "normalized_latency"
+    assert (
+        shown_time(latency)
+        == shown_time(pd.Series(latency))
+        == shown_time(pd.DataFrame([lossless, latency]))
+        == "normalized_latency"
+    )
     assert shown_time({"normalized_latency": float("nan")}) == "normalized_time"
 
 
 def test_each_seed_is_divided_by_its_own_seeds_autoregressive_time(tmp_path):
-    records = evaluate_like([rec("autoregressive", 0, [10.0, 10.5, 9.5]), rec("autoregressive", 1, [20.0, 21.0, 19.0]),
-                             rec("lossless", 0, [5.0, 5.2, 4.8], new_tokens=50), rec("lossless", 1, [5.0, 5.1, 4.9])])  # fmt: skip
+    records = evaluate_like(
+        [
+            rec("autoregressive", 0, [10.0, 10.5, 9.5]),
+            rec("autoregressive", 1, [20.0, 21.0, 19.0]),
+            rec("lossless", 0, [5.0, 5.2, 4.8], new_tokens=50),
+            rec("lossless", 1, [5.0, 5.1, 4.9]),
+        ]
+    )
     by = {(r["method"], r["seed"]): r for r in records}
     assert by["lossless", 0]["normalized_time"] == pytest.approx(0.5)  # not 5 / mean(10, 20)
     assert by["lossless", 1]["normalized_time"] == pytest.approx(0.25)
     assert by["lossless", 0]["normalized_time_per_token_s"] == pytest.approx(1.0)  # half the tokens
     assert by["lossless", 0]["normalized_time_batch_size"] == 16
     assert by["autoregressive", 1]["normalized_time"] == 1.0
-    assert by["autoregressive", 1]["normalized_time_ci_low"] == by["autoregressive", 1]["normalized_time_ci_high"] == 1.0
+    assert (
+        by["autoregressive", 1]["normalized_time_ci_low"]
+        == by["autoregressive", 1]["normalized_time_ci_high"]
+        == 1.0
+    )
 
     # load_results reads the same numbers, and fills records written without them by the same rule
     write(tmp_path / "new", records)
@@ -99,7 +144,13 @@ def test_each_seed_is_divided_by_its_own_seeds_autoregressive_time(tmp_path):
 def test_the_baseline_is_the_same_settings_and_seed():
     r = rec("lossless", 0, [1.0])
     assert baseline_key(r) == baseline_key(rec("autoregressive", 0, [2.0]))
-    for change in ({"seed": 1}, {"settings_group": "h"}, {"temperature": 0.1}, {"n_examples": 5}, {"task": "u"}):
+    for change in (
+        {"seed": 1},
+        {"settings_group": "h"},
+        {"temperature": 0.1},
+        {"n_examples": 5},
+        {"task": "u"},
+    ):
         assert baseline_key(r | change) != baseline_key(r), change
     assert baseline_key(r | {"temperature": 1.0000000001, "seed": np.int64(0)}) == baseline_key(r)
     assert normalized(r, None)["normalized_time"] is None
@@ -116,7 +167,9 @@ def test_the_interval_holds_the_median_and_widens_with_spread():
         assert low <= np.median(runs) <= high
     assert np.subtract(*median_interval(wide)[::-1]) > 5 * np.subtract(*median_interval(tight)[::-1])
     assert median_interval([1.0, 1.0, 1.0]) == (1.0, 1.0)
-    assert all(math.isnan(v) for v in median_interval([1.0])) and all(math.isnan(v) for v in median_interval([1.0, 2.0], [3.0]))
+    assert all(math.isnan(v) for v in median_interval([1.0])) and all(
+        math.isnan(v) for v in median_interval([1.0, 2.0], [3.0])
+    )
     # a ratio's interval holds the ratio of the medians, and the same runs give the same interval
     a, b = [5.0, 5.5, 4.6, 5.2, 4.9], [10.0, 9.0, 11.5, 10.2, 9.8]
     low, high = median_interval(a, b, scale=2.0)
@@ -124,8 +177,12 @@ def test_the_interval_holds_the_median_and_widens_with_spread():
 
 
 def test_records_carry_their_intervals(tmp_path):
-    records = evaluate_like([rec("autoregressive", 0, [10.0, 11.0, 9.0, 10.4, 9.9], lat=[1.0, 1.1, 0.9]),
-                             rec("lossless", 0, [5.0, 6.0, 4.0, 5.3, 5.1], lat=[0.5, 0.6, 0.4])])  # fmt: skip
+    records = evaluate_like(
+        [
+            rec("autoregressive", 0, [10.0, 11.0, 9.0, 10.4, 9.9], lat=[1.0, 1.1, 0.9]),
+            rec("lossless", 0, [5.0, 6.0, 4.0, 5.3, 5.1], lat=[0.5, 0.6, 0.4]),
+        ]
+    )
     r = records[1]
     assert (r["wall_time_ci_low"], r["wall_time_ci_high"]) == median_interval([5.0, 6.0, 4.0, 5.3, 5.1])
     assert r["wall_time_ci_low"] <= r["wall_time_s"] <= r["wall_time_ci_high"]
@@ -140,7 +197,9 @@ def test_records_carry_their_intervals(tmp_path):
 
 
 def test_hf_static_is_normalised_by_autoregressive_decoding_at_batch_1(caplog):
-    ar = rec("autoregressive", 0, [1.0, 1.1, 0.9], lat=[0.5, 0.55, 0.45])  # 4 examples at batch 16: 1 s; alone: 0.5 s each
+    ar = rec(
+        "autoregressive", 0, [1.0, 1.1, 0.9], lat=[0.5, 0.55, 0.45]
+    )  # 4 examples at batch 16: 1 s; alone: 0.5 s each
     hf = rec("hf_static", 0, [4.0, 4.4, 3.6], new_tokens=60)  # 4 examples, one at a time
     r = normalized(hf, ar)
     assert r["normalized_time"] == pytest.approx((4.0 / 4) / 0.5) and r["normalized_time_batch_size"] == 1
@@ -168,8 +227,15 @@ def test_an_old_hf_static_record_normalised_at_the_sweeps_batch_is_redone(tmp_pa
 def test_time_over_seeds():
     one = [{"seed": 0, "normalized_time": 0.8, "normalized_time_ci_low": 0.7, "normalized_time_ci_high": 0.9}]
     assert time_over_seeds(one) == (0.8, 0.7, 0.9, 1)  # one seed: its repeats' interval
-    three = [{"seed": s, "normalized_time": v, "normalized_time_ci_low": v - 0.01, "normalized_time_ci_high": v + 0.01}
-             for s, v in enumerate((0.7, 0.8, 1.0))]  # fmt: skip
+    three = [
+        {
+            "seed": s,
+            "normalized_time": v,
+            "normalized_time_ci_low": v - 0.01,
+            "normalized_time_ci_high": v + 0.01,
+        }
+        for s, v in enumerate((0.7, 0.8, 1.0))
+    ]
     mean, low, high, n = time_over_seeds(three)
     expected = stats.t.interval(0.95, 2, loc=np.mean([0.7, 0.8, 1.0]), scale=stats.sem([0.7, 0.8, 1.0]))
     assert (mean, n) == (pytest.approx(2.5 / 3), 3) and (low, high) == pytest.approx(expected)
@@ -194,22 +260,45 @@ def test_the_default_and_the_demo_time_with_repeats():
     assert default.timing.repeats >= 5 and default.timing.latency_repeats >= 3  # the presets: test_presets.py
     demo = (Path(__file__).resolve().parents[1] / "scripts" / "demo.py").read_text()
     # the validation sweep is not timed (repeats 0); the test sweep, whose times the report shows, is
-    assert int(re.findall(r"timing\.repeats=(\d+)", demo)[-1]) >= 5 and int(re.search(r"timing\.latency_repeats=(\d+)", demo)[1]) >= 3
+    assert (
+        int(re.findall(r"timing\.repeats=(\d+)", demo)[-1]) >= 5
+        and int(re.search(r"timing\.latency_repeats=(\d+)", demo)[1]) >= 3
+    )
 
 
 def test_a_dry_runs_estimate_rests_on_finished_points_of_the_same_kind():
-    finished = [{"method": "lossless", "num_draft_tokens": 3, "temperature": 0.0, "n_examples": 10, "wall_time_s": 2.0},
-                {"method": "lossless", "num_draft_tokens": 5, "temperature": 0.0, "n_examples": 10, "wall_time_s": 4.0,
-                 "latency_s": 0.5},
-                {"method": "static", "num_draft_tokens": 3, "temperature": 1.0, "n_examples": 20, "wall_time_s": 8.0}]  # fmt: skip
+    finished = [
+        {
+            "method": "lossless",
+            "num_draft_tokens": 3,
+            "temperature": 0.0,
+            "n_examples": 10,
+            "wall_time_s": 2.0,
+        },
+        {
+            "method": "lossless",
+            "num_draft_tokens": 5,
+            "temperature": 0.0,
+            "n_examples": 10,
+            "wall_time_s": 4.0,
+            "latency_s": 0.5,
+        },
+        {"method": "static", "num_draft_tokens": 3, "temperature": 1.0, "n_examples": 20, "wall_time_s": 8.0},
+    ]
     timing = {"warmup": 1, "repeats": 2, "latency": False}
     lossless3 = {"method": "lossless", "num_draft_tokens": 3, "temperature": 0.0}
     # 0.2 s per example, 20 examples: 1 scored + 2 timed passes of 20, 1 warm-up pass over a batch of 4
     seconds, basis = estimate_seconds([lossless3], finished, n_examples=20, timing=timing, batch_size=4)
     assert seconds == pytest.approx(0.2 * (3 * 20 + 4))
-    assert basis.startswith("from 3 finished points in this run") and "of the same method, N and T (1 point);" in basis
+    assert (
+        basis.startswith("from 3 finished points in this run")
+        and "of the same method, N and T (1 point);" in basis
+    )
     # no record of its N: its method's median (0.2, 0.4 -> 0.3); no record of its method: every point's (0.4)
-    other = [{**lossless3, "num_draft_tokens": 7}, {"method": "typical", "num_draft_tokens": 3, "temperature": 0.0}]
+    other = [
+        {**lossless3, "num_draft_tokens": 7},
+        {"method": "typical", "num_draft_tokens": 3, "temperature": 0.0},
+    ]
     seconds, basis = estimate_seconds(other, finished, n_examples=20, timing=timing, batch_size=4)
     assert seconds == pytest.approx((0.3 + 0.4) * 64)
     assert "of the same method (1 point), every finished point (1 point);" in basis

@@ -114,7 +114,9 @@ def test_teacher_forced_rows_score_a_completion_as_its_unpadded_row_does():
 @pytest.mark.parametrize("experiment", ["toy", "llama8b_1b", "qwen3_8b_0p6b"])
 def test_experiments_compose(experiment):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=[f"+experiment={experiment}", "model.reg_scale=0.05"], return_hydra_config=True)
+        cfg = compose(
+            "train", overrides=[f"+experiment={experiment}", "model.reg_scale=0.05"], return_hydra_config=True
+        )
     assert cfg.model.reg_scale == 0.05
     assert "_target_" in cfg.pair and "_target_" in cfg.task and "_target_" in cfg.head
     if experiment != "toy":
@@ -127,10 +129,17 @@ def test_experiments_compose(experiment):
 
 def compose_train(tmp: Path, pair_dir: Path, *overrides: str):
     small = [
-        "+experiment=toy", "logger=csv", "trainer.max_steps=3", "trainer.val_check_interval=3",
-        "trainer.enable_progress_bar=false", "data.batch_size=4", "data.n_val=8", "data.val_batch_size=8",
-        "data.n_train=32", "model.max_new_tokens=8",
-    ]  # fmt: skip
+        "+experiment=toy",
+        "logger=csv",
+        "trainer.max_steps=3",
+        "trainer.val_check_interval=3",
+        "trainer.enable_progress_bar=false",
+        "data.batch_size=4",
+        "data.n_val=8",
+        "data.val_batch_size=8",
+        "data.n_train=32",
+        "model.max_new_tokens=8",
+    ]
     return compose_run("train", tmp, pair_dir, small, overrides)
 
 
@@ -166,14 +175,23 @@ def test_train_checkpoints_resumes_and_exports(tmp_path, toy_tiny_dir):
 def test_released_recipe_warmup_cosine_and_constant_baseline(tmp_path, toy_tiny_dir):
     """The paper preset's recipe: linear warm-up then cosine decay to 0 over the run, and a
     constant baseline b (the running-mean buffer never moves)."""
-    cfg = compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=4", "model.lr_schedule=cosine",
-                        "model.warmup_steps=2", "model.baseline=constant", "model.baseline_constant=1.0",
-                        "model.optimizer.lr=0.01")  # fmt: skip
+    cfg = compose_train(
+        tmp_path / "run",
+        toy_tiny_dir,
+        "trainer.max_steps=4",
+        "model.lr_schedule=cosine",
+        "model.warmup_steps=2",
+        "model.baseline=constant",
+        "model.baseline_constant=1.0",
+        "model.optimizer.lr=0.01",
+    )
     train(cfg)
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     (sched,) = ckpt["lr_schedulers"]
     assert sched["last_epoch"] == 4 and sched["base_lrs"] == [0.01]
-    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)  # cosine's end
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(
+        0.0, abs=1e-12
+    )  # cosine's end
     assert ckpt["state_dict"]["baseline_steps"] == 0
     # the same schedule, step by step: 0, 0.5, 1 (warm-up) then cos down to 0
     from transformers import get_scheduler
@@ -193,10 +211,22 @@ def test_multirun_over_reg_scale(tmp_path, toy_tiny_dir):
     import sys
 
     cmd = [
-        sys.executable, "-m", "diversed.train", "-m", "+experiment=toy", "logger=csv", "model.reg_scale=0.0,1.0",
-        "trainer.max_steps=2", "trainer.val_check_interval=2", "data.n_val=4", "data.n_train=16", "data.batch_size=4",
-        "model.max_new_tokens=6", f"hydra.sweep.dir={tmp_path}", *pair_overrides(toy_tiny_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "diversed.train",
+        "-m",
+        "+experiment=toy",
+        "logger=csv",
+        "model.reg_scale=0.0,1.0",
+        "trainer.max_steps=2",
+        "trainer.val_check_interval=2",
+        "data.n_val=4",
+        "data.n_train=16",
+        "data.batch_size=4",
+        "model.max_new_tokens=6",
+        f"hydra.sweep.dir={tmp_path}",
+        *pair_overrides(toy_tiny_dir),
+    ]
     subprocess.run(cmd, check=True, timeout=900)
     assert len(list(tmp_path.glob("*/head/head.safetensors"))) == 2
 
@@ -216,8 +246,15 @@ def test_last_checkpoint_is_the_latest_state_and_resume_continues_there(tmp_path
         return real(self, batch, batch_idx)
 
     monkeypatch.setattr(DiversedModule, "training_step", counting)
-    train(compose_train(tmp_path / "run", toy_tiny_dir, "trainer.max_steps=7", "trainer.val_check_interval=2",
-                        f"ckpt_path={last}"))  # fmt: skip
+    train(
+        compose_train(
+            tmp_path / "run",
+            toy_tiny_dir,
+            "trainer.max_steps=7",
+            "trainer.val_check_interval=2",
+            f"ckpt_path={last}",
+        )
+    )
     assert steps == [5, 6]  # steps 6 and 7 (0-based global steps 5, 6), nothing retrained
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 7
 
@@ -229,9 +266,20 @@ def test_each_multirun_job_gets_its_own_logger_run(tmp_path, monkeypatch):
 
     from diversed.config import runtime
 
-    cfg = OmegaConf.create({"logger": {"wandb": {"_target_": "lightning.pytorch.loggers.WandbLogger", "name": "toy",
-                                                 "save_dir": str(tmp_path), "offline": True, "project": "t"},
-                                       "csv": {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)}}})  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "logger": {
+                "wandb": {
+                    "_target_": "lightning.pytorch.loggers.WandbLogger",
+                    "name": "toy",
+                    "save_dir": str(tmp_path),
+                    "offline": True,
+                    "project": "t",
+                },
+                "csv": {"_target_": "lightning.pytorch.loggers.CSVLogger", "save_dir": str(tmp_path)},
+            }
+        }
+    )
     monkeypatch.setattr(runtime, "sweep_job", lambda: (3, "multirun/evaluate/toy"))
     loggers = runtime.make_loggers(cfg, job_type="evaluate")
     wandb_logger = next(lg for lg in loggers if type(lg).__name__ == "WandbLogger")
@@ -270,10 +318,16 @@ def test_checking_a_checkpoint_against_the_pair_draws_nothing_from_the_generator
 # ----------------------------------------------------------------------------- resumed = uninterrupted
 
 
-RESUMABLE = ["trainer.max_steps=9", "trainer.val_check_interval=3", "callbacks.last_checkpoint.every_n_train_steps=2",
-             "data.n_train=16", "model.optimizer.lr=0.05",  # 4 batches an epoch: resumes mid-epoch and at its end
-             # the toy's objective is flat at this size; the falling mean w makes "best" move with each validation
-             "callbacks.model_checkpoint.monitor=val/mean_w", "callbacks.model_checkpoint.mode=min"]  # fmt: skip
+RESUMABLE = [
+    "trainer.max_steps=9",
+    "trainer.val_check_interval=3",
+    "callbacks.last_checkpoint.every_n_train_steps=2",
+    "data.n_train=16",
+    "model.optimizer.lr=0.05",  # 4 batches an epoch: resumes mid-epoch and at its end
+    # the toy's objective is flat at this size; the falling mean w makes "best" move with each validation
+    "callbacks.model_checkpoint.monitor=val/mean_w",
+    "callbacks.model_checkpoint.mode=min",
+]
 
 
 @pytest.fixture(scope="module")
@@ -282,15 +336,27 @@ def uninterrupted_train(tmp_path_factory, toy_tiny_dir):
     return run, train(compose_train(run, toy_tiny_dir, *RESUMABLE))
 
 
-@pytest.mark.parametrize(("hook", "step", "resume_from"), [
-    ("on_train_batch_start", 3, "last.ckpt"),         # last.ckpt of step 2, mid-epoch, before step 3's validation
-    ("on_train_batch_start", 5, "last.ckpt"),         # last.ckpt of step 4: the end of the first epoch
-    ("on_train_batch_start", 7, "step_000006.ckpt"),  # the best checkpoint, saved at the end of a validation
-    ("on_validation_start", 6, "last.ckpt"),          # killed in step 6's validation: last.ckpt is step 4's
-    (None, 5, "last.ckpt"),                           # a run of 5 steps (mid-epoch) continued to 9
-])  # fmt: skip
-def test_a_resumed_training_is_the_run_it_continues(hook, step, resume_from, tmp_path, toy_tiny_dir, monkeypatch,
-                                                   uninterrupted_train):  # fmt: skip
+@pytest.mark.parametrize(
+    ("hook", "step", "resume_from"),
+    [
+        (
+            "on_train_batch_start",
+            3,
+            "last.ckpt",
+        ),  # last.ckpt of step 2, mid-epoch, before step 3's validation
+        ("on_train_batch_start", 5, "last.ckpt"),  # last.ckpt of step 4: the end of the first epoch
+        (
+            "on_train_batch_start",
+            7,
+            "step_000006.ckpt",
+        ),  # the best checkpoint, saved at the end of a validation
+        ("on_validation_start", 6, "last.ckpt"),  # killed in step 6's validation: last.ckpt is step 4's
+        (None, 5, "last.ckpt"),  # a run of 5 steps (mid-epoch) continued to 9
+    ],
+)
+def test_a_resumed_training_is_the_run_it_continues(
+    hook, step, resume_from, tmp_path, toy_tiny_dir, monkeypatch, uninterrupted_train
+):
     """Killed (or stopped by max_steps), then resumed in place: the final head, optimizer and
     baseline are bit for bit the uninterrupted run's, so is the exported best head, its step, and
     every logged metric."""
@@ -305,7 +371,9 @@ def test_a_resumed_training_is_the_run_it_continues(hook, step, resume_from, tmp
                 train(compose_train(run, toy_tiny_dir, *RESUMABLE))
     saved = step if hook is None else (step - 1) // 2 * 2
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved
-    result = train(compose_train(run, toy_tiny_dir, *RESUMABLE, f"ckpt_path={run / 'checkpoints' / resume_from}"))
+    result = train(
+        compose_train(run, toy_tiny_dir, *RESUMABLE, f"ckpt_path={run / 'checkpoints' / resume_from}")
+    )
     assert_resumed_is_uninterrupted(ref, run, result, ref_result, "head/head.safetensors")
 
 
@@ -318,7 +386,9 @@ def test_only_the_best_step_checkpoint_is_kept(uninterrupted_train):
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(".")) == []
 
 
-def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(tmp_path, toy_tiny_dir, monkeypatch):
+def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
     import errno
     import os
     import re
@@ -338,7 +408,9 @@ def test_a_full_disk_stops_training_with_the_directory_named_and_leaves_no_part(
     monkeypatch.setattr(DiversedModule, "on_train_batch_start", fill_the_disk, raising=False)
     run = tmp_path / "run"
     where = re.escape(str(run / "checkpoints"))
-    with pytest.raises(atomic.DiskFull, match=rf"the disk holding {where} is full \(no space left writing last\.ckpt\)"):
+    with pytest.raises(
+        atomic.DiskFull, match=rf"the disk holding {where} is full \(no space left writing last\.ckpt\)"
+    ):
         train(compose_train(run, toy_tiny_dir, *RESUMABLE))
     monkeypatch.setattr(atomic, "write_all", real)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["last.ckpt", "step_000003.ckpt"]

@@ -39,7 +39,9 @@ def warped(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -
 # ----------------------------------------------------------------------------- the function
 
 
-@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (5, 1.0), (0, 0.7), (5, 0.7), (1, 1.0), (0, 0.05), (200, 0.99)])
+@pytest.mark.parametrize(
+    "top_k, top_p", [(0, 1.0), (5, 1.0), (0, 0.7), (5, 0.7), (1, 1.0), (0, 0.05), (200, 0.99)]
+)
 def test_truncate_is_transformers_warpers_on_random_logits_with_ties(top_k, top_p):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 4, 50, generator=g) * 2
@@ -114,9 +116,19 @@ def test_every_verifier_emits_the_law_of_the_truncated_p_and_q(pair, kind, trunc
         "typical": (TypicalAcceptance(0.05, 0.3), lambda p, q: typical_law(p, q, 0.05, 0.3)),
     }
     verifier, law = laws[kind]
-    out = speculative_generate(target, draft, PROMPT.expand(N_ROWS, -1), verifier=verifier, num_draft_tokens=3,
-                               max_new_tokens=2, do_sample=True, temperature=T, eos_token_id=[],
-                               generator=torch.Generator().manual_seed(1), **truncation)  # fmt: skip
+    out = speculative_generate(
+        target,
+        draft,
+        PROMPT.expand(N_ROWS, -1),
+        verifier=verifier,
+        num_draft_tokens=3,
+        max_new_tokens=2,
+        do_sample=True,
+        temperature=T,
+        eos_token_id=[],
+        generator=torch.Generator().manual_seed(1),
+        **truncation,
+    )
     first = out.sequences[:, PROMPT.shape[1]]
     assert chi2_pvalue(first, law(p, q)) > 1e-3
     assert chi2_pvalue(first, law(p0, q0)) < 1e-6  # the test has power: truncation changes the law
@@ -148,8 +160,11 @@ def test_the_autoregressive_loop_and_transformers_truncate_alike(pair):
 # ----------------------------------------------------------------------------- the defaults
 
 
-@pytest.mark.parametrize("verifier", [Lossless(), StaticEnsemble(0.4), LossySD(0.5), TypicalAcceptance(0.05, 0.3)],
-                         ids=lambda v: v.kind)  # fmt: skip
+@pytest.mark.parametrize(
+    "verifier",
+    [Lossless(), StaticEnsemble(0.4), LossySD(0.5), TypicalAcceptance(0.05, 0.3)],
+    ids=lambda v: v.kind,
+)
 def test_no_truncation_by_default_leaves_every_token_as_it_was(pair, verifier):
     """top_k = 0 / None and top_p = 1 are the full softmax: the same tokens and statistics as
     without the options, also through the warper code path (top_k = V keeps every token); greedy
@@ -158,25 +173,46 @@ def test_no_truncation_by_default_leaves_every_token_as_it_was(pair, verifier):
     ids, mask = ragged_prompts()
 
     def run(do_sample=True, **kw):
-        return speculative_generate(target, draft, ids, mask, verifier=verifier, num_draft_tokens=3,
-                                    max_new_tokens=16, do_sample=do_sample, temperature=T,
-                                    generator=torch.Generator().manual_seed(5), **kw)  # fmt: skip
+        return speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=verifier,
+            num_draft_tokens=3,
+            max_new_tokens=16,
+            do_sample=do_sample,
+            temperature=T,
+            generator=torch.Generator().manual_seed(5),
+            **kw,
+        )
 
     base = run()
     for kw in ({"top_k": 0, "top_p": 1.0}, {"top_k": None}, {"top_k": VOCAB}):
         out = run(**kw)
-        assert torch.equal(out.sequences, base.sequences) and torch.equal(out.stats.accepted, base.stats.accepted), kw
+        assert torch.equal(out.sequences, base.sequences) and torch.equal(
+            out.stats.accepted, base.stats.accepted
+        ), kw
     assert torch.equal(run(do_sample=False, top_k=2, top_p=0.3).sequences, run(do_sample=False).sequences)
     assert not torch.equal(run(top_k=2).sequences, base.sequences)  # (the option does reach the engine)
 
 
-@pytest.mark.parametrize("kwargs, message", [({"top_k": -1}, "top_k"), ({"top_k": 2.5}, "top_k"),
-                                             ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"top_k": -1}, "top_k"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+    ],
+)
 def test_bad_truncation_is_refused_before_any_model_call(pair, kwargs, message):
     target, draft = pair
     ids, mask = ragged_prompts()
-    for call in (lambda: speculative_generate(target, draft, ids, mask, do_sample=True, **kwargs),
-                 lambda: autoregressive_generate(target, ids, mask, do_sample=True, **kwargs),
-                 lambda: transformers_generate(target, ids, mask, do_sample=True, **kwargs)):  # fmt: skip
+    for call in (
+        lambda: speculative_generate(target, draft, ids, mask, do_sample=True, **kwargs),
+        lambda: autoregressive_generate(target, ids, mask, do_sample=True, **kwargs),
+        lambda: transformers_generate(target, ids, mask, do_sample=True, **kwargs),
+    ):
         with pytest.raises(ValueError, match=message):
             call()

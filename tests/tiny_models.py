@@ -12,7 +12,9 @@ EOS = 2
 PAD = 0
 
 
-def tiny_pair(seed: int = 0, vocab: int = VOCAB, draft_vocab: int | None = None, layers: int = 3, hidden: int = 64):
+def tiny_pair(
+    seed: int = 0, vocab: int = VOCAB, draft_vocab: int | None = None, layers: int = 3, hidden: int = 64
+):
     """Target: `layers` layers; draft: the target's first layer alone, with its own final norm.
 
     The target's later layers are damped so that p and q are close but not equal: acceptance is
@@ -20,9 +22,18 @@ def tiny_pair(seed: int = 0, vocab: int = VOCAB, draft_vocab: int | None = None,
     """
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        initializer_range=0.2, bos_token_id=1, eos_token_id=EOS, pad_token_id=PAD, tie_word_embeddings=False,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.2,
+        bos_token_id=1,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        tie_word_embeddings=False,
     )
     target = LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -33,7 +44,11 @@ def tiny_pair(seed: int = 0, vocab: int = VOCAB, draft_vocab: int | None = None,
     draft_config.num_hidden_layers = 1
     draft_config.vocab_size = draft_vocab or vocab
     draft = LlamaForCausalLM(draft_config).eval()
-    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.") or k.startswith("model.layers.0.")}
+    state = {
+        k: v
+        for k, v in target.state_dict().items()
+        if not k.startswith("model.layers.") or k.startswith("model.layers.0.")
+    }
     if draft_vocab and draft_vocab != vocab:
         for key in ("model.embed_tokens.weight", "lm_head.weight"):
             w = draft.state_dict()[key].clone()
@@ -80,6 +95,10 @@ def compose_run(config_name: str, output_dir, pair_dir, overrides: list[str], ex
 def pair_overrides(pair_dir) -> list[str]:
     """Hydra overrides that point `pair` at a saved pair directory (target/ and draft/)."""
     return [
-        "pair=local", f"pair.target={pair_dir}/target", f"pair.draft={pair_dir}/draft",
-        "pair.name=tiny-toy", "pair.device=cpu", "pair.dtype=float32",
-    ]  # fmt: skip
+        "pair=local",
+        f"pair.target={pair_dir}/target",
+        f"pair.draft={pair_dir}/draft",
+        "pair.name=tiny-toy",
+        "pair.device=cpu",
+        "pair.dtype=float32",
+    ]

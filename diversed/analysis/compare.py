@@ -40,16 +40,41 @@ from diversed.sweep.times import CONFIDENCE, t_interval
 def setting_fields() -> tuple[str, ...]:
     """What identifies one setting across seeds: the pair, task and method, every registered method's knob
     fields (`methods.knobs`), N, T, which examples and the settings groups."""
-    return ("pair", "task", "metric", "method", *knobs(), "head_task", "num_draft_tokens", "temperature",
-            "n_examples", "split", "settings_group", "comparison_group")  # fmt: skip
+    return (
+        "pair",
+        "task",
+        "metric",
+        "method",
+        *knobs(),
+        "head_task",
+        "num_draft_tokens",
+        "temperature",
+        "n_examples",
+        "split",
+        "settings_group",
+        "comparison_group",
+    )
 
 
 # The values averaged over seeds.
-VALUE_FIELDS = ("score", "acceptance_rate", "alpha", "mean_tv", "normalized_time", "normalized_latency", "latency_s",
-                "wall_time_s", "time_per_token_s", "mean_w")  # fmt: skip
+VALUE_FIELDS = (
+    "score",
+    "acceptance_rate",
+    "alpha",
+    "mean_tv",
+    "normalized_time",
+    "normalized_latency",
+    "latency_s",
+    "wall_time_s",
+    "time_per_token_s",
+    "mean_w",
+)
 # The intervals `mean_over_seeds` adds: (value, low, high) columns.
-INTERVALS = {"score": ("score_ci_low", "score_ci_high"), "acceptance_rate": ("acceptance_ci_low", "acceptance_ci_high"),
-             "alpha": ("alpha_ci_low", "alpha_ci_high")}  # fmt: skip
+INTERVALS = {
+    "score": ("score_ci_low", "score_ci_high"),
+    "acceptance_rate": ("acceptance_ci_low", "acceptance_ci_high"),
+    "alpha": ("alpha_ci_low", "alpha_ci_high"),
+}
 
 N_RESAMPLES = 9999
 # Where scores (accuracy and pass@1 are 0/1, ROUGE an F-measure), acceptance rates and α lie
@@ -74,8 +99,13 @@ def _ratio_difference(a1, b1, a2, b2, axis: int = -1) -> np.ndarray:
     return _ratio(a1, b1, axis) - _ratio(a2, b2, axis)
 
 
-def bootstrap_interval(statistic: Statistic, arrays: Sequence[np.ndarray], *, confidence: float = CONFIDENCE,
-                       alternative: str = "two-sided") -> tuple[float, float, float]:  # fmt: skip
+def bootstrap_interval(
+    statistic: Statistic,
+    arrays: Sequence[np.ndarray],
+    *,
+    confidence: float = CONFIDENCE,
+    alternative: str = "two-sided",
+) -> tuple[float, float, float]:
     """(estimate, low, high) of `statistic` over paired per-example `arrays`: scipy's BCa bootstrap
     resampling examples (percentile where BCa is undefined). A one-sided `alternative` leaves the other
     bound infinite. Where nothing varies the interval is the estimate itself; fewer than 2 examples: NaN."""
@@ -86,22 +116,37 @@ def bootstrap_interval(statistic: Statistic, arrays: Sequence[np.ndarray], *, co
         return estimate, math.nan, math.nan
     if all(np.ptp(a) == 0 for a in arrays):
         return estimate, *(  # a constant sample: every resample is the estimate
-            (estimate, math.inf) if alternative == "greater" else (-math.inf, estimate) if alternative == "less"
-            else (estimate, estimate))  # fmt: skip
+            (estimate, math.inf)
+            if alternative == "greater"
+            else (-math.inf, estimate)
+            if alternative == "less"
+            else (estimate, estimate)
+        )
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # BCa's degenerate-distribution warning: the percentile one follows
-            res = stats.bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=N_RESAMPLES,
-                                  confidence_level=confidence, alternative=alternative, method=method,
-                                  rng=np.random.default_rng(0))  # fmt: skip
+            warnings.simplefilter(
+                "ignore"
+            )  # BCa's degenerate-distribution warning: the percentile one follows
+            res = stats.bootstrap(
+                arrays,
+                statistic,
+                paired=True,
+                vectorized=True,
+                n_resamples=N_RESAMPLES,
+                confidence_level=confidence,
+                alternative=alternative,
+                method=method,
+                rng=np.random.default_rng(0),
+            )
         low, high = (float(v) for v in res.confidence_interval)
         if not (math.isnan(low) or math.isnan(high)):
             return estimate, low, high
     return estimate, math.nan, math.nan
 
 
-def mean_interval(scores: Sequence[float], confidence: float = CONFIDENCE, *,
-                  bounds: tuple[float, float] = SCORE_RANGE) -> tuple[float, float, float]:  # fmt: skip
+def mean_interval(
+    scores: Sequence[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] = SCORE_RANGE
+) -> tuple[float, float, float]:
     """(mean, low, high) of independent per-example scores: the interval of a record's score.
 
     Scores all at the `bounds` (0/1: right or wrong, passed or not) are a proportion: the Wilson score
@@ -147,9 +192,14 @@ def per_example(records: pd.DataFrame) -> pd.DataFrame | None:
     for f in ("accepted_drafts", "proposed_drafts", "verified_drafts"):
         d[f] = pd.to_numeric(d[f], errors="coerce") if f in d else np.nan
     g = d.groupby(d["example_id"].astype(str), sort=True)
-    return pd.DataFrame({"score": g["score"].mean(), "accepted": g["accepted_drafts"].sum(min_count=1),
-                         "proposed": g["proposed_drafts"].sum(min_count=1),
-                         "verified": g["verified_drafts"].sum(min_count=1)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "score": g["score"].mean(),
+            "accepted": g["accepted_drafts"].sum(min_count=1),
+            "proposed": g["proposed_drafts"].sum(min_count=1),
+            "verified": g["verified_drafts"].sum(min_count=1),
+        }
+    )
 
 
 def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[str, float]:
@@ -159,7 +209,9 @@ def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[
     s = ex["score"].to_numpy(dtype=float)
     # every example right (or every one wrong) leaves nothing to resample: Wilson's interval over the examples
     constant = len(s) > 1 and np.ptp(s) == 0 and np.isin(s, SCORE_RANGE).all()
-    score = mean_interval(s, confidence) if constant else bootstrap_interval(_mean, [s], confidence=confidence)
+    score = (
+        mean_interval(s, confidence) if constant else bootstrap_interval(_mean, [s], confidence=confidence)
+    )
     out.update(zip(("score", *INTERVALS["score"]), score, strict=True))
     for field, denominator in (("acceptance_rate", "proposed"), ("alpha", "verified")):
         if ex[denominator].notna().all() and ex["accepted"].notna().all() and ex[denominator].sum() > 0:
@@ -171,7 +223,9 @@ def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[
 # ----------------------------------------------------------------------------- one row per setting
 
 
-def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: float = CONFIDENCE) -> pd.DataFrame:
+def mean_over_seeds(
+    df: pd.DataFrame, *, examples: bool = True, confidence: float = CONFIDENCE
+) -> pd.DataFrame:
     """One row per setting (`setting_fields()`: settings apart from the seed are never averaged together):
     the mean over seeds of each of `VALUE_FIELDS`, `n_seeds`, and the intervals of `INTERVALS`.
 
@@ -191,8 +245,11 @@ def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: floa
                 per_seed = pd.to_numeric(g[field], errors="coerce")
                 _, row[low], row[high] = t_interval(per_seed, confidence, bounds=SCORE_RANGE)
         if len(g) == 1 and {"score_ci_low", "score_ci_high"} <= set(g):
-            row.update(score_ci_low=g["score_ci_low"].iloc[0], score_ci_high=g["score_ci_high"].iloc[0],
-                       interval_from="record")  # fmt: skip
+            row.update(
+                score_ci_low=g["score_ci_low"].iloc[0],
+                score_ci_high=g["score_ci_high"].iloc[0],
+                interval_from="record",
+            )
         ex = per_example(g) if examples and "run_dir" in g else None
         if ex is not None and len(ex):
             row.update(cell_intervals(ex, confidence=confidence), interval_from="examples", n_scored=len(ex))
@@ -207,16 +264,26 @@ def mean_over_seeds(df: pd.DataFrame, *, examples: bool = True, confidence: floa
 # ----------------------------------------------------------------------------- paired differences
 
 
-def paired(a: pd.DataFrame, b: pd.DataFrame, what: str = "score", *, confidence: float = CONFIDENCE,
-           alternative: str = "two-sided") -> dict[str, float]:  # fmt: skip
+def paired(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    what: str = "score",
+    *,
+    confidence: float = CONFIDENCE,
+    alternative: str = "two-sided",
+) -> dict[str, float]:
     """A − B on the examples both scored (`per_example` frames), paired by example: `what` is "score"
     (the mean), "acceptance_rate" (accepted / proposed) or "alpha" (accepted / verified). Returns
     {diff, low, high, n}; NaN where the rows lack what is compared."""
     common = a.index.intersection(b.index)
     a, b = a.loc[common], b.loc[common]
     if what == "score":
-        est = bootstrap_interval(_mean, [a["score"].to_numpy() - b["score"].to_numpy()], confidence=confidence,
-                                 alternative=alternative)  # fmt: skip
+        est = bootstrap_interval(
+            _mean,
+            [a["score"].to_numpy() - b["score"].to_numpy()],
+            confidence=confidence,
+            alternative=alternative,
+        )
     else:
         den = {"acceptance_rate": "proposed", "alpha": "verified"}[what]
         cols = [a["accepted"], a[den], b["accepted"], b[den]]
@@ -233,7 +300,9 @@ def verdict(low: float, high: float) -> str:
     return "better" if low > 0 else "worse" if high < 0 else "no difference shown"
 
 
-def non_inferior(a: pd.DataFrame, reference: pd.DataFrame, margin: float, *, confidence: float = CONFIDENCE) -> dict:
+def non_inferior(
+    a: pd.DataFrame, reference: pd.DataFrame, margin: float, *, confidence: float = CONFIDENCE
+) -> dict:
     """Is quality(A) ≥ quality(reference) − margin? The lower bound of the one-sided `confidence` interval
     of the paired score difference A − reference must exceed −margin. Returns {diff, low, n, holds}."""
     d = paired(a, reference, "score", confidence=confidence, alternative="greater")

@@ -70,7 +70,7 @@ def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]
 
 
 def _line_label(name: str, others: dict[str, object]) -> str:
-    """"cascade rule=chow, α labelled": the method, its other knobs' values, the symbol of the knob on the points."""
+    """ "cascade rule=chow, α labelled": the method, its other knobs' values, the symbol of the knob on the points."""
     m = METHODS[name]
     knobs = ", ".join(f"{m.knob(k).symbol}={m.knob(k).show(v)}" for k, v in others.items())
     return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {m.knob(m.family).symbol} labelled"
@@ -95,12 +95,22 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
         dn = d[(d["num_draft_tokens"] == n) & d[y].notna()]
         for name, _, line in _lines(dn):
             marker, style, family = METHODS[name].marker, METHODS[name].line, METHODS[name].family
-            ax.plot(line["score"], line[y], marker=marker, ls=style, color=color, ms=4, lw=1, alpha=0.8, zorder=3)
+            ax.plot(
+                line["score"], line[y], marker=marker, ls=style, color=color, ms=4, lw=1, alpha=0.8, zorder=3
+            )
             for _, r in line.iterrows():
-                ax.annotate(f"{r[family]:g}", (r["score"], r[y]), xytext=(3, 3), textcoords="offset points",
-                            fontsize=6, color=color)  # fmt: skip
+                ax.annotate(
+                    f"{r[family]:g}",
+                    (r["score"], r[y]),
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                    fontsize=6,
+                    color=color,
+                )
             front = pareto_front(line, "score", y, maximize=(True, not minimize))
-            ax.plot(front["score"], front[y], "-", color=color, lw=5, alpha=0.2, solid_capstyle="round", zorder=2)
+            ax.plot(
+                front["score"], front[y], "-", color=color, lw=5, alpha=0.2, solid_capstyle="round", zorder=2
+            )
         for name in _singles():
             for _, r in dn[dn["method"] == name].iterrows():
                 ax.plot(r["score"], r[y], METHODS[name].marker, color=color, mec="black", ms=8, zorder=4)
@@ -163,7 +173,9 @@ def plot_pareto(
     d["settings_group"] = d["settings_group"].fillna("")
     paths: list[Path] = []
     groups = d.groupby(["pair", "task", "temperature"])["settings_group"].nunique()
-    for (pair, task, temp, settings), g in d.groupby(["pair", "task", "temperature", "settings_group"], sort=True):
+    for (pair, task, temp, settings), g in d.groupby(
+        ["pair", "task", "temperature", "settings_group"], sort=True
+    ):
         several = groups[(pair, task, temp)] > 1  # settings that differ: one figure each, named apart
         ns = sorted(int(n) for n in g["num_draft_tokens"].dropna().unique())
         colors = {n: f"C{i % 10}" for i, n in enumerate(ns)}
@@ -176,27 +188,43 @@ def plot_pareto(
         ax_acc, ax_time = fig.subplots(1, 2, sharex=True)
         _draw_panel(ax_acc, g, "acceptance_rate", colors, heads, minimize=False)
         _draw_panel(ax_time, g, "normalized_time", colors, heads, minimize=True)
-        ax_acc.set(xlabel=f"{task} {metric} (higher is better)", ylabel="acceptance: accepted / proposed drafts (higher is better)")
+        ax_acc.set(
+            xlabel=f"{task} {metric} (higher is better)",
+            ylabel="acceptance: accepted / proposed drafts (higher is better)",
+        )
         ax_time.set(
             xlabel=f"{task} {metric} (higher is better)",
             ylabel="time / autoregressive time (lower is better)",
         )
         mode = "greedy" if temp == 0 else "sampling"
-        fig.suptitle(f"{pair} · {task} · temperature {temp:g} ({mode})" + (f" · settings {settings[:6] or 'old'}" if several else ""))
+        fig.suptitle(
+            f"{pair} · {task} · temperature {temp:g} ({mode})"
+            + (f" · settings {settings[:6] or 'old'}" if several else "")
+        )
         fig.legend(
             handles=_legend(colors, heads, g),
             loc="outside right upper",
             fontsize=8,
             frameon=False,
         )
-        stem = f"pareto_{safe_name(pair)}_{safe_name(task)}_T{temp:g}" + (f"_s{settings[:6] or 'old'}" if several else "")
+        stem = f"pareto_{safe_name(pair)}_{safe_name(task)}_T{temp:g}" + (
+            f"_s{settings[:6] or 'old'}" if several else ""
+        )
         for fmt in formats:  # each file whole or not at all
-            paths.append(write_file(out_dir / f"{stem}.{fmt}", lambda f, fig=fig, fmt=fmt: fig.savefig(f, format=fmt, dpi=150)))
+            paths.append(
+                write_file(
+                    out_dir / f"{stem}.{fmt}", lambda f, fig=fig, fmt=fmt: fig.savefig(f, format=fmt, dpi=150)
+                )
+            )
     return paths
 
 
 def summary_table(
-    df: pd.DataFrame, *, num_draft_tokens: int | None = None, temperature: float | None = None, best: bool = False
+    df: pd.DataFrame,
+    *,
+    num_draft_tokens: int | None = None,
+    temperature: float | None = None,
+    best: bool = False,
 ) -> pd.DataFrame:
     """The paper's Table 1: rows (pair, method label), columns (task, "acceptance_rate") and
     (task, <metric>), each the mean over seeds.
@@ -212,7 +240,10 @@ def summary_table(
     d = df[np.isclose(df["temperature"].astype(float), float(temperature))]
     if num_draft_tokens is None:
         num_draft_tokens = _most_rows(d.loc[d["method"] != "autoregressive", "num_draft_tokens"])
-    d = d[~d["method"].map(lambda m: METHODS[m].speculative if m in METHODS else True) | (d["num_draft_tokens"] == num_draft_tokens)]
+    d = d[
+        ~d["method"].map(lambda m: METHODS[m].speculative if m in METHODS else True)
+        | (d["num_draft_tokens"] == num_draft_tokens)
+    ]
     d = mean_over_seeds(d)
     if best:
         d = best_at_quality(d)
@@ -220,15 +251,24 @@ def summary_table(
     d["order"] = d["method"].map({m: i for i, m in enumerate(METHODS)})
     # within a method: its other knobs' values, then its family's from the largest down
     family = [METHODS[m].family if m in METHODS else None for m in d["method"]]
-    d["_w"] = [-float(r[f]) if f is not None and pd.notna(r[f]) else 0.0 for f, (_, r) in zip(family, d.iterrows(), strict=True)]
+    d["_w"] = [
+        -float(r[f]) if f is not None and pd.notna(r[f]) else 0.0
+        for f, (_, r) in zip(family, d.iterrows(), strict=True)
+    ]
     fields = [f for f in knobs() if f in d]
     others = [f for f in fields if not any(m.family == f for m in METHODS.values())]
     d = d.sort_values(["pair", "order", *others, "_w"], na_position="first")
-    d["label"] = [method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
-                  for _, r in d.iterrows()]  # fmt: skip
+    d["label"] = [
+        method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
+        for _, r in d.iterrows()
+    ]
     groups = d["settings_group"].fillna("")
-    if d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1:  # settings that differ: rows apart
-        d["label"] = [f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)]
+    if (
+        d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1
+    ):  # settings that differ: rows apart
+        d["label"] = [
+            f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)
+        ]
 
     columns: list[tuple[str, str]] = []
     for task, metric in d[["task", "metric"]].drop_duplicates().itertuples(index=False):
@@ -268,8 +308,12 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     n, t = table.attrs.get("num_draft_tokens"), table.attrs.get("temperature")
-    best = (" Each knob family: its ORACLE setting (the most acceptance at autoregressive quality on these very scores; "
-            "the report chooses on a validation run instead)." if table.attrs.get("best") else "")  # fmt: skip
+    best = (
+        " Each knob family: its ORACLE setting (the most acceptance at autoregressive quality on these very scores; "
+        "the report chooses on a validation run instead)."
+        if table.attrs.get("best")
+        else ""
+    )
     caption = (
         f"N = {n} draft tokens, temperature {t:g}; acceptance rate (accepted / proposed drafts) and quality, mean over "
         f"seeds.{best}\n\n"

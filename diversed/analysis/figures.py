@@ -48,8 +48,10 @@ def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1) -> tuple[Figure,
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
     """`fig` as `<out_dir>/<stem>.<format>` for each format, each file written whole (`atomic.write_file`)."""
-    return [write_file(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
-            for fmt in formats]  # fmt: skip
+    return [
+        write_file(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
+        for fmt in formats
+    ]
 
 
 def _label(method: str) -> str:
@@ -72,7 +74,9 @@ def prop1_gaps(d: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+def acceptance_vs_w(
+    d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")
+) -> list[Shown]:
     """Per (pair, task, temperature): the static ensemble's acceptance α (accepted over verified
     drafts) against w, one line per N, Proposition 1's 1 − w·mean_tv dashed beside it (sampled
     decoding), and each head's α at its mean w as a star."""
@@ -88,23 +92,55 @@ def acceptance_vs_w(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
             ax.plot(s["weight"], s[y], "o-", color=f"C{i}", label=f"N={n} measured")
             p = gaps[gaps["num_draft_tokens"] == n].sort_values("weight")
             if len(p):
-                ax.plot(p["weight"], p["predicted"], "--", color=f"C{i}", alpha=0.8, label=f"N={n} 1 − w·mean TV")
+                ax.plot(
+                    p["weight"], p["predicted"], "--", color=f"C{i}", alpha=0.8, label=f"N={n} 1 − w·mean TV"
+                )
             dyn = g[(g["method"] == "dynamic") & (g["num_draft_tokens"] == n)]
-            ax.plot(dyn["mean_w"], dyn[y], "*", color=f"C{i}", markersize=13, label=f"N={n} DIVERSED (mean w)" if len(dyn) else None)
-        ax.set(xlabel="w, the weight on the target", ylabel="acceptance α (accepted / verified drafts)" if y == "alpha" else "acceptance (accepted / proposed drafts)",
-               xlim=(-0.03, 1.03), title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
+            ax.plot(
+                dyn["mean_w"],
+                dyn[y],
+                "*",
+                color=f"C{i}",
+                markersize=13,
+                label=f"N={n} DIVERSED (mean w)" if len(dyn) else None,
+            )
+        ax.set(
+            xlabel="w, the weight on the target",
+            ylabel="acceptance α (accepted / verified drafts)"
+            if y == "alpha"
+            else "acceptance (accepted / proposed drafts)",
+            xlim=(-0.03, 1.03),
+            title=f"{pair} · {task} · T={temp:g}",
+        )
         ax.legend(fontsize=7, frameon=False)
         if len(gaps):
             worst = gaps.loc[gaps["gap"].abs().idxmax()]
-            se = "" if math.isnan(worst["gap_se"]) else f", {worst['gap_se']:.1f} binomial standard errors of α"
-            caption = (f"Acceptance α = accepted/verified drafts against w, {pair} · {task} · T={temp:g} (the tables' "
-                       "accepted/proposed is lower: drafts after a rejection count there). Proposition 1 predicts α = 1 − w·mean TV(p, q) "
-                       f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
-                       f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se}).")  # fmt: skip
+            se = (
+                ""
+                if math.isnan(worst["gap_se"])
+                else f", {worst['gap_se']:.1f} binomial standard errors of α"
+            )
+            caption = (
+                f"Acceptance α = accepted/verified drafts against w, {pair} · {task} · T={temp:g} (the tables' "
+                "accepted/proposed is lower: drafts after a rejection count there). Proposition 1 predicts α = 1 − w·mean TV(p, q) "
+                f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
+                f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se})."
+            )
         else:
             name = "α = accepted/verified drafts" if y == "alpha" else "accepted/proposed drafts"
             caption = f"Acceptance ({name}) against w, {pair} · {task} · T={temp:g} (no Proposition 1 prediction: no mean TV, greedy decoding)."
-        shown.append(Shown(_save(fig, Path(out_dir), f"acceptance_vs_w_{safe_name(pair)}_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
+        shown.append(
+            Shown(
+                _save(
+                    fig,
+                    Path(out_dir),
+                    f"acceptance_vs_w_{safe_name(pair)}_{safe_name(task)}_T{temp:g}",
+                    formats,
+                ),
+                caption,
+                (task,),
+            )
+        )
     return shown
 
 
@@ -117,7 +153,10 @@ def _time_axes(d: pd.DataFrame) -> list[tuple[str, str]]:
     passes at the sweep's batch size."""
     field = shown_time(d)
     mode = "batch 1" if field == "normalized_latency" else "batched"
-    return [(field, f"time per sample / autoregressive ({mode})"), (PER_TOKEN[field], f"time per token / autoregressive ({mode})")]
+    return [
+        (field, f"time per sample / autoregressive ({mode})"),
+        (PER_TOKEN[field], f"time per token / autoregressive ({mode})"),
+    ]
 
 
 def _err(m: pd.DataFrame, col: str) -> np.ndarray | None:
@@ -129,7 +168,9 @@ def _err(m: pd.DataFrame, col: str) -> np.ndarray | None:
     return np.nan_to_num(np.vstack([m[col] - m[low], m[high] - m[col]]).astype(float).clip(min=0))
 
 
-def quality_vs_time(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+def quality_vs_time(
+    d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")
+) -> list[Shown]:
     """Per (task, temperature), a row per pair: quality against time per sample (left) and per
     generated token (right, as lossy settings change lengths), both relative to autoregressive
     decoding, with each time's 95 % interval as a horizontal bar; the static ensemble as its
@@ -146,28 +187,67 @@ def quality_vs_time(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str]
                     xerr = _err(m, x)
                     if METHODS.get(method) and METHODS[method].family:
                         front = pareto_front(m, x, "score", maximize=(False, True))
-                        ax.errorbar(m[x], m["score"], xerr=xerr, fmt=".", color=f"C{i}", alpha=0.25, elinewidth=0.8)
-                        ax.plot(front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)")
+                        ax.errorbar(
+                            m[x], m["score"], xerr=xerr, fmt=".", color=f"C{i}", alpha=0.25, elinewidth=0.8
+                        )
+                        ax.plot(
+                            front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)"
+                        )
                     else:
                         ar = method == "autoregressive"
-                        ax.errorbar(m[x], m["score"], xerr=xerr, fmt="s" if ar else "o", color="k" if ar else f"C{i}",
-                                    label=_label(method), elinewidth=0.8, capsize=2)  # fmt: skip
+                        ax.errorbar(
+                            m[x],
+                            m["score"],
+                            xerr=xerr,
+                            fmt="s" if ar else "o",
+                            color="k" if ar else f"C{i}",
+                            label=_label(method),
+                            elinewidth=0.8,
+                            capsize=2,
+                        )
                         for _, r in m[m["num_draft_tokens"].notna()].iterrows():
-                            ax.annotate(f"N={int(r['num_draft_tokens'])}", (r[x], r["score"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
-                ax.set(xlabel=xlabel, ylabel=f"{task} {g['metric'].iloc[0]}", title=f"{pair} · T={temp:g} · {xlabel.split(' /')[0]}")
+                            ax.annotate(
+                                f"N={int(r['num_draft_tokens'])}",
+                                (r[x], r["score"]),
+                                fontsize=6,
+                                xytext=(3, 3),
+                                textcoords="offset points",
+                            )
+                ax.set(
+                    xlabel=xlabel,
+                    ylabel=f"{task} {g['metric'].iloc[0]}",
+                    title=f"{pair} · T={temp:g} · {xlabel.split(' /')[0]}",
+                )
                 if h.empty:  # e.g. records from before per-token latencies
-                    ax.text(0.5, 0.5, "no such times in these records", ha="center", va="center", transform=ax.transAxes)
+                    ax.text(
+                        0.5,
+                        0.5,
+                        "no such times in these records",
+                        ha="center",
+                        va="center",
+                        transform=ax.transAxes,
+                    )
                 else:
                     ax.legend(fontsize=7, frameon=False)
         mode = axes_spec[0][1].split("(")[-1].rstrip(")")
-        caption = (f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: relative to "
-                   f"autoregressive decoding ({mode}; every method on the same forward path); bars: 95 % intervals of the "
-                   "times (over seeds, or one seed's timing repeats).")  # fmt: skip
-        shown.append(Shown(_save(fig, Path(out_dir), f"quality_vs_time_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
+        caption = (
+            f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: relative to "
+            f"autoregressive decoding ({mode}; every method on the same forward path); bars: 95 % intervals of the "
+            "times (over seeds, or one seed's timing repeats)."
+        )
+        shown.append(
+            Shown(
+                _save(fig, Path(out_dir), f"quality_vs_time_{safe_name(task)}_T{temp:g}", formats),
+                caption,
+                (task,),
+            )
+        )
     return shown
 
 
-def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:
+def time_vs_acceptance(
+    d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")
+) -> list[Shown]:
     """Per (task, temperature), one panel per pair: time relative to autoregressive decoding (its 95 %
     interval as a bar) against the acceptance rate, every speculative point coloured by method;
     below 1 is a speed-up."""
@@ -179,15 +259,34 @@ def time_vs_acceptance(d: pd.DataFrame, out_dir: str | Path, formats: Sequence[s
         for ax, pair in zip(axes, pairs, strict=True):
             h = g[(g["pair"] == pair) & g["acceptance_rate"].notna() & g[y].notna()]
             for i, (method, m) in enumerate(h.groupby("method", sort=False)):
-                ax.errorbar(m["acceptance_rate"], m[y], yerr=_err(m, y), fmt="o", color=f"C{i}", alpha=0.8,
-                            label=_label(method), elinewidth=0.8)  # fmt: skip
+                ax.errorbar(
+                    m["acceptance_rate"],
+                    m[y],
+                    yerr=_err(m, y),
+                    fmt="o",
+                    color=f"C{i}",
+                    alpha=0.8,
+                    label=_label(method),
+                    elinewidth=0.8,
+                )
             ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
-            ax.set(xlabel="acceptance (accepted / proposed drafts)", ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
-                   title=f"{pair} · {task} · T={temp:g}")  # fmt: skip
+            ax.set(
+                xlabel="acceptance (accepted / proposed drafts)",
+                ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
+                title=f"{pair} · {task} · T={temp:g}",
+            )
             ax.legend(fontsize=7, frameon=False)
-        caption = (f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path, "
-                   "bars its 95 % interval (the paper min-max normalises its axis).")  # fmt: skip
-        shown.append(Shown(_save(fig, Path(out_dir), f"time_vs_acceptance_{safe_name(task)}_T{temp:g}", formats), caption, (task,)))
+        caption = (
+            f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path, "
+            "bars its 95 % interval (the paper min-max normalises its axis)."
+        )
+        shown.append(
+            Shown(
+                _save(fig, Path(out_dir), f"time_vs_acceptance_{safe_name(task)}_T{temp:g}", formats),
+                caption,
+                (task,),
+            )
+        )
     return shown
 
 
@@ -219,8 +318,14 @@ def _w_colour(w: float) -> str:
     return to_hex(colormaps["coolwarm"](float(w)))  # blue: the draft's (w = 0), red: the target's (w = 1)
 
 
-def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_examples: int = 5,
-                 formats: Sequence[str] = ("png", "pdf")) -> list[Shown]:  # fmt: skip
+def head_learned(
+    record: dict,
+    rows: Sequence[dict],
+    out_dir: str | Path,
+    *,
+    n_examples: int = 5,
+    formats: Sequence[str] = ("png", "pdf"),
+) -> list[Shown]:
     """One dynamic point's completions with each token coloured by the head's w (HTML), and the
     mean w by token class (bars, the count above each). Needs rows written with sweep.token_w."""
     rows = [r for r in rows if r.get("token_w") and r.get("token_text")]
@@ -229,28 +334,57 @@ def head_learned(record: dict, rows: Sequence[dict], out_dir: str | Path, *, n_e
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     trained = record.get("head_task") or "unknown"
-    name = (f"{safe_name(record['pair'])}_{safe_name(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
-            f"_head-{safe_name(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}")  # fmt: skip
-    title = (f"{record['pair']} · {record['task']} · T={record['temperature']:g} · N={int(record['num_draft_tokens'])} · "
-             f"head {record['head']} (trained on {trained})")  # fmt: skip
+    name = (
+        f"{safe_name(record['pair'])}_{safe_name(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
+        f"_head-{safe_name(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}"
+    )
+    title = (
+        f"{record['pair']} · {record['task']} · T={record['temperature']:g} · N={int(record['num_draft_tokens'])} · "
+        f"head {record['head']} (trained on {trained})"
+    )
     spans = []
     for r in rows[:n_examples]:
-        toks = "".join(f'<span style="background:{_w_colour(w)}" title="w={w:.2f}">{html.escape(t)}</span>'
-                       for t, w in zip(r["token_text"], r["token_w"], strict=True))  # fmt: skip
-        spans.append(f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>")
-    legend = "".join(f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6))
+        toks = "".join(
+            f'<span style="background:{_w_colour(w)}" title="w={w:.2f}">{html.escape(t)}</span>'
+            for t, w in zip(r["token_text"], r["token_w"], strict=True)
+        )
+        spans.append(
+            f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>"
+        )
+    legend = "".join(
+        f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6)
+    )
     page = out_dir / f"head_learned_{name}.html"
-    write_file(page, f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
-                       f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n")  # fmt: skip
+    write_file(
+        page,
+        f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
+        f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n",
+    )
 
-    frame = pd.DataFrame([(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
-                         columns=["cls", "w"])  # fmt: skip
-    stats = frame.groupby("cls")["w"].agg(["mean", "count", "std"]).reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
+    frame = pd.DataFrame(
+        [(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
+        columns=["cls", "w"],
+    )
+    stats = (
+        frame.groupby("cls")["w"]
+        .agg(["mean", "count", "std"])
+        .reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
+    )
     fig, (ax,) = _figure(1, 6.0)
     names = [f"{c}\n({int(n)} tokens)" for c, n in zip(stats.index, stats["count"], strict=True)]
-    ax.bar(names, stats["mean"], yerr=stats["std"].fillna(0.0), color=[_w_colour(w) for w in stats["mean"]], capsize=3)
+    ax.bar(
+        names,
+        stats["mean"],
+        yerr=stats["std"].fillna(0.0),
+        color=[_w_colour(w) for w in stats["mean"]],
+        capsize=3,
+    )
     ax.set(ylim=(0, 1.05), ylabel="mean w over emitted tokens (± sd)", title=title, xlabel="token class")
     ax.title.set_fontsize(8)
-    caption = (f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-               f"completions; coloured completions in {page.name}.")  # fmt: skip
-    return [Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))]
+    caption = (
+        f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
+        f"completions; coloured completions in {page.name}."
+    )
+    return [
+        Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))
+    ]

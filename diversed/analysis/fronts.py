@@ -66,7 +66,9 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
             kept.append(rows)
             continue
         others = [k for k in m.fields if k != m.family]
-        for _, g in rows.groupby(keys[:-1] + ["_group", "num_draft_tokens", *others], dropna=False, sort=False):
+        for _, g in rows.groupby(
+            keys[:-1] + ["_group", "num_draft_tokens", *others], dropna=False, sort=False
+        ):
             r0 = g.iloc[0]
             bar = floor.get((r0["pair"], r0["task"], r0["temperature"], r0["_group"]), np.nan)
             ok = g[g["score"] >= bar - 1e-12] if not np.isnan(bar) else g.iloc[0:0]
@@ -89,12 +91,20 @@ def choice_key(r: pd.Series | dict) -> tuple:
 
     m = METHODS[r["method"]]
     cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
-    return (r["pair"], r["task"], round(float(r["temperature"]), 6), "" if cg is None or pd.isna(cg) else cg,
-            None if pd.isna(n) else int(n), r["method"],
-            *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != m.family))  # fmt: skip
+    return (
+        r["pair"],
+        r["task"],
+        round(float(r["temperature"]), 6),
+        "" if cg is None or pd.isna(cg) else cg,
+        None if pd.isna(n) else int(n),
+        r["method"],
+        *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != m.family),
+    )
 
 
-def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive") -> pd.DataFrame:
+def choose_on(
+    records: pd.DataFrame, margin: float = 0.05, *, reference: str = "autoregressive"
+) -> pd.DataFrame:
     """Each knob family's setting chosen on `records` (one split's raw records, every seed, with
     `run_dir` for their per-example rows): per (pair, task, temperature, comparison group, N, method,
     its other knobs) the setting with the most acceptance (Σ accepted / Σ proposed over examples and
@@ -108,8 +118,10 @@ def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "
     d = records.copy()
     d["comparison_group"] = d["comparison_group"].astype(object).where(d["comparison_group"].notna(), "")
     ref_keys = ["pair", "task", "temperature", "comparison_group"]
-    refs = {k: (per_example(g), pd.to_numeric(g["score"]).mean())
-            for k, g in d[d["method"] == reference].groupby(ref_keys, sort=False)}  # fmt: skip
+    refs = {
+        k: (per_example(g), pd.to_numeric(g["score"]).mean())
+        for k, g in d[d["method"] == reference].groupby(ref_keys, sort=False)
+    }
     out = []
     for name, rows in d.groupby("method", sort=False):
         m = METHODS.get(name)
@@ -126,13 +138,34 @@ def choose_on(records: pd.DataFrame, margin: float = 0.05, *, reference: str = "
                     continue
                 test = non_inferior(ex, ref_ex, delta)
                 acc = ex["accepted"].sum() / ex["proposed"].sum() if ex["proposed"].sum() > 0 else np.nan
-                candidates.append({"value": value, "score": ex["score"].mean(), "acceptance_rate": acc,
-                                   "diff": test["diff"], "low": test["low"], "non_inferior": test["holds"]})  # fmt: skip
+                candidates.append(
+                    {
+                        "value": value,
+                        "score": ex["score"].mean(),
+                        "acceptance_rate": acc,
+                        "diff": test["diff"],
+                        "low": test["low"],
+                        "non_inferior": test["holds"],
+                    }
+                )
             if not candidates:
                 continue
             c = pd.DataFrame(candidates)
             ok = c[c["non_inferior"]]
-            pick = (ok.sort_values(["acceptance_rate", "score"]) if len(ok) else c.sort_values(["score", "acceptance_rate"])).iloc[-1]
-            out.append({**dict(zip(_CHOICE_KEYS + others, key, strict=True)), "method": name, "family": m.family,
-                        **pick.to_dict(), "delta": delta, "margin": margin, "reference_score": ref_score})  # fmt: skip
+            pick = (
+                ok.sort_values(["acceptance_rate", "score"])
+                if len(ok)
+                else c.sort_values(["score", "acceptance_rate"])
+            ).iloc[-1]
+            out.append(
+                {
+                    **dict(zip(_CHOICE_KEYS + others, key, strict=True)),
+                    "method": name,
+                    "family": m.family,
+                    **pick.to_dict(),
+                    "delta": delta,
+                    "margin": margin,
+                    "reference_score": ref_score,
+                }
+            )
     return pd.DataFrame(out)

@@ -43,13 +43,19 @@ for _t, _text in _ROWS.items():
 
 # Table 3: (pair, evaluated on, head trained on or None for SD) -> (acceptance %, quality)
 TRANSFER: dict[tuple[str, str, str | None], tuple[float, float]] = {
-    ("llama8b_1b", "cnndm", None): (21.06, 9.46), ("llama8b_1b", "cnndm", "cnndm"): (69.96, 12.11),
-    ("llama8b_1b", "cnndm", "gsm8k"): (51.07, 8.63), ("llama8b_1b", "gsm8k", None): (44.60, 67.0),
-    ("llama8b_1b", "gsm8k", "gsm8k"): (72.61, 67.0), ("llama8b_1b", "gsm8k", "cnndm"): (72.57, 62.0),
-    ("qwen3_8b_0p6b", "cnndm", None): (35.26, 9.85), ("qwen3_8b_0p6b", "cnndm", "cnndm"): (46.59, 10.97),
-    ("qwen3_8b_0p6b", "cnndm", "gsm8k"): (62.55, 8.13), ("qwen3_8b_0p6b", "gsm8k", None): (59.58, 91.0),
-    ("qwen3_8b_0p6b", "gsm8k", "gsm8k"): (76.48, 88.0), ("qwen3_8b_0p6b", "gsm8k", "cnndm"): (74.30, 78.0),
-}  # fmt: skip
+    ("llama8b_1b", "cnndm", None): (21.06, 9.46),
+    ("llama8b_1b", "cnndm", "cnndm"): (69.96, 12.11),
+    ("llama8b_1b", "cnndm", "gsm8k"): (51.07, 8.63),
+    ("llama8b_1b", "gsm8k", None): (44.60, 67.0),
+    ("llama8b_1b", "gsm8k", "gsm8k"): (72.61, 67.0),
+    ("llama8b_1b", "gsm8k", "cnndm"): (72.57, 62.0),
+    ("qwen3_8b_0p6b", "cnndm", None): (35.26, 9.85),
+    ("qwen3_8b_0p6b", "cnndm", "cnndm"): (46.59, 10.97),
+    ("qwen3_8b_0p6b", "cnndm", "gsm8k"): (62.55, 8.13),
+    ("qwen3_8b_0p6b", "gsm8k", None): (59.58, 91.0),
+    ("qwen3_8b_0p6b", "gsm8k", "gsm8k"): (76.48, 88.0),
+    ("qwen3_8b_0p6b", "gsm8k", "cnndm"): (74.30, 78.0),
+}
 
 # The project page's Gemma-3 figure (CNN/DM): SD and DIVERSED (acceptance %, ROUGE-2)
 GEMMA_CNNDM = {"lossless": (40.39, 9.06), "dynamic": (66.90, 10.86)}

@@ -22,8 +22,12 @@ from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 # ----------------------------------------------------------------------------- cells
 
 # The quantities of a table cell, named as every header names them (compare's definitions).
-QUANTITIES = (("acceptance_rate", "accepted/proposed %"), ("alpha", "α = accepted/verified %"), ("score", "quality ×100"),
-              ("time", "time / AR"))  # fmt: skip
+QUANTITIES = (
+    ("acceptance_rate", "accepted/proposed %"),
+    ("alpha", "α = accepted/verified %"),
+    ("score", "quality ×100"),
+    ("time", "time / AR"),
+)
 
 
 def _time_cell(r: pd.Series) -> str:
@@ -35,7 +39,11 @@ def _time_cell(r: pd.Series) -> str:
     if value is None or pd.isna(value):
         return "–"
     low, high = (r.get(c) for c in ci_fields(field))
-    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{_num(low)}, {_num(high)}]"
+    interval = (
+        ""
+        if low is None or high is None or pd.isna(low) or pd.isna(high)
+        else f" [{_num(low)}, {_num(high)}]"
+    )
     return f"{_num(value)}{interval}{' b1' if field == 'normalized_latency' else ''}"
 
 
@@ -45,8 +53,10 @@ def _num(x: float, digits: int = 2) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
-def _interval(value: float | None, low: float | None = None, high: float | None = None, note: str = "") -> str:
-    """"73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
+def _interval(
+    value: float | None, low: float | None = None, high: float | None = None, note: str = ""
+) -> str:
+    """ "73.65 [71.20, 76.01]" (×100); "–" for no value; the interval left out where unknown."""
     if value is None or pd.isna(value):
         return "–"
     body = _num(100 * value)
@@ -56,7 +66,7 @@ def _interval(value: float | None, low: float | None = None, high: float | None 
 
 
 def _knob_note(r: pd.Series) -> str:
-    """" (w=0.5)": the family knob's symbol and the value a table shows (* where none was at quality)."""
+    """ " (w=0.5)": the family knob's symbol and the value a table shows (* where none was at quality)."""
     m = METHODS.get(r["method"])
     if m is None or m.family is None:
         return ""
@@ -76,8 +86,11 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
     if m.family is None:
         named = " ".join(k.show(r[k.field]) for k in m.knobs) if m.name in several else ""
         return m.row_name + (f" ({named})" if named else "")
-    others = "".join(f" {k.show(r[k.field])}" if k.type is str else f" {k.symbol}={k.show(r[k.field])}"
-                     for k in m.knobs if k.field != m.family)  # fmt: skip
+    others = "".join(
+        f" {k.show(r[k.field])}" if k.type is str else f" {k.symbol}={k.show(r[k.field])}"
+        for k in m.knobs
+        if k.field != m.family
+    )
     chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
     return f"{m.row_name}{others}, {chosen}"
 
@@ -90,7 +103,13 @@ def _several(d: pd.DataFrame) -> set[str]:
         m = METHODS.get(name)
         if m is None or m.family is not None or not m.knobs:
             continue
-        if rows.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False)[list(m.fields)].nunique().max().max() > 1:
+        if (
+            rows.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False)[list(m.fields)]
+            .nunique()
+            .max()
+            .max()
+            > 1
+        ):
             several.add(name)
     return several
 
@@ -123,21 +142,29 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
     picked, chosen_keys = [], set()
     for _, c in choices.iterrows():
         key, family = choice_key(c), METHODS[c["method"]].family
-        rows = d[(d["method"] == c["method"]) & np.isclose(pd.to_numeric(d[family], errors="coerce"), float(c["value"]))]
+        rows = d[
+            (d["method"] == c["method"])
+            & np.isclose(pd.to_numeric(d[family], errors="coerce"), float(c["value"]))
+        ]
         rows = rows[[choice_key(r) == key for _, r in rows.iterrows()]]
         if len(rows):
             chosen_keys.add(key)
-            picked.append(rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"]))
+            picked.append(
+                rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"])
+            )
     family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
-    keep = [not f or choice_key(r) not in chosen_keys for f, (_, r) in zip(family, oracle.iterrows(), strict=True)]
+    keep = [
+        not f or choice_key(r) not in chosen_keys for f, (_, r) in zip(family, oracle.iterrows(), strict=True)
+    ]
     return pd.concat([oracle[keep], *picked], ignore_index=True)
 
 
 # ----------------------------------------------------------------------------- Tables 1 and 2
 
 
-def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
-                choices: pd.DataFrame | None = None) -> pd.DataFrame:  # fmt: skip
+def paper_table(
+    d: pd.DataFrame, temperature: float, *, paper: bool = False, choices: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Table 1 / 2 at one temperature from seed-averaged records (`compare.mean_over_seeds`): index
     (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
     ×100. Knob families as `table_rows` chooses them."""
@@ -177,14 +204,19 @@ def paper_table(d: pd.DataFrame, temperature: float, *, paper: bool = False,
                 tasks += [task] if task not in tasks else []
     keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
     index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
-    columns = pd.MultiIndex.from_tuples([(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"])
-    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns)
+    columns = pd.MultiIndex.from_tuples(
+        [(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"]
+    )
+    table = pd.DataFrame(
+        [[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns
+    )
     table.attrs["temperature"] = float(temperature)
     return table
 
 
-def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
-                 choices: pd.DataFrame | None = None) -> pd.DataFrame | None:  # fmt: skip
+def paired_table(
+    records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
     """DIVERSED against each other row of the table (`table_rows`) at one temperature, paired by example
     over the reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
     "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
@@ -198,26 +230,37 @@ def paired_table(records: pd.DataFrame, d: pd.DataFrame, temperature: float,
         mine = per_example(_records_of(records, dyn))
         if mine is None:
             continue
-        same = rows[(rows["pair_label"] == dyn["pair_label"]) & (rows["task"] == dyn["task"]) & (rows["method"] != "dynamic")
-                    & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))]  # fmt: skip
+        same = rows[
+            (rows["pair_label"] == dyn["pair_label"])
+            & (rows["task"] == dyn["task"])
+            & (rows["method"] != "dynamic")
+            & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
+        ]
         for _, base in same.iterrows():
             theirs = per_example(_records_of(records, base))
             if theirs is None:
                 continue
             # one row per baseline across tasks: the setting each task's table chose is in that table
-            key = (dyn["pair_label"], f"{int(dyn['num_draft_tokens'])}", f"{_row_label(dyn, several)} − {_row_label(base, set())}")
+            key = (
+                dyn["pair_label"],
+                f"{int(dyn['num_draft_tokens'])}",
+                f"{_row_label(dyn, several)} − {_row_label(base, set())}",
+            )
             for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
                 if what != "score" and not METHODS[base["method"]].speculative:
                     cells.setdefault(key, {})[(dyn["task"], name)] = "–"
                     continue
                 r = paired(mine, theirs, what)
                 cells.setdefault(key, {})[(dyn["task"], name)] = (
-                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}")
+                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}"
+                )
     if not cells:
         return None
     tasks = list(dict.fromkeys(rows["task"]))
-    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
-                                        names=["task", "difference"])  # fmt: skip
+    columns = pd.MultiIndex.from_tuples(
+        [(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
+        names=["task", "difference"],
+    )
     keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
     return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
@@ -242,7 +285,9 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
     """Table 3 at one temperature: index (pair, row, N), rows "SD (lossless)" and "head trained on
     <task>", columns the task evaluated on; None without a head evaluated on another task than
     its own."""
-    d = d[np.isclose(d["temperature"].astype(float), temperature)].assign(pair_label=lambda x: _pair_labels(x))
+    d = d[np.isclose(d["temperature"].astype(float), temperature)].assign(
+        pair_label=lambda x: _pair_labels(x)
+    )
     dyn = d[(d["method"] == "dynamic") & d["head_task"].notna()]
     if not (dyn["head_task"] != dyn["task"]).any():
         return None
@@ -250,15 +295,19 @@ def transfer_table(d: pd.DataFrame, temperature: float, *, paper: bool = False) 
     for _, r in pd.concat([d[d["method"] == "lossless"], dyn]).iterrows():
         row = "SD (lossless)" if r["method"] == "lossless" else f"head trained on {r['head_task']}"
         key = (r["pair_label"], row, str(int(r["num_draft_tokens"])))
-        cells.setdefault(key, {})[r["task"]] = (f"{_interval(r['acceptance_rate'], r.get('acceptance_ci_low'), r.get('acceptance_ci_high'))}"
-                                                f" / {_interval(r['score'], r.get('score_ci_low'), r.get('score_ci_high'))}")  # fmt: skip
+        cells.setdefault(key, {})[r["task"]] = (
+            f"{_interval(r['acceptance_rate'], r.get('acceptance_ci_low'), r.get('acceptance_ci_high'))}"
+            f" / {_interval(r['score'], r.get('score_ci_low'), r.get('score_ci_high'))}"
+        )
     tasks = list(dict.fromkeys(d["task"]))
     if paper and np.isclose(temperature, 1.0):  # the paper's Table 3 (its temperature is not stated)
         for (pair, task, trained), (acc, q) in published.TRANSFER.items():
             row = "SD (lossless)" if trained is None else f"head trained on {trained}"
             cells.setdefault((f"{published.PAIRS[pair]} (paper)", row, "?"), {})[task] = f"{acc:.2f} / {q:g}"
             tasks += [task] if task not in tasks else []
-    keys = sorted(cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], _n_order(k[2])))
+    keys = sorted(
+        cells, key=lambda k: (k[0].endswith("(paper)"), k[0], k[1] != "SD (lossless)", k[1], _n_order(k[2]))
+    )
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "row", "N"])
     return pd.DataFrame([[cells[k].get(t, "") for t in tasks] for k in keys], index=index, columns=tasks)
 
@@ -269,6 +318,9 @@ def with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     by = [c for c in setting_fields() if c in df and c in d]
     t = times_over_seeds(df, by)
     left = d.drop(columns=[c for c in t if c in d and c not in by])
-    for x in (left, t):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
+    for x in (
+        left,
+        t,
+    ):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
         x[by] = x[by].astype(object).where(x[by].notna(), None)
     return left.merge(t, on=by, how="left").astype(d[by].dtypes.to_dict())  # the keys' own dtypes back

@@ -78,8 +78,11 @@ class LogFile(logging.FileHandler):
         try:
             return super()._open()
         except OSError as e:
-            print(f"warning: cannot write the log file {self.baseFilename} ({e.strerror}): the log goes to the "
-                  "console only", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: cannot write the log file {self.baseFilename} ({e.strerror}): the log goes to the "
+                "console only",
+                file=sys.stderr,
+            )
             return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the handler closes it)
 
 

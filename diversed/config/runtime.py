@@ -72,9 +72,14 @@ def help_groups(choices: Any) -> str:
 def _register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    for name, resolver in (("diversed.doc", module_doc), ("diversed.groups", help_groups),
-                           ("diversed.pair_name", _pair_name), ("diversed.dirname", short_dirname),
-                           ("diversed.run_dir", run_dir), ("diversed.config_subdir", config_subdir)):  # fmt: skip
+    for name, resolver in (
+        ("diversed.doc", module_doc),
+        ("diversed.groups", help_groups),
+        ("diversed.pair_name", _pair_name),
+        ("diversed.dirname", short_dirname),
+        ("diversed.run_dir", run_dir),
+        ("diversed.config_subdir", config_subdir),
+    ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 
@@ -134,9 +139,14 @@ def quiet(verbose: bool = False) -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                 "lightning.fabric.utilities.seed", "lightning.pytorch.accelerators.cuda", "huggingface_hub",
-                 "datasets"):  # fmt: skip
+    for name in (
+        "lightning.pytorch.utilities.rank_zero",
+        "lightning.fabric.utilities.rank_zero",
+        "lightning.fabric.utilities.seed",
+        "lightning.pytorch.accelerators.cuda",
+        "huggingface_hub",
+        "datasets",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -207,9 +217,26 @@ class PointLog:
     the record's numbers and names as one row, the point's index as its step. The registered methods' knob
     fields are columns too (`columns`, after `num_draft_tokens`)."""
 
-    COLUMNS = ("pair", "task", "method", "temperature", "num_draft_tokens", "seed", "n_examples",
-               "score", "score_ci_low", "score_ci_high", *RECORD_FIELDS, "new_tokens", "wall_time_s", "normalized_time",
-               "tokens_per_s", "latency_s", "normalized_latency", "key")  # fmt: skip
+    COLUMNS = (
+        "pair",
+        "task",
+        "method",
+        "temperature",
+        "num_draft_tokens",
+        "seed",
+        "n_examples",
+        "score",
+        "score_ci_low",
+        "score_ci_high",
+        *RECORD_FIELDS,
+        "new_tokens",
+        "wall_time_s",
+        "normalized_time",
+        "tokens_per_s",
+        "latency_s",
+        "normalized_latency",
+        "key",
+    )
 
     def __init__(self, loggers: list[Any]) -> None:
         self.loggers, self.rows, self.table = loggers, [], None
@@ -221,15 +248,19 @@ class PointLog:
             if type(lg).__name__ == "WandbLogger":
                 lg.experiment.log({"points": self._table()})
             else:
-                lg.log_metrics({k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"},
-                               step=index)  # fmt: skip
+                lg.log_metrics(
+                    {k: v for k, v in record.items() if isinstance(v, int | float | str) and k != "key"},
+                    step=index,
+                )
 
     def _table(self) -> Any:
         import wandb
 
         try:  # a wandb with incremental tables: only the new rows are written each time
             if self.table is None:
-                self.table = wandb.Table(columns=list(self.columns), log_mode="INCREMENTAL", allow_mixed_types=True)
+                self.table = wandb.Table(
+                    columns=list(self.columns), log_mode="INCREMENTAL", allow_mixed_types=True
+                )
             self.table.add_data(*self.rows[-1])
             return self.table
         except TypeError:  # older wandb: the whole table again
@@ -314,18 +345,24 @@ def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
     if Path(ckpt_path).resolve().parent.parent == out.resolve():
         log.info(f"Resuming in place from {ckpt_path}: logs, checkpoints and the export continue in {out}")
     else:
-        log.info(f"Resuming from {ckpt_path}, which is not in <run dir>/checkpoints/ of this run: this run "
-                 f"writes to {out}")  # fmt: skip
+        log.info(
+            f"Resuming from {ckpt_path}, which is not in <run dir>/checkpoints/ of this run: this run "
+            f"writes to {out}"
+        )
 
 
 class Fitted(NamedTuple):
     metrics: dict[str, float]  # the trainer's last callback metrics
     best: str  # the best checkpoint's path ("" without a monitored checkpoint)
-    exported: Path  # <paths.output_dir>/<the module's `exported`>, written by this process if `is_global_zero`
+    exported: (
+        Path  # <paths.output_dir>/<the module's `exported`>, written by this process if `is_global_zero`
+    )
     is_global_zero: bool  # this process exported (one process of a distributed run)
 
 
-def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job_type: str = "train") -> Fitted:
+def fit(
+    cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job_type: str = "train"
+) -> Fitted:
     """Instantiate `cfg.callbacks` (and the progress bar, and `checkpoints.StepSeeds`), the loggers
     (`job_type`: the entry point) and `cfg.trainer`, its checkpoints written atomically
     (`checkpoints.AtomicCheckpointIO`; temporary files of a killed writer removed first); fit
@@ -341,7 +378,9 @@ def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job
     from diversed.files.atomic import remove_stale, write_directory
     from diversed.training.checkpoints import AtomicCheckpointIO, LastCheckpoint, StepSeeds
 
-    callbacks = [hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c]
+    callbacks = [
+        hydra.utils.instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c and "_target_" in c
+    ]
     bar = progress_bar() if cfg.trainer.get("enable_progress_bar", True) else None
     if bar is not None and not any("ProgressBar" in type(c).__name__ for c in callbacks):
         callbacks.append(bar)
@@ -349,8 +388,9 @@ def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job
     for stale in remove_stale(Path(cfg.paths.output_dir) / "checkpoints"):
         log.info(f"Removed {stale}, left by a run killed while writing it")
     loggers = make_loggers(cfg, job_type=job_type)
-    trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False,
-                                      plugins=[AtomicCheckpointIO()])  # fmt: skip
+    trainer = hydra.utils.instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()]
+    )
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     _say_where_it_resumes(cfg.get("ckpt_path"), Path(cfg.paths.output_dir))
@@ -359,7 +399,9 @@ def fit(cfg: Any, model: Any, datamodule: Any, *, weights_only: bool = True, job
     if not any(isinstance(c, LastCheckpoint) and c.saved_step == trainer.global_step for c in callbacks):
         # (LastCheckpoint wrote the last step as the loop stood then: this one counts the epoch as done)
         trainer.save_checkpoint(Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt", weights_only=False)
-    best = next((c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), "")
+    best = next(
+        (c.best_model_path for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), ""
+    )
     if best:  # the best state by the monitored metric
         model.load_state_dict(torch.load(best, map_location="cpu", weights_only=True)["state_dict"])
     exported = Path(cfg.paths.output_dir) / model.exported

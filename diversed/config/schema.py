@@ -100,7 +100,9 @@ class TaskSettings(_Model):
 def task_schema(task: type) -> type[TaskSettings]:
     """`TaskSettings` with the task class's own options (`Task.options`) as fields: each its declared
     type, default and help."""
-    fields: dict[str, Any] = {name: (o.type, Field(o.default, description=o.help or None)) for name, o in task.options.items()}
+    fields: dict[str, Any] = {
+        name: (o.type, Field(o.default, description=o.help or None)) for name, o in task.options.items()
+    }
     return create_model(f"{task.__name__}Settings", __base__=TaskSettings, **fields)
 
 
@@ -150,8 +152,10 @@ class SweepSettings(_Model):
     def _methods(cls, methods: list[str]) -> list[str]:
         unknown = [m for m in methods if m not in METHODS]
         if unknown:
-            raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}, or register your own and load "
-                             "it with plugins: [my_pkg.my_method] (README, \"Add your own method\")")  # fmt: skip
+            raise ValueError(
+                f"unknown methods {unknown}; choose from {list(METHODS)}, or register your own and load "
+                'it with plugins: [my_pkg.my_method] (README, "Add your own method")'
+            )
         return methods
 
 
@@ -166,13 +170,17 @@ def sweep_settings() -> type[SweepSettings]:
 def _sweep_model(registered: tuple[Knob, ...]) -> type[SweepSettings]:
     taken = [k.sweep for k in registered if k.sweep in SweepSettings.model_fields]
     if taken:
-        raise ConfigError(f"a registered knob's sweep key {taken} is one of sweep's own settings: give the knob "
-                          "another sweep key")  # fmt: skip
+        raise ConfigError(
+            f"a registered knob's sweep key {taken} is one of sweep's own settings: give the knob "
+            "another sweep key"
+        )
     fields: dict[str, Any] = {
-        k.sweep: (list[Annotated[k.type, AfterValidator(k.check)]],  # type: ignore[name-defined]
-                  Field(list(k.default), description=f"{k.symbol}: {k.label}" if k.label else k.symbol))
+        k.sweep: (
+            list[Annotated[k.type, AfterValidator(k.check)]],  # type: ignore[name-defined]
+            Field(list(k.default), description=f"{k.symbol}: {k.label}" if k.label else k.symbol),
+        )
         for k in registered
-    }  # fmt: skip
+    }
     return create_model("SweepSettings", __base__=SweepSettings, **fields)
 
 
@@ -246,19 +254,25 @@ class TrainerSettings(_Model):
     def _processes(self) -> TrainerSettings:
         one = self.devices in (1, "1") or (isinstance(self.devices, list) and len(self.devices) == 1)
         if str(self.strategy).startswith(("ddp", "fsdp", "deepspeed")) and one and self.num_nodes == 1:
-            raise ValueError(f"trainer.strategy={self.strategy} with trainer.devices={self.devices} and "
-                             "trainer.num_nodes=1 runs one process (an experiment's trainer.devices: 1 wins over "
-                             "trainer=ddp's): set trainer.devices=N (with trainer.accelerator=cpu for N CPU "
-                             "processes) or leave trainer=ddp out")  # fmt: skip
+            raise ValueError(
+                f"trainer.strategy={self.strategy} with trainer.devices={self.devices} and "
+                "trainer.num_nodes=1 runs one process (an experiment's trainer.devices: 1 wins over "
+                "trainer=ddp's): set trainer.devices=N (with trainer.accelerator=cpu for N CPU "
+                "processes) or leave trainer=ddp out"
+            )
         return self
 
     @model_validator(mode="after")
     def _length(self) -> TrainerSettings:
         if self.max_steps == -1 and not (self.max_epochs or 0) >= 1:
-            raise ValueError("training has no length: set trainer.max_steps >= 1 (or max_epochs >= 1 with max_steps=-1)")
+            raise ValueError(
+                "training has no length: set trainer.max_steps >= 1 (or max_epochs >= 1 with max_steps=-1)"
+            )
         if self.max_steps != -1 and self.max_steps < 1:
-            raise ValueError(f"trainer.max_steps={self.max_steps} trains nothing and would export an untrained "
-                             "head: set trainer.max_steps >= 1")  # fmt: skip
+            raise ValueError(
+                f"trainer.max_steps={self.max_steps} trains nothing and would export an untrained "
+                "head: set trainer.max_steps >= 1"
+            )
         return self
 
 
@@ -326,7 +340,9 @@ class _Training(_Entry):
             example = found[-1] if found else where / "checkpoints" / "last.ckpt"
             raise ValueError(f"is a directory: give the checkpoint file, e.g. ckpt_path={example}")
         if not where.is_file():
-            raise ValueError("no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), or null to start afresh")
+            raise ValueError(
+                "no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), or null to start afresh"
+            )
         return path
 
     @model_validator(mode="after")
@@ -362,12 +378,18 @@ class DistillModelSettings(_Model):
     @model_validator(mode="after")
     def _reuse(self) -> DistillModelSettings:
         if self.reuse and self.rollout != "target":
-            raise ValueError("distill.reuse draws each prompt's sample once: it needs distill.rollout=target (the "
-                             "draft's own samples change as it trains)")
+            raise ValueError(
+                "distill.reuse draws each prompt's sample once: it needs distill.rollout=target (the "
+                "draft's own samples change as it trains)"
+            )
         if self.reuse and self.top_k is None:
-            raise ValueError("distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)")
+            raise ValueError(
+                "distill.reuse keeps the target's law at every scored slot: set distill.top_k (e.g. 256)"
+            )
         if self.replay and not self.reuse:
-            raise ValueError("distill.replay mixes in samples drawn by other runs: it needs distill.reuse=true")
+            raise ValueError(
+                "distill.replay mixes in samples drawn by other runs: it needs distill.reuse=true"
+            )
         for path in self.replay:
             if not Path(path).is_file():
                 raise ValueError(f"distill.replay: no file {path} (a run's teacher_samples.pt)")
@@ -380,7 +402,9 @@ class DistillModelSettings(_Model):
             import importlib.util
 
             if importlib.util.find_spec("peft") is None:
-                raise ValueError("LoRA needs peft: pip install peft (or drop distill.lora to train the whole draft)")
+                raise ValueError(
+                    "LoRA needs peft: pip install peft (or drop distill.lora to train the whole draft)"
+                )
         return lora
 
 
@@ -433,7 +457,9 @@ def _check(schema: type[BaseModel], cfg: Any, entry: str) -> BaseModel:
     from diversed.config.keys import unknown_keys
 
     entries = (evaluate_settings(), TrainSettings, DistillSettings)
-    sections = {key: field.annotation for entry_schema in entries for key, field in entry_schema.model_fields.items()}
+    sections = {
+        key: field.annotation for entry_schema in entries for key, field in entry_schema.model_fields.items()
+    }
     lines = unknown_keys(cfg, sections, CONFIG_DIR)
     values = _container(cfg, schema)
     try:
@@ -470,14 +496,15 @@ def check_evaluate(cfg: Any) -> EvaluateSettings:
     register methods of one's own: their knobs are then settings too); ConfigError listing every problem."""
     plugins = cfg.get("plugins") if hasattr(cfg, "get") else None
     if plugins is not None and (isinstance(plugins, str) or not hasattr(plugins, "__iter__")):
-        raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  plugins={plugins!r}: give a "
-                          "list of modules, e.g. plugins=[my_pkg.my_method]")  # fmt: skip
+        raise ConfigError(
+            f"bad settings for diversed.evaluate, nothing was loaded:\n  plugins={plugins!r}: give a "
+            "list of modules, e.g. plugins=[my_pkg.my_method]"
+        )
     try:
         load_plugins(list(plugins or []))
     except ConfigError as e:
         raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  {e}") from None
     return _check(evaluate_settings(), cfg, "diversed.evaluate")  # type: ignore[return-value]
-
 
 
 def check_distill(cfg: Any) -> DistillSettings:

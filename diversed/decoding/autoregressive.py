@@ -68,9 +68,13 @@ def autoregressive_generate(
     if (draft is None) != (verifier is None):
         raise ValueError("give both draft and verifier (sampling from v) or neither (the target alone)")
     if verifier is not None and not isinstance(verifier, Ensemble):
-        raise ValueError(f"sampling from v needs an ensemble verifier (v = w·p + (1 − w)·q), got {type(verifier).__name__}")
+        raise ValueError(
+            f"sampling from v needs an ensemble verifier (v = w·p + (1 − w)·q), got {type(verifier).__name__}"
+        )
     if stop is not None and not callable(stop):
-        raise ValueError(f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}")
+        raise ValueError(
+            f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
+        )
     t_start = time.perf_counter()
     device = input_ids.device
     greedy = not do_sample or float(temperature) == 0.0
@@ -81,7 +85,9 @@ def autoregressive_generate(
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
     vocab = shared_vocab_size(target, draft) if draft is not None else vocab_size(target)
     hidden = verifier is not None and verifier.needs_hidden
-    models = [SlotModel(target, vocab, hidden)] + ([SlotModel(draft, vocab, hidden)] if draft is not None else [])
+    models = [SlotModel(target, vocab, hidden)] + (
+        [SlotModel(draft, vocab, hidden)] if draft is not None else []
+    )
 
     B, P = input_ids.shape
     attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
@@ -102,7 +108,11 @@ def autoregressive_generate(
         logits_p, h_t = outs[0][0][:, -1], outs[0][1]
         # noise for every row of the batch as it started, rows that left included: a row's draws do
         # not depend on when the others end
-        noise = None if greedy else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[rows]
+        noise = (
+            None
+            if greedy
+            else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[rows]
+        )
         w = None
         if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
             x = logits_p.argmax(-1) if greedy else sample(dist(logits_p), noise=noise)
@@ -120,10 +130,16 @@ def autoregressive_generate(
         done_h, keep_h = table[:, 0].tolist(), [1] * b
         if host is not None and host.stop_rows(table[:, 1:], keep_h, done_h):
             keep = torch.tensor(keep_h, dtype=torch.long, device=device)
-        w_x = None if not counter.records_w else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
+        w_x = (
+            None
+            if not counter.records_w
+            else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
+        )
         cols = torch.where(keep > 0, step, max_new_tokens)
         out[rows, cols] = x
-        counter.count(rows, Round.single(x, w_x)._replace(keep=keep, kept=keep.unsqueeze(1) > 0, cols=cols[:, None]))
+        counter.count(
+            rows, Round.single(x, w_x)._replace(keep=keep, kept=keep.unsqueeze(1) > 0, cols=cols[:, None])
+        )
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]
             if not stay:
@@ -135,6 +151,9 @@ def autoregressive_generate(
             for m in models:
                 m.select(idx)
 
-    stats = counter.finish(target=models[0], draft=models[1] if draft is not None else None,
-                           verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}")  # fmt: skip
+    stats = counter.finish(
+        target=models[0],
+        draft=models[1] if draft is not None else None,
+        verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}",
+    )
     return SpeculativeOutput.of(input_ids, out, stats, t_start)

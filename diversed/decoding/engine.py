@@ -86,8 +86,23 @@ class SpeculativeOutput(NamedTuple):
 # ----------------------------------------------------------------------------- inputs
 
 
-def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new, temperature, bonus, schedule, threshold,
-                  stop, first="ensemble", top_k=0, top_p=1.0):  # fmt: skip
+def _check_inputs(
+    target,
+    draft,
+    input_ids,
+    attention_mask,
+    verifier,
+    n,
+    max_new,
+    temperature,
+    bonus,
+    schedule,
+    threshold,
+    stop,
+    first="ensemble",
+    top_k=0,
+    top_p=1.0,
+):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
     check_decoding(max_new, temperature, top_k, top_p)
@@ -105,7 +120,9 @@ def _check_inputs(target, draft, input_ids, attention_mask, verifier, n, max_new
             f"got {type(verifier).__name__}"
         )
     if stop is not None and not callable(stop):
-        raise ValueError(f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}")
+        raise ValueError(
+            f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
+        )
     dt, dd = device_of(target), device_of(draft)
     if dt != dd:
         raise ValueError(f"target is on {dt} and draft on {dd}: put both models on the same device")
@@ -177,7 +194,9 @@ def _draft(D: SlotModel, s: Slots, n: int, mode: _Mode, generator) -> Round:
             n, lengths = j + 1, lengths.clamp_max(j + 1) if isinstance(lengths, Tensor) else j + 1
             break
     stack = lambda steps: torch.stack(steps, 1) if steps else None  # noqa: E731
-    return Round(n=n, lengths=lengths, x=s.ids[:, cur + 1 : cur + n + 1], q=stack(q_steps), h_q=stack(h_steps))
+    return Round(
+        n=n, lengths=lengths, x=s.ids[:, cur + 1 : cur + n + 1], q=stack(q_steps), h_q=stack(h_steps)
+    )
 
 
 def _score(T: SlotModel, s: Slots, r: Round, mode: _Mode) -> Round:
@@ -309,9 +328,23 @@ def speculative_generate(
     (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
     """
     verifier = Lossless() if verifier is None else verifier
-    _check_inputs(target, draft, input_ids, attention_mask, verifier, num_draft_tokens, max_new_tokens, temperature,
-                  bonus_token, num_draft_tokens_schedule, draft_confidence_threshold, stop, first_token, top_k,
-                  top_p)  # fmt: skip
+    _check_inputs(
+        target,
+        draft,
+        input_ids,
+        attention_mask,
+        verifier,
+        num_draft_tokens,
+        max_new_tokens,
+        temperature,
+        bonus_token,
+        num_draft_tokens_schedule,
+        draft_confidence_threshold,
+        stop,
+        first_token,
+        top_k,
+        top_p,
+    )
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
     device = input_ids.device
@@ -319,15 +352,23 @@ def speculative_generate(
     eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
     mode = _Mode(
-        greedy=greedy, tau=1.0 if greedy else float(temperature), top_k=0 if greedy else int(top_k or 0),
-        top_p=1.0 if greedy else float(top_p), probs=verifier.probs_needed(greedy),
-        draft_bonus=verifier.bonus_needs_draft(bonus_token), eos=eos, threshold=draft_confidence_threshold,
-        drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0, heuristic=num_draft_tokens_schedule == "heuristic",
-    )  # fmt: skip
+        greedy=greedy,
+        tau=1.0 if greedy else float(temperature),
+        top_k=0 if greedy else int(top_k or 0),
+        top_p=1.0 if greedy else float(top_p),
+        probs=verifier.probs_needed(greedy),
+        draft_bonus=verifier.bonus_needs_draft(bonus_token),
+        eos=eos,
+        threshold=draft_confidence_threshold,
+        drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0,
+        heuristic=num_draft_tokens_schedule == "heuristic",
+    )
     B = input_ids.shape[0]
     mask0 = torch.ones_like(input_ids) if attention_mask is None else attention_mask
     s = Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
-    counter = RowCounter(B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy, eos=eos)
+    counter = RowCounter(
+        B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy, eos=eos
+    )
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     n_cap = num_draft_tokens
@@ -353,7 +394,12 @@ def speculative_generate(
         emitted, keep, done = _emitted(r, eos, remaining)
         due = r.full & (keep > r.k)  # a bonus is kept only where no EOS came before it and budget is left
         (k_h, full_h, due_h, done_h, keep_h, fewest), tokens_h = _sync(
-            [r.k, r.full.long(), due.long()], done, keep, n_new, max_new_tokens, emitted if host is not None else None
+            [r.k, r.full.long(), due.long()],
+            done,
+            keep,
+            n_new,
+            max_new_tokens,
+            emitted if host is not None else None,
         )
         if mode.draft_bonus and any(due_h):
             r = _draft_bonus(verifier, mode, D, s, r, generator)
@@ -391,11 +437,15 @@ def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verif
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]
-    nxt = logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
+    nxt = (
+        logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
+    )
     r = Round.single(nxt, torch.ones(nxt.shape[0], device=nxt.device) if verifier.records_w else None)
     n_new, steps = counter.new_tokens(s.rows), s.ramp(0)
     emitted, keep, done = _emitted(r, mode.eos, max_new - n_new)
-    (done_h, keep_h, fewest), tokens_h = _sync([], done, keep, n_new, max_new, emitted if host is not None else None)
+    (done_h, keep_h, fewest), tokens_h = _sync(
+        [], done, keep, n_new, max_new, emitted if host is not None else None
+    )
     if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
         keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
     kept = steps < keep.unsqueeze(1)
@@ -424,7 +474,9 @@ def _at(t: Tensor, index: Tensor) -> Tensor:
     return t.gather(1, index.view(shape).expand(-1, 1, *t.shape[2:])).squeeze(1)
 
 
-def _sync(columns: list[Tensor], done: Tensor, keep: Tensor, n_new: Tensor, max_new: int, tokens: Tensor | None):
+def _sync(
+    columns: list[Tensor], done: Tensor, keep: Tensor, n_new: Tensor, max_new: int, tokens: Tensor | None
+):
     """One host sync: per-row [b] `columns`, then done, keep and the fewest tokens emitted by a row
     still in the batch afterwards (as lists, that one as an int); and, if given, `tokens` [b, m]
     (as an array)."""
@@ -448,9 +500,10 @@ def _emitted(r: Round, eos: Tensor, remaining: Tensor) -> tuple[Tensor, Tensor, 
     count = k + 1
     first_eos = count + 1  # 1-based index of the first EOS; count + 1 if none
     if eos.numel():
-        is_eos = torch.isin(emitted, eos) & (torch.arange(emitted.shape[1], device=x.device) < count.unsqueeze(1))
+        is_eos = torch.isin(emitted, eos) & (
+            torch.arange(emitted.shape[1], device=x.device) < count.unsqueeze(1)
+        )
         first_eos = first_true(is_eos, first_eos)
     keep = torch.minimum(torch.minimum(count, first_eos), remaining)
     done = (first_eos <= keep) | (keep >= remaining)
     return emitted, keep, done
-

@@ -73,12 +73,25 @@ class _Layer(NamedTuple):
         attn, mlp = layer.self_attn, layer.mlp
         lin = lambda m: (_weight_t(m.weight, copy), m.bias)  # noqa: E731
         norm = lambda m: None if m is None else (m.weight, m.variance_epsilon)  # noqa: E731
-        act = F.silu if isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation" else mlp.act_fn
+        act = (
+            F.silu
+            if isinstance(mlp.act_fn, nn.SiLU) or type(mlp.act_fn).__name__ == "SiLUActivation"
+            else mlp.act_fn
+        )
         return cls(
-            norm(layer.input_layernorm), lin(attn.q_proj), lin(attn.k_proj), lin(attn.v_proj), lin(attn.o_proj),
-            norm(getattr(attn, "q_norm", None)), norm(getattr(attn, "k_norm", None)),
-            norm(layer.post_attention_layernorm), lin(mlp.gate_proj), lin(mlp.up_proj), lin(mlp.down_proj), act,
-        )  # fmt: skip
+            norm(layer.input_layernorm),
+            lin(attn.q_proj),
+            lin(attn.k_proj),
+            lin(attn.v_proj),
+            lin(attn.o_proj),
+            norm(getattr(attn, "q_norm", None)),
+            norm(getattr(attn, "k_norm", None)),
+            norm(layer.post_attention_layernorm),
+            lin(mlp.gate_proj),
+            lin(mlp.up_proj),
+            lin(mlp.down_proj),
+            act,
+        )
 
 
 # On CPU, BLAS multiplies small matrices faster when the weight is stored [in, out] than through a
@@ -139,7 +152,9 @@ def sliding_window(model: nn.Module) -> tuple[int | None, bool]:
     return (int(window), len(set(types)) > 1) if "sliding_attention" in types else (None, False)
 
 
-def slot_masks(model: nn.Module, mask: Tensor, pos: Tensor, start: int, end: int) -> Tensor | dict[str, Tensor]:
+def slot_masks(
+    model: nn.Module, mask: Tensor, pos: Tensor, start: int, end: int
+) -> Tensor | dict[str, Tensor]:
     """The `attention_mask` of a sliding-window `model(...)` fed slots [start, end): additive 4D
     masks [B, 1, end − start, end], slot j seeing slot i if i <= j and i holds text and, in sliding
     layers, pos_j − pos_i < window (a dict per layer type where full and sliding layers mix).
@@ -150,9 +165,11 @@ def slot_masks(model: nn.Module, mask: Tensor, pos: Tensor, start: int, end: int
     seen = (slots[None, :] <= slots[start:end, None]) & mask[:, None, :end].bool()  # [B, q, kv]
     near = seen & ((pos[:, start:end, None] - pos[:, None, :end]) < window)
     full, sliding = (
-        torch.zeros(m.shape, dtype=model.dtype, device=mask.device).masked_fill_(~m, torch.finfo(model.dtype).min)[:, None]
+        torch.zeros(m.shape, dtype=model.dtype, device=mask.device).masked_fill_(
+            ~m, torch.finfo(model.dtype).min
+        )[:, None]
         for m in (seen, near)
-    )  # fmt: skip
+    )
     return {"full_attention": full, "sliding_attention": sliding} if mixed else sliding
 
 
@@ -169,8 +186,10 @@ class Plan:
         self.window = sliding_window(model)[0]
         attn = getattr(model.config, "_attn_implementation", None) or ""
         if self.window and attn.startswith("flash"):
-            raise ValueError(f"{_name(model)} has sliding-window layers and {attn}, which takes no 4D masks: "
-                             "set pair.attn_implementation=sdpa (or eager)")  # fmt: skip
+            raise ValueError(
+                f"{_name(model)} has sliding-window layers and {attn}, which takes no 4D masks: "
+                "set pair.attn_implementation=sdpa (or eager)"
+            )
         if not direct:
             return
         # Looked up once: attribute access on HF modules and configs is slow next to a tiny layer.
@@ -202,7 +221,9 @@ class Plan:
         self.table = isinstance(rope_type, str) and "dynamic" not in rope_type and rope_type != "longrope"
         self.cos = self.sin = torch.zeros(0, device=self.device)
         half = self.head_dim // 2
-        self.sign = torch.cat([-torch.ones(half), torch.ones(self.head_dim - half)]).to(self.device, self.dtype)
+        self.sign = torch.cat([-torch.ones(half), torch.ones(self.head_dim - half)]).to(
+            self.device, self.dtype
+        )
 
     def new_cache(self, batch: int, slots: int) -> Tensor:
         """[layers, 2 (k, v), batch, kv heads, slots, head dim], zeros (never-written slots are
@@ -225,20 +246,26 @@ class Plan:
             k = _linear(x, layer.k).view(b, s, -1, self.head_dim)
             if layer.q_norm is not None:  # Qwen3: RMS norm of each head before the rotation
                 q, k = _rms_norm(q, layer.q_norm), _rms_norm(k, layer.k_norm)
-            q, k = _rotate(torch.cat([q, k], 2).transpose(1, 2), cos, sin).split((self.heads, self.kv_heads), 1)
+            q, k = _rotate(torch.cat([q, k], 2).transpose(1, 2), cos, sin).split(
+                (self.heads, self.kv_heads), 1
+            )
             k_cache[:, :, start:end] = k
             v_cache[:, :, start:end] = _linear(x, layer.v).view(b, s, -1, self.head_dim).transpose(1, 2)
             keys, values = k_cache[:, :, :end], v_cache[:, :, :end]
             if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads (as HF)
                 keys, values = (
-                    t[:, :, None].expand(b, self.kv_heads, groups, end, self.head_dim).reshape(b, self.heads, end, -1)
+                    t[:, :, None]
+                    .expand(b, self.kv_heads, groups, end, self.head_dim)
+                    .reshape(b, self.heads, end, -1)
                     for t in (keys, values)
                 )
             # softmax(q kᵀ · scaling + mask) v
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
             h = _linear(o.transpose(1, 2).reshape(b * s, -1), layer.o, residual=h)
             x = _rms_norm(h, layer.ln2)
-            h = _linear(layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h)  # gated MLP
+            h = _linear(
+                layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h
+            )  # gated MLP
         h = _rms_norm(h.view(b, s, -1)[:, -keep:], self.norm)
         if isinstance(self.head, nn.Module):
             return self.head(h), h
@@ -331,7 +358,9 @@ def _choose(model: nn.Module) -> Plan:
     else:
         chosen, reason, surprise = _direct_plan(model)
         if chosen is None and want == "direct":
-            raise ValueError(f"forward=direct was asked for {_name(model)}, but {reason}; use forward=auto or hf")
+            raise ValueError(
+                f"forward=direct was asked for {_name(model)}, but {reason}; use forward=auto or hf"
+            )
         level = logging.WARNING if surprise else logging.INFO
     chosen = chosen or Plan(model, direct=False)
     chosen.reason = reason
@@ -354,27 +383,39 @@ class SlotModel:
         if not self.plan.direct:
             self.cache = DynamicCache() if self.plan.window else DynamicCache(config=model.config)
         self.length, self.calls = 0, 0  # slots in the cache, forward calls (the caller counts them)
-        self.maxima: list[Tensor] = []  # each call's row maxima, on the device: finite or no distribution (stats)
+        self.maxima: list[
+            Tensor
+        ] = []  # each call's row maxima, on the device: finite or no distribution (stats)
 
     def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
         """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
         start, how = self.length, self.plan
         if how.direct:
             if self.cache is None or self.cache.shape[4] < end:  # grow by doubling; keep what is there
-                grown = how.new_cache(ids.shape[0], max(end, 2 * (0 if self.cache is None else self.cache.shape[4])))
+                grown = how.new_cache(
+                    ids.shape[0], max(end, 2 * (0 if self.cache is None else self.cache.shape[4]))
+                )
                 if self.cache is not None:
                     grown[:, :, :, :, :start] = self.cache[:, :, :, :, :start]
                 self.cache = grown
             logits, hidden = how.run(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
         else:
             attention = slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end]
-            out = self.model(input_ids=ids[:, start:end], attention_mask=attention, position_ids=pos[:, start:end],
-                             **{_cache_name(self.model): self.cache}, use_cache=True, output_hidden_states=self.hidden,
-                             **({"logits_to_keep": keep} if how.keep else {}))  # fmt: skip
+            out = self.model(
+                input_ids=ids[:, start:end],
+                attention_mask=attention,
+                position_ids=pos[:, start:end],
+                **{_cache_name(self.model): self.cache},
+                use_cache=True,
+                output_hidden_states=self.hidden,
+                **({"logits_to_keep": keep} if how.keep else {}),
+            )
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
         self.length, logits = end, logits[..., : self.vocab].float()
-        self.maxima.append(logits.amax(-1))  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
+        self.maxima.append(
+            logits.amax(-1)
+        )  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
         return logits, (hidden if self.hidden else None)
 
     def crop(self, length: int) -> None:
@@ -429,8 +470,13 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         pairs = []
         for start, end, keep in ((0, 3, 1), (3, 6, 3)):
             logits, _ = general.forward(ids, mask, pos, end, keep)
-            hidden = base(input_ids=ids[:, start:end], attention_mask=mask[:, :end], position_ids=pos[:, start:end],
-                          **{_cache_name(base): cache}, use_cache=True).last_hidden_state[:, -keep:]  # fmt: skip
+            hidden = base(
+                input_ids=ids[:, start:end],
+                attention_mask=mask[:, :end],
+                position_ids=pos[:, start:end],
+                **{_cache_name(base): cache},
+                use_cache=True,
+            ).last_hidden_state[:, -keep:]
             pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
     except Exception as e:  # any surprise in the model's internals: the general way, and say why
         return None, f"the direct forward raised {type(e).__name__}: {e}", True
@@ -439,11 +485,28 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     # 135M, 30 layers: 1.2e-5 measured); half: 3e-2. A real difference (a hook shifting a layer, a wrong
     # rotary) is far above; −inf logits (a restricted draft vocabulary) agree with −inf, NaN never.
     tol = 5e-5 if model.get_input_embeddings().weight.dtype == torch.float32 else 3e-2
-    gaps = [(float(torch.where(a == b, 0.0, a - b).abs().max()), max(1.0, float(b.nan_to_num(0, 0, 0).abs().max())))
-            for a, b in ((x.float(), y.float()) for x, y in pairs)]  # fmt: skip
+    gaps = [
+        (
+            float(torch.where(a == b, 0.0, a - b).abs().max()),
+            max(1.0, float(b.nan_to_num(0, 0, 0).abs().max())),
+        )
+        for a, b in ((x.float(), y.float()) for x, y in pairs)
+    ]
     gap, rel = max(g for g, _ in gaps), max(g / scale for g, scale in gaps)
     if not rel <= tol:  # NaN fails too
-        return None, (f"the direct forward differs from model(...) by up to {gap:.3g} ({rel:.2g} of the values' "
-                      f"scale, tolerance {tol:g})"), True  # fmt: skip
-    return direct.plan, (f"{kind} on {device.type}, checked against model(...): largest gap {gap:.2g}, "
-                         f"{rel:.2g} of the values' scale (tolerance {tol:g})"), False  # fmt: skip
+        return (
+            None,
+            (
+                f"the direct forward differs from model(...) by up to {gap:.3g} ({rel:.2g} of the values' "
+                f"scale, tolerance {tol:g})"
+            ),
+            True,
+        )
+    return (
+        direct.plan,
+        (
+            f"{kind} on {device.type}, checked against model(...): largest gap {gap:.2g}, "
+            f"{rel:.2g} of the values' scale (tolerance {tol:g})"
+        ),
+        False,
+    )

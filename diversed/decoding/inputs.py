@@ -68,10 +68,14 @@ def check_prompts(input_ids: Any, attention_mask: Any, device: torch.device) -> 
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError("input_ids must be a [batch, length] tensor with at least one token per row")
     if input_ids.device != device:
-        raise ValueError(f"input_ids are on {input_ids.device} but the models on {device}: move them with .to()")
+        raise ValueError(
+            f"input_ids are on {input_ids.device} but the models on {device}: move them with .to()"
+        )
     if attention_mask is not None:
         if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} != input_ids {tuple(input_ids.shape)}"
+            )
         m = attention_mask.bool()
         if not bool(m[:, -1].all()) or bool((m[:, 1:] < m[:, :-1]).any()):
             raise ValueError("prompts must be left-padded (tokenizer.padding_side = 'left')")

@@ -39,7 +39,11 @@ def assistant_config(draft: nn.Module, n: int) -> Iterator[None]:
     gc = draft.generation_config
     keys = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
     saved = {k: getattr(gc, k, None) for k in keys}
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = n, "constant", 0.0
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = (
+        n,
+        "constant",
+        0.0,
+    )
     try:
         yield
     finally:
@@ -87,28 +91,44 @@ def transformers_generate(
     check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
     if draft is not None and input_ids.shape[0] != 1:
-        raise ValueError(f"transformers' assisted generation runs at batch 1 only, got a batch of {input_ids.shape[0]}")
+        raise ValueError(
+            f"transformers' assisted generation runs at batch 1 only, got a batch of {input_ids.shape[0]}"
+        )
     if ensemble_weight is not None and (draft is None or not 0.0 < float(ensemble_weight) < 1.0):
-        raise ValueError(f"ensemble_weight needs a draft and a value in (0, 1) (transformers' rule), got {ensemble_weight!r}")
+        raise ValueError(
+            f"ensemble_weight needs a draft and a value in (0, 1) (transformers' rule), got {ensemble_weight!r}"
+        )
     eos, pad = special_tokens(target, eos_token_id, pad_token_id)
     sampling = do_sample and float(temperature) > 0
     kwargs: dict = {"do_sample": False}
     if sampling:  # the truncation always explicit: the checkpoint's generation config adds none
-        kwargs = {"do_sample": True, "temperature": float(temperature), "top_k": int(top_k or 0), "top_p": float(top_p)}
+        kwargs = {
+            "do_sample": True,
+            "temperature": float(temperature),
+            "top_k": int(top_k or 0),
+            "top_p": float(top_p),
+        }
     if draft is not None:
         kwargs["assistant_model"] = draft
         if ensemble_weight is not None:
             kwargs["assistant_ensemble_weight"] = float(ensemble_weight)
     vocab = vocab_size(target)
-    stopped = GenerateStop(stop, input_ids.shape[1], input_ids.shape[0], vocab, input_ids.device) if stop else None
+    stopped = (
+        GenerateStop(stop, input_ids.shape[1], input_ids.shape[0], vocab, input_ids.device) if stop else None
+    )
     models = {"target": target, **({"draft": draft} if draft is not None else {})}
     start = time.perf_counter()
     assisted = assistant_config(draft, num_draft_tokens) if draft is not None else nullcontext()
     with count_calls(models) as calls, assisted:
         sequences = target.generate(
-            input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, eos_token_id=eos,
-            pad_token_id=pad, stopping_criteria=[stopped] if stopped else None, **kwargs,
-        )  # fmt: skip
+            input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            stopping_criteria=[stopped] if stopped else None,
+            **kwargs,
+        )
     if input_ids.device.type == "cuda":
         torch.cuda.synchronize(input_ids.device)
     wall = time.perf_counter() - start
@@ -126,11 +146,19 @@ def transformers_generate(
         accepted = (new_tokens - rounds).clamp_min(0)
         hist = torch.zeros(B, 0, dtype=torch.long)
     stats = SpeculativeStats(
-        proposed=proposed, accepted=accepted, rounds=rounds, new_tokens=new_tokens, accepted_hist=hist,
-        w_sum=torch.zeros(B), w_count=zeros, target_calls=calls["target"], draft_calls=calls.get("draft", 0),
-        wall_time_s=wall, verifier="transformers" + ("" if draft is None else "-assisted"),
+        proposed=proposed,
+        accepted=accepted,
+        rounds=rounds,
+        new_tokens=new_tokens,
+        accepted_hist=hist,
+        w_sum=torch.zeros(B),
+        w_count=zeros,
+        target_calls=calls["target"],
+        draft_calls=calls.get("draft", 0),
+        wall_time_s=wall,
+        verifier="transformers" + ("" if draft is None else "-assisted"),
         num_draft_tokens=[num_draft_tokens] * int(rounds.max()) if draft is not None else [],
-    )  # fmt: skip
+    )
     # rows are padded after their end (pad may be EOS): positions past new_tokens are pad
     cols = torch.arange(sequences.shape[1] - P, device=sequences.device)
     sequences[:, P:] = torch.where(cols < new_tokens.view(-1, 1).to(sequences.device), sequences[:, P:], pad)

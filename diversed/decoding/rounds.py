@@ -33,7 +33,9 @@ class Round(NamedTuple):
     lengths: Tensor | int  # drafts proposed per row: n, or [b] with a confidence threshold
     x: Tensor  # [b, n] the drafts x_1..x_n ~ q (the engine's: a view of its slots, until the round is committed)
     q: Tensor | None = None  # [b, n, V] q_1..q_n (logits where no probabilities are needed); None: n = 0
-    h_q: Tensor | None = None  # [b, n, H] the draft's last hidden states at each draft (a verifier with a head)
+    h_q: Tensor | None = (
+        None  # [b, n, H] the draft's last hidden states at each draft (a verifier with a head)
+    )
     logits_p: Tensor | None = None  # [b, n + 1, V] the target's logits at [t0, x_1..x_n]
     p: Tensor | None = None  # [b, n + 1, V] p_1..p_{n+1} (the logits where no probabilities are needed)
     h_p: Tensor | None = None  # [b, n + 1, H] the target's last hidden states there
@@ -52,5 +54,12 @@ class Round(NamedTuple):
         there (None where the verifier records no w): no draft proposed, none accepted."""
         b = token.shape[0]
         k = torch.zeros_like(token)
-        return cls(n=0, lengths=0, x=token.new_zeros(b, 0), k=k, full=torch.ones_like(k, dtype=torch.bool),
-                   nxt=token, w_next=w)  # fmt: skip
+        return cls(
+            n=0,
+            lengths=0,
+            x=token.new_zeros(b, 0),
+            k=k,
+            full=torch.ones_like(k, dtype=torch.bool),
+            nxt=token,
+            w_next=w,
+        )

@@ -58,14 +58,21 @@ class Recorded(NamedTuple):
 # The statistics of a results record, in its order (results.run_fields()): `Totals.record()`.
 RECORDED = {
     "acceptance_rate": Recorded("accepted drafts / proposed drafts", "fraction"),
-    "alpha": Recorded("accepted drafts / verified drafts (up to and including a round's first rejection)", "fraction"),
-    "mean_tv": Recorded("mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv",
-                        "fraction"),  # fmt: skip
+    "alpha": Recorded(
+        "accepted drafts / verified drafts (up to and including a round's first rejection)", "fraction"
+    ),
+    "mean_tv": Recorded(
+        "mean TV(p, q) over the verified drafts, sampled decoding: Proposition 1's α = 1 − w·mean_tv",
+        "fraction",
+    ),
     "verified_drafts": Recorded("drafts the target tested: α's denominator (its sampling error)", "count"),
     "mean_accepted_length": Recorded("mean accepted drafts per round"),
     "tokens_per_target_call": Recorded("new tokens / rounds (1 without drafts)", plain=1.0),
-    "mean_w": Recorded("mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)", "fraction",
-                       drafts=False),  # fmt: skip
+    "mean_w": Recorded(
+        "mean w over emitted tokens: the head's (dynamic), the deferral rate (cascade)",
+        "fraction",
+        drafts=False,
+    ),
 }
 RECORD_FIELDS = tuple(RECORDED)
 RECORD_FLOATS = tuple(f for f, r in RECORDED.items() if r.kind != "count")
@@ -90,8 +97,9 @@ def warn_nonfinite(models: list[str], verifier: str) -> None:
             f"{verifier} decoding: those positions have no distribution, and the tokens, acceptance and TV "
             "computed from them are meaningless. Check the model's weights and dtype (fp16 overflow?) "
             "and any logits processor that masks every token.",
-            RuntimeWarning, stacklevel=5,  # the caller of the decoding loop (past inference_mode)
-        )  # fmt: skip
+            RuntimeWarning,
+            stacklevel=5,  # the caller of the decoding loop (past inference_mode)
+        )
 
 
 # ----------------------------------------------------------------------------- one generation
@@ -112,7 +120,9 @@ class SpeculativeStats:
     w_count: Tensor
     verified: Tensor | None = None  # drafts the target tested: up to and including the first rejection
     tv_sum: Tensor | None = None  # Σ TV(p, q) over the verified drafts (sampled decoding only)
-    token_w: Tensor | None = None  # [B, max new]: w at each emitted token (NaN past a row's end; with a weight)
+    token_w: Tensor | None = (
+        None  # [B, max new]: w at each emitted token (NaN past a row's end; with a weight)
+    )
     target_calls: int = 0  # batched target forwards (first_token="target": its prompt-only forward too)
     draft_calls: int = 0  # batched draft forwards, prefill excluded
     wall_time_s: float = 0.0
@@ -224,7 +234,9 @@ class Totals:
             setattr(self, f, getattr(self, f) + getattr(other, f))
         width = max(len(self.accepted_hist), len(other.accepted_hist))
         pad = lambda h: h + [0] * (width - len(h))  # noqa: E731
-        self.accepted_hist = [a + b for a, b in zip(pad(self.accepted_hist), pad(other.accepted_hist), strict=True)]
+        self.accepted_hist = [
+            a + b for a, b in zip(pad(self.accepted_hist), pad(other.accepted_hist), strict=True)
+        ]
         self.records_w = self.records_w or other.records_w
         if other.tv_sum is not None:
             self.tv_sum = (self.tv_sum or 0.0) + other.tv_sum
@@ -246,7 +258,9 @@ class Totals:
     def from_vector(cls, vector: Tensor) -> Totals:
         values = vector.double().cpu().tolist()
         floats = {f for f in cls._SCALARS if isinstance(getattr(cls, f), float)}  # the rest are counts
-        kwargs = {f: (v if f in floats else int(round(v))) for f, v in zip(cls._SCALARS, values, strict=False)}
+        kwargs = {
+            f: (v if f in floats else int(round(v))) for f, v in zip(cls._SCALARS, values, strict=False)
+        }
         n = len(cls._SCALARS)
         return cls(**kwargs, records_w=values[n] > 0, tv_sum=values[n + 1] if values[n + 2] > 0 else None)
 
@@ -340,8 +354,16 @@ class RowCounter:
     """Statistics per original row, kept on the device while a decoding loop runs: `count` adds a
     finished round, `finish` reads them on the host once."""
 
-    def __init__(self, batch: int, num_draft_tokens: int, device: torch.device, records_w: bool,
-                 max_new: int = 0, measures_tv: bool = False, eos: Tensor | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        batch: int,
+        num_draft_tokens: int,
+        device: torch.device,
+        records_w: bool,
+        max_new: int = 0,
+        measures_tv: bool = False,
+        eos: Tensor | None = None,
+    ) -> None:
         import torch
 
         self.counts = torch.zeros(batch, len(COUNTS), dtype=torch.long, device=device)  # per row: COUNTS
@@ -378,11 +400,19 @@ class RowCounter:
             budget = self.max_new - self.new_tokens(rows) - 1  # the tokens left before this round, − 1
             proposed, accepted = torch.minimum(proposed, budget), torch.minimum(accepted, budget)
         verified = torch.minimum(accepted + 1, proposed)  # tested: the accepted and the first rejected
-        counts = {"rounds": ones, "proposed": proposed, "accepted": accepted, "new_tokens": keep,
-                  "w_count": keep if self.records_w else 0 * keep, "verified": verified}  # fmt: skip
+        counts = {
+            "rounds": ones,
+            "proposed": proposed,
+            "accepted": accepted,
+            "new_tokens": keep,
+            "w_count": keep if self.records_w else 0 * keep,
+            "verified": verified,
+        }
         self.counts.index_add_(0, rows, torch.stack([counts[f] for f in COUNTS], 1))
         if n + 1 > self.hist.shape[1]:
-            self.hist = torch.cat([self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1)
+            self.hist = torch.cat(
+                [self.hist, self.hist.new_zeros(self.hist.shape[0], n + 1 - self.hist.shape[1])], 1
+            )
         self.hist.index_put_((rows, accepted), ones, accumulate=True)
         sums = {}
         if self.records_w:  # mean w over the positions that emitted a token, and w at each of them
@@ -408,8 +438,14 @@ class RowCounter:
         import torch
 
         models = {"target": target, "draft": draft}
-        finite = torch.stack([torch.cat([x.reshape(-1) for x in m.maxima]).isfinite().all() if m and m.maxima
-                              else self.counts.new_ones((), dtype=torch.bool) for m in models.values()])  # fmt: skip
+        finite = torch.stack(
+            [
+                torch.cat([x.reshape(-1) for x in m.maxima]).isfinite().all()
+                if m and m.maxima
+                else self.counts.new_ones((), dtype=torch.bool)
+                for m in models.values()
+            ]
+        )
         flags = finite.long().expand(self.counts.shape[0], 2)
         ints, floats = torch.cat([self.counts, flags, self.hist], 1).cpu(), self.floats.cpu()
         c, f = len(COUNTS), len(SUMS)
@@ -420,8 +456,13 @@ class RowCounter:
         if not self.measures_tv:
             sums["tv_sum"] = None
         return SpeculativeStats(
-            **{name: counts[:, i] for i, name in enumerate(COUNTS)}, **sums, accepted_hist=hist,
-            token_w=floats[:, f:-1] if self.records_w else None, target_calls=target.calls,
-            draft_calls=0 if draft is None else draft.calls, verifier=verifier, num_draft_tokens=self.rounds_n,
+            **{name: counts[:, i] for i, name in enumerate(COUNTS)},
+            **sums,
+            accepted_hist=hist,
+            token_w=floats[:, f:-1] if self.records_w else None,
+            target_calls=target.calls,
+            draft_calls=0 if draft is None else draft.calls,
+            verifier=verifier,
+            num_draft_tokens=self.rounds_n,
             records_w=self.records_w,
-        )  # fmt: skip
+        )

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 def decode_completions(tokenizer: Any, sequences: Any, prompt_len: int, new_tokens: Any) -> list[str]:
     """The text the task scores: each row's first `new_tokens[i]` tokens after the prompt
     (`sequences` [B, prompt + new] and `new_tokens` [B] are tensors), special tokens skipped."""
-    rows = [row[prompt_len : prompt_len + n] for row, n in zip(sequences.tolist(), new_tokens.tolist(), strict=True)]
+    rows = [
+        row[prompt_len : prompt_len + n]
+        for row, n in zip(sequences.tolist(), new_tokens.tolist(), strict=True)
+    ]
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
 
 
@@ -67,8 +70,9 @@ class StopAtText:
             try:
                 self.triggers = stop_triggers(tokenizer, self.stop)
             except Exception as e:  # a tokenizer that cannot decode every id alone: ask every row
-                log.warning("stop triggers unavailable (%s: %s); every row is checked each round",
-                            type(e).__name__, e)  # fmt: skip
+                log.warning(
+                    "stop triggers unavailable (%s: %s); every row is checked each round", type(e).__name__, e
+                )
 
     def _stopped(self, tokens: Sequence[int]) -> bool:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -181,7 +185,9 @@ class GenerateStop:
     ends once its new tokens reach a stop sequence, as it does in the engine. `cuts[i]` is how many new tokens row i keeps (None while it has not stopped). With
     `stop.triggers`, only rows whose newest token is one are asked (picked on the device)."""
 
-    def __init__(self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int, vocab: int, device) -> None:
+    def __init__(
+        self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int, vocab: int, device
+    ) -> None:
         self.stop, self.prompt_len = stop, prompt_len
         self.cuts: list[int | None] = [None] * batch
         self.triggers = None if (mask := trigger_mask(stop, vocab)) is None else mask.to(device)

@@ -34,7 +34,9 @@ from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsW
 # ----------------------------------------------------------------------------- distributions
 
 
-def probs_from_logits(logits: Tensor, temperature: float, top_k: int | None = 0, top_p: float = 1.0) -> Tensor:
+def probs_from_logits(
+    logits: Tensor, temperature: float, top_k: int | None = 0, top_p: float = 1.0
+) -> Tensor:
     """softmax(truncate(logits / T, top_k, top_p)) in float32 (T > 0); by default no truncation."""
     logits = logits.float()
     logits = logits if temperature == 1.0 else logits / temperature  # x / 1 == x
@@ -154,7 +156,9 @@ class Verifier(nn.Module):
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         """Raise ValueError if this verifier cannot be used with the pair (before any model call)."""
 
-    def weights(self, p: Tensor, q: Tensor, h_draft: Tensor | None, h_target: Tensor | None) -> Tensor | float | None:
+    def weights(
+        self, p: Tensor, q: Tensor, h_draft: Tensor | None, h_target: Tensor | None
+    ) -> Tensor | float | None:
         return None
 
     def accept(self, p: Tensor, q: Tensor, x: Tensor, w: Any, generator: torch.Generator | None) -> Tensor:
@@ -289,7 +293,9 @@ class DynamicEnsemble(Ensemble):
             check(target, draft)
 
 
-def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | None = None, q: Tensor | None = None) -> Tensor:
+def run_head(
+    head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | None = None, q: Tensor | None = None
+) -> Tensor:
     """w = head(h_draft, h_target) in float32, the head run in its own dtype and device (bf16
     models, fp32 head); heads with `uses_distributions` also get p= and q=."""
     ref = next(head.parameters(), None)
@@ -299,4 +305,3 @@ def run_head(head: nn.Module, h_draft: Tensor, h_target: Tensor, p: Tensor | Non
     if getattr(head, "uses_distributions", False):
         return head(h_draft, h_target, p=p.to(h_draft.device), q=q.to(h_draft.device)).float()
     return head(h_draft, h_target).float()
-

@@ -66,14 +66,20 @@ def _full(e: BaseException) -> bool:
 
 
 def _disk_full(e: BaseException, path: Path) -> DiskFull:
-    resume = f" (training resumes with ckpt_path={path.parent / 'last.ckpt'})" if path.suffix == ".ckpt" else ""
-    return DiskFull(e.errno if isinstance(e, OSError) and e.errno in _FULL else errno.ENOSPC,
-                    f"the disk holding {path.parent} is full (no space left writing {path.name}); nothing was "
-                    f"left half-written and the previous {path.name}, if any, is intact: free space there, or move "
-                    f"the run directory, and run again{resume}")  # fmt: skip
+    resume = (
+        f" (training resumes with ckpt_path={path.parent / 'last.ckpt'})" if path.suffix == ".ckpt" else ""
+    )
+    return DiskFull(
+        e.errno if isinstance(e, OSError) and e.errno in _FULL else errno.ENOSPC,
+        f"the disk holding {path.parent} is full (no space left writing {path.name}); nothing was "
+        f"left half-written and the previous {path.name}, if any, is intact: free space there, or move "
+        f"the run directory, and run again{resume}",
+    )
 
 
-def write_file(path: str | os.PathLike[str], data: bytes | memoryview | str | Callable[[BinaryIO], object]) -> Path:
+def write_file(
+    path: str | os.PathLike[str], data: bytes | memoryview | str | Callable[[BinaryIO], object]
+) -> Path:
     """`data` as the whole content of `path`, or `path` unchanged (see the module docstring): bytes,
     text (UTF-8), or a function that writes a binary file (`lambda f: fig.savefig(f, format="png")`)."""
     path = Path(path)

@@ -31,9 +31,24 @@ from diversed.files.atomic import write_file
 FULL_HASH_BYTES = 1 << 30  # files up to 1 GiB are hashed whole
 SAMPLES = 64  # 1 MiB samples of larger files
 CHUNK = 1 << 20
-MODEL_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf", "*.index.json", "config.json",
-               "generation_config.json", "adapter_config.json", "tokenizer.json", "tokenizer_config.json",
-               "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt", "*.jinja")  # fmt: skip
+MODEL_FILES = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.gguf",
+    "*.index.json",
+    "config.json",
+    "generation_config.json",
+    "adapter_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "*.jinja",
+)
 _lock = threading.Lock()
 
 
@@ -58,7 +73,9 @@ def _read_cache() -> dict[str, str]:
 
 def _write_cache(entries: dict[str, str]) -> None:
     try:
-        write_file(_cache_path(), json.dumps(entries))  # whole or not at all: another process may be reading it
+        write_file(
+            _cache_path(), json.dumps(entries)
+        )  # whole or not at all: another process may be reading it
     except OSError:  # a read-only home: digests are recomputed next time
         pass
 
@@ -125,7 +142,9 @@ def machine() -> str:
 
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())

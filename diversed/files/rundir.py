@@ -108,7 +108,9 @@ def skipped(path: str | Path, bad: list[str], what: str = "line") -> None:
     """One warning naming what a reader skipped in `path` (each "line 3: why"; the first ten)."""
     if bad:
         named = "; ".join(bad[:10]) + (f"; {len(bad) - 10} more" if len(bad) > 10 else "")
-        warnings.warn(f"{path}: skipping {len(bad)} unreadable {what}{'s' * (len(bad) > 1)} ({named})", stacklevel=3)
+        warnings.warn(
+            f"{path}: skipping {len(bad)} unreadable {what}{'s' * (len(bad) > 1)} ({named})", stacklevel=3
+        )
 
 
 # ----------------------------------------------------------------------------- the writer's lock
@@ -133,12 +135,18 @@ def hold(run_dir: str | Path) -> Iterator[bool]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ConfigError(f"{run_dir} is being written by another process ({_holder(lock)}); one writer at "
-                              "a time: wait for it to finish (then run again: it resumes from what that run "
-                              "wrote), or give this run another directory (paths.output_dir=... or "
-                              "hydra.run.dir=...)") from None  # fmt: skip
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.orig_argv),
-              "since": time.strftime("%Y-%m-%d %H:%M:%S %z")}  # fmt: skip
+            raise ConfigError(
+                f"{run_dir} is being written by another process ({_holder(lock)}); one writer at "
+                "a time: wait for it to finish (then run again: it resumes from what that run "
+                "wrote), or give this run another directory (paths.output_dir=... or "
+                "hydra.run.dir=...)"
+            ) from None
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": shlex.join(sys.orig_argv),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         yield True
@@ -178,15 +186,20 @@ def _parses(path: Path, load: Callable[[bytes], Any]) -> bool:
         return False
 
 
-def keep_settings(run_dir: str | Path, digest: str, settings: dict[str, Any], config: Callable[[], str]) -> None:
+def keep_settings(
+    run_dir: str | Path, digest: str, settings: dict[str, Any], config: Callable[[], str]
+) -> None:
     """Write `settings/<digest>.json` and `configs/<digest>.yaml` (`config()`: the resolved config's YAML)
     unless a readable one is there: what made a fingerprint's records is never replaced by another run's,
     and a torn one is written again."""
     run_dir = Path(run_dir)
     for path, load, text in (
-        (run_dir / "settings" / f"{digest}.json", json.loads,
-         lambda: json.dumps(settings, indent=1, default=str) + "\n"),
+        (
+            run_dir / "settings" / f"{digest}.json",
+            json.loads,
+            lambda: json.dumps(settings, indent=1, default=str) + "\n",
+        ),
         (run_dir / "configs" / f"{digest}.yaml", yaml.safe_load, config),
-    ):  # fmt: skip
+    ):
         if not (path.exists() and _parses(path, load)):
             write_file(path, text())

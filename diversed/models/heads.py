@@ -51,7 +51,9 @@ def same_pair(recorded: dict[str, Any], identity: dict[str, Any]) -> bool | None
     current = pair_record(identity)
     if "random" in recorded or "random" in current:
         return (recorded.get("random"), recorded.get("seed")) == (current.get("random"), current.get("seed"))
-    verdicts = [_same_model(recorded.get(role) or {}, current.get(role) or {}) for role in ("target", "draft")]
+    verdicts = [
+        _same_model(recorded.get(role) or {}, current.get(role) or {}) for role in ("target", "draft")
+    ]
     return False if False in verdicts else None if None in verdicts else True
 
 
@@ -59,13 +61,22 @@ def _same_model(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
     if a.get("weights") and b.get("weights"):
         return a["weights"] == b["weights"]
     if a.get("id") and b.get("id"):
-        return a["id"] == b["id"] and (a.get("commit") == b.get("commit") or None in (a.get("commit"), b.get("commit")))
+        return a["id"] == b["id"] and (
+            a.get("commit") == b.get("commit") or None in (a.get("commit"), b.get("commit"))
+        )
     return None
 
 
-def check_head(config: Mapping[str, Any], *, draft_hidden_size: int | None, target_hidden_size: int | None,
-               identity: Mapping[str, Any] | None = None, pair_name: str | None = None,
-               allow_other_pairs: bool = False, head: Any = "the weight head") -> bool | None:
+def check_head(
+    config: Mapping[str, Any],
+    *,
+    draft_hidden_size: int | None,
+    target_hidden_size: int | None,
+    identity: Mapping[str, Any] | None = None,
+    pair_name: str | None = None,
+    allow_other_pairs: bool = False,
+    head: Any = "the weight head",
+) -> bool | None:
     """Whether the head of `config` (its `head_config.json`, or `WeightHead.config()`) fits a pair.
 
     ConfigError, naming both and the fix, where its hidden sizes are not the pair's (a size unknown on
@@ -75,13 +86,18 @@ def check_head(config: Mapping[str, Any], *, draft_hidden_size: int | None, targ
     head saved before identities were recorded, or one sharing nothing to compare: each with a
     warning). `head` and `pair_name` name them in messages."""
     pair = f"the pair {pair_name}" if pair_name else "the pair"
-    got = {"draft_hidden_size": config.get("draft_hidden_size"), "target_hidden_size": config.get("target_hidden_size")}
+    got = {
+        "draft_hidden_size": config.get("draft_hidden_size"),
+        "target_hidden_size": config.get("target_hidden_size"),
+    }
     want = {"draft_hidden_size": draft_hidden_size, "target_hidden_size": target_hidden_size}
     if any(got[k] is not None and want[k] is not None and int(got[k]) != int(want[k]) for k in got):
         sizes = lambda d: ", ".join(f"{k}={'unknown' if v is None else v}" for k, v in d.items())  # noqa: E731
-        raise ConfigError(f"{head} was trained for hidden sizes ({sizes(got)}) but {pair} has ({sizes(want)}) "
-                          f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair "
-                          "(python -m diversed.train with this pair and task)")
+        raise ConfigError(
+            f"{head} was trained for hidden sizes ({sizes(got)}) but {pair} has ({sizes(want)}) "
+            f"(head pair: {config.get('pair', 'unknown')}); train a head for this pair "
+            "(python -m diversed.train with this pair and task)"
+        )
     if identity is None:
         return None
     recorded = config.get("pair_identity")
@@ -89,11 +105,15 @@ def check_head(config: Mapping[str, Any], *, draft_hidden_size: int | None, targ
     theirs = f"{config.get('pair', 'unknown')} ({_models(recorded or {}, config)})"
     ours = f"{pair_name} ({_models(identity, {})})"
     if recorded is None:
-        log.warning(f"{head} does not record which models it was trained on (saved by an older diversed; "
-                    f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}")
+        log.warning(
+            f"{head} does not record which models it was trained on (saved by an older diversed; "
+            f"its pair's name: {config.get('pair', 'unknown')}): cannot check it belongs to the pair {ours}"
+        )
     elif same is None:
-        log.warning(f"{head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
-                    "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)")
+        log.warning(
+            f"{head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
+            "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)"
+        )
     elif not same and not allow_other_pairs:
         raise ConfigError(
             f"{head} was trained on the pair {theirs}, not on the pair being evaluated, {ours}: "
@@ -102,7 +122,9 @@ def check_head(config: Mapping[str, Any], *, draft_hidden_size: int | None, targ
             "to evaluate it anyway (its points record the pair it was trained on)"
         )
     elif not same:
-        log.warning(f"{head} was trained on the pair {theirs}, evaluated on {ours} (sweep.allow_other_pair_heads=true)")
+        log.warning(
+            f"{head} was trained on the pair {theirs}, evaluated on {ours} (sweep.allow_other_pair_heads=true)"
+        )
     return same
 
 
@@ -110,8 +132,10 @@ def _models(identity: Mapping[str, Any], config: Mapping[str, Any]) -> str:
     """'target X, draft Y' from a pair's identity (paths or Hub ids), else from a head's config."""
     if "random" in identity:
         return f"random {identity['random']}, seed {identity.get('seed')}"
-    name = {r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
-            for r in ("target", "draft")}
+    name = {
+        r: (identity.get(r) or {}).get("path") or (identity.get(r) or {}).get("id") or config.get(f"{r}_name")
+        for r in ("target", "draft")
+    }
     return f"target {name['target'] or 'unknown'}, draft {name['draft'] or 'unknown'}"
 
 
@@ -126,15 +150,20 @@ def read_config(directory: str | Path) -> dict[str, Any]:
     whole JSON (cut short, damaged)."""
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
-        raise MissingFile(f"{directory} is not a saved head (no {CONFIG_NAME}): train one first "
-                          "(python -m diversed.train with the same pair and task)")  # fmt: skip
+        raise MissingFile(
+            f"{directory} is not a saved head (no {CONFIG_NAME}): train one first "
+            "(python -m diversed.train with the same pair and task)"
+        )
     try:
         config = json.loads(path.read_text())
     except (ValueError, OSError) as e:  # cut short, damaged, not UTF-8
-        raise MissingFile(f"{path} cannot be read ({type(e).__name__}: {e}): copy the head again, or train it "
-                          "again") from None  # fmt: skip
+        raise MissingFile(
+            f"{path} cannot be read ({type(e).__name__}: {e}): copy the head again, or train it again"
+        ) from None
     if not isinstance(config, dict):
-        raise MissingFile(f"{path} is not a head's config (a JSON object): copy the head again, or train it again")
+        raise MissingFile(
+            f"{path} is not a head's config (a JSON object): copy the head again, or train it again"
+        )
     return config
 
 
@@ -185,7 +214,9 @@ class WeightHead(nn.Module):
         before any model call (`DynamicEnsemble.check_pair`)."""
         from diversed.models.pair import hidden_size
 
-        check_head(self.config(), draft_hidden_size=hidden_size(draft), target_hidden_size=hidden_size(target))
+        check_head(
+            self.config(), draft_hidden_size=hidden_size(draft), target_hidden_size=hidden_size(target)
+        )
 
     def forward(
         self, draft_hidden: Tensor, target_hidden: Tensor, p: Tensor | None = None, q: Tensor | None = None
@@ -194,7 +225,11 @@ class WeightHead(nn.Module):
         if self.features:
             if p is None or q is None:
                 raise ValueError(f"head features {self.features} need p= and q=")
-            values = {"entropy_p": lambda: _entropy(p), "entropy_q": lambda: _entropy(q), "tv": lambda: total_variation(p, q)}
+            values = {
+                "entropy_p": lambda: _entropy(p),
+                "entropy_q": lambda: _entropy(q),
+                "tv": lambda: total_variation(p, q),
+            }
             parts += [values[f]().unsqueeze(-1).to(draft_hidden.dtype) for f in self.features]
         logits = self.net(torch.cat(parts, dim=-1))
         return torch.softmax(logits.float(), dim=-1)[..., 0]
@@ -217,7 +252,9 @@ class WeightHead(nn.Module):
         self.metadata.update(metadata)
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.state_dict().items()}
         write_file(directory / WEIGHTS_NAME, save(state))
-        write_file(directory / CONFIG_NAME, (json.dumps(self.config(), indent=2, default=str) + "\n").encode())
+        write_file(
+            directory / CONFIG_NAME, (json.dumps(self.config(), indent=2, default=str) + "\n").encode()
+        )
         return directory
 
     @classmethod
@@ -232,13 +269,18 @@ class WeightHead(nn.Module):
         """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error (`check_head`)."""
         directory = Path(directory)
         config = read_config(directory)
-        check_head(config, draft_hidden_size=draft_hidden_size, target_hidden_size=target_hidden_size,
-                   head=f"head {directory}")
+        check_head(
+            config,
+            draft_hidden_size=draft_hidden_size,
+            target_hidden_size=target_hidden_size,
+            head=f"head {directory}",
+        )
         head = cls(**config)
         try:
             state = load_file(str(directory / WEIGHTS_NAME), device=str(map_location))
         except Exception as e:  # missing, cut short, not a safetensors file
-            raise MissingFile(f"{directory / WEIGHTS_NAME} cannot be read ({e}): copy the head again, or train "
-                              "it again") from None  # fmt: skip
+            raise MissingFile(
+                f"{directory / WEIGHTS_NAME} cannot be read ({e}): copy the head again, or train it again"
+            ) from None
         head.load_state_dict(state)
         return head

@@ -123,7 +123,14 @@ def check_tokenizers(a: Any, b: Any, name_a: str = "target", name_b: str = "draf
             )
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
 
 
 def load_tokenizer(name: str, role: str, **kwargs: Any) -> Any:
@@ -298,7 +305,10 @@ def describe_pair(cfg: Any) -> PairCard | None:
         pair = cfg.get("pair", "random-llama-8b-1b")
         if pair not in RANDOM_PAIRS:
             raise ConfigError(f"pair.pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
-        configs = {role: LlamaConfig(**RANDOM_SHAPES[shape]) for role, shape in zip(("target", "draft"), RANDOM_PAIRS[pair], strict=True)}
+        configs = {
+            role: LlamaConfig(**RANDOM_SHAPES[shape])
+            for role, shape in zip(("target", "draft"), RANDOM_PAIRS[pair], strict=True)
+        }
         tok = build_tokenizer()
         identity = {"random": pair, "seed": cfg.get("seed", 0)}
         name = cfg.get("name") or pair
@@ -329,10 +339,13 @@ def describe_pair(cfg: Any) -> PairCard | None:
     positions = [getattr(t, "max_position_embeddings", None) for t in text.values()]
     known = [p for p in positions if p]
     return PairCard(
-        name=name, identity={**identity, **common}, tokenizer=_prepare_tokenizer(tok),
-        vocab={**vocab, "tokenizer": len(tok)}, positions=min(known) if known else None,
+        name=name,
+        identity={**identity, **common},
+        tokenizer=_prepare_tokenizer(tok),
+        vocab={**vocab, "tokenizer": len(tok)},
+        positions=min(known) if known else None,
         hidden={role: getattr(t, "hidden_size", None) for role, t in text.items()},
-    )  # fmt: skip
+    )
 
 
 def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | None):
@@ -354,9 +367,13 @@ def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | No
 
     roles = {**names, **({"tokenizer": tokenizer} if tokenizer else {})}
     extra = {role: resolve(n, role, revision=revision, probe=probe_once) for role, n in roles.items()}
-    configs = {role: AutoConfig.from_pretrained(names[role], revision=revision, **extra[role]) for role in names}
+    configs = {
+        role: AutoConfig.from_pretrained(names[role], revision=revision, **extra[role]) for role in names
+    }
     toks = {role: load_tokenizer(n, role, revision=revision, **extra[role]) for role, n in roles.items()}
-    check_tokenizers(toks["target"], toks["draft"], f"target {names['target']!r}", f"draft {names['draft']!r}")
+    check_tokenizers(
+        toks["target"], toks["draft"], f"target {names['target']!r}", f"draft {names['draft']!r}"
+    )
     identity = {}
     for role, n in names.items():
         local = Path(n).expanduser()
@@ -389,23 +406,48 @@ def _hub_commit(repo_id: str, revision: str | None, extra: dict[str, Any]) -> st
 # Random-initialised models with the shapes of public checkpoints (the values of their config.json),
 # to time real sizes where no weights can be downloaded: their outputs mean nothing, α is what two
 # independent random models give, and the toy tokenizer encodes the prompts (ids below its size).
-_LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192}  # fmt: skip
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 RANDOM_SHAPES: dict[str, dict[str, Any]] = {
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
-                         rope_parameters={**_LLAMA3_ROPE, "factor": 8.0}),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                         num_key_value_heads=8, head_dim=64, vocab_size=128256, tie_word_embeddings=True,
-                         rope_parameters={**_LLAMA3_ROPE, "factor": 32.0}),
-}  # fmt: skip
+    "llama-3.1-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=False,
+        rope_parameters={**_LLAMA3_ROPE, "factor": 8.0},
+    ),
+    "llama-3.2-1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        rope_parameters={**_LLAMA3_ROPE, "factor": 32.0},
+    ),
+}
 RANDOM_PAIRS = {"random-llama-8b-1b": ("llama-3.1-8b", "llama-3.2-1b")}  # pair name: (target, draft) shapes
 
 
 def random_pair(
-    pair: str = "random-llama-8b-1b", *, dtype: str = "auto", device: str = "auto", seed: int = 0,
-    forward: str = "auto", name: str | None = None,
-) -> Pair:  # fmt: skip
+    pair: str = "random-llama-8b-1b",
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    seed: int = 0,
+    forward: str = "auto",
+    name: str | None = None,
+) -> Pair:
     """A pair of `RANDOM_PAIRS` shapes, random-initialised (seeded) directly on `device` in `dtype`,
     with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -422,8 +464,11 @@ def random_pair(
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
     tokenizer = _prepare_tokenizer(build_tokenizer())
-    special = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+    special = dict(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     configs = [
         LlamaConfig(**RANDOM_SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5, **special)
         for shape in RANDOM_PAIRS[pair]

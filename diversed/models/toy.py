@@ -158,7 +158,14 @@ def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
 
 
 def train_model(
-    model, tokenizer, spec: ModelSpec, *, style: str, seed: int, progress: bool = True, skills: tuple[str, ...] = ("add",)
+    model,
+    tokenizer,
+    spec: ModelSpec,
+    *,
+    style: str,
+    seed: int,
+    progress: bool = True,
+    skills: tuple[str, ...] = ("add",),
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay on `spec.steps` batches of `style` wording."""
     data = corpus(spec.steps * spec.batch_size, style=style, seed=seed, skills=tuple(skills))
@@ -198,7 +205,9 @@ def _prompts(tokenizer, exs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add") -> float:
+def greedy_accuracy(
+    model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add"
+) -> float:
     """Exact-match accuracy of greedy completions (scored by the skill's toy task)."""
     from diversed.tasks.toy import SKILL_TASKS
 
@@ -230,15 +239,29 @@ def acceptance_rate(
     enc = _prompts(tokenizer, exs)
     gen = torch.Generator().manual_seed(seed)
     out = speculative_generate(
-        target, draft, enc["input_ids"], enc["attention_mask"], num_draft_tokens=num_draft_tokens,
-        max_new_tokens=16, do_sample=True, temperature=temperature, generator=gen,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        target,
+        draft,
+        enc["input_ids"],
+        enc["attention_mask"],
+        num_draft_tokens=num_draft_tokens,
+        max_new_tokens=16,
+        do_sample=True,
+        temperature=temperature,
+        generator=gen,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return out.stats.acceptance_rate
 
 
 def evaluate(
-    target, draft, tokenizer, *, seed: int = 0, n_eval: int = 500, num_draft_tokens: int = 5,
+    target,
+    draft,
+    tokenizer,
+    *,
+    seed: int = 0,
+    n_eval: int = 500,
+    num_draft_tokens: int = 5,
     skills: tuple[str, ...] = ("add",),
 ) -> dict[str, Any]:
     """The quality gap per skill: greedy test accuracy of each model and the lossless acceptance
@@ -249,7 +272,9 @@ def evaluate(
         per[skill] = {
             "target_accuracy": greedy_accuracy(target, tokenizer, exs, skill=skill),
             "draft_accuracy": greedy_accuracy(draft, tokenizer, exs, skill=skill),
-            "acceptance_rate": acceptance_rate(target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed),
+            "acceptance_rate": acceptance_rate(
+                target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed
+            ),
         }
     return {**per[skills[0]], "skills": per}
 
@@ -279,13 +304,24 @@ def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True)
             torch.manual_seed(config.seed * 1000 + offset)  # init and dropout, per role
             models[role] = make_model(spec, tokenizer, config.max_position_embeddings)
             losses[role] = train_model(
-                models[role], tokenizer, spec, style=role, seed=config.seed, progress=progress, skills=config.skills
+                models[role],
+                tokenizer,
+                spec,
+                style=role,
+                seed=config.seed,
+                progress=progress,
+                skills=config.skills,
             )
         train_s = time.perf_counter() - t0
         metrics = evaluate(
-            models["target"], models["draft"], tokenizer, seed=config.seed, n_eval=config.n_eval,
-            num_draft_tokens=config.num_draft_tokens, skills=config.skills,
-        )  # fmt: skip
+            models["target"],
+            models["draft"],
+            tokenizer,
+            seed=config.seed,
+            n_eval=config.n_eval,
+            num_draft_tokens=config.num_draft_tokens,
+            skills=config.skills,
+        )
     finally:
         torch.set_num_threads(threads)
     from transformers.utils import logging as hf_logging
@@ -348,8 +384,10 @@ def ensure_toy_pair(
 def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
     """The build report; `cached`: the pair was found in the cache, not built now."""
     m = report["metrics"]
-    how = f"loaded from the cache (it was built in {report['build_seconds']:.0f}s)" if cached else (
-        f"built in {report['build_seconds']:.0f}s"
+    how = (
+        f"loaded from the cache (it was built in {report['build_seconds']:.0f}s)"
+        if cached
+        else (f"built in {report['build_seconds']:.0f}s")
     )
     return (
         f"toy pair {report['key']}: {how} "
@@ -379,13 +417,24 @@ def load_toy_pair(
     config = config or ToyBuildConfig(seed=seed)
     path = ensure_toy_pair(config, cache_dir=cache_dir)
     return load_pair(
-        str(path / "target"), str(path / "draft"), dtype=dtype, device=device, name=name,
-        attn_implementation=attn_implementation, forward=forward,
-    )  # fmt: skip
+        str(path / "target"),
+        str(path / "draft"),
+        dtype=dtype,
+        device=device,
+        name=name,
+        attn_implementation=attn_implementation,
+        forward=forward,
+    )
 
 
-def toy_pair_files(*, seed: int = 0, cache_dir: str | None = None, name: str = "toy",
-                   config: ToyBuildConfig | None = None, **_: Any) -> tuple[dict[str, str], str]:  # fmt: skip
+def toy_pair_files(
+    *,
+    seed: int = 0,
+    cache_dir: str | None = None,
+    name: str = "toy",
+    config: ToyBuildConfig | None = None,
+    **_: Any,
+) -> tuple[dict[str, str], str]:
     """Where `load_toy_pair` with these arguments finds target and draft (built first if missing),
     for `pair.describe_pair`, which checks a pair's files before any weights are read."""
     path = ensure_toy_pair(config or ToyBuildConfig(seed=seed), cache_dir=cache_dir)

@@ -73,7 +73,11 @@ def problems(split: str, seed: int = 0, skill: str = "add") -> list[tuple[int, .
     else:
         raise ConfigError(f"unknown toy skill {skill!r}; choose from {SKILLS}")
     n_test, n_val = SPLIT_SIZES["test"], SPLIT_SIZES["validation"]
-    bounds = {"test": (0, n_test), "validation": (n_test, n_test + n_val), "train": (n_test + n_val, len(items))}
+    bounds = {
+        "test": (0, n_test),
+        "validation": (n_test, n_test + n_val),
+        "train": (n_test + n_val, len(items)),
+    }
     lo, hi = bounds[split]
     return items[lo:hi]
 
@@ -114,25 +118,39 @@ def examples(split: str, seed: int = 0, skill: str = "add") -> list[dict[str, An
     out = []
     for problem in problems(split, seed, skill):
         name = f"toy-{problem[0]}+{problem[1]}" if skill == "add" else f"count-{_letters(problem)}"
-        row = {"id": name, "prompt": prompt_text(*problem, skill=skill), "answer": answer(*problem, skill=skill),
-               "reference": completion_text(*problem, rng=rng, skill=skill)}  # fmt: skip
+        row = {
+            "id": name,
+            "prompt": prompt_text(*problem, skill=skill),
+            "answer": answer(*problem, skill=skill),
+            "reference": completion_text(*problem, rng=rng, skill=skill),
+        }
         if skill == "add":
-            row = {"id": name, "a": problem[0], "b": problem[1], **{k: v for k, v in row.items() if k != "id"}}
+            row = {
+                "id": name,
+                "a": problem[0],
+                "b": problem[1],
+                **{k: v for k, v in row.items() if k != "id"},
+            }
         out.append(row)
     return out
 
 
-def corpus(n: int, *, style: str = "target", seed: int = 0, split: str = "train",
-           skills: tuple[str, ...] = ("add",)) -> list[tuple[str, str]]:  # fmt: skip
+def corpus(
+    n: int, *, style: str = "target", seed: int = 0, split: str = "train", skills: tuple[str, ...] = ("add",)
+) -> list[tuple[str, str]]:
     """`n` (prompt, completion) training pairs: problems of `split` drawn with replacement (the
     skill uniformly at random), wording in `style`. Deterministic from (`seed`, `style`, skills)."""
     pools = {skill: problems(split, seed, skill) for skill in skills}
-    rng = random.Random(f"toy-corpus-{seed}-{style}-{split}" + ("" if skills == ("add",) else f"-{'-'.join(skills)}"))
+    rng = random.Random(
+        f"toy-corpus-{seed}-{style}-{split}" + ("" if skills == ("add",) else f"-{'-'.join(skills)}")
+    )
     out = []
     for _ in range(n):
         skill = skills[0] if len(skills) == 1 else rng.choice(skills)
         problem = rng.choice(pools[skill])
-        out.append((prompt_text(*problem, skill=skill), completion_text(*problem, rng=rng, style=style, skill=skill)))
+        out.append(
+            (prompt_text(*problem, skill=skill), completion_text(*problem, rng=rng, style=style, skill=skill))
+        )
     return out
 
 

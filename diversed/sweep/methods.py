@@ -72,7 +72,9 @@ class Knob:
     def __post_init__(self) -> None:
         for what, name in (("field", self.field), ("sweep", self.sweep)):
             if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise ValueError(f"Knob {what} {name!r}: use letters, digits and _ (a record field, a sweep.<key>)")
+                raise ValueError(
+                    f"Knob {what} {name!r}: use letters, digits and _ (a record field, a sweep.<key>)"
+                )
         if self.type not in KNOB_TYPES:
             raise ValueError(f"Knob {self.field}: type must be one of float, int, str, got {self.type!r}")
         if self.interval is not None and self.type is str:
@@ -95,8 +97,9 @@ class Knob:
         try:
             low, high = float(m[2]), float(m[3])  # type: ignore[index]
         except (TypeError, ValueError):
-            raise ValueError(f"Knob {self.field}: interval {self.interval!r} is not like \"[0, 1]\", \"(0, 1]\" "
-                             "or \"[0, inf)\"") from None  # fmt: skip
+            raise ValueError(
+                f'Knob {self.field}: interval {self.interval!r} is not like "[0, 1]", "(0, 1]" or "[0, inf)"'
+            ) from None
         if not low <= high:
             raise ValueError(f"Knob {self.field}: interval {self.interval!r} is empty")
         return low, high, m[1] == "[", m[4] == "]"  # type: ignore[index]
@@ -122,13 +125,17 @@ class Knob:
         if self.type is int and not float(value).is_integer():
             return f"is not an integer ({self.allowed})"
         low, high, closed_low, closed_high = self.bounds
-        inside = (low <= value if closed_low else low < value) and (value <= high if closed_high else value < high)
+        inside = (low <= value if closed_low else low < value) and (
+            value <= high if closed_high else value < high
+        )
         return None if math.isfinite(value) and inside else f"is not {self.allowed}"
 
     def check(self, value: Any) -> Any:
         """`value`, or ValueError naming the knob and its range (the schema's per-value check)."""
         if self.problem(value):
-            raise ValueError(f"{self.symbol}{f' ({self.label})' if self.label else ''} must be {self.allowed}")
+            raise ValueError(
+                f"{self.symbol}{f' ({self.label})' if self.label else ''} must be {self.allowed}"
+            )
         return value
 
     def show(self, value: Any) -> str:
@@ -180,7 +187,9 @@ class Method:
     def __post_init__(self) -> None:
         object.__setattr__(self, "knobs", tuple(self.knobs))
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise ValueError(f"method name {self.name!r}: use letters, digits and _ (it is the records' `method`)")
+            raise ValueError(
+                f"method name {self.name!r}: use letters, digits and _ (it is the records' `method`)"
+            )
         if self.decoder not in DECODERS:
             raise ValueError(f"method {self.name}: decoder must be one of {DECODERS}, got {self.decoder!r}")
         if not all(isinstance(k, Knob) for k in self.knobs):
@@ -188,15 +197,21 @@ class Method:
         if len(set(self.fields)) < len(self.fields) or len({k.sweep for k in self.knobs}) < len(self.knobs):
             raise ValueError(f"method {self.name}: two knobs share a field or a sweep key")
         if self.decoder == "engine" and self.verifier is None:
-            raise ValueError(f"method {self.name} runs on the engine: give it verifier=(point, heads) -> Verifier")
+            raise ValueError(
+                f"method {self.name} runs on the engine: give it verifier=(point, heads) -> Verifier"
+            )
         if self.knobs and not self.speculative:
             raise ValueError(f"method {self.name}: a non-speculative method has no knobs to sweep")
         if self.family is not None and self.family not in self.fields:
-            raise ValueError(f"method {self.name}: family {self.family!r} is not one of its knobs' fields {self.fields}")
+            raise ValueError(
+                f"method {self.name}: family {self.family!r} is not one of its knobs' fields {self.fields}"
+            )
         named = {f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(self.label) if f}
         if named - set(self.fields):
-            raise ValueError(f"method {self.name}: its label {self.label!r} names {sorted(named - set(self.fields))}, "
-                             f"which are not its knobs' fields {self.fields}")  # fmt: skip
+            raise ValueError(
+                f"method {self.name}: its label {self.label!r} names {sorted(named - set(self.fields))}, "
+                f"which are not its knobs' fields {self.fields}"
+            )
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -248,14 +263,18 @@ def register(method: Method, *, replace: bool = False) -> Method:
     old = METHODS.get(method.name)
     same = old is not None and _shape(old) == _shape(method)
     if old is not None and not (replace or same):
-        raise ValueError(f"a method named {method.name!r} is registered already ({old.label!r}): choose another "
-                         "name, or register(..., replace=True) to replace it")  # fmt: skip
+        raise ValueError(
+            f"a method named {method.name!r} is registered already ({old.label!r}): choose another "
+            "name, or register(..., replace=True) to replace it"
+        )
     for k in method.knobs:
         for other in (o for name, m in METHODS.items() if name != method.name for o in m.knobs):
             if (other.field == k.field or other.sweep == k.sweep) and other != k:
-                raise ValueError(f"method {method.name}: knob {k.field} (sweep.{k.sweep}) clashes with the registered "
-                                 f"knob {other.field} (sweep.{other.sweep}) of another method: use that very Knob, "
-                                 "or another field and sweep key")  # fmt: skip
+                raise ValueError(
+                    f"method {method.name}: knob {k.field} (sweep.{k.sweep}) clashes with the registered "
+                    f"knob {other.field} (sweep.{other.sweep}) of another method: use that very Knob, "
+                    "or another field and sweep key"
+                )
     METHODS[method.name] = method
     for hook in _on_register:
         hook()
@@ -294,9 +313,11 @@ def knobs() -> dict[str, Knob]:
     return out
 
 
-_FIX = ("load the module that registers it: `plugins: [my_pkg.my_method]` in evaluate's config, "
-        "`--plugin my_pkg.my_method` for report, plot and show, or diversed.sweep.methods.load_plugins(['my_pkg.my_method']) "
-        "in Python (README, \"Add your own method\")")  # fmt: skip
+_FIX = (
+    "load the module that registers it: `plugins: [my_pkg.my_method]` in evaluate's config, "
+    "`--plugin my_pkg.my_method` for report, plot and show, or diversed.sweep.methods.load_plugins(['my_pkg.my_method']) "
+    'in Python (README, "Add your own method")'
+)
 
 
 def method(name: str) -> Method:
@@ -304,7 +325,9 @@ def method(name: str) -> Method:
     if name not in METHODS:
         load_entry_points()
     if name not in METHODS:
-        raise ConfigError(f"unknown method {name!r}; registered: {', '.join(METHODS)}. A method of your own: {_FIX}")
+        raise ConfigError(
+            f"unknown method {name!r}; registered: {', '.join(METHODS)}. A method of your own: {_FIX}"
+        )
     return METHODS[name]
 
 
@@ -316,8 +339,10 @@ def check_known(found: Iterable[Any], where: str) -> None:
         load_entry_points()
         unknown = [n for n in unknown if n not in METHODS]
     if unknown:
-        raise ConfigError(f"{where} has records of {', '.join(map(repr, unknown))}, which no registered method is "
-                          f"(registered: {', '.join(METHODS)}): {_FIX}")  # fmt: skip
+        raise ConfigError(
+            f"{where} has records of {', '.join(map(repr, unknown))}, which no registered method is "
+            f"(registered: {', '.join(METHODS)}): {_FIX}"
+        )
 
 
 def check_record_fields(fields: Mapping[str, Any], missing: Callable[[Any], bool]) -> None:
@@ -352,16 +377,23 @@ def load_plugins(modules: Iterable[str] = (), *, where: str = "plugins") -> None
         try:
             importlib.import_module(name)
         except ImportError as e:
-            raise ConfigError(f"{given}: cannot import it ({type(e).__name__}: {e}); put the directory that holds "
-                              "it on PYTHONPATH, or install its package") from None  # fmt: skip
+            raise ConfigError(
+                f"{given}: cannot import it ({type(e).__name__}: {e}); put the directory that holds "
+                "it on PYTHONPATH, or install its package"
+            ) from None
 
 
 def add_plugin_option(parser: Any) -> None:
     """`--plugin MODULE` (repeatable) on an argparse entry point that reads records: `load_plugins(args.plugin,
     where="--plugin")` before reading them."""
-    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                        help="a module that registers methods of one's own (repeatable; README, \"Add your own "
-                             "method\"); the diversed.sweep.methods entry points are loaded anyway")  # fmt: skip
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module that registers methods of one's own (repeatable; README, \"Add your own "
+        'method"); the diversed.sweep.methods entry points are loaded anyway',
+    )
 
 
 def load_entry_points() -> None:
@@ -377,8 +409,10 @@ def load_entry_points() -> None:
         try:
             found = ep.load()
         except ImportError as e:
-            raise ConfigError(f"the {ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} cannot be imported "
-                              f"({type(e).__name__}: {e}): reinstall or uninstall its package") from None  # fmt: skip
+            raise ConfigError(
+                f"the {ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} cannot be imported "
+                f"({type(e).__name__}: {e}): reinstall or uninstall its package"
+            ) from None
         if isinstance(found, Method) and METHODS.get(found.name) is not found:
             register(found)
 
@@ -422,50 +456,170 @@ def _typical(point, heads):
     return TypicalAcceptance(point["typical_epsilon"], point["typical_delta"])
 
 
-WEIGHT = Knob("weight", "weights", "w", interval="[0, 1]", label="the weight on the target in v = w·p + (1 − w)·q",
-              default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0))
-HEAD = Knob("head", "heads", "head", type=str, path=True,
-            label="a trained weighting head: its save_pretrained directory")
-DRAFT_MODEL = Knob("draft_model", "draft_models", "draft", type=str, path=True,
-                   label="a fine-tuned draft: a directory of python -m diversed.distill")
-LENIENCE = Knob("lenience", "lenience", "l", interval="(0, 1]", label="lossy SD's lenience, 1 = lossless",
-                default=(0.1, 0.3, 0.5, 0.7, 0.9))
-CASCADE_RULE = Knob("cascade_rule", "cascade_rules", "rule", type=str, choices=("chow", "diff", "opt"),
-                    label="a cascade's deferral rule", default=("chow", "diff", "opt"))
-CASCADE_ALPHA = Knob("cascade_alpha", "cascade_alphas", "α", interval="[0, inf)", label="a cascade's threshold",
-                     default=(0.1, 0.3, 0.5))
-TYPICAL_EPSILON = Knob("typical_epsilon", "typical_epsilons", "ε", interval="(0, 1]",
-                       label="typical acceptance's cap on the threshold", default=(0.01, 0.05, 0.09, 0.3))
-TYPICAL_DELTA = Knob("typical_delta", "typical_deltas", "δ", interval="(0, 1]",
-                     label="typical acceptance's entropy scale", default=(0.3,))
+WEIGHT = Knob(
+    "weight",
+    "weights",
+    "w",
+    interval="[0, 1]",
+    label="the weight on the target in v = w·p + (1 − w)·q",
+    default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+)
+HEAD = Knob(
+    "head",
+    "heads",
+    "head",
+    type=str,
+    path=True,
+    label="a trained weighting head: its save_pretrained directory",
+)
+DRAFT_MODEL = Knob(
+    "draft_model",
+    "draft_models",
+    "draft",
+    type=str,
+    path=True,
+    label="a fine-tuned draft: a directory of python -m diversed.distill",
+)
+LENIENCE = Knob(
+    "lenience",
+    "lenience",
+    "l",
+    interval="(0, 1]",
+    label="lossy SD's lenience, 1 = lossless",
+    default=(0.1, 0.3, 0.5, 0.7, 0.9),
+)
+CASCADE_RULE = Knob(
+    "cascade_rule",
+    "cascade_rules",
+    "rule",
+    type=str,
+    choices=("chow", "diff", "opt"),
+    label="a cascade's deferral rule",
+    default=("chow", "diff", "opt"),
+)
+CASCADE_ALPHA = Knob(
+    "cascade_alpha",
+    "cascade_alphas",
+    "α",
+    interval="[0, inf)",
+    label="a cascade's threshold",
+    default=(0.1, 0.3, 0.5),
+)
+TYPICAL_EPSILON = Knob(
+    "typical_epsilon",
+    "typical_epsilons",
+    "ε",
+    interval="(0, 1]",
+    label="typical acceptance's cap on the threshold",
+    default=(0.01, 0.05, 0.09, 0.3),
+)
+TYPICAL_DELTA = Knob(
+    "typical_delta",
+    "typical_deltas",
+    "δ",
+    interval="(0, 1]",
+    label="typical acceptance's entropy scale",
+    default=(0.3,),
+)
 
 for _method in (
-    Method("autoregressive", "Autoregressive", speculative=False, decoder="autoregressive",
-           summary="the target alone, one token per step on the engine's own forward path: the time baseline"),
-    Method("hf_generate", "transformers generate", speculative=False, decoder="transformers", marker="P",
-           summary="the target alone through transformers' `generate` (another forward path): a reference"),
-    Method("lossless", "Lossless SD", speculative=True, verifier=_lossless, row="SD (lossless)", marker="s",
-           summary="standard speculative decoding: accept with min(1, p/q), output distributed as the target"),
-    Method("finetuned_draft", "SD, fine-tuned draft ({draft_model})", speculative=True, verifier=_lossless,
-           knobs=(DRAFT_MODEL,), marker="D",
-           summary="lossless SD with a draft distilled towards the target (`python -m diversed.distill`)"),
-    Method("static", "Static w={weight:g}", speculative=True, knobs=(WEIGHT,), verifier=_static, family="weight",
-           summary="the static ensemble: verify against v = w·p + (1 − w)·q with one w everywhere"),
-    Method("hf_static", "transformers static w={weight:g}", speculative=True, decoder="transformers",
-           knobs=(WEIGHT,), family="weight", batch_one=True, valid=lambda point: 0.0 < point["weight"] < 1.0,
-           marker="h", line=(0, (1, 1)),
-           summary="transformers' own static ensemble (`assistant_ensemble_weight`, batch 1): an outside reference"),
-    Method("lossy", "Lossy SD l={lenience:g}", speculative=True, knobs=(LENIENCE,), verifier=_lossy,
-           family="lenience", marker="^", line="--",
-           summary="Leviathan et al.'s lenience: accept with min(1, p/(l·q)), residual max(0, p − l·q)"),
-    Method("cascade", "Cascade {cascade_rule} α={cascade_alpha:g}", speculative=True,
-           knobs=(CASCADE_RULE, CASCADE_ALPHA), verifier=_cascade, family="cascade_alpha", marker="v", line=":",
-           summary="token-level speculative cascades: a deferral rule picks p or q per position, SD against it"),
-    Method("typical", "Typical ε={typical_epsilon:g} δ={typical_delta:g}", speculative=True,
-           knobs=(TYPICAL_EPSILON, TYPICAL_DELTA), verifier=_typical, family="typical_epsilon", marker="d", line="-.",
-           summary="Medusa's typical acceptance: accept x if p(x) > min(ε, δ·exp(−H(p)))"),
-    Method("dynamic", "DIVERSED ({head})", speculative=True, knobs=(HEAD,), verifier=_dynamic, marker="*",
-           summary="a learned, context-dependent w from both models' hidden states"),
+    Method(
+        "autoregressive",
+        "Autoregressive",
+        speculative=False,
+        decoder="autoregressive",
+        summary="the target alone, one token per step on the engine's own forward path: the time baseline",
+    ),
+    Method(
+        "hf_generate",
+        "transformers generate",
+        speculative=False,
+        decoder="transformers",
+        marker="P",
+        summary="the target alone through transformers' `generate` (another forward path): a reference",
+    ),
+    Method(
+        "lossless",
+        "Lossless SD",
+        speculative=True,
+        verifier=_lossless,
+        row="SD (lossless)",
+        marker="s",
+        summary="standard speculative decoding: accept with min(1, p/q), output distributed as the target",
+    ),
+    Method(
+        "finetuned_draft",
+        "SD, fine-tuned draft ({draft_model})",
+        speculative=True,
+        verifier=_lossless,
+        knobs=(DRAFT_MODEL,),
+        marker="D",
+        summary="lossless SD with a draft distilled towards the target (`python -m diversed.distill`)",
+    ),
+    Method(
+        "static",
+        "Static w={weight:g}",
+        speculative=True,
+        knobs=(WEIGHT,),
+        verifier=_static,
+        family="weight",
+        summary="the static ensemble: verify against v = w·p + (1 − w)·q with one w everywhere",
+    ),
+    Method(
+        "hf_static",
+        "transformers static w={weight:g}",
+        speculative=True,
+        decoder="transformers",
+        knobs=(WEIGHT,),
+        family="weight",
+        batch_one=True,
+        valid=lambda point: 0.0 < point["weight"] < 1.0,
+        marker="h",
+        line=(0, (1, 1)),
+        summary="transformers' own static ensemble (`assistant_ensemble_weight`, batch 1): an outside reference",
+    ),
+    Method(
+        "lossy",
+        "Lossy SD l={lenience:g}",
+        speculative=True,
+        knobs=(LENIENCE,),
+        verifier=_lossy,
+        family="lenience",
+        marker="^",
+        line="--",
+        summary="Leviathan et al.'s lenience: accept with min(1, p/(l·q)), residual max(0, p − l·q)",
+    ),
+    Method(
+        "cascade",
+        "Cascade {cascade_rule} α={cascade_alpha:g}",
+        speculative=True,
+        knobs=(CASCADE_RULE, CASCADE_ALPHA),
+        verifier=_cascade,
+        family="cascade_alpha",
+        marker="v",
+        line=":",
+        summary="token-level speculative cascades: a deferral rule picks p or q per position, SD against it",
+    ),
+    Method(
+        "typical",
+        "Typical ε={typical_epsilon:g} δ={typical_delta:g}",
+        speculative=True,
+        knobs=(TYPICAL_EPSILON, TYPICAL_DELTA),
+        verifier=_typical,
+        family="typical_epsilon",
+        marker="d",
+        line="-.",
+        summary="Medusa's typical acceptance: accept x if p(x) > min(ε, δ·exp(−H(p)))",
+    ),
+    Method(
+        "dynamic",
+        "DIVERSED ({head})",
+        speculative=True,
+        knobs=(HEAD,),
+        verifier=_dynamic,
+        marker="*",
+        summary="a learned, context-dependent w from both models' hidden states",
+    ),
 ):
     register(_method)
 del _method

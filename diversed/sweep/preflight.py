@@ -30,8 +30,10 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
     longest = max(len(p) for p in task.encode(card.tokenizer, task.examples))
     if card.positions and longest + max_new_tokens > card.positions:
         room = card.positions - max_new_tokens
-        fix = f"set {what}.max_prompt_tokens={room} (long prompts keep their end)" if room > 0 else (
-            f"lower {what}.max_new_tokens below {card.positions}"
+        fix = (
+            f"set {what}.max_prompt_tokens={room} (long prompts keep their end)"
+            if room > 0
+            else (f"lower {what}.max_new_tokens below {card.positions}")
         )
         raise ConfigError(
             f"{task.name}: the longest prompt has {longest} tokens and up to {max_new_tokens} new tokens "
@@ -54,20 +56,33 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
         try:
             config = read_config(head)
         except OSError as e:  # no config, or one cut short or damaged: named with the fix
-            raise ConfigError(f"sweep.heads entry {head}: {e}, or leave dynamic out of sweep.methods") from None
+            raise ConfigError(
+                f"sweep.heads entry {head}: {e}, or leave dynamic out of sweep.methods"
+            ) from None
         weights = Path(head) / WEIGHTS_NAME
         if (problem := unreadable_safetensors(weights)) is not None:
-            raise ConfigError(f"sweep.heads entry {head}: {weights} cannot be read ({problem}): copy the head again, "
-                             "or train it again")  # fmt: skip
+            raise ConfigError(
+                f"sweep.heads entry {head}: {weights} cannot be read ({problem}): copy the head again, "
+                "or train it again"
+            )
         digests[str(head)] = directory_digest(head)
         if card is None:
             continue
-        same = check_head(config, draft_hidden_size=card.hidden["draft"], target_hidden_size=card.hidden["target"],
-                          identity=card.identity, pair_name=card.name, allow_other_pairs=allow_other_pairs,
-                          head=f"head {head}")
+        same = check_head(
+            config,
+            draft_hidden_size=card.hidden["draft"],
+            target_hidden_size=card.hidden["target"],
+            identity=card.identity,
+            pair_name=card.name,
+            allow_other_pairs=allow_other_pairs,
+            head=f"head {head}",
+        )
         if same is False:  # allowed: its points say which pair it was trained on
-            digests[str(head)] = {"files": digests[str(head)], "trained_on_pair": config.get("pair"),
-                                  "trained_on_models": config.get("pair_identity")}
+            digests[str(head)] = {
+                "files": digests[str(head)],
+                "trained_on_pair": config.get("pair"),
+                "trained_on_models": config.get("pair_identity"),
+            }
     return digests
 
 
@@ -94,17 +109,23 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
     for draft in drafts:
         path = Path(draft)
         if not (path / "config.json").is_file():
-            raise ConfigError(f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
-                             "with python -m diversed.distill")  # fmt: skip
+            raise ConfigError(
+                f"sweep.draft_models entry {draft} is not a saved model (no config.json); fine-tune one "
+                "with python -m diversed.distill"
+            )
         try:
             json.loads((path / "config.json").read_text())
         except (ValueError, OSError) as e:
-            raise ConfigError(f"sweep.draft_models entry {draft}: {path / 'config.json'} cannot be read "
-                             f"({type(e).__name__}: {e}): copy the draft again, or distil it again") from None  # fmt: skip
+            raise ConfigError(
+                f"sweep.draft_models entry {draft}: {path / 'config.json'} cannot be read "
+                f"({type(e).__name__}: {e}): copy the draft again, or distil it again"
+            ) from None
         for file in sorted(path.glob("*.safetensors")):
             if (problem := unreadable_safetensors(file)) is not None:
-                raise ConfigError(f"sweep.draft_models entry {draft}: {file} cannot be read ({problem}): copy the "
-                                 "draft again, or distil it again")  # fmt: skip
+                raise ConfigError(
+                    f"sweep.draft_models entry {draft}: {file} cannot be read ({problem}): copy the "
+                    "draft again, or distil it again"
+                )
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer
 
@@ -113,12 +134,16 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
             text = text_config(AutoConfig.from_pretrained(path))
             shared_vocab(card.vocab["target"], int(text.vocab_size))
             if (path / "tokenizer_config.json").is_file():
-                check_tokenizers(card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}")
+                check_tokenizers(
+                    card.tokenizer, AutoTokenizer.from_pretrained(path), "the pair", f"draft {draft}"
+                )
         digests[str(draft)] = model_digest(path)
     return digests
 
 
-def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool) -> None:
+def check_checkpoint(
+    path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool
+) -> None:
     """ConfigError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
     Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
     so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
@@ -132,25 +157,38 @@ def check_checkpoint(path: str | None, expected: dict[str, tuple[int, ...]], wha
     fix = "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), or ckpt_path=null to start afresh"
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
         size = Path(path).stat().st_size
-        raise ConfigError(f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
-                         f"torch.save writes: cut short, damaged or another kind of file): {_instead(path, fix)}")  # fmt: skip
+        raise ConfigError(
+            f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
+            f"torch.save writes: cut short, damaged or another kind of file): {_instead(path, fix)}"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
     except Exception as e:  # cut short, empty, not a torch file
-        raise ConfigError(f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
-                         f"{str(e).split('. ')[0]}): {_instead(path, fix)}") from None  # fmt: skip
+        raise ConfigError(
+            f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
+            f"{str(e).split('. ')[0]}): {_instead(path, fix)}"
+        ) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
-    shapes = {k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
-              for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")}  # fmt: skip
+    shapes = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
+        for k, v in ckpt["state_dict"].items()
+        if hasattr(v, "shape")
+    }
     common = [k for k in shapes if k in expected]
     if expected and not common:
         held = ", ".join(list(shapes)[:3]) or "nothing"
-        raise ConfigError(f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}")
+        raise ConfigError(
+            f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}"
+        )
     wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
     if wrong:
-        raise ConfigError(f"ckpt_path={path} was saved for another {what} or pair: " + "; ".join(wrong[:3])
-                         + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "") + f": {fix}")  # fmt: skip
+        raise ConfigError(
+            f"ckpt_path={path} was saved for another {what} or pair: "
+            + "; ".join(wrong[:3])
+            + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+            + f": {fix}"
+        )
 
 
 def _instead(path: str | Path, fix: str) -> str:

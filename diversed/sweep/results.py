@@ -116,14 +116,30 @@ EXAMPLE_FIELDS = ("key", "example_id", "completion", "score", "new_tokens", "acc
 
 _INT_FIELDS = ("num_draft_tokens", "seed", "n_examples")
 _FLOAT_FIELDS = (
-    "temperature", "score", "score_ci_low", "score_ci_high",
-    "tokens_per_s", "wall_time_s", "time_per_token_s", "latency_s", "normalized_time", "normalized_latency",
+    "temperature",
+    "score",
+    "score_ci_low",
+    "score_ci_high",
+    "tokens_per_s",
+    "wall_time_s",
+    "time_per_token_s",
+    "latency_s",
+    "normalized_time",
+    "normalized_latency",
     *RECORD_FLOATS,
-)  # fmt: skip
+)
 # What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1 (and each
 # knob's value against its knob: `Knob.problem`).
-_NUMBERS = (*_INT_FIELDS, *_FLOAT_FIELDS, *TIME_FIELDS, "new_tokens", "latency_new_tokens", "latency_examples",
-            "scored_wall_time_s", *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS))  # fmt: skip
+_NUMBERS = (
+    *_INT_FIELDS,
+    *_FLOAT_FIELDS,
+    *TIME_FIELDS,
+    "new_tokens",
+    "latency_new_tokens",
+    "latency_examples",
+    "scored_wall_time_s",
+    *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS),
+)
 _FRACTIONS = ("score", "score_ci_low", "score_ci_high", *RECORD_FRACTIONS)
 _COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
@@ -259,9 +275,13 @@ def as_example(row: Any, key: str | None = None) -> dict[str, Any]:
         if why := _problem(f, row.get(f), fraction):
             raise ValueError(why)
     w = row.get("token_w")
-    if not _missing(w) and not (isinstance(w, list) and isinstance(row.get("token_text"), list)
-                                and len(w) == len(row["token_text"]) and not any(_problem("w", v, True) for v in w)):
-        raise ValueError("token_w is not a w in [0, 1] for each of token_text")  # fmt: skip
+    if not _missing(w) and not (
+        isinstance(w, list)
+        and isinstance(row.get("token_text"), list)
+        and len(w) == len(row["token_text"])
+        and not any(_problem("w", v, True) for v in w)
+    ):
+        raise ValueError("token_w is not a w in [0, 1] for each of token_text")
     return row
 
 
@@ -432,12 +452,16 @@ def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
     frames = []
     for run in run_dirs:
         if not Path(run).exists():
-            raise MissingFile(f"{run}: no such run directory (give run directories of python -m diversed.evaluate)")
+            raise MissingFile(
+                f"{run}: no such run directory (give run directories of python -m diversed.evaluate)"
+            )
         for f in sorted(Path(run).rglob(_RESULTS_NAME)):
             d = load_results(f)
             d["run_dir"] = str(f.parent)
             frames.append(d)
     if not frames:
-        raise MissingFile(f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
-                                "python -m diversed.evaluate")  # fmt: skip
+        raise MissingFile(
+            f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
+            "python -m diversed.evaluate"
+        )
     return pd.concat(frames, ignore_index=True)

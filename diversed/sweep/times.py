@@ -52,7 +52,10 @@ NORMALIZED = {
     "normalized_latency_per_token": "latency_per_token_s",
 }
 # a normalised time per sample -> the same per generated token
-PER_TOKEN = {"normalized_time": "normalized_time_per_token_s", "normalized_latency": "normalized_latency_per_token"}
+PER_TOKEN = {
+    "normalized_time": "normalized_time_per_token_s",
+    "normalized_latency": "normalized_latency_per_token",
+}
 # What a record shares with its autoregressive baseline (together: the baseline's settings digest)
 PAIRED_BY = ("pair", "task", "temperature", "n_examples", "settings_group", "seed")
 RUNS = {"wall_time_s": "wall_time_runs", "latency_s": "latency_runs"}  # a time -> its timed passes
@@ -70,9 +73,10 @@ TIME_FIELDS = (
     "normalized_time_per_token_s",  # time_per_token_s / the autoregressive point's (per-token panel of the figures)
     "normalized_latency_per_token",  # latency_per_token_s / the autoregressive point's
     "normalized_time_batch_size",  # the batch size of the autoregressive time normalized_time divides by
-    *ci_fields("wall_time_s"), *ci_fields("latency_s"),  # 95 % intervals over the repeats (median_interval)
+    *ci_fields("wall_time_s"),
+    *ci_fields("latency_s"),  # 95 % intervals over the repeats (median_interval)
     *(f for n in NORMALIZED for f in ci_fields(n)),
-)  # fmt: skip
+)
 
 
 def _missing(value: Any) -> bool:
@@ -86,8 +90,13 @@ def _runs(value: Any) -> list[float]:
 # ----------------------------------------------------------------------------- over the repeats
 
 
-def median_interval(runs: Sequence[float], baseline_runs: Sequence[float] | None = None, *, scale: float = 1.0,
-                    confidence: float = CONFIDENCE) -> tuple[float, float]:  # fmt: skip
+def median_interval(
+    runs: Sequence[float],
+    baseline_runs: Sequence[float] | None = None,
+    *,
+    scale: float = 1.0,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float]:
     """The percentile-bootstrap interval of scale · median(runs), or with `baseline_runs` of
     scale · median(runs) / median(baseline_runs); (nan, nan) with fewer than two runs on a side.
 
@@ -98,7 +107,9 @@ def median_interval(runs: Sequence[float], baseline_runs: Sequence[float] | None
     its own. Percentile, not BCa: BCa fails on identical runs and is erratic with 3-10 repeats. With
     5 repeats the median's interval is about [min, max] (as order statistics: 94 % coverage). A fixed
     generator: the same runs always give the same interval (records reload identically)."""
-    samples = [np.asarray(runs, dtype=float)] + ([np.asarray(baseline_runs, dtype=float)] if baseline_runs is not None else [])
+    samples = [np.asarray(runs, dtype=float)] + (
+        [np.asarray(baseline_runs, dtype=float)] if baseline_runs is not None else []
+    )
     if any(s.size < 2 for s in samples):
         return math.nan, math.nan
 
@@ -106,8 +117,16 @@ def median_interval(runs: Sequence[float], baseline_runs: Sequence[float] | None
         m = np.median(xs[0], axis=axis)
         return scale * (m / np.median(xs[1], axis=axis) if len(xs) > 1 else m)
 
-    ci = stats.bootstrap(samples, statistic, vectorized=True, paired=False, method="percentile", n_resamples=1999,
-                         confidence_level=confidence, rng=np.random.default_rng(0)).confidence_interval  # fmt: skip
+    ci = stats.bootstrap(
+        samples,
+        statistic,
+        vectorized=True,
+        paired=False,
+        method="percentile",
+        n_resamples=1999,
+        confidence_level=confidence,
+        rng=np.random.default_rng(0),
+    ).confidence_interval
     return float(ci.low), float(ci.high)
 
 
@@ -135,6 +154,7 @@ def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def baseline_key(record: Mapping[str, Any]) -> tuple:
     """What pairs a record with its autoregressive baseline (`PAIRED_BY`), in canonical form."""
+
     def canon(f: str, v: Any) -> Any:
         if _missing(v):
             return None
@@ -150,10 +170,15 @@ def _ratio(num: Mapping[str, Any], field: str, den: Mapping[str, Any], den_field
     a, b = num.get(field), den.get(den_field)
     if _missing(a) or _missing(b) or not b or _missing(scale):
         return None, math.nan, math.nan
-    return (scale * a / b, *median_interval(_runs(num.get(RUNS[field])), _runs(den.get(RUNS[den_field])), scale=scale))
+    return (
+        scale * a / b,
+        *median_interval(_runs(num.get(RUNS[field])), _runs(den.get(RUNS[den_field])), scale=scale),
+    )
 
 
-def normalized(record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, warn: bool = True) -> dict[str, Any]:
+def normalized(
+    record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *, warn: bool = True
+) -> dict[str, Any]:
     """The normalised times of `record` and their intervals (`NORMALIZED`, `ci_fields`) against its
     autoregressive `baseline` (the record of the same `baseline_key`, None: none yet), and
     `normalized_time_batch_size`. Uses the baseline's measurements only (its runs, tokens, examples).
@@ -168,29 +193,45 @@ def normalized(record: Mapping[str, Any], baseline: Mapping[str, Any] | None, *,
         return out
     get = lambda r, f: None if _missing(r.get(f)) else r.get(f)  # noqa: E731
     n, tokens, k = get(record, "n_examples"), get(record, "new_tokens"), get(record, "latency_examples")
-    b_tokens, b_k, b_lat_tokens = get(baseline, "new_tokens"), get(baseline, "latency_examples"), get(baseline, "latency_new_tokens")
+    b_tokens, b_k, b_lat_tokens = (
+        get(baseline, "new_tokens"),
+        get(baseline, "latency_examples"),
+        get(baseline, "latency_new_tokens"),
+    )
     per = lambda a, b: None if a is None or b is None else a / max(b, 1)  # noqa: E731 (a scale from counts)
     found: dict[str, tuple] = {}
-    if METHODS.get(record.get("method")) and METHODS[record["method"]].batch_one:  # e.g. hf_static: decoded at batch 1
+    if (
+        METHODS.get(record.get("method")) and METHODS[record["method"]].batch_one
+    ):  # e.g. hf_static: decoded at batch 1
         if n is not None and b_k == n and get(baseline, "latency_s") is not None:
             found["normalized_time"] = _ratio(record, "wall_time_s", baseline, "latency_s", 1 / n)
-            found["normalized_time_per_token_s"] = _ratio(record, "wall_time_s", baseline, "latency_s", per(per(b_lat_tokens, tokens), n))
+            found["normalized_time_per_token_s"] = _ratio(
+                record, "wall_time_s", baseline, "latency_s", per(per(b_lat_tokens, tokens), n)
+            )
             out["normalized_time_batch_size"] = 1
         elif warn:
-            log.warning(f"{record.get('method')} decodes at batch 1 but its autoregressive baseline has no time at batch 1 over "
-                        f"its {n} examples: normalized_time left empty; set timing.latency=true and timing.latency_examples=null")  # fmt: skip
+            log.warning(
+                f"{record.get('method')} decodes at batch 1 but its autoregressive baseline has no time at batch 1 over "
+                f"its {n} examples: normalized_time left empty; set timing.latency=true and timing.latency_examples=null"
+            )
     else:
         found["normalized_time"] = _ratio(record, "wall_time_s", baseline, "wall_time_s", 1.0)
-        found["normalized_time_per_token_s"] = _ratio(record, "wall_time_s", baseline, "wall_time_s", per(b_tokens, tokens))
+        found["normalized_time_per_token_s"] = _ratio(
+            record, "wall_time_s", baseline, "wall_time_s", per(b_tokens, tokens)
+        )
         batch = baseline.get("timing")
         out["normalized_time_batch_size"] = batch.get("batch_size") if isinstance(batch, Mapping) else None
     if k is None or b_k is None or k == b_k:  # the same examples timed alone
         found["normalized_latency"] = _ratio(record, "latency_s", baseline, "latency_s", 1.0)
-        found["normalized_latency_per_token"] = _ratio(record, "latency_s", baseline, "latency_s", per(b_lat_tokens, get(record, "latency_new_tokens")))
+        found["normalized_latency_per_token"] = _ratio(
+            record, "latency_s", baseline, "latency_s", per(b_lat_tokens, get(record, "latency_new_tokens"))
+        )
     same = record.get("method") == BASELINE
     for name, (value, low, high) in found.items():
         out[name] = value
-        out.update(zip(ci_fields(name), (value, value) if same and value is not None else (low, high), strict=True))
+        out.update(
+            zip(ci_fields(name), (value, value) if same and value is not None else (low, high), strict=True)
+        )
     return out
 
 
@@ -237,21 +278,30 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
     for r in rows:
         # written with these fields: a baseline batch size and an interval for each time with runs (skipped: bootstraps cost)
         if not _missing(r.get("normalized_time_batch_size")) and not any(
-                len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()):  # fmt: skip
+            len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()
+        ):
             updates.append({})
             continue
         new = {k: v for k, v in measured(r).items() if _missing(r.get(k))}
         merged = {**r, **new}
         norm = base.normalized(merged, warn=False)
-        redo = METHODS.get(r.get("method")) is not None and METHODS[r["method"]].batch_one and _missing(r.get("normalized_time_batch_size"))
+        redo = (
+            METHODS.get(r.get("method")) is not None
+            and METHODS[r["method"]].batch_one
+            and _missing(r.get("normalized_time_batch_size"))
+        )
         new.update({k: v for k, v in norm.items() if redo or _missing(r.get(k))})
         unpaired += bool(redo and norm["normalized_time"] is None)
         updates.append(new)
     if unpaired:
-        log.warning(f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 over their "
-                    "examples (timing.latency=true, timing.latency_examples=null): their normalized_time is empty")  # fmt: skip
+        log.warning(
+            f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 over their "
+            "examples (timing.latency=true, timing.latency_examples=null): their normalized_time is empty"
+        )
     df = df.copy()
-    for col in dict.fromkeys(k for u in updates for k in u):  # None in an update is a value (redone), not "keep"
+    for col in dict.fromkeys(
+        k for u in updates for k in u
+    ):  # None in an update is a value (redone), not "keep"
         old = df[col].tolist() if col in df else [None] * len(df)
         df[col] = [u[col] if col in u else o for u, o in zip(updates, old, strict=True)]
     for col in (*NORMALIZED, *TIME_FIELDS, "tokens_per_s", "time_per_token_s", "wall_time_s"):
@@ -263,8 +313,9 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- over seeds
 
 
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
-               bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:  # fmt: skip
+def t_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] | None = None
+) -> tuple[float, float, float]:
     """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
     `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
     either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
@@ -276,15 +327,21 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE, *,
     if x.size == 1:
         return mean, math.nan, math.nan
     sem = float(stats.sem(x))
-    low, high = (mean, mean) if sem == 0 else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean,
-                                                                                   scale=sem))  # fmt: skip
+    low, high = (
+        (mean, mean)
+        if sem == 0
+        else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem))
+    )
     if bounds is not None:
         low, high = max(low, bounds[0]), min(high, bounds[1])
     return mean, low, high
 
 
-def time_over_seeds(records: pd.DataFrame | Sequence[Mapping[str, Any]], field: str = "normalized_time",
-                    confidence: float = CONFIDENCE) -> tuple[float, float, float, int]:  # fmt: skip
+def time_over_seeds(
+    records: pd.DataFrame | Sequence[Mapping[str, Any]],
+    field: str = "normalized_time",
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float, int]:
     """The mean of a normalised time over the per-seed records of ONE setting, its interval, and
     the number of seeds with a value: (mean, low, high, n_seeds).
 
@@ -326,8 +383,14 @@ def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- before a sweep
 
 
-def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Mapping[str, Any]], *, n_examples: int,
-                     timing: Mapping[str, Any], batch_size: int) -> tuple[float | None, str]:  # fmt: skip
+def estimate_seconds(
+    points: Sequence[Mapping[str, Any]],
+    finished: Sequence[Mapping[str, Any]],
+    *,
+    n_examples: int,
+    timing: Mapping[str, Any],
+    batch_size: int,
+) -> tuple[float | None, str]:
     """(seconds, what they rest on) for decoding and timing `points` on `n_examples` examples each, from
     the `finished` records of the same run: per point, the median seconds per example of finished
     records of its method, N and temperature (else its method, else any), per pass at the sweep's batch
@@ -335,35 +398,54 @@ def estimate_seconds(points: Sequence[Mapping[str, Any]], finished: Sequence[Map
     for: 1 scored + `repeats` over all examples, `warmup` over the first batch, and with `latency`,
     `latency_repeats` over `latency_examples` alone (plus `warmup` of one). Loading, scoring and
     start-up are not counted. Nothing finished: (None, a line saying so and how to get some)."""
+
     def per_example(r: Mapping[str, Any], field: str, per: int | None) -> float | None:
         v, n = r.get(field), r.get("n_examples")
-        return None if _missing(v) or (per is None and _missing(n)) or not (per or n) else float(v) / (per or int(n))
+        return (
+            None
+            if _missing(v) or (per is None and _missing(n)) or not (per or n)
+            else float(v) / (per or int(n))
+        )
 
     def medians(field: str, per_sample: bool) -> dict[tuple, float]:
         by: dict[tuple, list[float]] = {}
         for r in finished:
             if (v := per_example(r, field, 1 if per_sample else None)) is not None:
-                for level in ((r.get("method"), r.get("num_draft_tokens"), r.get("temperature")), (r.get("method"),), ()):
+                for level in (
+                    (r.get("method"), r.get("num_draft_tokens"), r.get("temperature")),
+                    (r.get("method"),),
+                    (),
+                ):
                     by.setdefault(level, []).append(v)
         return {k: float(np.median(v)) for k, v in by.items()}
 
     decode, alone = medians("wall_time_s", False), medians("latency_s", True)
     if not decode:
-        return None, ("no finished points to estimate from: run a small sweep into this directory first "
-                      "(e.g. task.n_examples=8), then dry-run again")  # fmt: skip
+        return None, (
+            "no finished points to estimate from: run a small sweep into this directory first "
+            "(e.g. task.n_examples=8), then dry-run again"
+        )
     levels = {"the same method, N and T": 0, "the same method": 0, "every finished point": 0}
     total, k = 0.0, timing.get("latency_examples") or n_examples
     for p in points:
         keys = [(p.get("method"), p.get("num_draft_tokens"), p.get("temperature")), (p.get("method"),), ()]
         level = next(i for i, key in enumerate(keys) if key in decode)
         levels[list(levels)[level]] += 1
-        total += decode[keys[level]] * (n_examples * (1 + timing.get("repeats", 0))
-                                        + timing.get("warmup", 0) * min(batch_size, n_examples))  # fmt: skip
+        total += decode[keys[level]] * (
+            n_examples * (1 + timing.get("repeats", 0))
+            + timing.get("warmup", 0) * min(batch_size, n_examples)
+        )
         if timing.get("latency"):
             lat = next((alone[key] for key in keys if key in alone), decode[keys[level]])
             total += lat * (timing.get("latency_repeats", 1) * k + timing.get("warmup", 0))
     matched = ", ".join(f"{name} ({n} {'point' if n == 1 else 'points'})" for name, n in levels.items() if n)
     n_done = sum(1 for r in finished if per_example(r, "wall_time_s", None) is not None)
-    latency = "" if not timing.get("latency") or alone else "; no finished point timed latency: taken as the batched time"
-    return total, (f"from {n_done} finished points in this run: the median seconds per example of {matched}{latency}; "
-                   "decoding and timing passes only, not loading or scoring")
+    latency = (
+        ""
+        if not timing.get("latency") or alone
+        else "; no finished point timed latency: taken as the batched time"
+    )
+    return total, (
+        f"from {n_done} finished points in this run: the median seconds per example of {matched}{latency}; "
+        "decoding and timing passes only, not loading or scoring"
+    )

@@ -63,7 +63,9 @@ class Option:
             return TypeAdapter(self.type).validate_python(value)
         except ValidationError as e:
             why = "; ".join(err["msg"] for err in e.errors())
-            raise ConfigError(f"{task}: {name}={value!r}: {why}" + (f" ({self.help})" if self.help else "")) from None
+            raise ConfigError(
+                f"{task}: {name}={value!r}: {why}" + (f" ({self.help})" if self.help else "")
+            ) from None
 
 
 class Task:
@@ -80,7 +82,9 @@ class Task:
     revision: ClassVar[str | None] = None
     fields: ClassVar[tuple[str, ...]] = ()
     required_fields: ClassVar[tuple[str, ...] | None] = None  # what scoring needs (default: `fields`)
-    hub_splits: ClassVar[tuple[str, ...]] = ()  # the Hub dataset's splits (another is refused offline); (): unknown
+    hub_splits: ClassVar[
+        tuple[str, ...]
+    ] = ()  # the Hub dataset's splits (another is refused offline); (): unknown
     default_split: ClassVar[str] = "test"
     few_shot_split: ClassVar[str] = "train"
     # How few-shot examples are joined: prompt + target_delimiter + target + fewshot_delimiter.
@@ -90,8 +94,11 @@ class Task:
     # The task's own settings (`Option`); a subclass's `options` holds what it adds or redeclares,
     # and after the class is defined the attribute holds every option the task takes, its parents' too.
     options: ClassVar[Mapping[str, Option]] = {
-        "stop_early": Option(True, bool, "false: rows run to EOS or max_new_tokens; the stop sequences only cut the "
-                                         "scored text"),
+        "stop_early": Option(
+            True,
+            bool,
+            "false: rows run to EOS or max_new_tokens; the stop sequences only cut the scored text",
+        ),
     }
     stop_early: bool  # (an option: set by the constructor)
 
@@ -105,7 +112,9 @@ class Task:
         merged.update(cls.__dict__.get("options", {}))
         clash = sorted(set(merged) & shared_parameters())
         if clash:
-            raise TypeError(f"{cls.__name__}.options redeclares {clash}, which every task takes (Task.__init__, Task.load)")
+            raise TypeError(
+                f"{cls.__name__}.options redeclares {clash}, which every task takes (Task.__init__, Task.load)"
+            )
         cls.options = merged
         for method in ("__init__", "load"):
             function = cls.__dict__.get(method)
@@ -114,9 +123,11 @@ class Task:
                 continue
             undeclared = sorted(_keywords(function) - shared_parameters() - set(merged))
             if undeclared:
-                raise TypeError(f"{cls.__name__}.{method} takes {undeclared}, which {cls.__name__}.options does not "
-                                "declare: add each as an Option(default, type, help) there, so that configs, the "
-                                "schema and settings() know it")
+                raise TypeError(
+                    f"{cls.__name__}.{method} takes {undeclared}, which {cls.__name__}.options does not "
+                    "declare: add each as an Option(default, type, help) there, so that configs, the "
+                    "schema and settings() know it"
+                )
 
     def __init__(
         self,
@@ -172,9 +183,20 @@ class Task:
         split = split or cls.default_split
         hub_config = hub_config or cls.dataset_config
         revision = revision or cls.revision
-        rows = load_rows(cls.dataset, hub_config, split, data_files, revision=revision, fields=cls.fields,
-                         hub_splits=cls.hub_splits)  # fmt: skip
-        where = f"task.data_files ({as_plain(data_files)}), split {split!r}" if data_files else f"{cls.dataset} {split!r}"
+        rows = load_rows(
+            cls.dataset,
+            hub_config,
+            split,
+            data_files,
+            revision=revision,
+            fields=cls.fields,
+            hub_splits=cls.hub_splits,
+        )
+        where = (
+            f"task.data_files ({as_plain(data_files)}), split {split!r}"
+            if data_files
+            else f"{cls.dataset} {split!r}"
+        )
         if not rows:
             raise DataFileError(f"{cls.name}: {where} has no rows; give a file with the dataset's rows")
         check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
@@ -188,8 +210,15 @@ class Task:
                     f"task.data_files names one split only; give a mapping, e.g. "
                     f"task.data_files={{{split}: ..., {cls.few_shot_split}: ...}}"
                 )
-            pool = load_rows(cls.dataset, hub_config, cls.few_shot_split, data_files, revision=revision,
-                             fields=cls.fields, hub_splits=cls.hub_splits)  # fmt: skip
+            pool = load_rows(
+                cls.dataset,
+                hub_config,
+                cls.few_shot_split,
+                data_files,
+                revision=revision,
+                fields=cls.fields,
+                hub_splits=cls.hub_splits,
+            )
             # A different stream from the subset's, so changing n_examples never changes the shots.
             few_shot = subset(pool, num_few_shot, seed + 1, keep_order=False)
         task = cls(examples, few_shot=few_shot, **options)
@@ -211,10 +240,14 @@ class Task:
         its default. ConfigError for a name the task does not take."""
         unknown = sorted(set(given) - set(cls.options))
         if unknown:
-            raise ConfigError(f"{cls.name} takes no option {', '.join(unknown)}; its own options are "
-                              f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})")
-        return {name: option.check(cls.name, name, given[name]) if name in given else option.default
-                for name, option in cls.options.items()}
+            raise ConfigError(
+                f"{cls.name} takes no option {', '.join(unknown)}; its own options are "
+                f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})"
+            )
+        return {
+            name: option.check(cls.name, name, given[name]) if name in given else option.default
+            for name, option in cls.options.items()
+        }
 
     # ---------------------------------------------------------------- examples
 
@@ -277,7 +310,9 @@ class Task:
         """Token ids of each example's prompt: chat template if asked, long prompts keep their end."""
         return self.encode_cut(tokenizer, examples)[0]
 
-    def encode_cut(self, tokenizer: Any, examples: Sequence[dict[str, Any]]) -> tuple[list[list[int]], list[int]]:
+    def encode_cut(
+        self, tokenizer: Any, examples: Sequence[dict[str, Any]]
+    ) -> tuple[list[list[int]], list[int]]:
         """`encode`'s ids and how many tokens each prompt lost to `max_prompt_tokens` (its start). A
         task that cuts prompts says so once (a warning with the count and the longest length)."""
         out, cut = [], []
@@ -361,14 +396,18 @@ class Task:
         """Scores of many completions (MBPP overrides this to run programs in parallel)."""
         return [self.score(e, c) for e, c in zip(examples, completions, strict=True)]
 
-    def metrics_batch(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[dict[str, float]]:
+    def metrics_batch(
+        self, examples: Sequence[dict[str, Any]], completions: Sequence[str]
+    ) -> list[dict[str, float]]:
         """Every metric of many completions, each completion scored once: `metrics()` per completion
         for a task with its own metrics, else `score_batch` (which a task may run in parallel)."""
         if type(self).metrics is Task.metrics:
             return [{self.metric: s} for s in self.score_batch(examples, completions)]
         return [self.metrics(e, c) for e, c in zip(examples, completions, strict=True)]
 
-    def checked_metrics(self, examples: Sequence[dict[str, Any]], completions: Sequence[str]) -> list[dict[str, float]]:
+    def checked_metrics(
+        self, examples: Sequence[dict[str, Any]], completions: Sequence[str]
+    ) -> list[dict[str, float]]:
         """`metrics_batch`, refused unless each completion has its headline `metric` and it is a number
         in [0, 1] (`score`): a task's bug stops the sweep at its first batch, before records the
         readers would skip are written."""
@@ -376,9 +415,11 @@ class Task:
         for i, m in enumerate(found):
             s = m.get(self.metric) if isinstance(m, Mapping) else None
             if isinstance(s, bool) or not isinstance(s, numbers.Real) or not 0.0 <= s <= 1.0:  # NaN fails too
-                raise ValueError(f"task {self.name!r} scored a completion {s!r} (metric {self.metric!r}, example "
-                                 f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its "
-                                 "score() (or metrics(), which must hold the metric)")
+                raise ValueError(
+                    f"task {self.name!r} scored a completion {s!r} (metric {self.metric!r}, example "
+                    f"{examples[i]!r:.200}): a score must be a number in [0, 1], a fraction; fix its "
+                    "score() (or metrics(), which must hold the metric)"
+                )
         return found
 
     def reward(self, example: dict[str, Any], completion: str) -> float:
@@ -412,7 +453,11 @@ class Task:
 def _keywords(function: Any) -> set[str]:
     """The named keyword parameters of `function` (not self, cls, examples or **rest)."""
     params = inspect.signature(function).parameters.values()
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self", "cls", "examples"}
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {
+        "self",
+        "cls",
+        "examples",
+    }
 
 
 @functools.cache

@@ -44,8 +44,10 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     naming the file and the line."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise DataFileError(f"task.data_files: {path} does not exist (or is not a file); point task.data_files at "
-                            "a JSONL, JSON or parquet file of the dataset's rows")  # fmt: skip
+        raise DataFileError(
+            f"task.data_files: {path} does not exist (or is not a file); point task.data_files at "
+            "a JSONL, JSON or parquet file of the dataset's rows"
+        )
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -71,13 +73,17 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise DataFileError(f"{path}:{number}: not a JSON row ({e.msg}, column {e.colno}); each line of a "
-                                    "JSONL file is one JSON object") from None  # fmt: skip
+                raise DataFileError(
+                    f"{path}:{number}: not a JSON row ({e.msg}, column {e.colno}); each line of a "
+                    "JSONL file is one JSON object"
+                ) from None
             lines.append(number)
     for row, number in zip(rows, lines, strict=True):
         if not isinstance(row, dict):
             where = f"{path}:{number}" if number else f"{path}"
-            raise DataFileError(f"{where}: a row must be a JSON object with the dataset's fields, got {type(row).__name__}")
+            raise DataFileError(
+                f"{where}: a row must be a JSON object with the dataset's fields, got {type(row).__name__}"
+            )
     return rows
 
 
@@ -116,8 +122,10 @@ def load_rows(
         return _rows_from_hub(dataset, config, split, revision, fields)
     if isinstance(data_files, Mapping):
         if split not in data_files:
-            raise MissingSplit(f"task.data_files has no {split!r} split (it has {sorted(data_files)}); add "
-                                f"{split}: <file> to the mapping")  # fmt: skip
+            raise MissingSplit(
+                f"task.data_files has no {split!r} split (it has {sorted(data_files)}); add "
+                f"{split}: <file> to the mapping"
+            )
         data_files = data_files[split]
     files = [data_files] if isinstance(data_files, str | os.PathLike) else list(data_files)
     return [row for f in files for row in read_rows(f)]

@@ -321,7 +321,14 @@ def run_program(
         }
         # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
         # (marshal, not json: importing json would cost the monitor's start-up 6 ms)
-        cmd = [sys.executable, "-I", "-B", "-S", os.path.abspath(confine.__file__), marshal.dumps(config).hex()]
+        cmd = [
+            sys.executable,
+            "-I",
+            "-B",
+            "-S",
+            os.path.abspath(confine.__file__),
+            marshal.dumps(config).hex(),
+        ]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(

@@ -59,17 +59,31 @@ class MBPP(Task):
 
     dataset: ClassVar[str] = "google-research-datasets/mbpp"
     dataset_config: ClassVar[str | None] = "full"
-    hub_splits: ClassVar[tuple[str, ...]] = ("train", "validation", "test", "prompt")  # full and sanitized alike
+    hub_splits: ClassVar[tuple[str, ...]] = (
+        "train",
+        "validation",
+        "test",
+        "prompt",
+    )  # full and sanitized alike
     fields: ClassVar[tuple[str, ...]] = ("task_id", "text", "code", "test_list", "test_setup_code")
     target_delimiter: ClassVar[str] = "\n"  # few-shot solutions start on their own line
     options = {
-        "subset": Option("full", Literal["full", "sanitized"], "the Hub config: full (974 problems) or sanitized (427)"),
-        "test_format": Option("lines", Literal[TEST_FORMATS], "the prompt's tests: one per line, or a Python list"),
+        "subset": Option(
+            "full", Literal["full", "sanitized"], "the Hub config: full (974 problems) or sanitized (427)"
+        ),
+        "test_format": Option(
+            "lines", Literal[TEST_FORMATS], "the prompt's tests: one per line, or a Python list"
+        ),
         "timeout": Option(execution.DEFAULT_TIMEOUT_S, Annotated[float, Gt(0)], "seconds per program"),
-        "allow_code_execution": Option(False, bool, "scoring runs model-generated code: true (or "
-                                                    "DIVERSED_ALLOW_CODE_EXECUTION=1) to allow it", recorded=False),
-        "workers": Option(None, Annotated[int, Ge(1)] | None, "programs run at once; null: one per CPU",
-                          recorded=False),
+        "allow_code_execution": Option(
+            False,
+            bool,
+            "scoring runs model-generated code: true (or DIVERSED_ALLOW_CODE_EXECUTION=1) to allow it",
+            recorded=False,
+        ),
+        "workers": Option(
+            None, Annotated[int, Ge(1)] | None, "programs run at once; null: one per CPU", recorded=False
+        ),
     }
     subset: str
     test_format: str
@@ -91,14 +105,20 @@ class MBPP(Task):
     @classmethod
     def missing_fields(cls, row: dict[str, Any]) -> list[str]:
         """Either schema: full (text, test_list, ...) or sanitized (prompt, test_list, ...)."""
-        return [f for f in ("test_list",) if f not in row] + ([] if "text" in row or "prompt" in row else ["text"])
+        return [f for f in ("test_list",) if f not in row] + (
+            [] if "text" in row or "prompt" in row else ["text"]
+        )
 
     @classmethod
     def needed_fields(cls) -> str:
         return "text (or prompt, as in the sanitized set), test_list; code for few-shot examples"
 
     def prompt(self, example: dict[str, Any]) -> str:
-        tests = "\n".join(example["test_list"]) if self.test_format == "lines" else str(list(example["test_list"]))
+        tests = (
+            "\n".join(example["test_list"])
+            if self.test_format == "lines"
+            else str(list(example["test_list"]))
+        )
         return (
             f"Write a Python function to solve the following problem:\n\n{_text(example)}\n\n"
             f"Your solution should pass these tests:\n{tests}"

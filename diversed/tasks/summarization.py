@@ -25,10 +25,15 @@ class SummarizationTask(Task):
     document_field: ClassVar[str] = "document"
     summary_field: ClassVar[str] = "summary"
     options = {
-        "use_stemmer": Option(False, bool, "rouge-score's Porter stemmer; false matches evaluate.load('rouge')"),
+        "use_stemmer": Option(
+            False, bool, "rouge-score's Porter stemmer; false matches evaluate.load('rouge')"
+        ),
         # the dataset's cut is this option's default (XSum redeclares it)
-        "max_summary_words": Option(None, Annotated[int, Ge(0)] | None,
-                                    "words of the summary scored; 0: all of them; null: the task's default"),
+        "max_summary_words": Option(
+            None,
+            Annotated[int, Ge(0)] | None,
+            "words of the summary scored; 0: all of them; null: the task's default",
+        ),
     }
     use_stemmer: bool
     max_summary_words: int | None  # None: the whole summary

@@ -59,8 +59,13 @@ class ToyTask(Task):
         indices = list(range(len(indices)))  # the first n (the split is shuffled by the seed already)
         task = cls([rows[i] for i in indices], **options)
         task.indices = indices
-        task.source = {"dataset": "toy", "split": split, "data_files": as_plain(data_files),
-                       "n_examples": n_examples, "seed": seed}  # fmt: skip
+        task.source = {
+            "dataset": "toy",
+            "split": split,
+            "data_files": as_plain(data_files),
+            "n_examples": n_examples,
+            "seed": seed,
+        }
         return task
 
     def prompt(self, example: dict[str, Any]) -> str:

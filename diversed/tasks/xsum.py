@@ -25,7 +25,9 @@ class XSum(SummarizationTask):
     # A blank line ends the summary; "\nDocument:" is the model starting another example.
     stop = ("\n\n", "\nDocument:")
     max_new_tokens = 64
-    options = {"max_summary_words": replace(SummarizationTask.options["max_summary_words"], default=32)}  # the paper's cut
+    options = {
+        "max_summary_words": replace(SummarizationTask.options["max_summary_words"], default=32)
+    }  # the paper's cut
 
     dataset: ClassVar[str] = "EdinburghNLP/xsum"
     dataset_config: ClassVar[str | None] = None  # the conversion's only config
@@ -35,6 +37,4 @@ class XSum(SummarizationTask):
     required_fields: ClassVar[tuple[str, ...] | None] = ("document", "summary")  # the id is optional
 
     def prompt(self, example: dict[str, Any]) -> str:
-        return (
-            f"Write a concise summary of the following document:\n\nDocument: {example['document']}\n\nSummary:"
-        )
+        return f"Write a concise summary of the following document:\n\nDocument: {example['document']}\n\nSummary:"

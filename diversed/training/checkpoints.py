@@ -76,7 +76,9 @@ class StepSeeds(Callback):
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` whose local checkpoints are written whole or not at all (`atomic.write_file`)."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
         if storage_options is not None or "://" in str(path):  # Lightning's own errors and remote stores
             return super().save_checkpoint(checkpoint, path, storage_options)
         buffer = io.BytesIO()  # (Lightning serialises to memory first too)
@@ -95,7 +97,9 @@ class LastCheckpoint(ModelCheckpoint):
         self.every = int(kwargs.get("every_n_train_steps") or 0)
         self.after_validation, self.saved_step = False, -1
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         step = trainer.global_step
         every, final = bool(self.every) and step % self.every == 0, step == trainer.max_steps
         if (every or final) and validates_now(trainer):
@@ -120,7 +124,15 @@ def validates_now(trainer: Any) -> bool:
     """Whether Lightning validates after the training batch that just ended (its own rule, read from
     its training loop; False where this Lightning does not have it)."""
     loop = trainer.fit_loop.epoch_loop
-    check, fetcher = getattr(loop, "_should_check_val_fx", None), getattr(trainer.fit_loop, "_data_fetcher", None)
-    if check is None or fetcher is None or not trainer.enable_validation or getattr(loop, "_skip_next_val", False):
+    check, fetcher = (
+        getattr(loop, "_should_check_val_fx", None),
+        getattr(trainer.fit_loop, "_data_fetcher", None),
+    )
+    if (
+        check is None
+        or fetcher is None
+        or not trainer.enable_validation
+        or getattr(loop, "_skip_next_val", False)
+    ):
         return False
     return bool(check(fetcher))

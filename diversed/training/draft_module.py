@@ -107,7 +107,9 @@ class DistillModule(PairModule):
                 freeze_bottom(self.draft, freeze_layers)
             if lora:
                 self.draft = with_lora(self.draft, lora)
-        self.samples_file: Path | None = None  # distill.reuse: where the drawn samples are kept (distill() sets it)
+        self.samples_file: Path | None = (
+            None  # distill.reuse: where the drawn samples are kept (distill() sets it)
+        )
 
     def frozen(self) -> tuple[nn.Module, ...]:
         return (self.pair.target,)  # the draft trains
@@ -121,7 +123,11 @@ class DistillModule(PairModule):
             # under the run's precision (bf16-mixed: autocast, about half the time of an fp32 prefill on CPU)
             with self.trainer.precision_plugin.forward_context():
                 samples = self.teacher_samples(self.trainer.datamodule.train_task)
-            samples += [s for path in self.hparams.replay for s in read_samples(Path(path), draft_vocab.support(self.draft))]
+            samples += [
+                s
+                for path in self.hparams.replay
+                for s in read_samples(Path(path), draft_vocab.support(self.draft))
+            ]
             self.trainer.datamodule.serve(samples)
 
     # --------------------------------------------------------------------- training
@@ -131,13 +137,23 @@ class DistillModule(PairModule):
         hp, tok = self.hparams, self.pair.tokenizer
         ids, mask = self.prompts(task, examples)
         # (torch's generator: seeded per step, `checkpoints.StepSeeds`, so a resumed run draws the same)
-        source = hp.rollout if hp.rollout != "mixed" else ("draft" if float(torch.rand(())) < hp.mixed_fraction else "target")
+        source = (
+            hp.rollout
+            if hp.rollout != "mixed"
+            else ("draft" if float(torch.rand(())) < hp.mixed_fraction else "target")
+        )
         model = self.draft if source == "draft" else self.pair.target
         out = autoregressive_generate(
-            model, ids, mask, max_new_tokens=self.max_new_tokens(task), do_sample=True,
-            temperature=hp.temperature, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            model,
+            ids,
+            mask,
+            max_new_tokens=self.max_new_tokens(task),
+            do_sample=True,
+            temperature=hp.temperature,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
             stop=task.stopper(tok),
-        )  # fmt: skip
+        )
         return out.sequences, mask, out.stats.new_tokens.to(self.device)
 
     def training_step(self, batch: list[dict] | list[TeacherSample], batch_idx: int) -> Tensor:
@@ -161,8 +177,11 @@ class DistillModule(PairModule):
         loss = (d * weight).sum() / weight.sum().clamp_min(1)
         C = comp_mask.shape[1]  # the last C positions are the completion's: acceptance is 1 − TV there
         tv_c, m_c = tv[:, tv.shape[1] - C :], weight[:, weight.shape[1] - C :]
-        self.log_dict({"train/loss": loss, self._acceptance_key(): 1 - (tv_c * m_c).sum() / m_c.sum().clamp_min(1)},
-                      prog_bar=True, batch_size=B)  # fmt: skip
+        self.log_dict(
+            {"train/loss": loss, self._acceptance_key(): 1 - (tv_c * m_c).sum() / m_c.sum().clamp_min(1)},
+            prog_bar=True,
+            batch_size=B,
+        )
         return loss
 
     def _acceptance_key(self) -> str:
@@ -184,14 +203,20 @@ class DistillModule(PairModule):
             logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
         rows = torch.cat([torch.full_like(s.at, b) for b, s in enumerate(batch)])
         q_logits = logits[rows, torch.cat([s.at for s in batch])]
-        teacher = TeacherTop(torch.cat([s.teacher.logp.float() for s in batch]), torch.cat([s.teacher.ids.long() for s in batch]),
-                             torch.cat([s.teacher.rest.float() for s in batch]))  # fmt: skip (half kept: float here)
+        teacher = TeacherTop(
+            torch.cat([s.teacher.logp.float() for s in batch]),
+            torch.cat([s.teacher.ids.long() for s in batch]),
+            torch.cat([s.teacher.rest.float() for s in batch]),
+        )  # half kept: float here
         d = coarse_divergence(teacher, q_logits, hp.divergence, hp.temperature)
         completion = torch.cat([s.at >= s.prompt - 1 for s in batch])
         tv = coarse_divergence(teacher, q_logits.detach(), "tvd", hp.temperature)[completion]
         loss = d.mean()
-        self.log_dict({"train/loss": loss, self._acceptance_key(): 1 - tv.mean() if tv.numel() else tv.new_ones(())},
-                      prog_bar=True, batch_size=len(batch))  # fmt: skip
+        self.log_dict(
+            {"train/loss": loss, self._acceptance_key(): 1 - tv.mean() if tv.numel() else tv.new_ones(())},
+            prog_bar=True,
+            batch_size=len(batch),
+        )
         return loss
 
     @torch.no_grad()
@@ -204,12 +229,20 @@ class DistillModule(PairModule):
 
         hp, tok = self.hparams, self.pair.tokenizer
         support = draft_vocab.support(self.draft)
-        key = hashlib.sha256(json.dumps({
-            "examples": [json.dumps(e, sort_keys=True, default=str) for e in task.examples],
-            "settings": task.settings(), "target": str(getattr(self.pair.target, "name_or_path", "")),
-            "support": None if support is None else support.tolist(), "vocab": draft_vocab.vocab_size(self.draft),
-            **{k: hp[k] for k in ("temperature", "max_new_tokens", "prompt_positions", "top_k")},
-        }, sort_keys=True, default=str).encode()).hexdigest()  # fmt: skip
+        key = hashlib.sha256(
+            json.dumps(
+                {
+                    "examples": [json.dumps(e, sort_keys=True, default=str) for e in task.examples],
+                    "settings": task.settings(),
+                    "target": str(getattr(self.pair.target, "name_or_path", "")),
+                    "support": None if support is None else support.tolist(),
+                    "vocab": draft_vocab.vocab_size(self.draft),
+                    **{k: hp[k] for k in ("temperature", "max_new_tokens", "prompt_positions", "top_k")},
+                },
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()
         if self.samples_file is not None and self.samples_file.is_file():
             found = read_samples(self.samples_file, support, key)
             if found is not None:
@@ -225,7 +258,9 @@ class DistillModule(PairModule):
             for i, sample in zip(chunk, self._draw(task, [examples[i] for i in chunk], support), strict=True):
                 samples[i] = sample
             done, took = first + len(chunk), time.perf_counter() - start
-            log.info(f"Target samples: {done}/{len(order)} ({took:.0f} s, about {took / done * (len(order) - done):.0f} s left)")
+            log.info(
+                f"Target samples: {done}/{len(order)} ({took:.0f} s, about {took / done * (len(order) - done):.0f} s left)"
+            )
         if self.samples_file is not None:
             write_samples(self.samples_file, key, samples, support)  # type: ignore[arg-type]
         return samples  # type: ignore[return-value]
@@ -242,13 +277,23 @@ class DistillModule(PairModule):
                 b = r + j
                 prompt_len, left = int(prompt_mask[b].sum()), P - int(prompt_mask[b].sum())  # left padding
                 keep = weight[b] > 0
-                out.append(TeacherSample(
-                    sequences[b, left : P + int(new_tokens[b])].cpu(), prompt_len, (at[keep] - left).cpu(),
-                    TeacherTop(top.logp[j][keep].half().cpu(), top.ids[j][keep].int().cpu(), top.rest[j][keep].half().cpu()),
-                ))  # fmt: skip
+                out.append(
+                    TeacherSample(
+                        sequences[b, left : P + int(new_tokens[b])].cpu(),
+                        prompt_len,
+                        (at[keep] - left).cpu(),
+                        TeacherTop(
+                            top.logp[j][keep].half().cpu(),
+                            top.ids[j][keep].int().cpu(),
+                            top.rest[j][keep].half().cpu(),
+                        ),
+                    )
+                )
         return out
 
-    def rollout_inputs(self, task: Any, examples: list[dict]) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def rollout_inputs(
+        self, task: Any, examples: list[dict]
+    ) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Roll `examples` out (`rollout`) and lay the rows out for a teacher-forced forward: (inputs
         {input_ids, attention_mask, position_ids}, prompt_mask [B, P], comp_mask [B, C], new_tokens
         [B], and the scored slots with their weights, `scored_positions`)."""
@@ -280,9 +325,15 @@ class DistillModule(PairModule):
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         hp = self.hparams
-        out, _, _ = self.speculative(self.val_task, batch, self.draft, Lossless(), do_sample=hp.val_temperature > 0,
-                                     temperature=hp.val_temperature or 1.0,
-                                     generator=torch.Generator(device=self.device).manual_seed(batch_idx))
+        out, _, _ = self.speculative(
+            self.val_task,
+            batch,
+            self.draft,
+            Lossless(),
+            do_sample=hp.val_temperature > 0,
+            temperature=hp.val_temperature or 1.0,
+            generator=torch.Generator(device=self.device).manual_seed(batch_idx),
+        )
         self.add_validation(out.stats)
 
     def validation_metrics(self, totals: Totals, score: float | None) -> dict[str, float]:
@@ -314,11 +365,16 @@ def with_lora(model: nn.Module, lora: dict[str, Any]) -> nn.Module:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError:
-        raise MissingPackage("distill.lora needs peft: pip install peft (or pip install 'diversed[lora]')") from None
-    config = LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
-                        lora_dropout=float(lora.get("dropout", 0.0)),
-                        target_modules=list(lora.get("target_modules", ("q_proj", "k_proj", "v_proj", "o_proj"))),
-                        task_type="CAUSAL_LM")  # fmt: skip
+        raise MissingPackage(
+            "distill.lora needs peft: pip install peft (or pip install 'diversed[lora]')"
+        ) from None
+    config = LoraConfig(
+        r=int(lora.get("r", 16)),
+        lora_alpha=int(lora.get("alpha", 32)),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=list(lora.get("target_modules", ("q_proj", "k_proj", "v_proj", "o_proj"))),
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 

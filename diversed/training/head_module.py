@@ -83,9 +83,20 @@ class DiversedModule(PairModule):
 
     def rollout(self, task: Any, examples: list[dict], *, do_sample: bool, temperature: float):
         """Decode `examples` with the engine and the current head; returns (output, prompt mask, completions)."""
-        out, ids, mask = self.speculative(task, examples, self.pair.draft, DynamicEnsemble(self.head),
-                                          do_sample=do_sample, temperature=temperature, bonus_token="ensemble")
-        return out, mask, decode_completions(self.pair.tokenizer, out.sequences, ids.shape[1], out.stats.new_tokens)
+        out, ids, mask = self.speculative(
+            task,
+            examples,
+            self.pair.draft,
+            DynamicEnsemble(self.head),
+            do_sample=do_sample,
+            temperature=temperature,
+            bonus_token="ensemble",
+        )
+        return (
+            out,
+            mask,
+            decode_completions(self.pair.tokenizer, out.sequences, ids.shape[1], out.stats.new_tokens),
+        )
 
     @torch.no_grad()
     def score_tokens(self, sequences: Tensor, prompt_mask: Tensor, new_tokens: Tensor, temperature: float):
@@ -112,14 +123,25 @@ class DiversedModule(PairModule):
         task = self.train_task
         examples = [e for e in batch for _ in range(hp.num_samples)]
         temperature = hp.temperature if hp.do_sample else 1.0
-        out, prompt_mask, completions = self.rollout(task, examples, do_sample=hp.do_sample, temperature=temperature)
-        reward = torch.tensor(task.reward_batch(examples, completions), dtype=torch.float32, device=self.device)
-        p_x, q_x, tv, h_d, h_t, mask, extra = self.score_tokens(out.sequences, prompt_mask, out.stats.new_tokens, temperature)
+        out, prompt_mask, completions = self.rollout(
+            task, examples, do_sample=hp.do_sample, temperature=temperature
+        )
+        reward = torch.tensor(
+            task.reward_batch(examples, completions), dtype=torch.float32, device=self.device
+        )
+        p_x, q_x, tv, h_d, h_t, mask, extra = self.score_tokens(
+            out.sequences, prompt_mask, out.stats.new_tokens, temperature
+        )
         w = run_head(self.head, h_d, h_t, **(extra or {}))
 
-        a = advantage(reward, hp.baseline, num_samples=hp.num_samples, constant=hp.baseline_constant,
-                      running=self.baseline_value if self.baseline_steps > 0 else None,
-                      normalize=hp.normalize_advantage)
+        a = advantage(
+            reward,
+            hp.baseline,
+            num_samples=hp.num_samples,
+            constant=hp.baseline_constant,
+            running=self.baseline_value if self.baseline_steps > 0 else None,
+            normalize=hp.normalize_advantage,
+        )
         if hp.baseline == "running":
             m = hp.baseline_momentum if self.baseline_steps > 0 else 0.0
             self.baseline_value.copy_(m * self.baseline_value + (1 - m) * reward.mean())
@@ -131,15 +153,18 @@ class DiversedModule(PairModule):
         bs = len(examples)
         self.log_dict(
             {
-                "train/loss": loss, "train/pg": pg, "train/reg": reg,
+                "train/loss": loss,
+                "train/pg": pg,
+                "train/reg": reg,
                 "train/reward": reward.mean(),
                 "train/acceptance": 1 - ((w * tv) * m).sum().detach() / n_tok,  # E_t[1 − w_t·TV_t]
                 "train/rollout_acceptance_rate": out.stats.acceptance_rate,
                 "train/mean_w": (w * m).sum().detach() / n_tok,
                 "train/reg_scale": float(scale),
             },
-            prog_bar=False, batch_size=bs,
-        )  # fmt: skip
+            prog_bar=False,
+            batch_size=bs,
+        )
         self.log("train/reward_avg", reward.mean(), prog_bar=True, batch_size=bs)
         return loss
 
@@ -148,7 +173,9 @@ class DiversedModule(PairModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         hp = self.hparams
         task = self.val_task
-        out, _, completions = self.rollout(task, batch, do_sample=hp.val_do_sample, temperature=hp.val_temperature)
+        out, _, completions = self.rollout(
+            task, batch, do_sample=hp.val_do_sample, temperature=hp.val_temperature
+        )
         self.add_validation(out.stats, task.score_batch(batch, completions))
 
     def validation_metrics(self, totals: Totals, score: float | None) -> dict[str, float]:
@@ -173,9 +200,12 @@ def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str
     return head_factory(
         draft_hidden_size=hidden_size(pair.draft),
         target_hidden_size=hidden_size(pair.target),
-        pair=pair.name, target_name=pair.target_name, draft_name=pair.draft_name, task=task_name,
+        pair=pair.name,
+        target_name=pair.target_name,
+        draft_name=pair.draft_name,
+        task=task_name,
         pair_identity=pair_record(getattr(pair, "identity", None) or {}) or None,
-    )  # fmt: skip
+    )
 
 
 def head_shapes(head_factory: Callable[..., nn.Module], card: Any) -> dict[str, tuple[int, ...]]:

@@ -47,15 +47,23 @@ def positions(mask: Tensor) -> Tensor:
     return (mask.cumsum(-1) - 1).clamp_min(0)
 
 
-def teacher_forced(sequences: Tensor, prompt_mask: Tensor, new_tokens: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+def teacher_forced(
+    sequences: Tensor, prompt_mask: Tensor, new_tokens: Tensor
+) -> tuple[dict[str, Tensor], Tensor]:
     """Rows of left-padded prompts ([B, P] mask) and their completions (`new_tokens` [B] of the
     sequences' last C = T − P slots hold tokens) laid out for one teacher-forced forward: (inputs
     {input_ids, attention_mask, position_ids} for the model, completion mask [B, C]). The logits at
     slots P − 1 .. P + C − 2 predict the completion's tokens."""
     P = prompt_mask.shape[1]
-    completion = torch.arange(sequences.shape[1] - P, device=sequences.device) < new_tokens.to(sequences.device).unsqueeze(1)
+    completion = torch.arange(sequences.shape[1] - P, device=sequences.device) < new_tokens.to(
+        sequences.device
+    ).unsqueeze(1)
     attention = torch.cat([prompt_mask, completion.long()], 1)
-    return {"input_ids": sequences, "attention_mask": attention, "position_ids": positions(attention)}, completion
+    return {
+        "input_ids": sequences,
+        "attention_mask": attention,
+        "position_ids": positions(attention),
+    }, completion
 
 
 def shared_logits(p_logits: Tensor, q_logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -82,7 +90,10 @@ class PairModule(L.LightningModule):
         super().__init__()
         self.optimizer_factory = optimizer
         self._pair = pair  # not a submodule: moved here, never in a checkpoint
-        self.val_totals, self.val_scores = Totals(), [0.0, 0]  # this process's validation sums (score sum, count)
+        self.val_totals, self.val_scores = (
+            Totals(),
+            [0.0, 0],
+        )  # this process's validation sums (score sum, count)
 
     # --------------------------------------------------------------------- the pair
 
@@ -117,7 +128,9 @@ class PairModule(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         hp = self.hparams
-        return optimizers(self, self.optimizer_factory(params=self.trainable_parameters()), hp.lr_schedule, hp.warmup_steps)
+        return optimizers(
+            self, self.optimizer_factory(params=self.trainable_parameters()), hp.lr_schedule, hp.warmup_steps
+        )
 
     @property
     def train_task(self) -> Any:
@@ -136,16 +149,35 @@ class PairModule(L.LightningModule):
         tok = self.pair.tokenizer
         return left_pad(task.encode(tok, examples), tok.pad_token_id, self.device)
 
-    def speculative(self, task: Any, examples: list[dict], draft: nn.Module, verifier: Any, *, do_sample: bool,
-                    temperature: float, **engine: Any) -> tuple[SpeculativeOutput, Tensor, Tensor]:
+    def speculative(
+        self,
+        task: Any,
+        examples: list[dict],
+        draft: nn.Module,
+        verifier: Any,
+        *,
+        do_sample: bool,
+        temperature: float,
+        **engine: Any,
+    ) -> tuple[SpeculativeOutput, Tensor, Tensor]:
         """`examples` decoded by the engine (`num_draft_tokens`, the task's stopper), `draft`
         proposing to the target; `engine`: its other settings. Returns (output, prompt ids, prompt mask)."""
         tok = self.pair.tokenizer
         ids, mask = self.prompts(task, examples)
         out = speculative_generate(
-            self.pair.target, draft, ids, mask, verifier=verifier, num_draft_tokens=self.hparams.num_draft_tokens,
-            max_new_tokens=self.max_new_tokens(task), do_sample=do_sample, temperature=temperature,
-            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, stop=task.stopper(tok), **engine,
+            self.pair.target,
+            draft,
+            ids,
+            mask,
+            verifier=verifier,
+            num_draft_tokens=self.hparams.num_draft_tokens,
+            max_new_tokens=self.max_new_tokens(task),
+            do_sample=do_sample,
+            temperature=temperature,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            stop=task.stopper(tok),
+            **engine,
         )
         return out, ids, mask
 
@@ -158,7 +190,10 @@ class PairModule(L.LightningModule):
 
     def decoding_metrics(self, totals: Totals) -> dict[str, float]:
         """The validation decoding's numbers, under the names both modules log."""
-        return {"val/acceptance_rate": totals.acceptance_rate, "val/tokens_per_target_call": totals.tokens_per_target_call}
+        return {
+            "val/acceptance_rate": totals.acceptance_rate,
+            "val/tokens_per_target_call": totals.tokens_per_target_call,
+        }
 
     def validation_metrics(self, totals: Totals, score: float | None) -> dict[str, float]:
         """What to log of a validation epoch ({} for nothing): `totals` over every process, `score`
@@ -167,7 +202,12 @@ class PairModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         # summed over processes (a no-op on one): the statistics, the score sum and the count
-        local = torch.cat([self.val_totals.to_vector(self.device), torch.tensor(self.val_scores, dtype=torch.float64, device=self.device)])
+        local = torch.cat(
+            [
+                self.val_totals.to_vector(self.device),
+                torch.tensor(self.val_scores, dtype=torch.float64, device=self.device),
+            ]
+        )
         summed = self.trainer.strategy.reduce(local, reduce_op="sum") if self._trainer is not None else local
         self.val_totals, self.val_scores = Totals(), [0.0, 0]
         totals, (score_sum, n) = Totals.from_vector(summed[:-2]), summed[-2:].tolist()

@@ -56,7 +56,9 @@ class PromptDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if val_split == HOLDOUT and not n_val:
-            raise ConfigError("data.val_split=holdout needs data.n_val >= 1 examples to hold out of the train split")
+            raise ConfigError(
+                "data.val_split=holdout needs data.n_val >= 1 examples to hold out of the train split"
+            )
         self.task_factory = task
         self.train_split, self.val_split = train_split, val_split
         self.n_train, self.n_val, self.seed = n_train, n_val, seed
@@ -102,8 +104,10 @@ class PromptDataModule(L.LightningDataModule):
         try:
             evaluation = self.task_factory(split=split, n_examples=None)
         except (MissingSplit, DatasetUnavailable) as e:  # e.g. a data_files mapping without the test file
-            log.warning(f"could not read the evaluation split {split!r} to check that none of its examples trains "
-                        f"or selects a checkpoint: {e}")  # fmt: skip
+            log.warning(
+                f"could not read the evaluation split {split!r} to check that none of its examples trains "
+                f"or selects a checkpoint: {e}"
+            )
             return
         seen = {_row_key(e) for e in evaluation}
         for attr, name in (("train_task", self.train_split), ("val_task", self.val_split)):
@@ -118,9 +122,15 @@ class PromptDataModule(L.LightningDataModule):
                     "task.data_files='{train: train.jsonl, test: test.jsonl}'"
                 )
             if len(keep) < len(task):
-                log.warning(f"{len(task) - len(keep)} of the {len(task)} {name!r} examples are also in the evaluation "
-                            f"split {split!r}: left out of {'training' if attr == 'train_task' else 'validation'}")  # fmt: skip
-                setattr(self, attr, task.select(keep, f"{task.source.get('selection', name)}, without {split!r} examples"))
+                log.warning(
+                    f"{len(task) - len(keep)} of the {len(task)} {name!r} examples are also in the evaluation "
+                    f"split {split!r}: left out of {'training' if attr == 'train_task' else 'validation'}"
+                )
+                setattr(
+                    self,
+                    attr,
+                    task.select(keep, f"{task.source.get('selection', name)}, without {split!r} examples"),
+                )
 
     def _held_out(self) -> tuple[Any, Any]:
         """(train, validation): `n_val` examples of the train split drawn by the seed, and up to
@@ -135,7 +145,9 @@ class PromptDataModule(L.LightningDataModule):
             )
         val, rest = sorted(order[: self.n_val]), order[self.n_val :]
         train = sorted(rest if self.n_train is None else rest[: self.n_train])
-        return full.select(train, "train, without the held-out examples"), full.select(val, "held out of train")
+        return full.select(train, "train, without the held-out examples"), full.select(
+            val, "held out of train"
+        )
 
     def train_dataloader(self) -> DataLoader:
         """The training rows (the train examples, or the served ones) in an order drawn from (seed,
@@ -143,16 +155,27 @@ class PromptDataModule(L.LightningDataModule):
         gets the batches the uninterrupted one got, from the batch after the checkpoint's."""
         rows = list(self.train_task) if self.train_items is None else self.train_items
         order = SeededShuffle(len(rows), self.seed)
-        common = {"collate_fn": list, "num_workers": self.num_workers, "generator": torch.Generator().manual_seed(self.seed)}
+        common = {
+            "collate_fn": list,
+            "num_workers": self.num_workers,
+            "generator": torch.Generator().manual_seed(self.seed),
+        }
         if self.train_items is None:
             return ResumableLoader(rows, batch_size=self.batch_size, sampler=order, **common)
         # served rows (token sequences): batches of similar lengths, so that little of each is padding
         lengths = [len(item.ids) for item in rows]
-        return ResumableLoader(rows, batch_sampler=LengthGroupedBatches(order, self.batch_size, lengths=lengths), **common)
+        return ResumableLoader(
+            rows, batch_sampler=LengthGroupedBatches(order, self.batch_size, lengths=lengths), **common
+        )
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(list(self.val_task), batch_size=self.val_batch_size, shuffle=False, collate_fn=list,
-                          num_workers=self.num_workers)  # fmt: skip
+        return DataLoader(
+            list(self.val_task),
+            batch_size=self.val_batch_size,
+            shuffle=False,
+            collate_fn=list,
+            num_workers=self.num_workers,
+        )
 
 
 # ----------------------------------------------------------------------------- resumable batches
@@ -183,8 +206,15 @@ class LengthGroupedBatches(BatchSampler):
     wrapper of it: this process's share) are cut into groups of `group` batches, each group sorted
     by length and cut into batches, and the batches shuffled by (seed, epoch). Every row once per epoch."""
 
-    def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool = False, *, lengths: list[int],
-                 group: int = 16) -> None:  # fmt: skip
+    def __init__(
+        self,
+        sampler: Sampler[int],
+        batch_size: int,
+        drop_last: bool = False,
+        *,
+        lengths: list[int],
+        group: int = 16,
+    ) -> None:
         super().__init__(sampler, batch_size, drop_last)
         self.lengths, self.group = list(lengths), int(group)
 
@@ -218,7 +248,10 @@ class ResumableLoader(DataLoader):
 
     def _epoch_samplers(self) -> list[Any]:
         found = {}
-        for sampler in (self.sampler, getattr(self.batch_sampler, "sampler", None)):  # as Lightning's set_epoch
+        for sampler in (
+            self.sampler,
+            getattr(self.batch_sampler, "sampler", None),
+        ):  # as Lightning's set_epoch
             if callable(getattr(sampler, "set_epoch", None)):
                 found[id(sampler)] = sampler
         return list(found.values())

@@ -26,8 +26,15 @@ BASELINES = ("running", "group", "constant")
 REG_MODES = ("fixed", "adaptive")
 
 
-def advantage(reward: Tensor, baseline: str, *, num_samples: int = 1, constant: float = 1.0,
-              running: Tensor | None = None, normalize: bool = False) -> Tensor:
+def advantage(
+    reward: Tensor,
+    baseline: str,
+    *,
+    num_samples: int = 1,
+    constant: float = 1.0,
+    running: Tensor | None = None,
+    normalize: bool = False,
+) -> Tensor:
     """R − b per completion ([B] rewards, each prompt's `num_samples` completions side by side);
     `running`: the running baseline's value (None before its first batch: the batch's mean)."""
     if baseline == "group":  # mean reward of the K completions of the same prompt
@@ -43,7 +50,13 @@ def advantage(reward: Tensor, baseline: str, *, num_samples: int = 1, constant: 
 
 
 def policy_loss(
-    w: Tensor, p_x: Tensor, q_x: Tensor, tv: Tensor, mask: Tensor, advantage: Tensor, reg_scale: float | Tensor
+    w: Tensor,
+    p_x: Tensor,
+    q_x: Tensor,
+    tv: Tensor,
+    mask: Tensor,
+    advantage: Tensor,
+    reg_scale: float | Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """REINFORCE on v plus the acceptance regulariser, over completion tokens ([B, T] inputs).
     Returns (pg + λ·reg, pg, reg)."""
@@ -55,7 +68,13 @@ def policy_loss(
 
 
 def regularised_loss(
-    w: Tensor, p_x: Tensor, q_x: Tensor, tv: Tensor, mask: Tensor, advantage: Tensor, reg_scale: float,
+    w: Tensor,
+    p_x: Tensor,
+    q_x: Tensor,
+    tv: Tensor,
+    mask: Tensor,
+    advantage: Tensor,
+    reg_scale: float,
     reg_mode: str = "fixed",
 ) -> tuple[Tensor, Tensor, Tensor, float | Tensor]:
     """`policy_loss` with λ = `reg_scale` (`fixed`) or λ·|pg|/reg, detached (`adaptive`); (loss, pg, reg, λ used)."""

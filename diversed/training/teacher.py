@@ -128,12 +128,19 @@ _SAMPLE_FIELDS = ("ids", "prompt", "at", "logp", "top", "rest")
 
 def write_samples(path: Path, key: str, samples: list[TeacherSample], support: Tensor | None) -> None:
     """Write `samples` to `path` atomically (`atomic.write_file`): a kill leaves the old file or none."""
-    columns = {"ids": [s.ids for s in samples], "prompt": [s.prompt for s in samples], "at": [s.at for s in samples],
-               "logp": [s.teacher.logp for s in samples], "top": [s.teacher.ids for s in samples],
-               "rest": [s.teacher.rest for s in samples]}  # fmt: skip
+    columns = {
+        "ids": [s.ids for s in samples],
+        "prompt": [s.prompt for s in samples],
+        "at": [s.at for s in samples],
+        "logp": [s.teacher.logp for s in samples],
+        "top": [s.teacher.ids for s in samples],
+        "rest": [s.teacher.rest for s in samples],
+    }
     buffer = io.BytesIO()
     torch.save({"key": key, "support": None if support is None else support.cpu(), **columns}, buffer)
-    write_file(path, buffer.getbuffer())  # a temporary file of this process's own: every process of a DDP run writes
+    write_file(
+        path, buffer.getbuffer()
+    )  # a temporary file of this process's own: every process of a DDP run writes
 
 
 def read_samples(path: Path, support: Tensor | None, key: str | None = None) -> list[TeacherSample] | None:
@@ -155,5 +162,7 @@ def read_samples(path: Path, support: Tensor | None, key: str | None = None) -> 
         raise ValueError(
             f"{path}: drawn for a draft with another vocabulary support; draw them again for this draft"
         )
-    return [TeacherSample(ids, int(p), at, TeacherTop(lp, ti, rest))
-            for ids, p, at, lp, ti, rest in zip(*(data[k] for k in _SAMPLE_FIELDS), strict=True)]  # fmt: skip
+    return [
+        TeacherSample(ids, int(p), at, TeacherTop(lp, ti, rest))
+        for ids, p, at, lp, ti, rest in zip(*(data[k] for k in _SAMPLE_FIELDS), strict=True)
+    ]

@@ -81,8 +81,11 @@ def main() -> None:
     marker = ctypes.create_string_buffer(MARKER)
     usr1: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: usr1.append(1))
-    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    victim = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     atexit.register(victim.kill)  # a crash here must not leave the test waiting on it
     tcp = socket.socket()
     tcp.bind(("127.0.0.1", 0))
@@ -101,11 +104,19 @@ def main() -> None:
     mounts = Path("/proc/self/mountinfo").read_text()
     before = snapshot(out)
     subs = {
-        "@CALLER@": str(os.getpid()), "@PGID@": str(os.getpgid(0)), "@MARKER@": str(ctypes.addressof(marker)),
-        "@SECRET_FD@": str(secret_fd), "@VICTIM@": str(victim.pid), "@OUT@": str(out), "@HOME@": str(home),
-        "@REPO@": spec["repo"], "@PORT@": str(tcp.getsockname()[1]), "@UDP@": str(udp.getsockname()[1]),
-        "@UNIX@": str(out / "unix.sock"), "@ABSTRACT@": abstract_name,
-    }  # fmt: skip
+        "@CALLER@": str(os.getpid()),
+        "@PGID@": str(os.getpgid(0)),
+        "@MARKER@": str(ctypes.addressof(marker)),
+        "@SECRET_FD@": str(secret_fd),
+        "@VICTIM@": str(victim.pid),
+        "@OUT@": str(out),
+        "@HOME@": str(home),
+        "@REPO@": spec["repo"],
+        "@PORT@": str(tcp.getsockname()[1]),
+        "@UDP@": str(udp.getsockname()[1]),
+        "@UNIX@": str(out / "unix.sock"),
+        "@ABSTRACT@": abstract_name,
+    }
     cases = [hostile.BY_NAME[name] for name in spec["cases"]]
     run = f"{config}/{os.getpid()}/{time.time()}"
     tokens = {hostile.token(run, c.name): c.name for c in cases}
@@ -193,7 +204,7 @@ def main() -> None:
                 "seconds": r.seconds,
             }
             for c, r in zip(cases, results, strict=True)
-        },  # fmt: skip
+        },
         "alive": left_alive,
         "heartbeats": sorted(name for name in beats_after if beats_after[name] != beats.get(name)),
         "changed": sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)),
