@@ -32,7 +32,7 @@ OLD_NAMES = {
     "diversed.inputs": "diversed.decoding.inputs",
     "diversed.jobs": "diversed.config.jobs",
     "diversed.memcg": "diversed.tasks.memcg",
-    "diversed.methods": "diversed.sweep.methods",
+    "diversed.methods": "diversed.methods",
     "diversed.pair": "diversed.models.pair",
     "diversed.pair_module": "diversed.training.pair_module",
     "diversed.preflight": "diversed.sweep.preflight",

@@ -148,7 +148,7 @@ def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swe
         ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"
     ):
         load_results(swept)
-    # a package's entry point of the diversed.sweep.methods group is loaded when records name a method not registered
+    # a package's entry point of the diversed.methods group is loaded when records name a method not registered
     import importlib.metadata
 
     point = importlib.metadata.EntryPoint(

@@ -14,7 +14,7 @@ keys and checks each knob's record field, and `fronts`, `plot`, `tables` and `re
 and label rows by the methods' knobs and families. A new method is one `register(Method(...))`,
 in the package (the built-ins below) or in a module of one's own, loaded by `plugins: [module]` in
 evaluate's config, `--plugin module` for report, plot and show, or an entry point of the
-`diversed.sweep.methods` group (README, "Add your own method").
+`diversed.methods` group (README, "Add your own method").
 
 It does not import torch or the models at import time (results and plots read it without them),
 and it knows nothing of the settings schema or the results files: they read it.
@@ -33,7 +33,7 @@ from typing import Any
 
 from diversed.errors import ConfigError
 
-ENTRY_POINT_GROUP = "diversed.sweep.methods"
+ENTRY_POINT_GROUP = "diversed.methods"
 DECODERS = ("engine", "autoregressive", "transformers")
 KNOB_TYPES = (float, int, str)
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # method names, record fields and sweep keys
