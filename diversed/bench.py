@@ -18,13 +18,14 @@ so that load from other processes slows every setting alike:
 
 Per setting it reports the median tokens/s over the repeats (new tokens up to and including EOS
 over wall time, prompt processing included), our ratio to transformers on the same setting, the
-α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its bound, and the speedup over autoregressive
-decoding with the same forward path (same batch size and temperature) against the theoretical
-speedup (`stats.theoretical_speedup`, c the draft/target forward-time ratio measured by hooks on
-the embeddings and the LM head of both models). That theory prices a verification forward over
-N + 1 tokens like a one-token forward; the report also gives our mean target forward time over
-the autoregressive loop's (`v/d`), the fraction of the bound at that cost (`frac@v`: what is left
-is the engine's own overhead) and the share of wall time spent in forwards (`fwd%`).
+α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its
+bound, and the speedup over autoregressive decoding with the same forward path (same batch size
+and temperature) against the theoretical speedup (`stats.theoretical_speedup`, c the draft/target
+forward-time ratio measured by hooks on the embeddings and the LM head of both models). That
+theory prices a verification forward over N + 1 tokens like a one-token forward; the report also
+gives our mean target forward time over the autoregressive loop's (`v/d`), the fraction of the
+bound at that cost (`frac@v`: what is left is the engine's own overhead) and the share of wall
+time spent in forwards (`fwd%`).
 `--output FILE.json` writes one record per setting.
 
 The pair is the toy pair, a saved one (`--target/--draft`), a pair config by name (`--pair smollm2`:
@@ -272,7 +273,8 @@ def check_config(config: BenchConfig) -> None:
 
 
 def load_bench_pair(config: BenchConfig) -> Pair:
-    """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on `config.device`."""
+    """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on
+    `config.device`."""
     from diversed.models import pair
 
     if config.target:
@@ -411,7 +413,8 @@ class Bench:
                         generator=gen,
                         **common,
                     )
-                else:  # transformers: `generate`, or assisted generation (lossless or with its static ensemble)
+                else:
+                    # transformers: `generate`, or assisted generation (lossless or with its static ensemble)
                     assisted = s.engine == "transformers"
                     out = transformers_generate(
                         self.target,
@@ -438,7 +441,8 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     pooled = Totals()
     for r in runs:
         pooled.merge(r.totals)
-    # the bounds' α: accepted / verified (Leviathan's), unknown where a decoder does not say (transformers): no bound
+    # the bounds' α: accepted / verified (Leviathan's), unknown where a decoder does not say (transformers):
+    # no bound
     alpha, speculative = pooled.alpha, s.engine in ("diversed", "transformers") and pooled.alpha is not None
     tokens, rounds = pooled.new_tokens, pooled.rounds
     ms = {m: 1e3 * fwd[m] / calls[m] if calls[m] else None for m in ("target", "draft")}
@@ -575,8 +579,9 @@ def run_bench(
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(
             f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
-            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, top_p = "
-            f"{config.top_p:g}, {len(todo)} settings x {config.repeats} repeats (+{config.warmup} warm-up)"
+            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, "
+            f"top_p = {config.top_p:g}, {len(todo)} settings x {config.repeats} repeats "
+            f"(+{config.warmup} warm-up)"
         )
         runs: dict[Setting, list[Run]] = {s: [] for s in todo}
         try:
@@ -641,9 +646,9 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--pair",
         default=d.pair,
         choices=("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs()),
-        help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the shapes "
-        "of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16); smollm2, gemma3_270m and the "
-        "paper's pairs: as configs/pair/<name>.yaml",
+        help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the "
+        "shapes of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16); smollm2, gemma3_270m "
+        "and the paper's pairs: as configs/pair/<name>.yaml",
     )
     add("--target", default=None, help="another pair: the target's directory (with --draft)")
     add("--draft", default=None, help="another pair: the draft's directory (with --target)")

@@ -19,8 +19,8 @@ where they are defined).
 - `hydra_task(task)`: a Hydra entry point's task function: a user error's message alone and exit
   status 2, instead of Hydra's "Error executing job" and traceback (exit status 1).
 `HYDRA_FULL_ERROR=1` keeps the traceback of a user error too (and `runtime.verbose=true` in a Hydra
-entry point). The modules decide what to raise; this module depends on nothing of the project's but `jobs.sweep_job`
-(which depends on nothing), so every module may import it.
+entry point). The modules decide what to raise; this module depends on nothing of the project's but
+`jobs.sweep_job` (which depends on nothing), so every module may import it.
 """
 
 from __future__ import annotations

@@ -623,8 +623,8 @@ def plan(
         )
     )
     lines.append(
-        f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on {n_examples} examples"
-        f" each: {took} ({basis})"
+        f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on "
+        f"{n_examples} examples each: {took} ({basis})"
     )
     return "\n".join(lines)
 
@@ -637,7 +637,10 @@ def _line(r: dict[str, Any]) -> str:
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
     norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""
-    return f"{r['method']:>14} T={r['temperature']:g}{n}{knob}: score {r['score']:.3f}{acc}, {r['wall_time_s']:.3g} s{norm}"
+    return (
+        f"{r['method']:>14} T={r['temperature']:g}{n}{knob}: score {r['score']:.3f}{acc}, "
+        f"{r['wall_time_s']:.3g} s{norm}"
+    )
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")

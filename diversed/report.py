@@ -5,13 +5,15 @@
 Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
 
     README.md                 the index: every table inline, every figure with its caption
-    claims.md                 what a README may quote: the tables, the paired differences, Proposition 1's captions
-    table_T<t>.md/.csv        Tables 1 and 2: rows pair x method x N, columns (task, quantity): accepted/proposed %,
-                              α = accepted/verified %, quality x100, time / AR; each a mean over examples and
-                              seeds with its 95 % interval (`compare.mean_over_seeds`, `times.times_over_seeds`)
+    claims.md                 what a README may quote: the tables, the paired differences, Proposition 1's
+                              captions
+    table_T<t>.md/.csv        Tables 1 and 2: rows pair x method x N, columns (task, quantity):
+                              accepted/proposed %, α = accepted/verified %, quality x100, time / AR; each a
+                              mean over examples and seeds with its 95 % interval (`compare.mean_over_seeds`,
+                              `times.times_over_seeds`)
     table_oracle_T<t>.*       the same with each knob family chosen on the reported scores (labelled oracle)
-    paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only where
-                              the interval excludes 0
+    paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only
+                              where the interval excludes 0
     choices.csv               each knob family's choice on the validation run, with its non-inferiority test
     transfer_T<t>.md/.csv     Table 3: a head trained on task A evaluated on task B (the task a head was
                               trained on comes from its record, else from its head_config.json)
@@ -23,8 +25,9 @@ Table rows: autoregressive; lossless SD; SD with a fine-tuned draft; each knob f
 ensemble, lossy SD, cascades, typical acceptance; a method of one's own, loaded with `--plugin`: its
 `Method.family`) at the setting chosen on the `--select-split` run, its quality cell naming it by the
 knob's symbol, "(w=0.5)" (`fronts.choose_on`: the most acceptance among settings non-inferior to
-autoregressive decoding, margin `--margin`; * where none was), or, without such a run, its oracle setting on the reported scores
-(`fronts.best_at_quality`), labelled so; DIVERSED with the head trained on the column's task.
+autoregressive decoding, margin `--margin`; * where none was), or, without such a run, its oracle
+setting on the reported scores (`fronts.best_at_quality`), labelled so; DIVERSED with the head trained
+on the column's task.
 `--paper` adds the published numbers (`published.py`) as rows of their own, in the accepted/proposed
 column with a note: the paper does not define its acceptance.
 
@@ -108,7 +111,8 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
     lines = [
         f"# {run_dir}",
         "",
-        f"{len(r)} records · pairs {join(sorted(r['pair'].unique()))} · tasks {join(sorted(r['task'].unique()))} · "
+        f"{len(r)} records · pairs {join(sorted(r['pair'].unique()))} · "
+        f"tasks {join(sorted(r['task'].unique()))} · "
         f"temperatures {join(f'{t:g}' for t in sorted(r['temperature'].unique()))} · N "
         f"{join(int(n) for n in sorted(r['num_draft_tokens'].dropna().unique()))} · examples per point "
         f"{join(int(n) for n in sorted(r['n_examples'].dropna().unique()))}",
@@ -124,8 +128,9 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
         which = "".join(f", {k} {str(body[k])[:8]}" for k in ("head", "draft") if body.get(k))
         lines.append(
             f"- [`{s.stem}`]({link(s)}){which}: pair {pair.get('name', '?')}, task {task.get('task', '?')} "
-            f"({task.get('n_loaded', '?')} examples, max {task.get('max_new_tokens', '?')} new tokens, stop early "
-            f"{task.get('stop_early', True)}), batch {body.get('batch_size')}, seed {body.get('seed')}, "
+            f"({task.get('n_loaded', '?')} examples, max {task.get('max_new_tokens', '?')} new tokens, "
+            f"stop early {task.get('stop_early', True)}), "
+            f"batch {body.get('batch_size')}, seed {body.get('seed')}, "
             f"engine {json.dumps(body.get('engine'))}"
         )
     lines += ["", "## Records per method", "", "| method | records | settings groups |", "|---|---:|---:|"]
@@ -177,23 +182,24 @@ def write_report(
         written.append(out / "choices.csv")
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
     how = (
-        f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) and the examples, "
-        "[95 % interval: bootstrap over examples, each with all its seeds]"
+        f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) "
+        "and the examples, [95 % interval: bootstrap over examples, each with all its seeds]"
     )
     chosen = (
         f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
         f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
         "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
         if choices is not None and len(choices)
-        else f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the reported scores "
-        "themselves: the most acceptance within AR's 95 % half-width; * none was)"
+        else f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the "
+        "reported scores themselves: the most acceptance within AR's 95 % half-width; * none was)"
     )
     for t in sorted(d["temperature"].unique(), reverse=True):
         caption = (
             f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
-            f"(drafts up to a round's first rejection), quality ×100 per task; {how}; time / AR: time relative to "
-            "autoregressive decoding of the same seed, mean over seeds [95 % interval], per sample at batch 1 "
-            f"where marked b1 (the paper's time), else per pass at the sweep's batch size. {chosen}."
+            f"(drafts up to a round's first rejection), quality ×100 per task; {how}; "
+            "time / AR: time relative to autoregressive decoding of the same seed, mean over seeds "
+            "[95 % interval], per sample at batch 1 where marked b1 (the paper's time), "
+            f"else per pass at the sweep's batch size. {chosen}."
         )
         if paper:
             caption += (

@@ -151,7 +151,8 @@ def show(
                 out.append(f"  {label:<{pad}}  (no row)")
                 continue
             out.append(
-                f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  extracted {_clip(e.get('extracted'), 24)}"
+                f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  "
+                f"extracted {_clip(e.get('extracted'), 24)}"
             )
             out.append(textwrap.indent(_clip(e.get("completion"), width), " " * (pad + 4)))
     return "\n".join(out)
@@ -167,7 +168,8 @@ def examples_file(out: str | Path) -> Path:
 
 
 def flatten(df: pd.DataFrame) -> pd.DataFrame:
-    """The frame with each column of dicts (a record's `timing`) as one dotted column per key (`timing.warmup`)."""
+    """The frame with each column of dicts (a record's `timing`) as one dotted column per key
+    (`timing.warmup`)."""
     parts = []
     for name, column in df.items():
         if column.map(lambda v: isinstance(v, dict)).any():
@@ -259,7 +261,8 @@ def run(argv: list[str] | None = None) -> str:
     if args.export is not None:
         if Path(args.export).suffix not in EXPORT_FORMATS:
             parser.error(
-                f"--export {args.export}: the extension names the format; use one of {', '.join(EXPORT_FORMATS)}"
+                f"--export {args.export}: the extension names the format; "
+                f"use one of {', '.join(EXPORT_FORMATS)}"
             )
         records, examples = export(args.run_dirs, args.export)
         text = (

@@ -30,8 +30,8 @@ def goals(records: list[dict[str, Any]], temperature: float) -> str:
         if r.get("speedup_fraction_of_theory") is not None:
             note = (
                 f"speedup {r['speedup']:.2f} of {r['theoretical_speedup']:.2f}; a verify forward costs "
-                f"{r['verify_decode_time_ratio']:.2f} decode forwards: {r['speedup_fraction_at_verify_cost']:.2f} "
-                f"of the bound at that cost"
+                f"{r['verify_decode_time_ratio']:.2f} decode forwards: "
+                f"{r['speedup_fraction_at_verify_cost']:.2f} of the bound at that cost"
             )
             rows.append(("speedup / theory", r["label"], r["speedup_fraction_of_theory"], 0.8, note))
     for r in ours:

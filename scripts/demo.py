@@ -223,8 +223,9 @@ def main() -> None:
             shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
         minutes = (time.perf_counter() - start) / 60
         timing = (
-            f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, {minutes:.1f} min on "
-            f"{os.cpu_count()} CPU cores for steps 1-5 (with the toy pair's build where it was not cached): "
+            f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, "
+            f"{minutes:.1f} min on {os.cpu_count()} CPU cores for steps 1-5 "
+            "(with the toy pair's build where it was not cached): "
             + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
             + "."
         )

@@ -92,7 +92,8 @@ def sweep_args(
         "timing.repeats=0",
         "timing.latency=true",
         f"timing.latency_examples={args.latency_examples}",
-        "timing.latency_repeats=1",  # one pass on CPU within the budget: these times have no interval over repeats
+        # one pass on CPU within the budget: these times have no interval over repeats
+        "timing.latency_repeats=1",
     ]
 
 
@@ -150,8 +151,9 @@ def main() -> None:
     latency = rec.get("latency_s") or 0.0
     per_point = (rec["scored_wall_time_s"] / args.pilot) * args.n_examples + latency * args.latency_examples
     print(
-        f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, {latency:.2f} s per sample "
-        f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples"
+        f"pilot: {rec['scored_wall_time_s'] / args.pilot:.2f} s per example scored, "
+        f"{latency:.2f} s per sample at batch 1: about {per_point / 60:.1f} min per grid point of "
+        f"{args.n_examples} examples"
     )
     smallest = len(FIXED) + 5  # the grid has every family whatever the budget
     sweep_s = left() - 0.4 * budget  # the head's and the draft's shares (their estimates below) set aside
@@ -160,8 +162,9 @@ def main() -> None:
             (sweep_s / smallest - latency * args.latency_examples) / (rec["scored_wall_time_s"] / args.pilot)
         )
         print(
-            f"warning: the smallest grid ({smallest} points) takes about {smallest * per_point / 60:.0f} min at "
-            f"{args.n_examples} examples, more than the {sweep_s / 60:.0f} min the budget leaves it: the demo will "
+            f"warning: the smallest grid ({smallest} points) takes about "
+            f"{smallest * per_point / 60:.0f} min at {args.n_examples} examples, "
+            f"more than the {sweep_s / 60:.0f} min the budget leaves it: the demo will "
             f"run over --budget-min {args.budget_min:g}"
             + (f" (--n-examples {fits} fits)" if fits > 0 else "")
         )
@@ -176,7 +179,8 @@ def main() -> None:
             "+experiment=smollm2",
             *data_overrides("xsum", args.data),
             "logger=csv",
-            "task.max_prompt_tokens=320",  # training rollouts only: the articles' ends (the sweep reads them whole)
+            # training rollouts only: the articles' ends (the sweep reads them whole)
+            "task.max_prompt_tokens=320",
             f"hydra.run.dir={out / 'train_xsum'}",
             "trainer.enable_progress_bar=false",
             f"trainer.max_steps={args.train_steps}",
@@ -218,7 +222,8 @@ def main() -> None:
         estimate = 8 * per_point * (0.5 if task == "gsm8k" else 1.0)
         if left() < estimate + 60:
             print(
-                f"\n(skipped {task} at T = {temperature}: about {estimate / 60:.0f} min, {left() / 60:.0f} min left)"
+                f"\n(skipped {task} at T = {temperature}: about {estimate / 60:.0f} min, "
+                f"{left() / 60:.0f} min left)"
             )
             continue
         run_dir = out / f"sweep_{task}_T{temperature:g}"

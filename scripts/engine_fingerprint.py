@@ -275,7 +275,8 @@ def compare(a_path: str, b_path: str) -> int:
         for field in sorted(set(a[name]) | set(b[name])):
             if a[name].get(field) != b[name].get(field):
                 print(
-                    f"DIFF {name}: {field}: {str(a[name].get(field))[:200]} != {str(b[name].get(field))[:200]}"
+                    f"DIFF {name}: {field}: {str(a[name].get(field))[:200]} "
+                    f"!= {str(b[name].get(field))[:200]}"
                 )
                 bad += 1
     print(f"{len(set(a) & set(b))} settings compared, {bad} differences")

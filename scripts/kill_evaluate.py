@@ -227,14 +227,16 @@ def main() -> int:
                 time.sleep(0.005)
             if proc.poll() is not None:
                 print(
-                    f"round {rounds}, run {runs}: finished before its kill ({moment}), exit status {proc.returncode}"
+                    f"round {rounds}, run {runs}: finished before its kill ({moment}), "
+                    f"exit status {proc.returncode}"
                 )
                 break
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             kills.append(moment)
             print(
-                f"kill {len(kills)} (round {rounds}) at {time.perf_counter() - start:.2f} s ({moment}): {state(run_dir)}"
+                f"kill {len(kills)} (round {rounds}) at {time.perf_counter() - start:.2f} s "
+                f"({moment}): {state(run_dir)}"
             )
         result = check(run_dir, reference, args.tree, out / f"report_{rounds}")
         bad = [k for k in ("lost", "added", "duplicated", "unreadable", "temp_files") if result[k]]

@@ -9,7 +9,7 @@ import torch
 # threads competing for a core made the suite ten times slower.
 torch.set_num_threads(1)
 
-# ----------------------------------------------------------------------------- toy pair (diversed/models/toy.py)
+# -------------------------------------------------------------------------- toy pair (diversed/models/toy.py)
 
 
 @pytest.fixture(scope="session")

@@ -202,7 +202,7 @@ def test_every_console_script_runs_from_the_shell(run_dir, toy_tiny_dir, tmp_pat
         assert lines and len([x for x in lines if x.strip()]) == len({x for x in lines if x.strip()}), name
 
 
-# ----------------------------------------------------------------------------- user errors: exit status 2, --help
+# ------------------------------------------------------------------------- user errors: exit status 2, --help
 
 
 def test_hydra_help_describes_the_program_and_its_own_groups():
@@ -248,7 +248,9 @@ def test_hydra_task_lets_bugs_through_and_stops_user_errors(capsys, monkeypatch)
 def test_a_bug_keeps_its_traceback_from_the_shell(tmp_path):
     """A task function that fails on its own (not a user error) shows Hydra's traceback, exit 1."""
     (tmp_path / "sitecustomize.py").write_text(  # the bug: describe_pair fails inside the job
-        "import diversed.models.pair as p\ndef broken(cfg):\n    raise ZeroDivisionError('a bug')\np.describe_pair = broken\n"
+        "import diversed.models.pair as p\n"
+        "def broken(cfg):\n    raise ZeroDivisionError('a bug')\n"
+        "p.describe_pair = broken\n"
     )
     done = shell(
         "evaluate",

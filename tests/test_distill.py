@@ -70,7 +70,8 @@ def mean_tv(pair_dir, draft_dir, n=64):
 
 
 def resumable(cfg, last):
-    """`ckpt_path=last` passes the check a resume makes before the pair loads, with every draft tensor compared."""
+    """`ckpt_path=last` passes the check a resume makes before the pair loads, with every draft tensor
+    compared."""
     from diversed.models.pair import describe_pair
     from diversed.sweep.preflight import check_checkpoint, model_shapes
 

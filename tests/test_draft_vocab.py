@@ -1,5 +1,5 @@
-"""A draft with a restricted vocabulary (diversed/decoding/draft_vocab.py): q(x) = 0 exactly outside its K ids,
-and every verifier still follows its law; saved and loaded with its head."""
+"""A draft with a restricted vocabulary (diversed/decoding/draft_vocab.py): q(x) = 0 exactly outside its
+K ids, and every verifier still follows its law; saved and loaded with its head."""
 
 from __future__ import annotations
 

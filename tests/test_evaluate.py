@@ -763,10 +763,11 @@ def test_a_dry_run_lists_the_points_and_estimates_from_finished_ones_without_loa
     assert [line[:6] for line in out[:3]] == ["  done", "to run", "to run"]
     assert "3 grid points, 1 done, 2 to run on 6 examples each: about " in out[3]
     assert (
-        "from 1 finished points in this run: the median seconds per example of every finished point (2 points)"
-        in out[3]
+        "from 1 finished points in this run: the median seconds per example of every finished point "
+        "(2 points)" in out[3]
     )
-    # the autoregressive point's seconds per example, times 1 scored + 2 timed passes of 6 and no warm-up (tests' timing)
+    # the autoregressive point's seconds per example, times 1 scored + 2 timed passes of 6 and no warm-up
+    # (tests' timing)
     seconds = 2 * float(done.wall_time_s.iloc[0]) / 6 * 6 * 3  # 2 points
     assert float(re.search(r"about ([0-9.e-]+) s", out[3]).group(1)) == pytest.approx(seconds, rel=0.05)
     assert len(load_results(tmp_path)) == 1  # nothing ran

@@ -148,7 +148,8 @@ def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swe
         ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"
     ):
         load_results(swept)
-    # a package's entry point of the diversed.methods group is loaded when records name a method not registered
+    # a package's entry point of the diversed.methods group is loaded when records name a method
+    # not registered
     import importlib.metadata
 
     point = importlib.metadata.EntryPoint(
@@ -165,7 +166,8 @@ def test_bad_values_of_a_plugin_knob_are_refused_before_the_pair_loads(plugin, t
     for override, message in (
         (
             "sweep.power_betas=[0.5,1.5]",
-            r"sweep\.power_betas\[1\]=1\.5: β \(the power on p/q, 1 = lossless\) must be a number in \(0, 1\]",
+            r"sweep\.power_betas\[1\]=1\.5: β \(the power on p/q, 1 = lossless\) "
+            r"must be a number in \(0, 1\]",
         ),
         ("sweep.power_betas=[0]", r"sweep\.power_betas\[0\]=0: β .* must be a number in \(0, 1\]"),
         ("sweep.power_betas=[x]", r"sweep\.power_betas\[0\]='x'"),
@@ -215,8 +217,8 @@ def test_a_knob_that_clashes_with_a_registered_one_is_refused():
 
 @pytest.mark.slow
 def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir):
-    """evaluate with `plugins=[...]`, report and plot with `--plugin`, as a shell runs them (tests/ on PYTHONPATH);
-    report without it stops with the option named."""
+    """evaluate with `plugins=[...]`, report and plot with `--plugin`, as a shell runs them (tests/ on
+    PYTHONPATH); report without it stops with the option named."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]), "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
     pair = [

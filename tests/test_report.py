@@ -166,7 +166,8 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     assert list(table.columns) == [
         (t, q) for t in ("alpha_task", "beta_task") for q in (acc, alpha, quality, time)
     ]
-    # time relative to autoregressive, per sample at batch 1 (b1): the fixture's latencies, one seed, no passes
+    # time relative to autoregressive, per sample at batch 1 (b1): the fixture's latencies, one seed,
+    # no passes
     assert table.loc[("p1", "SD (lossless)", "3"), ("alpha_task", time)] == "1.60 b1"
     row = lambda pair, method, n, task="alpha_task": table.loc[(pair, method, n), task].tolist()[:3]  # noqa: E731
     # one seed and no per-example rows: the record's own score interval, no acceptance interval
@@ -182,7 +183,8 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     ]
     # no lossy setting reaches it: the best-scoring one, starred
     assert row("p1", "Lossy SD, oracle (chosen on test)", "3")[2] == "50.00 [45.00, 55.00] (l=0.6)*"
-    # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json for p2)
+    # DIVERSED: in each column the head trained on that column's task (from records, or head_config.json
+    # for p2)
     for pair in ("p1", "p2"):
         assert (
             table.loc[(pair, "DIVERSED", "3")].tolist()

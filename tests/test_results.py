@@ -221,10 +221,11 @@ def test_crash_while_writing_examples(tmp_path, monkeypatch):
 
 def test_killed_process_leaves_a_valid_store(tmp_path):
     """A real kill: the child dies (os._exit, no cleanup) halfway through its second record line."""
+    results_py = str(ROOT / "diversed" / "sweep" / "results.py")
     child = textwrap.dedent(f"""
         import importlib.util, os
         # results.py alone: the package __init__ would import torch, which this test does not need
-        spec = importlib.util.spec_from_file_location("results", {str(ROOT / "diversed" / "sweep" / "results.py")!r})
+        spec = importlib.util.spec_from_file_location("results", {results_py!r})
         R = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(R)
         store = R.ResultStore({str(tmp_path)!r})

@@ -174,13 +174,13 @@ BAD_RECORDS = [  # (line, what the warning says)
         "no temperature",
     ),
     (
-        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 3, "temperature": 1.0, '
-        b'"score": 9.5}',
+        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 3, '
+        b'"temperature": 1.0, "score": 9.5}',
         "score is 9.5",
     ),
     (
-        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 4, "temperature": 1.0, '
-        b'"score": NaN}',
+        b'{"pair": "p", "task": "t", "method": "static", "weight": 0.5, "num_draft_tokens": 4, '
+        b'"temperature": 1.0, "score": NaN}',
         "score is nan",
     ),
     (

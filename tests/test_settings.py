@@ -293,7 +293,8 @@ def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
 CKPT_CASES = {
     "directory": (
         "train",
-        r"ckpt_path='.*run1': is a directory: give the checkpoint file, e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt",
+        r"ckpt_path='.*run1': is a directory: give the checkpoint file, "
+        r"e.g\. ckpt_path=.*run1/checkpoints/last\.ckpt",
     ),
     "missing": (
         "train",
@@ -314,7 +315,8 @@ CKPT_CASES = {
     ),
     "other head": (
         "train",
-        r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) \(this pair: \(2, \d+\)\)",
+        r"other_head\.ckpt was saved for another head or pair: head\.net\.0\.weight \(2, \d+\) "
+        r"\(this pair: \(2, \d+\)\)",
     ),
     "other draft": (
         "distill",

@@ -49,7 +49,9 @@ CNNDM_ROWS = [
 XSUM_ROWS = [
     {
         "id": "34268361",
-        "document": "The owners said their planned development would create 300 jobs.\nThe park opens in 2017.",
+        "document": (
+            "The owners said their planned development would create 300 jobs.\nThe park opens in 2017."
+        ),
         "summary": "Plans for a water park and hotel in Worcestershire have been approved.",
     }
 ]
@@ -267,7 +269,8 @@ def test_exact_zero_shot_prompts(files: dict[str, Path]) -> None:
         "mbpp", data_files=files["mbpp_sanitized"], subset="sanitized", allow_code_execution=True
     )
     assert sanitized.full_prompt(sanitized[0]).startswith(
-        "Write a Python function to solve the following problem:\n\nWrite a function to find the volume of a sphere."
+        "Write a Python function to solve the following problem:\n\n"
+        "Write a function to find the volume of a sphere."
     )
     assert [mbpp.example_id(e, i) for i, e in enumerate(mbpp)] == ["11", "12"]
     assert cnndm.example_id(cnndm[0], 0) == "cnn-1"

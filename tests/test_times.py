@@ -302,7 +302,8 @@ def test_a_dry_runs_estimate_rests_on_finished_points_of_the_same_kind():
     seconds, basis = estimate_seconds(other, finished, n_examples=20, timing=timing, batch_size=4)
     assert seconds == pytest.approx((0.3 + 0.4) * 64)
     assert "of the same method (1 point), every finished point (1 point);" in basis
-    # latency passes: 3 repeats over 5 examples alone plus 1 warm-up, at the 0.5 s per sample lossless N=5 took
+    # latency passes: 3 repeats over 5 examples alone plus 1 warm-up, at the 0.5 s per sample lossless
+    # N=5 took
     latency = {**timing, "latency": True, "latency_repeats": 3, "latency_examples": 5}
     seconds, _ = estimate_seconds([lossless3], finished, n_examples=20, timing=latency, batch_size=4)
     assert seconds == pytest.approx(0.2 * 64 + 0.5 * (3 * 5 + 1))

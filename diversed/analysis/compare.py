@@ -13,9 +13,9 @@ Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixe
 report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
 quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ.
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
-back to a Student-t interval over the per-seed values (`times.t_interval`, clipped to [0, 1]), and to the record's own
-interval with one seed. That one, the interval of a record's score over its examples, is `mean_interval`
-(evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
+back to a Student-t interval over the per-seed values (`times.t_interval`, clipped to [0, 1]), and to
+the record's own interval with one seed. That one, the interval of a record's score over its examples,
+is `mean_interval` (evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
 
 `mean_over_seeds` gives one row per setting (the tables' and figures' input); `paired` one
 difference; `verdict` the word a table may print. It reads per-example rows through
@@ -231,8 +231,8 @@ def mean_over_seeds(
 
     With `examples` (and records that have `run_dir` and their per-example rows) the score, the
     acceptance rate and α are recomputed over examples × seeds with cluster-bootstrap intervals
-    (module docstring); otherwise a t-interval over the seeds' values (within [0, 1]), or with one seed the record's
-    own score interval. `interval_from` says which: "examples", "seeds" or "record"."""
+    (module docstring); otherwise a t-interval over the seeds' values (within [0, 1]), or with one seed
+    the record's own score interval. `interval_from` says which: "examples", "seeds" or "record"."""
     cols = [c for c in setting_fields() if c in df]
     values = [c for c in VALUE_FIELDS if c in df]
     rows = []

@@ -70,7 +70,8 @@ def _lines(d: pd.DataFrame) -> list[tuple[str, dict[str, object], pd.DataFrame]]
 
 
 def _line_label(name: str, others: dict[str, object]) -> str:
-    """ "cascade rule=chow, α labelled": the method, its other knobs' values, the symbol of the knob on the points."""
+    """ "cascade rule=chow, α labelled": the method, its other knobs' values, the symbol of the knob on
+    the points."""
     m = METHODS[name]
     knobs = ", ".join(f"{m.knob(k).symbol}={m.knob(k).show(v)}" for k, v in others.items())
     return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {m.knob(m.family).symbol} labelled"
@@ -309,14 +310,14 @@ def write_table(table: pd.DataFrame, out_dir: str | Path, name: str = "table") -
     out_dir.mkdir(parents=True, exist_ok=True)
     n, t = table.attrs.get("num_draft_tokens"), table.attrs.get("temperature")
     best = (
-        " Each knob family: its ORACLE setting (the most acceptance at autoregressive quality on these very scores; "
-        "the report chooses on a validation run instead)."
+        " Each knob family: its ORACLE setting (the most acceptance at autoregressive quality on these "
+        "very scores; the report chooses on a validation run instead)."
         if table.attrs.get("best")
         else ""
     )
     caption = (
-        f"N = {n} draft tokens, temperature {t:g}; acceptance rate (accepted / proposed drafts) and quality, mean over "
-        f"seeds.{best}\n\n"
+        f"N = {n} draft tokens, temperature {t:g}; acceptance rate (accepted / proposed drafts) and quality, "
+        f"mean over seeds.{best}\n\n"
         if t is not None
         else ""
     )

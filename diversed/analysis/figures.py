@@ -121,14 +121,18 @@ def acceptance_vs_w(
                 else f", {worst['gap_se']:.1f} binomial standard errors of α"
             )
             caption = (
-                f"Acceptance α = accepted/verified drafts against w, {pair} · {task} · T={temp:g} (the tables' "
-                "accepted/proposed is lower: drafts after a rejection count there). Proposition 1 predicts α = 1 − w·mean TV(p, q) "
+                f"Acceptance α = accepted/verified drafts against w, {pair} · {task} · T={temp:g} "
+                "(the tables' accepted/proposed is lower: drafts after a rejection count there). "
+                "Proposition 1 predicts α = 1 − w·mean TV(p, q) "
                 f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
                 f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se})."
             )
         else:
             name = "α = accepted/verified drafts" if y == "alpha" else "accepted/proposed drafts"
-            caption = f"Acceptance ({name}) against w, {pair} · {task} · T={temp:g} (no Proposition 1 prediction: no mean TV, greedy decoding)."
+            caption = (
+                f"Acceptance ({name}) against w, {pair} · {task} · T={temp:g} (no Proposition 1 prediction: "
+                "no mean TV, greedy decoding)."
+            )
         shown.append(
             Shown(
                 _save(
@@ -231,9 +235,9 @@ def quality_vs_time(
                     ax.legend(fontsize=7, frameon=False)
         mode = axes_spec[0][1].split("(")[-1].rstrip(")")
         caption = (
-            f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: relative to "
-            f"autoregressive decoding ({mode}; every method on the same forward path); bars: 95 % intervals of the "
-            "times (over seeds, or one seed's timing repeats)."
+            f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: "
+            f"relative to autoregressive decoding ({mode}; every method on the same forward path); "
+            "bars: 95 % intervals of the times (over seeds, or one seed's timing repeats)."
         )
         shown.append(
             Shown(
@@ -272,13 +276,16 @@ def time_vs_acceptance(
             ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
             ax.set(
                 xlabel="acceptance (accepted / proposed drafts)",
-                ylabel=f"time / autoregressive ({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})",
+                ylabel=(
+                    "time / autoregressive "
+                    f"({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})"
+                ),
                 title=f"{pair} · {task} · T={temp:g}",
             )
             ax.legend(fontsize=7, frameon=False)
         caption = (
-            f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same forward path, "
-            "bars its 95 % interval (the paper min-max normalises its axis)."
+            f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same "
+            "forward path, bars its 95 % interval (the paper min-max normalises its axis)."
         )
         shown.append(
             Shown(
@@ -339,8 +346,8 @@ def head_learned(
         f"_head-{safe_name(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}"
     )
     title = (
-        f"{record['pair']} · {record['task']} · T={record['temperature']:g} · N={int(record['num_draft_tokens'])} · "
-        f"head {record['head']} (trained on {trained})"
+        f"{record['pair']} · {record['task']} · T={record['temperature']:g} · "
+        f"N={int(record['num_draft_tokens'])} · head {record['head']} (trained on {trained})"
     )
     spans = []
     for r in rows[:n_examples]:
@@ -358,7 +365,8 @@ def head_learned(
     write_file(
         page,
         f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
-        f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>{''.join(spans)}\n",
+        f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>"
+        f"{''.join(spans)}\n",
     )
 
     frame = pd.DataFrame(

@@ -76,10 +76,10 @@ def _knob_note(r: pd.Series) -> str:
 
 
 def _row_label(r: pd.Series, several: set[str]) -> str:
-    """The row of a record: its method's `row_name` ("SD (lossless)", "Static"); a knob family's with its other
-    knobs (a str knob by its value, "Cascade chow"; a number by its symbol, "Typical δ=0.3") and where its
-    setting was chosen; a method without a family with its knobs' values where a cell has several
-    (`several`: "DIVERSED (pair/head)")."""
+    """The row of a record: its method's `row_name` ("SD (lossless)", "Static"); a knob family's with its
+    other knobs (a str knob by its value, "Cascade chow"; a number by its symbol, "Typical δ=0.3") and
+    where its setting was chosen; a method without a family with its knobs' values where a cell has
+    several (`several`: "DIVERSED (pair/head)")."""
     m = METHODS.get(r["method"])
     if m is None:
         return str(r["method"])

@@ -283,7 +283,10 @@ def progress_bar() -> Any:
             if t.max_epochs != -1 or t.max_steps < 1:
                 return super()._get_train_description(current_epoch)
             first = t.global_step + 1
-            return f"Epoch {current_epoch} · steps {first}-{first - 1 + int(self.total_train_batches)} of {t.max_steps}"
+            return (
+                f"Epoch {current_epoch} · steps {first}-{first - 1 + int(self.total_train_batches)} "
+                f"of {t.max_steps}"
+            )
 
         def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
             return {k: v for k, v in super().get_metrics(trainer, pl_module).items() if k != "v_num"}

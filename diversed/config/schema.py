@@ -202,8 +202,9 @@ class TimingSettings(_Model):
 
 
 class _Entry(_Model):
-    """What every entry point's settings share (task, pair, runtime, seed); a paper preset (configs/paper/<task>.yaml) holds
-    one task's protocol, so another task under it would mix two protocols."""
+    """What every entry point's settings share (task, pair, runtime, seed); a paper preset
+    (configs/paper/<task>.yaml) holds one task's protocol, so another task under it would mix two
+    protocols."""
 
     task: TaskSettings
     pair: PairSettings
@@ -215,7 +216,8 @@ class _Entry(_Model):
     def _one_protocol(self) -> _Entry:
         if self.paper_preset and self.paper_preset != self.task.name:
             raise ValueError(
-                f"+paper={self.paper_preset} is the {self.paper_preset} protocol (its splits, baseline, scoring), "
+                f"+paper={self.paper_preset} is the {self.paper_preset} protocol "
+                "(its splits, baseline, scoring), "
                 f"but task={self.task.name} was set: use +paper={self.task.name} instead of task=..."
             )
         return self
@@ -341,7 +343,8 @@ class _Training(_Entry):
             raise ValueError(f"is a directory: give the checkpoint file, e.g. ckpt_path={example}")
         if not where.is_file():
             raise ValueError(
-                "no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), or null to start afresh"
+                "no such file: give a run's checkpoint (<run dir>/checkpoints/last.ckpt), "
+                "or null to start afresh"
             )
         return path
 

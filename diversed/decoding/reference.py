@@ -96,7 +96,8 @@ def transformers_generate(
         )
     if ensemble_weight is not None and (draft is None or not 0.0 < float(ensemble_weight) < 1.0):
         raise ValueError(
-            f"ensemble_weight needs a draft and a value in (0, 1) (transformers' rule), got {ensemble_weight!r}"
+            "ensemble_weight needs a draft and a value in (0, 1) (transformers' rule), "
+            f"got {ensemble_weight!r}"
         )
     eos, pad = special_tokens(target, eos_token_id, pad_token_id)
     sampling = do_sample and float(temperature) > 0

@@ -31,7 +31,8 @@ class Round(NamedTuple):
 
     n: int  # drafts proposed (the batch's: at most the asked N, fewer if drafting ended early)
     lengths: Tensor | int  # drafts proposed per row: n, or [b] with a confidence threshold
-    x: Tensor  # [b, n] the drafts x_1..x_n ~ q (the engine's: a view of its slots, until the round is committed)
+    # [b, n] the drafts x_1..x_n ~ q (the engine's: a view of its slots, until the round is committed)
+    x: Tensor
     q: Tensor | None = None  # [b, n, V] q_1..q_n (logits where no probabilities are needed); None: n = 0
     h_q: Tensor | None = (
         None  # [b, n, H] the draft's last hidden states at each draft (a verifier with a head)

@@ -93,7 +93,8 @@ def warn_nonfinite(models: list[str], verifier: str) -> None:
         import warnings
 
         warnings.warn(
-            f"{' and '.join(models)} gave logits that are not finite (NaN, +inf, or -inf for every token) during "
+            f"{' and '.join(models)} gave logits that are not finite "
+            "(NaN, +inf, or -inf for every token) during "
             f"{verifier} decoding: those positions have no distribution, and the tokens, acceptance and TV "
             "computed from them are meaningless. Check the model's weights and dtype (fp16 overflow?) "
             "and any logits processor that masks every token.",

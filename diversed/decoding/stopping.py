@@ -182,8 +182,9 @@ class HostStopCheck:
 class GenerateStop:
     """`model.generate`'s side of a task's `stop` callback, passed in its `stopping_criteria` (a
     callable (input_ids, scores) -> done per row, as a transformers `StoppingCriteria`): a row
-    ends once its new tokens reach a stop sequence, as it does in the engine. `cuts[i]` is how many new tokens row i keeps (None while it has not stopped). With
-    `stop.triggers`, only rows whose newest token is one are asked (picked on the device)."""
+    ends once its new tokens reach a stop sequence, as it does in the engine. `cuts[i]` is how many
+    new tokens row i keeps (None while it has not stopped). With `stop.triggers`, only rows whose
+    newest token is one are asked (picked on the device)."""
 
     def __init__(
         self, stop: Callable[[list[int], int], int | None], prompt_len: int, batch: int, vocab: int, device

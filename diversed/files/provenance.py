@@ -150,6 +150,6 @@ def machine() -> str:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     return (
-        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads{gpu}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}, load average {load}"
+        f"{cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads{gpu}, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, load average {load}"
     )

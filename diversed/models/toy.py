@@ -393,8 +393,8 @@ def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
         f"toy pair {report['key']}: {how} "
         f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})"
         + "".join(
-            f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, draft {v['draft_accuracy']:.3f}; "
-            f"lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
+            f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, "
+            f"draft {v['draft_accuracy']:.3f}; lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
             for skill, v in m.get("skills", {"add": m}).items()
         )
     )

@@ -1,13 +1,13 @@
 """The toy corpus: two skills with free wording (two-digit additions, and counting a letter),
-their splits, the two house styles and the tokenizer. The toy pair (`toy.py`) is trained on it and the toy task (`tasks/toy.py`) reads
-its examples from it; it imports neither.
+their splits, the two house styles and the tokenizer. The toy pair (`toy.py`) is trained on it and
+the toy task (`tasks/toy.py`) reads its examples from it; it imports neither.
 
 An addition problem has the prompt ``"Q: 37+48="``; a counting one ``"C: bacbdba="`` asks how often
 the string's first letter occurs in it (3: matching every letter against the first takes two
 steps of attention, which the one-layer draft does not have). The completion is free wording
-followed by the answer, ``" so we get 85."`` or ``" thus it is 3."``. The wording fills two slots drawn at random, an
-opener (" so", " thus", ...) and a two-word phrase (" we get", " it equals", ...). The reward
-(exact match of the answer, `diversed.tasks.toy`) never looks at the wording. Each skill's
+followed by the answer, ``" so we get 85."`` or ``" thus it is 3."``. The wording fills two slots
+drawn at random, an opener (" so", " thus", ...) and a two-word phrase (" we get", " it equals", ...).
+The reward (exact match of the answer, `diversed.tasks.toy`) never looks at the wording. Each skill's
 problems (8100 additions, 16384 strings) are split once by the seed into train /
 validation / test (500 each for the last two), so test problems are never trained on; training
 draws train problems with fresh wording per step.

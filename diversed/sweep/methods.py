@@ -315,7 +315,8 @@ def knobs() -> dict[str, Knob]:
 
 _FIX = (
     "load the module that registers it: `plugins: [my_pkg.my_method]` in evaluate's config, "
-    "`--plugin my_pkg.my_method` for report, plot and show, or diversed.sweep.methods.load_plugins(['my_pkg.my_method']) "
+    "`--plugin my_pkg.my_method` for report, plot and show, or "
+    "diversed.sweep.methods.load_plugins(['my_pkg.my_method']) "
     'in Python (README, "Add your own method")'
 )
 
@@ -332,8 +333,9 @@ def method(name: str) -> Method:
 
 
 def check_known(found: Iterable[Any], where: str) -> None:
-    """ConfigError if `found` (the records' method names) holds one that is not registered, saying how to
-    load the module that registers it (methods of the `diversed.sweep.methods` entry points are loaded first)."""
+    """ConfigError if `found` (the records' method names) holds one that is not registered, saying how
+    to load the module that registers it (methods of the `diversed.sweep.methods` entry points are
+    loaded first)."""
     unknown = sorted({str(n) for n in found if n not in METHODS})
     if unknown:
         load_entry_points()
@@ -384,8 +386,8 @@ def load_plugins(modules: Iterable[str] = (), *, where: str = "plugins") -> None
 
 
 def add_plugin_option(parser: Any) -> None:
-    """`--plugin MODULE` (repeatable) on an argparse entry point that reads records: `load_plugins(args.plugin,
-    where="--plugin")` before reading them."""
+    """`--plugin MODULE` (repeatable) on an argparse entry point that reads records:
+    `load_plugins(args.plugin, where="--plugin")` before reading them."""
     parser.add_argument(
         "--plugin",
         action="append",
@@ -397,8 +399,8 @@ def add_plugin_option(parser: Any) -> None:
 
 
 def load_entry_points() -> None:
-    """Load the `diversed.sweep.methods` entry points once: each names a module (which registers its methods on
-    import) or a `Method` (registered here)."""
+    """Load the `diversed.sweep.methods` entry points once: each names a module (which registers its
+    methods on import) or a `Method` (registered here)."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
@@ -576,7 +578,9 @@ for _method in (
         valid=lambda point: 0.0 < point["weight"] < 1.0,
         marker="h",
         line=(0, (1, 1)),
-        summary="transformers' own static ensemble (`assistant_ensemble_weight`, batch 1): an outside reference",
+        summary=(
+            "transformers' own static ensemble (`assistant_ensemble_weight`, batch 1): an outside reference"
+        ),
     ),
     Method(
         "lossy",

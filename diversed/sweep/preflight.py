@@ -154,7 +154,10 @@ def check_checkpoint(
 
     import torch
 
-    fix = "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), or ckpt_path=null to start afresh"
+    fix = (
+        "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), "
+        "or ckpt_path=null to start afresh"
+    )
     if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
         size = Path(path).stat().st_size
         raise ConfigError(
@@ -192,7 +195,8 @@ def check_checkpoint(
 
 
 def _instead(path: str | Path, fix: str) -> str:
-    """The fix for a damaged checkpoint: the run's other whole checkpoints (beside it, newest first), or `fix`."""
+    """The fix for a damaged checkpoint: the run's other whole checkpoints (beside it, newest first), or
+    `fix`."""
     import zipfile
 
     path = Path(path)

@@ -50,7 +50,8 @@ from diversed.sweep.methods import method as find
 from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times
 
 # Fields that identify a grid point, in key order. `weight` and `head` are knobs (of the static ensembles and
-# DIVERSED) that every key names, null or not, as the first keys did; a method's other knobs follow (`key_fields`).
+# DIVERSED) that every key names, null or not, as the first keys did; a method's other knobs follow
+# (`key_fields`).
 GRID_FIELDS = (
     "pair",
     "task",
@@ -78,14 +79,16 @@ _MEASURED_FIELDS = (
     "seed",
     "n_examples",
     "score",  # mean task score
-    "score_ci_low",  # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
+    # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
+    "score_ci_low",
     "score_ci_high",
     *RECORD_FIELDS,  # the decoding statistics (stats.RECORDED: acceptance_rate, alpha, mean_tv, ..., mean_w)
     "tokens_per_s",
     "wall_time_s",  # median of the timed passes over all examples (throughput, at the sweep's batch size)
     "time_per_token_s",  # wall_time_s / new tokens (lossy methods change output lengths)
     "latency_s",  # mean wall time per sample at batch 1 (timing.latency), median over passes
-    "normalized_time",  # wall_time_s / the autoregressive point's, same pair/task/T/settings/seed (times.normalized)
+    # wall_time_s / the autoregressive point's, same pair/task/T/settings/seed (times.normalized)
+    "normalized_time",
     "normalized_latency",  # latency_s / the autoregressive point's
     *TIME_FIELDS,  # per-token times, intervals over repeats, the baseline's batch size (times.py)
     "settings",  # digest of everything else that determined the output (settings/<digest>.json)
@@ -128,8 +131,8 @@ _FLOAT_FIELDS = (
     "normalized_latency",
     *RECORD_FLOATS,
 )
-# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1 (and each
-# knob's value against its knob: `Knob.problem`).
+# What readers check in a record besides its grid fields: numbers, finite and >= 0, fractions also <= 1
+# (and each knob's value against its knob: `Knob.problem`).
 _NUMBERS = (
     *_INT_FIELDS,
     *_FLOAT_FIELDS,

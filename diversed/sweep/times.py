@@ -1,4 +1,5 @@
-"""Times and their uncertainty: what a grid point's timed passes say, alone and against autoregressive decoding.
+"""Times and their uncertainty: what a grid point's timed passes say, alone and against autoregressive
+decoding.
 
 `evaluate.time_point` measures: `wall_time_runs`, passes over all examples at the sweep's batch size
 (throughput), and `latency_runs`, the mean time per sample of passes that decode each example alone
@@ -47,7 +48,8 @@ CONFIDENCE = 0.95
 # normalised time -> (the record's time, the autoregressive time it is divided by)
 NORMALIZED = {
     "normalized_time": "wall_time_s",  # per sample, at the sweep's batch size (batch_one methods: batch 1)
-    "normalized_time_per_token_s": "time_per_token_s",  # the same per generated token (lossy settings change lengths)
+    # the same per generated token (lossy settings change lengths)
+    "normalized_time_per_token_s": "time_per_token_s",
     "normalized_latency": "latency_s",  # per sample, each example alone at batch 1 (the paper's time)
     "normalized_latency_per_token": "latency_per_token_s",
 }
@@ -67,10 +69,12 @@ def ci_fields(field: str) -> tuple[str, str]:
     return f"{stem}_ci_low", f"{stem}_ci_high"
 
 
-# The record fields this module adds (in results.run_fields()), besides normalized_time and normalized_latency.
+# The record fields this module adds (in results.run_fields()), besides normalized_time and
+# normalized_latency.
 TIME_FIELDS = (
     "latency_per_token_s",  # latency_s · latency_examples / latency_new_tokens (tokens of one latency pass)
-    "normalized_time_per_token_s",  # time_per_token_s / the autoregressive point's (per-token panel of the figures)
+    # time_per_token_s / the autoregressive point's (per-token panel of the figures)
+    "normalized_time_per_token_s",
     "normalized_latency_per_token",  # latency_per_token_s / the autoregressive point's
     "normalized_time_batch_size",  # the batch size of the autoregressive time normalized_time divides by
     *ci_fields("wall_time_s"),
@@ -149,7 +153,7 @@ def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ----------------------------------------------------------------------------- against autoregressive decoding
+# ---------------------------------------------------------------------------- against autoregressive decoding
 
 
 def baseline_key(record: Mapping[str, Any]) -> tuple:
@@ -211,8 +215,9 @@ def normalized(
             out["normalized_time_batch_size"] = 1
         elif warn:
             log.warning(
-                f"{record.get('method')} decodes at batch 1 but its autoregressive baseline has no time at batch 1 over "
-                f"its {n} examples: normalized_time left empty; set timing.latency=true and timing.latency_examples=null"
+                f"{record.get('method')} decodes at batch 1 but its autoregressive baseline has no time at "
+                f"batch 1 over its {n} examples: normalized_time left empty; set timing.latency=true and "
+                "timing.latency_examples=null"
             )
     else:
         found["normalized_time"] = _ratio(record, "wall_time_s", baseline, "wall_time_s", 1.0)
@@ -276,7 +281,8 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
     base = Baselines(rows)
     updates, unpaired = [], 0
     for r in rows:
-        # written with these fields: a baseline batch size and an interval for each time with runs (skipped: bootstraps cost)
+        # written with these fields: a baseline batch size and an interval for each time with runs
+        # (skipped: bootstraps cost)
         if not _missing(r.get("normalized_time_batch_size")) and not any(
             len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()
         ):
@@ -295,8 +301,9 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
         updates.append(new)
     if unpaired:
         log.warning(
-            f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 over their "
-            "examples (timing.latency=true, timing.latency_examples=null): their normalized_time is empty"
+            f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 "
+            "over their examples (timing.latency=true, timing.latency_examples=null): their normalized_time "
+            "is empty"
         )
     df = df.copy()
     for col in dict.fromkeys(

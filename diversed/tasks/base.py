@@ -113,7 +113,8 @@ class Task:
         clash = sorted(set(merged) & shared_parameters())
         if clash:
             raise TypeError(
-                f"{cls.__name__}.options redeclares {clash}, which every task takes (Task.__init__, Task.load)"
+                f"{cls.__name__}.options redeclares {clash}, which every task takes "
+                "(Task.__init__, Task.load)"
             )
         cls.options = merged
         for method in ("__init__", "load"):
@@ -242,7 +243,8 @@ class Task:
         if unknown:
             raise ConfigError(
                 f"{cls.name} takes no option {', '.join(unknown)}; its own options are "
-                f"{', '.join(cls.options)}, besides those every task takes ({', '.join(sorted(shared_parameters()))})"
+                f"{', '.join(cls.options)}, besides those every task takes "
+                f"({', '.join(sorted(shared_parameters()))})"
             )
         return {
             name: option.check(cls.name, name, given[name]) if name in given else option.default
@@ -333,9 +335,10 @@ class Task:
             self._cut_said = True
             longest = max(len(ids) + n for ids, n in zip(out, cut, strict=True))
             log.warning(
-                f"{self.name}: {sum(1 for n in cut if n)} of {len(cut)} prompts are longer than task.max_prompt_tokens="
-                f"{self.max_prompt_tokens} (the longest has {longest} tokens) and lose their start; the results' rows "
-                "hold the text the model saw. Raise task.max_prompt_tokens (or null) to keep prompts whole"
+                f"{self.name}: {sum(1 for n in cut if n)} of {len(cut)} prompts are longer than "
+                f"task.max_prompt_tokens={self.max_prompt_tokens} (the longest has {longest} tokens) "
+                "and lose their start; the results' rows hold the text the model saw. "
+                "Raise task.max_prompt_tokens (or null) to keep prompts whole"
             )
         return out, cut
 

@@ -49,7 +49,8 @@ def prctl(option: int, arg: int) -> int:
 
 
 def main() -> None:
-    """The monitor (this file as a script): fork the child, enforce the timeout, kill what is left, report, exit with its status."""
+    """The monitor (this file as a script): fork the child, enforce the timeout, kill what is left,
+    report, exit with its status."""
     config = marshal.loads(bytes.fromhex(sys.argv[1]))
     sys.path += config["path"]
     status_fd = config["status_fd"]

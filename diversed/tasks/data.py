@@ -93,8 +93,8 @@ def check_fields(rows: Sequence[dict[str, Any]], missing: Any, needed: str, wher
         gone = missing(row)
         if gone:
             raise DataFileError(
-                f"{where}: row {i + 1} lacks {sorted(gone)} (it has {sorted(row)}); this task needs the fields "
-                f"{needed}"
+                f"{where}: row {i + 1} lacks {sorted(gone)} (it has {sorted(row)}); "
+                f"this task needs the fields {needed}"
             )
 
 
@@ -114,9 +114,10 @@ def load_rows(
         if hub_splits and split not in hub_splits:
             other = "test" if "test" in hub_splits else hub_splits[0]
             raise ConfigError(
-                f"{dataset!r}{f' (config {config!r})' if config else ''} has no {split!r} split on the Hugging Face "
-                f"Hub, only {', '.join(hub_splits)}: evaluate on one of them (task.split={other}), hold "
-                f"validation examples out of the train split in a training run (data.val_split=holdout), or give "
+                f"{dataset!r}{f' (config {config!r})' if config else ''} has no {split!r} split on the "
+                f"Hugging Face Hub, only {', '.join(hub_splits)}: evaluate on one of them "
+                f"(task.split={other}), hold validation examples out of the train split in a training run "
+                "(data.val_split=holdout), or give "
                 f"local rows for {split!r} (task.data_files={{{split}: <JSONL or parquet file>, ...}})"
             )
         return _rows_from_hub(dataset, config, split, revision, fields)

@@ -37,4 +37,7 @@ class XSum(SummarizationTask):
     required_fields: ClassVar[tuple[str, ...] | None] = ("document", "summary")  # the id is optional
 
     def prompt(self, example: dict[str, Any]) -> str:
-        return f"Write a concise summary of the following document:\n\nDocument: {example['document']}\n\nSummary:"
+        return (
+            "Write a concise summary of the following document:\n\n"
+            f"Document: {example['document']}\n\nSummary:"
+        )

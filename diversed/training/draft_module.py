@@ -9,9 +9,9 @@ batch of the task's training prompts:
   2. one no-grad forward of the target gives p_t over prompt + completion, one forward of the
      draft with gradients gives q_t;
   3. loss = the mean over completion tokens (and, with `prompt_positions`, some or all prompt
-     tokens, teacher-forced) of D(p_t, q_t), logits computed at those positions only: forward KL Σ p log(p/q) (default),
-     total variation ½Σ|p − q| (1 − TV is a draft token's acceptance probability, so this
-     maximises acceptance directly), or reverse KL Σ q log(q/p) (`teacher.py`).
+     tokens, teacher-forced) of D(p_t, q_t), logits computed at those positions only: forward KL
+     Σ p log(p/q) (default), total variation ½Σ|p − q| (1 − TV is a draft token's acceptance
+     probability, so this maximises acceptance directly), or reverse KL Σ q log(q/p) (`teacher.py`).
 With `top_k`, p_t is kept as its top K ids over the draft's support plus the rest's mass and D is
 taken between the laws coarsened so (`teacher.coarse_divergence`). With `reuse` (rollout=target
 and top_k), the target's samples, which do not depend on the draft, are drawn ONCE per training
@@ -259,7 +259,8 @@ class DistillModule(PairModule):
                 samples[i] = sample
             done, took = first + len(chunk), time.perf_counter() - start
             log.info(
-                f"Target samples: {done}/{len(order)} ({took:.0f} s, about {took / done * (len(order) - done):.0f} s left)"
+                f"Target samples: {done}/{len(order)} ({took:.0f} s, "
+                f"about {took / done * (len(order) - done):.0f} s left)"
             )
         if self.samples_file is not None:
             write_samples(self.samples_file, key, samples, support)  # type: ignore[arg-type]

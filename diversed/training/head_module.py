@@ -82,7 +82,8 @@ class DiversedModule(PairModule):
     # --------------------------------------------------------------------- rollout and scoring
 
     def rollout(self, task: Any, examples: list[dict], *, do_sample: bool, temperature: float):
-        """Decode `examples` with the engine and the current head; returns (output, prompt mask, completions)."""
+        """Decode `examples` with the engine and the current head; returns (output, prompt mask,
+        completions)."""
         out, ids, mask = self.speculative(
             task,
             examples,

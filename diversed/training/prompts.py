@@ -123,8 +123,9 @@ class PromptDataModule(L.LightningDataModule):
                 )
             if len(keep) < len(task):
                 log.warning(
-                    f"{len(task) - len(keep)} of the {len(task)} {name!r} examples are also in the evaluation "
-                    f"split {split!r}: left out of {'training' if attr == 'train_task' else 'validation'}"
+                    f"{len(task) - len(keep)} of the {len(task)} {name!r} examples are also in the "
+                    f"evaluation split {split!r}: left out of "
+                    f"{'training' if attr == 'train_task' else 'validation'}"
                 )
                 setattr(
                     self,
@@ -140,8 +141,8 @@ class PromptDataModule(L.LightningDataModule):
         random.Random(f"holdout-{self.seed}").shuffle(order)
         if len(order) <= self.n_val:
             raise ConfigError(
-                f"data.val_split=holdout: the {self.train_split!r} split has {len(order)} examples, not more than "
-                f"data.n_val={self.n_val}; lower data.n_val"
+                f"data.val_split=holdout: the {self.train_split!r} split has {len(order)} examples, "
+                f"not more than data.n_val={self.n_val}; lower data.n_val"
             )
         val, rest = sorted(order[: self.n_val]), order[self.n_val :]
         train = sorted(rest if self.n_train is None else rest[: self.n_train])

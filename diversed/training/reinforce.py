@@ -3,7 +3,8 @@
 Over a batch of completions ([B, T] per-token inputs, `mask` the completion's tokens):
   log v_t(x_t) = log(w_t·p_t(x_t) + (1 − w_t)·q_t(x_t))
   pg  = −mean_b[(R − b)·Σ_t log v_t(x_t)]
-  reg =  mean_b[Σ_t TV(q_t, v_t)] = mean_b[Σ_t w_t·TV(p_t, q_t)]   (1 − TV(q_t, v_t): a draft token's acceptance)
+  reg =  mean_b[Σ_t TV(q_t, v_t)] = mean_b[Σ_t w_t·TV(p_t, q_t)]
+         (1 − TV(q_t, v_t): a draft token's acceptance)
   loss = pg + λ·reg
 
 - `advantage(reward, baseline, ...)`: R − b with b one of `BASELINES`: `running` (a running mean of
@@ -77,7 +78,8 @@ def regularised_loss(
     reg_scale: float,
     reg_mode: str = "fixed",
 ) -> tuple[Tensor, Tensor, Tensor, float | Tensor]:
-    """`policy_loss` with λ = `reg_scale` (`fixed`) or λ·|pg|/reg, detached (`adaptive`); (loss, pg, reg, λ used)."""
+    """`policy_loss` with λ = `reg_scale` (`fixed`) or λ·|pg|/reg, detached (`adaptive`);
+    (loss, pg, reg, λ used)."""
     scale: float | Tensor = reg_scale
     if reg_mode == "adaptive":
         _, pg0, reg0 = policy_loss(w, p_x, q_x, tv, mask, advantage, 0.0)
