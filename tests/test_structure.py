@@ -88,3 +88,45 @@ def test_the_graph_sees_the_imports():
         "diversed.decoding.engine"
     ]
     assert "diversed.decoding.engine" in edges["diversed.decoding.autoregressive"]
+
+
+# ----------------------------------------------------------------------------- layout
+# Nouns in subpackages, verbs on top: the entry points (`python -m diversed.<verb>`) are top-level
+# modules and no subpackage imports one; `errors` (the user-error type) and `moved` (the old names)
+# are the two top-level modules every layer may use.
+SHARED = {"diversed", "diversed.errors", "diversed.moved"}
+# What a part may import besides itself and SHARED: the engine knows nothing of models' files, tasks,
+# training or sweeps; the analysis reads records, never a model.
+MAY_IMPORT = {"decoding": set(), "analysis": {"sweep", "files"}}
+
+
+def part(name: str) -> str | None:
+    """The subpackage a module belongs to (`diversed.decoding.engine` -> decoding); None for a verb."""
+    pieces = name.split(".")
+    if len(pieces) > 2 or (len(pieces) == 2 and modules()[name].name == "__init__.py"):
+        return pieces[1]
+    return None
+
+
+def test_no_subpackage_imports_an_entry_point():
+    bad = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if part(name) is not None
+        for target in targets
+        if target not in SHARED and part(target) is None
+    ]
+    assert not bad, bad
+
+
+def test_the_lower_parts_import_only_what_they_may():
+    bad = [
+        f"{name} imports {target}"
+        for name, targets in graph().items()
+        if part(name) in MAY_IMPORT
+        for target in targets
+        if target not in SHARED and part(target) not in {part(name), *MAY_IMPORT[part(name)]}
+    ]
+    assert not bad, bad
+    parts = {part(n) for n in modules()} - {None}
+    assert {"decoding", "models", "tasks", "training", "sweep", "analysis", "config", "files"} <= parts

@@ -26,6 +26,7 @@ import torch
 from diversed.decoding import draft_vocab
 from diversed.errors import ConfigError, MissingFile, UserError
 from diversed.models import hub
+from diversed.moved import current_name
 
 # ----------------------------------------------------------------------------- the pair
 
@@ -295,7 +296,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
     from diversed.decoding.inputs import shared_vocab
 
     cfg = dict(cfg)
-    loader = cfg.get("_target_")
+    loader = current_name(str(cfg.get("_target_")))  # configs from before the subpackages: the old name
     common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
     if loader == "diversed.models.pair.random_pair":
         from transformers import LlamaConfig
