@@ -28,10 +28,10 @@ _EXPORTS = {
     "LossySD": "diversed.decoding.rules",
     "Cascade": "diversed.decoding.rules",
     "TypicalAcceptance": "diversed.decoding.rules",
-    "Knob": "diversed.methods",  # a method of one's own: register(Method(..., knobs=(Knob(...),)))
-    "Method": "diversed.methods",
-    "register": "diversed.methods",
-    "load_plugins": "diversed.methods",
+    "Knob": "diversed.sweep.methods",  # a method of one's own: register(Method(..., knobs=(Knob(...),)))
+    "Method": "diversed.sweep.methods",
+    "register": "diversed.sweep.methods",
+    "load_plugins": "diversed.sweep.methods",
 }
 __all__ = sorted([*_EXPORTS, "CONFIG_DIR"])
 

@@ -32,7 +32,7 @@ OLD_NAMES = {
     "diversed.inputs": "diversed.decoding.inputs",
     "diversed.jobs": "diversed.config.jobs",
     "diversed.memcg": "diversed.tasks.memcg",
-    "diversed.methods": "diversed.methods",
+    "diversed.methods": "diversed.sweep.methods",
     "diversed.pair": "diversed.models.pair",
     "diversed.preflight": "diversed.sweep.preflight",
     "diversed.prompts": "diversed.training.prompts",

@@ -37,6 +37,7 @@ def test_every_old_name_points_at_a_module_that_exists():
     import importlib.util
 
     for old, new in OLD_NAMES.items():
+        assert old != new and new.count(".") == 2, (old, new)
         assert importlib.util.find_spec(new) is not None, (old, new)
         assert importlib.util.find_spec(old.replace("diversed.", "diversed._no_such_")) is None
 
