@@ -15,10 +15,12 @@ from omegaconf import OmegaConf, open_dict
 from tiny_models import compose_run, pair_overrides
 
 import diversed.evaluate as ev
+import diversed.sweep.point as point_module
 from diversed import WeightHead
 from diversed.decoding.inputs import left_pad
 from diversed.errors import ConfigError
 from diversed.files.provenance import digest
+from diversed.sweep.point import decode
 from diversed.sweep.results import ResultStore, load_results, read_examples
 from diversed.tasks import TASKS
 from diversed.tasks.base import Option
@@ -155,7 +157,7 @@ def test_every_method_stops_at_the_task_stop_sequences(tmp_path, toy_tiny_dir):
             point = {"method": method, "temperature": 1.0}
 
             def run(stop=None, point=point, ids=ids, mask=mask):
-                out = ev.decode(pair, point, None, ids, mask, max_new=16, seed=0, stop=stop)
+                out = decode(pair, point, None, ids, mask, max_new=16, seed=0, stop=stop)
                 return out.sequences, out.stats.new_tokens
 
             free, n_free = run()
@@ -348,9 +350,9 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     monkeypatch.undo()
     # each setting that changes outputs gives new points; the old records stay
     first_tokens = []  # what the engine was asked for, through evaluate's engine options
-    engine = ev.speculative_generate
+    engine = point_module.speculative_generate
     spy = lambda *a, **k: first_tokens.append(k["first_token"]) or engine(*a, **k)  # noqa: E731
-    monkeypatch.setattr(ev, "speculative_generate", spy)
+    monkeypatch.setattr(point_module, "speculative_generate", spy)
     for i, override in enumerate(
         [
             "task.max_new_tokens=4",
@@ -386,7 +388,7 @@ def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(
         return lambda *a, **k: asked.append((name, k["top_k"], k["top_p"])) or real(*a, **k)
 
     for name in decoders:
-        monkeypatch.setattr(ev, name, spy(name, getattr(ev, name)))
+        monkeypatch.setattr(point_module, name, spy(name, getattr(point_module, name)))
     methods = "sweep.methods=[autoregressive,hf_generate,lossless]"
     ev.evaluate(small_eval(tmp_path, toy_tiny_dir, methods, "engine.top_k=5", "engine.top_p=0.9"))
     assert {a[0] for a in asked} == set(decoders)

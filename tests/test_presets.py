@@ -90,7 +90,7 @@ def test_sampling_is_the_released_codes_by_default_and_exact_v_on_request(task, 
     """released: the bonus token from p and transformers' default top_k = 50 on p and q, as the
     released evaluation through transformers' assisted generation; exact_v: every token from v of
     the full softmax, what the presets did before (its settings are the old ones: old runs resume)."""
-    from diversed.evaluate import engine_settings
+    from diversed.sweep.grid import engine_settings
 
     monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
     released = preset("evaluate", task, "qwen3_8b_0p6b")

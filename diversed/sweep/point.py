@@ -1,0 +1,290 @@
+"""One grid point, decoded, scored and timed: the heads and drafts a sweep loads, `decode` (the
+point's method on its decoder: the engine, the autoregressive loop or transformers), `run_point`
+(decoded once and scored once per example: the record's fields and its per-example rows) and
+`time_point` (warm-up, timed passes at the sweep's batch size, latency passes at batch 1; the times
+go through `sweep.times`). It writes nothing: `diversed.evaluate` keeps the records.
+
+A point is decoded once and scored, then timed apart from scoring: `timing.warmup` untimed passes,
+`timing.repeats` timed passes over all examples at `sweep.batch_size` (throughput), and, with
+`timing.latency`, `timing.latency_repeats` passes that decode each example alone at batch 1 (the
+paper's mean wall time per sample). Every run is recorded; `times.py` turns them into medians,
+times per token and intervals. The time baseline `autoregressive` decodes with the target alone on
+the engine's own forward path; transformers' `generate` is the separate reference method
+`hf_generate`. Times are normalised by the autoregressive point of the same temperature, settings
+and seed (`times.normalized`: the one rule, which `results.load_results` applies to older records).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from diversed.analysis.compare import mean_interval
+from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.engine import speculative_generate
+from diversed.decoding.inputs import left_pad
+from diversed.decoding.reference import transformers_generate
+from diversed.decoding.stats import Totals
+from diversed.decoding.stopping import decode_completions
+from diversed.decoding.verify import Verifier
+from diversed.models.heads import WeightHead
+from diversed.models.pair import hidden_size
+from diversed.sweep.methods import METHODS
+from diversed.tasks.base import Task
+
+
+def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
+    """Each head, checked against the pair's hidden sizes, keyed by its path."""
+    sizes = {"draft_hidden_size": hidden_size(pair.draft), "target_hidden_size": hidden_size(pair.target)}
+    return {str(p): WeightHead.from_pretrained(p, **sizes).to(pair.device).eval() for p in paths}
+
+
+def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
+    """Each fine-tuned draft (a `save_pretrained` directory) in the pair's dtype, on its device,
+    frozen, on the pair's forward path; keyed by its path."""
+    from transformers import AutoModelForCausalLM
+
+    from diversed.decoding import draft_vocab
+    from diversed.decoding.forward import use_forward
+
+    drafts = {}
+    for path in paths:
+        model = draft_vocab.attach(AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype), path)
+        model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
+        model.eval().requires_grad_(False)
+        use_forward(model, pair.forward)
+        drafts[str(path)] = model
+    return drafts
+
+
+def decode(
+    pair: Any,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    ids,
+    mask,
+    *,
+    max_new: int,
+    seed: int,
+    stop=None,
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+):
+    """One batch by the point's method: the engine, our autoregressive loop, or transformers (alone,
+    or assisted with its static ensemble); rows end at EOS, at `max_new` tokens, or where `stop`
+    (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's."""
+    tok, T, engine = pair.tokenizer, point["temperature"], dict(engine or {})
+    # the engine's sampling truncation goes to every decoder: the same p and q for each method
+    common = {
+        "max_new_tokens": max_new,
+        "do_sample": T > 0,
+        "temperature": T if T > 0 else 1.0,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "stop": stop,
+        "top_k": engine.pop("top_k", 0),
+        "top_p": engine.pop("top_p", 1.0),
+    }
+    generator = torch.Generator(device=ids.device).manual_seed(seed)
+    method = METHODS[point["method"]]
+    draft = (drafts or {}).get(point.get("draft_model"), pair.draft)
+    if method.decoder == "transformers":
+        torch.manual_seed(seed)  # transformers samples from the global generator
+        if not method.speculative:
+            return transformers_generate(pair.target, ids, mask, **common)
+        return transformers_generate(
+            pair.target,
+            ids,
+            mask,
+            draft=draft,
+            ensemble_weight=point.get("weight"),
+            num_draft_tokens=point["num_draft_tokens"],
+            **common,
+        )
+    if method.decoder == "autoregressive":
+        return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
+    return speculative_generate(
+        pair.target,
+        draft,
+        ids,
+        mask,
+        verifier=verifier,
+        generator=generator,
+        num_draft_tokens=point["num_draft_tokens"],
+        **engine,
+        **common,
+    )
+
+
+def run_point(
+    pair: Any,
+    task: Task,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    *,
+    batch_size: int,
+    seed: int,
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+    token_w: bool = False,
+    progress: bool = False,
+):
+    """Decode every example once and score it once (every metric of the task: `Task.checked_metrics`);
+    returns (record fields, per-example rows). With
+    `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens;
+    with `progress`, a transient bar counts the examples decoded."""
+    tok = pair.tokenizer
+    examples = list(task)
+    prompts, cuts = task.encode_cut(tok, examples)
+    stop = task.stopper(tok)
+    rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
+    metric_sums: dict[str, float] = {}
+    scores: list[float] = []
+    bar = tqdm(total=len(examples), desc="decode", unit="example", leave=False, disable=not progress)
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start : start + batch_size]
+        ids, mask = left_pad(prompts[start : start + batch_size], tok.pad_token_id, pair.device)
+        out = decode(
+            pair,
+            point,
+            verifier,
+            ids,
+            mask,
+            max_new=task.max_new_tokens,
+            seed=seed + start,
+            stop=stop,
+            engine=engine,
+            drafts=drafts,
+        )
+        stats, n_new = out.stats, out.stats.new_tokens
+        wall += stats.wall_time_s
+        completions = decode_completions(tok, out.sequences, ids.shape[1], n_new)
+        batch_metrics = task.checked_metrics(batch, completions)  # each completion scored once
+        batch_scores = [m[task.metric] for m in batch_metrics]
+        scores += batch_scores
+        for m in batch_metrics:
+            if set(m) != {task.metric}:  # tasks with several metrics (ROUGE-1/2/L): each one's mean, recorded
+                for k, v in m.items():
+                    metric_sums[k] = metric_sums.get(k, 0.0) + v
+        new_tokens += int(n_new.sum())
+        totals.add(stats)
+        bar.update(len(batch))
+        speculative = METHODS[point["method"]].speculative
+        for i, ex in enumerate(batch):
+            rows.append(
+                {
+                    "example_id": task.example_id(ex, start + i),
+                    "prompt_tokens_cut": cuts[start + i],
+                    "prompt": tok.decode(prompts[start + i])
+                    if cuts[start + i]
+                    else task.full_prompt(ex),  # what it saw
+                    "reference": task.reference(ex),
+                    "completion": completions[i],
+                    "extracted": task.extract(ex, completions[i]),
+                    "score": batch_scores[i],
+                    "new_tokens": int(n_new[i]),
+                    "accepted_drafts": int(stats.accepted[i]) if speculative else None,
+                    "proposed_drafts": int(stats.proposed[i])
+                    if speculative
+                    else None,  # acceptance rate's denominator
+                    "verified_drafts": int(stats.verified[i])
+                    if speculative and stats.verified is not None
+                    else None,  # α's
+                }
+            )
+            if token_w and stats.token_w is not None:
+                n = int(n_new[i])
+                rows[-1]["tokens"] = out.sequences[i, ids.shape[1] : ids.shape[1] + n].tolist()
+                rows[-1]["token_text"] = [
+                    pair.tokenizer.decode([t]) for t in rows[-1]["tokens"]
+                ]  # for the report
+                rows[-1]["token_w"] = [round(float(v), 4) for v in stats.token_w[i, :n]]
+    bar.close()
+    score, low, high = mean_interval(scores)
+    spec = METHODS[point["method"]].speculative
+    fields = {
+        "score": score,
+        "score_ci_low": low,
+        "score_ci_high": high,
+        **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
+        "new_tokens": new_tokens,
+        "scored_wall_time_s": wall,
+        **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
+    }
+    return fields, rows
+
+
+def time_point(
+    pair: Any,
+    task: Task,
+    point: dict[str, Any],
+    verifier: Verifier | None,
+    *,
+    batch_size: int,
+    seed: int,
+    timing: dict[str, Any],
+    engine: dict[str, Any] | None = None,
+    drafts: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
+    Throughput: `repeats` passes over all examples at `batch_size` after `warmup` passes; latency:
+    `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
+    the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds).
+    With `progress`, a transient bar counts the examples decoded over all these passes."""
+    tok = pair.tokenizer
+    prompts = task.encode(tok, list(task))
+    stop = task.stopper(tok)
+    kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
+
+    new_tokens = []  # generated in the last pass
+
+    def passes(batches: list[list[list[int]]], count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            start, outs = time.perf_counter(), []
+            for i, batch in enumerate(batches):
+                ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
+                outs.append(
+                    decode(pair, point, verifier, ids, mask, seed=seed + i * len(batches[0]), **kwargs)
+                )
+                bar.update(len(batch))
+            times.append(time.perf_counter() - start)
+            new_tokens[:] = [int(o.stats.new_tokens.sum()) for o in outs]
+        return times
+
+    out: dict[str, Any] = {}
+    batches = [prompts[i : i + batch_size] for i in range(0, len(prompts), batch_size)]
+    alone = (
+        [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
+        if timing.get("latency")
+        else []
+    )
+    lat_repeats = timing.get("latency_repeats") or max(1, timing["repeats"])
+    total = timing["warmup"] * sum(map(len, batches[:1])) + timing["repeats"] * len(prompts)
+    bar = tqdm(
+        total=total + bool(alone) * (timing["warmup"] + lat_repeats * len(alone)),
+        desc="timing",
+        unit="example",
+        leave=False,
+        disable=not progress,
+    )
+    passes(batches[:1], timing["warmup"])
+    runs = passes(batches, timing["repeats"])
+    if runs:
+        out.update(wall_time_s=statistics.median(runs), wall_time_runs=runs)
+    if alone:
+        passes(alone[:1], timing["warmup"])
+        lat = [t / len(alone) for t in passes(alone, lat_repeats)]
+        out.update(
+            latency_s=statistics.median(lat),
+            latency_runs=lat,
+            latency_examples=len(alone),
+            latency_new_tokens=sum(new_tokens),
+        )
+    bar.close()
+    return out
