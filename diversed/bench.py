@@ -222,9 +222,8 @@ class BenchConfig:
     seed: int = 0
     bonus_token: str = "ensemble"
     first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
-    top_k: int = (
-        0  # sampled settings: p and q truncated alike in every decoder, ours and transformers' (0: none)
-    )
+    # sampled settings: p and q truncated alike in every decoder, ours and transformers' (0: none)
+    top_k: int = 0
     top_p: float = 1.0  # (1.0: none)
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)

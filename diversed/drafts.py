@@ -57,9 +57,8 @@ class DraftRecipe:
     name: str
     target: str  # a pair member (weights.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int  # the target's first decoder layers kept
-    vocab: (
-        int | None
-    )  # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    vocab: int | None
     # (task, optimizer steps, that stage's own distill overrides), distilled in turn, each stage
     # replaying the earlier stages' samples
     stages: tuple[tuple[str, int, tuple[str, ...]], ...]

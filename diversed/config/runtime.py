@@ -23,8 +23,6 @@
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
   trainer, fit or resume exactly, last.ckpt; `checkpoints.py`), then the best checkpoint's state
   exported whole by the module (`pair_module.PairModule.export`).
-- `optimizers(module, optimizer, schedule, warmup_steps)`: what a training module's
-  `configure_optimizers` returns: the optimizer, with transformers' learning-rate schedule.
 
 It does not decide what a training run logs (its module does) nor where a job writes (`jobs.py`).
 """
@@ -325,23 +323,6 @@ def prepare_training(cfg: Any, max_new_tokens: int | None, check_resume: Any = N
     return datamodule, pair
 
 
-LR_SCHEDULES = ("constant", "cosine", "linear")  # the settings' names (`schema.py` reads them from here)
-
-
-def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_steps: int = 0) -> Any:
-    """`optimizer` alone, or with transformers' schedule stepped every optimizer step: linear
-    warm-up over `warmup_steps`, then constant, cosine or linear decay to 0 over the run's steps
-    (max_steps, or epochs × batches per epoch). `schedule` is one of `LR_SCHEDULES`."""
-    if schedule == "constant" and not warmup_steps:
-        return optimizer
-    from transformers import get_scheduler
-
-    name = "constant_with_warmup" if schedule == "constant" else schedule
-    total = int(module.trainer.estimated_stepping_batches)
-    scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total)
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
 def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
     if not ckpt_path:
         return
@@ -357,9 +338,8 @@ def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
 class Fitted(NamedTuple):
     metrics: dict[str, float]  # the trainer's last callback metrics
     best: str  # the best checkpoint's path ("" without a monitored checkpoint)
-    exported: (
-        Path  # <paths.output_dir>/<the module's `exported`>, written by this process if `is_global_zero`
-    )
+    # <paths.output_dir>/<the module's `exported`>, written by this process if `is_global_zero`
+    exported: Path
     is_global_zero: bool  # this process exported (one process of a distributed run)
 
 

@@ -34,9 +34,8 @@ class Round(NamedTuple):
     # [b, n] the drafts x_1..x_n ~ q (the engine's: a view of its slots, until the round is committed)
     x: Tensor
     q: Tensor | None = None  # [b, n, V] q_1..q_n (logits where no probabilities are needed); None: n = 0
-    h_q: Tensor | None = (
-        None  # [b, n, H] the draft's last hidden states at each draft (a verifier with a head)
-    )
+    # [b, n, H] the draft's last hidden states at each draft (a verifier with a head)
+    h_q: Tensor | None = None
     logits_p: Tensor | None = None  # [b, n + 1, V] the target's logits at [t0, x_1..x_n]
     p: Tensor | None = None  # [b, n + 1, V] p_1..p_{n+1} (the logits where no probabilities are needed)
     h_p: Tensor | None = None  # [b, n + 1, H] the target's last hidden states there

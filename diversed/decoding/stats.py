@@ -121,9 +121,8 @@ class SpeculativeStats:
     w_count: Tensor
     verified: Tensor | None = None  # drafts the target tested: up to and including the first rejection
     tv_sum: Tensor | None = None  # Σ TV(p, q) over the verified drafts (sampled decoding only)
-    token_w: Tensor | None = (
-        None  # [B, max new]: w at each emitted token (NaN past a row's end; with a weight)
-    )
+    # [B, max new]: w at each emitted token (NaN past a row's end; with a weight)
+    token_w: Tensor | None = None
     target_calls: int = 0  # batched target forwards (first_token="target": its prompt-only forward too)
     draft_calls: int = 0  # batched draft forwards, prefill excluded
     wall_time_s: float = 0.0

@@ -107,9 +107,8 @@ class DistillModule(PairModule):
                 freeze_bottom(self.draft, freeze_layers)
             if lora:
                 self.draft = with_lora(self.draft, lora)
-        self.samples_file: Path | None = (
-            None  # distill.reuse: where the drawn samples are kept (distill() sets it)
-        )
+        # distill.reuse: where the drawn samples are kept (distill() sets it)
+        self.samples_file: Path | None = None
 
     def frozen(self) -> tuple[nn.Module, ...]:
         return (self.pair.target,)  # the draft trains
