@@ -21,7 +21,7 @@ It checks settings only: data files, the pair's files and the context length are
 `preflight.py`, still before any model weights are read. The names a setting chooses from are the
 domain's, imported from the modules that act on them (methods in `methods.py`, baselines and
 regulariser modes in `reinforce.py`, divergences and rollouts in `teacher.py`, learning-rate
-schedules in `training/pair_module.py`, head features in `heads.py`); the training modules trust what is
+schedules in `training/schedules.py`, head features in `heads.py`); the training modules trust what is
 checked here and do not check it again.
 """
 
@@ -46,8 +46,8 @@ from diversed.errors import ConfigError
 from diversed.models.heads import FEATURES
 from diversed.sweep.methods import METHODS, Knob, knobs, load_plugins
 from diversed.sweep.preflight import LIGHTNING_CKPT_NAMES
-from diversed.training.pair_module import LR_SCHEDULES
 from diversed.training.reinforce import BASELINES, REG_MODES
+from diversed.training.schedules import LR_SCHEDULES
 from diversed.training.teacher import DIVERGENCES, ROLLOUTS
 
 PositiveInt = Annotated[int, Field(ge=1)]

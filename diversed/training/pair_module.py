@@ -9,7 +9,7 @@ whose frozen models are held outside the module's parameters and checkpoints.
   ids alone; `shared_logits(p_logits, q_logits)`, both models' logits over their shared vocabulary.
 - `PairModule`: the LightningModule plumbing both build on: the pair (`pair=`; its frozen models
   placed on the module's device in eval mode when fitting or validating), the optimizer over the
-  module's `trainable_parameters()` with its learning-rate schedule (`optimizers`), the
+  module's `trainable_parameters()` with its learning-rate schedule (`schedules.optimizers`), the
   data module's train and validation tasks, prompts padded on the device, speculative decoding of
   a batch with the engine, and validation: each step adds its decoding statistics (and task
   scores), summed over processes at the epoch's end and logged under the shared names
@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from diversed.decoding.engine import SpeculativeOutput, speculative_generate
 from diversed.decoding.inputs import left_pad
 from diversed.decoding.stats import SpeculativeStats, Totals
+from diversed.training.schedules import optimizers
 
 OBJECTIVE = "val/objective"  # what `configs/callbacks/default.yaml` monitors: the best checkpoint's metric
 
@@ -73,23 +74,6 @@ def shared_logits(p_logits: Tensor, q_logits: Tensor) -> tuple[Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------- the module
-
-
-LR_SCHEDULES = ("constant", "cosine", "linear")  # the settings' names (`schema.py` reads them from here)
-
-
-def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_steps: int = 0) -> Any:
-    """`optimizer` alone, or with transformers' schedule stepped every optimizer step: linear
-    warm-up over `warmup_steps`, then constant, cosine or linear decay to 0 over the run's steps
-    (max_steps, or epochs × batches per epoch). `schedule` is one of `LR_SCHEDULES`."""
-    if schedule == "constant" and not warmup_steps:
-        return optimizer
-    from transformers import get_scheduler
-
-    name = "constant_with_warmup" if schedule == "constant" else schedule
-    total = int(module.trainer.estimated_stepping_batches)
-    scheduler = get_scheduler(name, optimizer, num_warmup_steps=warmup_steps, num_training_steps=total)
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 class PairModule(L.LightningModule):
