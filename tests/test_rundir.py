@@ -270,3 +270,20 @@ def test_every_reader_survives_each_bad_line_and_names_it(damaged_run, tmp_path)
     assert (tmp_path / "all.csv").read_text().count("\n") == 1 + 3  # the records, none of the bad lines
     with pytest.warns(UserWarning, match="skipping 10 unreadable lines"):
         load_results(run)
+
+
+def test_an_older_writers_interval_that_crosses_the_score_range_is_read_clipped(tmp_path):
+    """Records written before the Wilson/bootstrap intervals carry a Student-t interval, which crosses
+    [0, 1] near the bounds (a real run: score_ci_low -0.00045): read, clipped to the range, not lost."""
+    rec = _point("lossless", num_draft_tokens=2)
+    rec.update(score=0.01, score_ci_low=-0.00045, score_ci_high=1.02)
+    (tmp_path / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no line skipped
+        frame = load_results(tmp_path)
+    assert len(frame) == 1
+    assert (frame.score_ci_low.item(), frame.score_ci_high.item()) == (0.0, 1.0)
+    rec.update(score_ci_low=float("nan"))
+    (tmp_path / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    with pytest.warns(UserWarning, match="score_ci_low is nan"):
+        assert len(load_results(tmp_path)) == 0

@@ -17,8 +17,9 @@ Readers keep the last record of each key and skip, naming each in one warning pe
 line, why), every line that is not one: a torn last line (silently: a kill leaves it), a line
 that is not UTF-8 or not JSON, a JSON value that is not a record (`as_record`: an object with
 pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0,
-scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100)
-and each knob's value one its knob takes) or not an example row (`as_example`). Records of a method
+scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100;
+a score interval from an older writer's Student t, which could cross the range, is read clipped to
+it) and each knob's value one its knob takes) or not an example row (`as_example`). Records of a method
 that is not registered (a method of one's own whose module was not loaded) are refused by
 `load_results` with the option that loads it.
 
@@ -245,6 +246,10 @@ def as_record(row: Any) -> dict[str, Any]:
     for f in ("pair", "task", "method"):
         if not isinstance(row[f], str):
             raise ValueError(f"{f} is {row[f]!r}, not a string")
+    for f in ("score_ci_low", "score_ci_high"):  # older writers' Student-t interval could cross [0, 1]
+        value = row.get(f)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            row[f] = min(max(float(value), 0.0), 1.0)  # the interval clipped to the scores' range
     for f in _NUMBERS:
         if why := _problem(f, row.get(f), f in _FRACTIONS):
             raise ValueError(why)
