@@ -98,6 +98,7 @@ def autoregressive_generate(
     out = torch.full((B, max_new_tokens + 1), pad, dtype=torch.long, device=device)  # last col: sink
     rows = torch.arange(B, device=device)
     counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
+    none, full = rows.new_zeros(B), rows.new_ones(B, dtype=torch.bool)  # each step's k and full (no drafts)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
 
     for step in range(max_new_tokens):
@@ -137,8 +138,10 @@ def autoregressive_generate(
         )
         cols = torch.where(keep > 0, step, max_new_tokens)
         out[rows, cols] = x
+        kept = keep.unsqueeze(1) > 0
         counter.count(
-            rows, Round.single(x, w_x)._replace(keep=keep, kept=keep.unsqueeze(1) > 0, cols=cols[:, None])
+            rows,
+            Round.single(x, w_x, zeros=none[:b], ones=full[:b], keep=keep, kept=kept, cols=cols[:, None]),
         )
         if any(done_h):  # finished rows leave the batch
             stay = [i for i, d in enumerate(done_h) if not d]

@@ -49,17 +49,19 @@ class Round(NamedTuple):
     cols: Tensor | None = None  # [b, n + 1] where they went in the output (the sink past a row's end)
 
     @classmethod
-    def single(cls, token: Tensor, w: Tensor | None = None) -> Round:
+    def single(
+        cls,
+        token: Tensor,
+        w: Tensor | None = None,
+        *,
+        zeros: Tensor | None = None,
+        ones: Tensor | None = None,
+        **emitted: Tensor,
+    ) -> Round:
         """A round without drafts that emits `token` [b], from the bonus law (so `full`), with `w`
-        there (None where the verifier records no w): no draft proposed, none accepted."""
-        b = token.shape[0]
-        k = torch.zeros_like(token)
-        return cls(
-            n=0,
-            lengths=0,
-            x=token.new_zeros(b, 0),
-            k=k,
-            full=torch.ones_like(k, dtype=torch.bool),
-            nxt=token,
-            w_next=w,
-        )
+        there (None where the verifier records no w): no draft proposed, none accepted. `zeros` [b]
+        (long) and `ones` [b] (bool): buffers a loop allocates once, so that a step of plain decoding
+        costs no allocation or kernel here; `emitted`: the host's `keep`, `kept` and `cols`."""
+        k = torch.zeros_like(token) if zeros is None else zeros
+        full = torch.ones_like(k, dtype=torch.bool) if ones is None else ones
+        return cls(n=0, lengths=0, x=token[:, None][:, :0], k=k, full=full, nxt=token, w_next=w, **emitted)
