@@ -1,7 +1,7 @@
 """What made a result: digests of files, model directories and settings, for keying results.
 
 A grid point's record is keyed by a fingerprint of everything that determines its output (see
-`evaluate.settings_fingerprint`): this module supplies the digests it is built from.
+`sweep.grid.settings_fingerprint`): this module supplies the digests it is built from.
 
 - `digest(value)`: a short SHA-256 of a JSON-able value (sorted keys), e.g. a settings dict.
 - `file_digest(path)`: SHA-256 of a file's bytes. Files over `FULL_HASH_BYTES` (multi-GB weight

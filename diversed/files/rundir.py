@@ -19,7 +19,7 @@ with a warning that names what cannot be read.
   `skipped(path, bad)` is that warning (also for the rows of a table file).
 - `read_json(path)`: a JSON object file, or None with a warning naming the file and why.
 
-It knows nothing of what records hold (`results.py`) or what a fingerprint holds (`evaluate.py`);
+It knows nothing of what records hold (`results.py`) or what a fingerprint holds (`sweep/grid.py`);
 readers take no lock (a sweep may be writing while they read: they see whole files, and at most a
 torn last line of an appended one). Hydra writes its own files (`.hydra/`, the job's log) before
 evaluate takes the lock: a refused second run still rewrites `.hydra/` and logs its refusal. The lock

@@ -1,7 +1,7 @@
 """Times and their uncertainty: what a grid point's timed passes say, alone and against autoregressive
 decoding.
 
-`evaluate.time_point` measures: `wall_time_runs`, passes over all examples at the sweep's batch size
+`sweep.point.time_point` measures: `wall_time_runs`, passes over all examples at the sweep's batch size
 (throughput), and `latency_runs`, the mean time per sample of passes that decode each example alone
 at batch 1 (the paper's time). Every time a record holds beyond those runs is computed here, once:
 
