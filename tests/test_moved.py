@@ -47,3 +47,22 @@ def test_current_name():
     assert current_name("diversed.pairs.x") == "diversed.pairs.x"  # a prefix of a name is not the name
     assert current_name("diversed.models.pair.load_pair") == "diversed.models.pair.load_pair"
     assert current_name("diversed.toy.load_toy_pair") == "diversed.toy.load_toy_pair"  # a verb kept its name
+
+
+def test_the_package_uses_only_the_new_names():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "diversed"
+    old = set(OLD_NAMES) | {n.removeprefix("diversed.") for n in OLD_NAMES}
+    bad = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                if node.module == "diversed":
+                    names = [f"diversed.{a.name}" for a in node.names]
+                bad += [f"{path.name}: {n}" for n in names if n in OLD_NAMES]
+            elif isinstance(node, ast.Import):
+                bad += [f"{path.name}: {a.name}" for a in node.names if a.name in OLD_NAMES]
+    assert old and not bad, bad
