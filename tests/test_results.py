@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diversed import results as R
+from diversed.sweep import results as R
 from diversed.analysis.fronts import pareto_front
 from diversed.files import atomic
 from diversed.sweep.results import (
