@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from diversed.sweep import results as R
 from diversed.analysis.fronts import pareto_front
 from diversed.files import atomic
+from diversed.sweep import results as R
 from diversed.sweep.results import (
     GRID_FIELDS,
     ResultStore,
