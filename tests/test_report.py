@@ -429,6 +429,7 @@ def test_proposition_1_holds_on_the_toy_pair(tmp_path, toy_pair_dir):
             "sweep.weights=[0.2,0.5,0.8,1.0]",
             "sweep.draft_lengths=[3,5]",
             "sweep.temperatures=[1.0]",
+            "sweep.num_seeds=1",
             "timing.repeats=0",
             "runtime.progress=false",
         ],
