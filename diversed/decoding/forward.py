@@ -383,9 +383,8 @@ class SlotModel:
         if not self.plan.direct:
             self.cache = DynamicCache() if self.plan.window else DynamicCache(config=model.config)
         self.length, self.calls = 0, 0  # slots in the cache, forward calls (the caller counts them)
-        self.maxima: list[
-            Tensor
-        ] = []  # each call's row maxima, on the device: finite or no distribution (stats)
+        # each call's row maxima, on the device: finite or no distribution (stats)
+        self.maxima: list[Tensor] = []
 
     def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
         """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""

@@ -384,8 +384,6 @@ class RowCounter:
         the rows still in the batch, `rows` their original rows."""
         import torch
 
-        from diversed.decoding.verify import total_variation
-
         n, k, keep = r.n, r.k, r.keep
         ones = torch.ones_like(k)
         proposed, accepted = ones * r.lengths if isinstance(r.lengths, int) else r.lengths, k
@@ -424,6 +422,8 @@ class RowCounter:
         else:
             sums["w_sum"] = ones.new_zeros(ones.shape, dtype=self.floats.dtype)
         if self.measures_tv and n > 0:  # TV(p, q) = ½·Σ_x |p(x) − q(x)| at the verified drafts
+            from diversed.decoding.verify import total_variation
+
             tv = total_variation(r.p[:, :n], r.q)
             sums["tv_sum"] = (tv * (torch.arange(n, device=tv.device) < verified.unsqueeze(1))).sum(1)
         else:

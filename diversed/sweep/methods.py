@@ -28,6 +28,7 @@ import re
 import string
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,10 @@ class Knob:
             if why := self.problem(value):
                 raise ValueError(f"Knob {self.field}: its default grid has {value!r}, which {why}")
 
-    @property
+    @cached_property
     def bounds(self) -> tuple[float, float, bool, bool]:
-        """(low, high, low end included, high end included) of a number knob."""
+        """(low, high, low end included, high end included) of a number knob (parsed once: readers
+        check every record's value against it)."""
         if self.interval is None:
             return -math.inf, math.inf, False, False
         m = _INTERVAL.fullmatch(self.interval)
@@ -334,7 +336,7 @@ def method(name: str) -> Method:
 
 def check_known(found: Iterable[Any], where: str) -> None:
     """ConfigError if `found` (the records' method names) holds one that is not registered, saying how
-    to load the module that registers it (methods of the `diversed.sweep.methods` entry points are
+    to load the module that registers it (methods of the `diversed.methods` entry points are
     loaded first)."""
     unknown = sorted({str(n) for n in found if n not in METHODS})
     if unknown:
@@ -367,7 +369,7 @@ _entry_points_loaded = False
 
 
 def load_plugins(modules: Iterable[str] = (), *, where: str = "plugins") -> None:
-    """Import each module (each registers its methods on import), after the `diversed.sweep.methods` entry
+    """Import each module (each registers its methods on import), after the `diversed.methods` entry
     points; ConfigError naming the module (`where[i]`) that cannot be imported and the fix."""
     load_entry_points()
     if isinstance(modules, str):
@@ -394,12 +396,12 @@ def add_plugin_option(parser: Any) -> None:
         default=[],
         metavar="MODULE",
         help="a module that registers methods of one's own (repeatable; README, \"Add your own "
-        'method"); the diversed.sweep.methods entry points are loaded anyway',
+        'method"); the diversed.methods entry points are loaded anyway',
     )
 
 
 def load_entry_points() -> None:
-    """Load the `diversed.sweep.methods` entry points once: each names a module (which registers its
+    """Load the `diversed.methods` entry points once: each names a module (which registers its
     methods on import) or a `Method` (registered here)."""
     global _entry_points_loaded
     if _entry_points_loaded:

@@ -82,9 +82,8 @@ class Task:
     revision: ClassVar[str | None] = None
     fields: ClassVar[tuple[str, ...]] = ()
     required_fields: ClassVar[tuple[str, ...] | None] = None  # what scoring needs (default: `fields`)
-    hub_splits: ClassVar[
-        tuple[str, ...]
-    ] = ()  # the Hub dataset's splits (another is refused offline); (): unknown
+    # the Hub dataset's splits (another is refused offline); (): unknown
+    hub_splits: ClassVar[tuple[str, ...]] = ()
     default_split: ClassVar[str] = "test"
     few_shot_split: ClassVar[str] = "train"
     # How few-shot examples are joined: prompt + target_delimiter + target + fewshot_delimiter.
