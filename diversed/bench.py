@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from diversed.config.runtime import quiet
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
+from diversed.decoding.forward import forward_path
 from diversed.decoding.inputs import check_decoding, left_pad, token_ids
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -369,6 +370,11 @@ class Bench:
             "dynamic": DynamicEnsemble(head.eval().requires_grad_(False)),
         }
         self.meter = CallMeter({"target": target, "draft": draft})
+        # Each model's forward path is planned now, with the meter's hooks on (they are part of the
+        # plan's key): choosing the direct path runs two check forwards, which the meter would
+        # otherwise count inside the first timed decode call.
+        for model in (target, draft):
+            forward_path(model)
 
     def run(self, s: Setting, chunk: int, seed: int, run: Run) -> None:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
