@@ -20,12 +20,17 @@ Per setting it reports the median tokens/s over the repeats (new tokens up to an
 over wall time, prompt processing included), our ratio to transformers on the same setting, the
 α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its
 bound, and the speedup over autoregressive decoding with the same forward path (same batch size
-and temperature) against the theoretical speedup (`stats.theoretical_speedup`, c the draft/target
-forward-time ratio measured by hooks on the embeddings and the LM head of both models). That
-theory prices a verification forward over N + 1 tokens like a one-token forward; the report also
-gives our mean target forward time over the autoregressive loop's (`v/d`), the fraction of the
-bound at that cost (`frac@v`: what is left is the engine's own overhead) and the share of wall
-time spent in forwards (`fwd%`).
+and temperature) against the theoretical speedup (`stats.theoretical_speedup`: bound / (N·c + 1)).
+Forward times come from hooks on the embeddings and the LM head of both models. Within each decode
+call the first forward of each model is its prompt pass (prefill), reported apart (`*_prefill_ms`,
+`prefill_time_share`); every later forward is a decoding step (`*_forward_ms`). c is Leviathan et
+al.'s: the draft's mean decoding step over the target's one-token decoding step, the latter from
+the autoregressive setting with the same forward path, batch size and temperature (no c, theory
+or speedup where `--only` leaves that setting out). That theory prices a verification forward over
+N + 1 tokens like a one-token step; the report also gives v, our target decoding forward over that
+one-token step (`v/d`), the fraction of the bound at that cost, bound / (N·c + v) (`frac@v`: what
+is left is the engine's own overhead), and the shares of wall time spent in forwards (`fwd%`,
+prompt passes included) and in prompt passes (`pre%`).
 `--output FILE.json` writes one record per setting.
 
 The pair is the toy pair, a saved one (`--target/--draft`), a pair config by name (`--pair smollm2`:
@@ -39,6 +44,10 @@ or `--max-new-tokens` alike (not at a task's stop sequences), sampling with `--t
 It only measures and reports: pairs come from `diversed.models.pair` (and the toy pair), prompts from
 the tasks, the autoregressive loop from `diversed.decoding.autoregressive`, statistics and bounds from
 `diversed.decoding.stats`; `scripts/bench_goals.py` checks a set of goals on an `--output` file.
+It does not look at what a forward is fed: a prompt pass is a model's first forward in a decode
+call, whatever it holds (our engine's first target forward and transformers' assisted generation's
+also score the first round's drafts, so the target's prompt pass can cost a little more than the
+prompt alone).
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from torch import Tensor, nn
 from diversed.config.runtime import quiet
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
+from diversed.decoding.forward import forward_path
 from diversed.decoding.inputs import check_decoding, left_pad, token_ids
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -131,35 +141,52 @@ def settings(
 # ----------------------------------------------------------------------------- measurement
 
 
+def _per_model(zero: float) -> Callable[[], dict[str, Any]]:
+    return lambda: {"target": zero, "draft": zero}
+
+
 @dataclass
 class Run:
     """One timed pass of a setting over all prompts."""
 
     seconds: float = 0.0
     totals: Totals = field(default_factory=Totals)  # new tokens, rounds, proposed and accepted drafts, w
-    calls: dict[str, int] = field(default_factory=lambda: {"target": 0, "draft": 0})
-    forward_s: dict[str, float] = field(default_factory=lambda: {"target": 0.0, "draft": 0.0})
+    calls: dict[str, int] = field(default_factory=_per_model(0))  # every forward, prompt passes included
+    forward_s: dict[str, float] = field(default_factory=_per_model(0.0))
+    # the prompt passes among them: each model's first forward in each decode call
+    prefill_calls: dict[str, int] = field(default_factory=_per_model(0))
+    prefill_s: dict[str, float] = field(default_factory=_per_model(0.0))
 
 
 class CallMeter:
-    """Counts forward calls of the target and the draft and the time from embedding to logits.
+    """Counts forward calls of the target and the draft and the time from embedding to logits, the
+    prompt pass apart from the decoding steps.
 
     The hooks sit on the input embeddings (start) and the output embeddings (stop) rather than on
     the model, so that they see every forward however it is made (`generate`, `model(...)`, or the
-    engine running the decoder layers itself).
+    engine running the decoder layers itself). Call `start_decode` right before each decode call
+    (one `generate`, one engine call, one loop call): within it, the first forward of each model is
+    its prompt pass (prefill; in speculative decoders it may also score the first round's drafts)
+    and every later forward is a decoding step. The rule holds for any decoder that reads the prompt
+    in each model's first forward; the meter does not look at what a forward is fed.
     """
 
     def __init__(self, models: dict[str, nn.Module]) -> None:
         self.run: Run | None = None
         self._t0: dict[str, Any] = {}
+        self._read: set[str] = set()  # the models that made their prompt pass in this decode call
         # On a GPU the hooks record CUDA events (a host clock would time the kernel launches); their
         # times are read after the setting's final synchronize, in `flush`.
         self.cuda = next(next(iter(models.values())).parameters()).device.type == "cuda"
-        self.pending: list[tuple[str, Any, Any]] = []
+        self.pending: list[tuple[str, bool, Any, Any]] = []  # (model, prompt pass?, start, stop)
         self.handles = []
         for name, model in models.items():
             self.handles.append(model.get_input_embeddings().register_forward_pre_hook(self._start(name)))
             self.handles.append(model.get_output_embeddings().register_forward_hook(self._stop(name)))
+
+    def start_decode(self) -> None:
+        """A decode call begins: the next forward of each model is its prompt pass."""
+        self._read.clear()
 
     def _start(self, name: str) -> Callable:
         return lambda module, args: self._t0.__setitem__(name, _event() if self.cuda else time.perf_counter())
@@ -168,18 +195,27 @@ class CallMeter:
         def hook(module, args, output):
             if self.run is None:
                 return
+            prefill = name not in self._read
+            self._read.add(name)
             self.run.calls[name] += 1
+            self.run.prefill_calls[name] += prefill
             if self.cuda:
-                self.pending.append((name, self._t0[name], _event()))
+                self.pending.append((name, prefill, self._t0[name], _event()))
             else:
-                self.run.forward_s[name] += time.perf_counter() - self._t0[name]
+                self._add(self.run, name, prefill, time.perf_counter() - self._t0[name])
 
         return hook
 
+    @staticmethod
+    def _add(run: Run, name: str, prefill: bool, seconds: float) -> None:
+        run.forward_s[name] += seconds
+        if prefill:
+            run.prefill_s[name] += seconds
+
     def flush(self, run: Run) -> None:
         """Add the recorded GPU forward times to `run` (after a synchronize)."""
-        for name, start, stop in self.pending:
-            run.forward_s[name] += start.elapsed_time(stop) / 1e3
+        for name, prefill, start, stop in self.pending:
+            self._add(run, name, prefill, start.elapsed_time(stop) / 1e3)
         self.pending.clear()
 
     def close(self) -> None:
@@ -369,6 +405,11 @@ class Bench:
             "dynamic": DynamicEnsemble(head.eval().requires_grad_(False)),
         }
         self.meter = CallMeter({"target": target, "draft": draft})
+        # Each model's forward path is planned now, with the meter's hooks on (they are part of the
+        # plan's key): choosing the direct path runs two check forwards, which the meter would
+        # otherwise count inside the first decode call, the first of them as its prompt pass.
+        for model in (target, draft):
+            forward_path(model)
 
     def run(self, s: Setting, chunk: int, seed: int, run: Run) -> None:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
@@ -388,6 +429,7 @@ class Bench:
         self.meter.run = run
         try:
             for ids, mask in self.chunks[chunk][s.batch_size]:
+                self.meter.start_decode()  # each model's next forward reads this batch's prompts
                 t0 = _clock(self.device)
                 if s.engine == "diversed":
                     out = speculative_generate(
@@ -433,9 +475,14 @@ class Bench:
 
 
 def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
-    """One record: median tokens/s over the repeats, the other numbers pooled over them."""
-    calls = {m: sum(r.calls[m] for r in runs) for m in ("target", "draft")}
-    fwd = {m: sum(r.forward_s[m] for r in runs) for m in ("target", "draft")}
+    """One record: median tokens/s over the repeats, the other numbers pooled over them. Forward
+    times are means per decoding step (`*_forward_ms`, prompt passes excluded) and per prompt pass
+    (`*_prefill_ms`); c, the theory and the ratios between settings are `compare`'s."""
+    models = ("target", "draft")
+    calls = {m: sum(r.calls[m] for r in runs) for m in models}
+    fwd = {m: sum(r.forward_s[m] for r in runs) for m in models}
+    pre_calls = {m: sum(r.prefill_calls[m] for r in runs) for m in models}
+    pre_s = {m: sum(r.prefill_s[m] for r in runs) for m in models}
     seconds = sum(r.seconds for r in runs)
     pooled = Totals()
     for r in runs:
@@ -444,8 +491,9 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     # no bound
     alpha, speculative = pooled.alpha, s.engine in ("diversed", "transformers") and pooled.alpha is not None
     tokens, rounds = pooled.new_tokens, pooled.rounds
-    ms = {m: 1e3 * fwd[m] / calls[m] if calls[m] else None for m in ("target", "draft")}
-    c = ms["draft"] / ms["target"] if ms["draft"] and ms["target"] else None
+    steps = {m: calls[m] - pre_calls[m] for m in models}
+    ms = {m: 1e3 * (fwd[m] - pre_s[m]) / steps[m] if steps[m] else None for m in models}
+    prefill_ms = {m: 1e3 * pre_s[m] / pre_calls[m] if pre_calls[m] else None for m in models}
     return {
         **asdict(s),  # engine, verifier, batch size, temperature, weight, N, implementation, bonus token
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
@@ -456,18 +504,21 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         "tokens_per_target_call_bound": tokens_per_call_bound(alpha, s.num_draft_tokens)
         if speculative
         else None,
-        "draft_target_time_ratio": c,
-        "theoretical_speedup": theoretical_speedup(alpha, s.num_draft_tokens, c)
-        if speculative and c
-        else None,
+        "draft_target_time_ratio": None,  # c and the theory need the autoregressive record: `compare`
+        "theoretical_speedup": None,
         "mean_w": pooled.w_sum / pooled.w_count if pooled.w_count else None,
         "new_tokens": tokens / len(runs),
         "target_calls": calls["target"] / len(runs),
         "draft_calls": calls["draft"] / len(runs),
-        "target_forward_ms": ms["target"],
+        "target_forward_ms": ms["target"],  # mean decoding step (prompt passes excluded)
         "draft_forward_ms": ms["draft"],
+        "target_prefill_ms": prefill_ms["target"],  # mean prompt pass
+        "draft_prefill_ms": prefill_ms["draft"],
+        "target_prefill_calls": pre_calls["target"] / len(runs),
+        "draft_prefill_calls": pre_calls["draft"] / len(runs),
         # the rest of the wall time is the engine's own work (sampling, verification, bookkeeping)
-        "forward_time_share": (fwd["target"] + fwd["draft"]) / seconds,
+        "forward_time_share": (fwd["target"] + fwd["draft"]) / seconds,  # every forward, prompt passes too
+        "prefill_time_share": (pre_s["target"] + pre_s["draft"]) / seconds,
         "seconds": seconds / len(runs),
         "repeats": len(runs),
         "label": s.label,
@@ -475,28 +526,42 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
 
 
 def compare(records: list[dict[str, Any]]) -> None:
-    """Add the ratios between settings: to transformers, over autoregressive, over sampling from v."""
+    """Add what needs two settings: c and the theory, the ratios to transformers, over autoregressive
+    decoding and over sampling from v.
+
+    c (`draft_target_time_ratio`) is Leviathan et al.'s: the draft's mean decoding step over the
+    target's one-token decoding step, both without prompt passes, the latter from the autoregressive
+    record with the same forward path, batch size and temperature (our loop for our engine and for
+    sampling from v, `generate` for transformers). Without that record (left out by `--only`) c, the
+    theory and the speedups are None.
+    """
 
     def find(**kw: Any) -> dict[str, Any] | None:
         return next((r for r in records if all(r[k] == v for k, v in kw.items())), None)
 
     for r in records:
+        same = {"batch_size": r["batch_size"], "temperature": r["temperature"]}
+        path = {"diversed": "loop", "transformers": "generate"}.get(r["engine"], r["implementation"])
+        own = find(engine="autoregressive", verifier=None, implementation=path, **same)
+        step = own["target_forward_ms"] if own else None  # the target's one-token decoding step
+        if step and r["draft_forward_ms"]:
+            r["draft_target_time_ratio"] = r["draft_forward_ms"] / step
         if r["engine"] == "autoregressive":
             continue
-        same = {"batch_size": r["batch_size"], "temperature": r["temperature"]}
-        # Over autoregressive decoding with the same forward path (`generate` for transformers, our
-        # loop for our engine): the theory's c is measured on those same calls.
-        loop = "loop" if r["engine"] == "diversed" else "generate"
-        own = find(engine="autoregressive", verifier=None, implementation=loop, **same)
+        c, n, bound = r["draft_target_time_ratio"], r["num_draft_tokens"], r["tokens_per_target_call_bound"]
+        if bound is not None and c is not None:  # speculative with a known α: bound / (N·c + 1)
+            r["theoretical_speedup"] = theoretical_speedup(r["alpha"], n, c)
         if own and r["theoretical_speedup"]:
             r["speedup"] = r["tokens_per_s"] / own["tokens_per_s"]
             r["speedup_fraction_of_theory"] = r["speedup"] / r["theoretical_speedup"]
+        if r.get("speedup") and r["target_forward_ms"]:
             # The theory prices a verification forward (N + 1 tokens, right after the draft's calls)
-            # like one decoding step of the loop. Where it costs more (compute-bound: CPU, large
-            # batches), the bound at the measured cost is theory / (our target forward time / the
-            # loop's); the fraction of that bound is what the engine's own overhead leaves.
-            r["verify_decode_time_ratio"] = r["target_forward_ms"] / own["target_forward_ms"]
-            r["theoretical_speedup_at_verify_cost"] = r["theoretical_speedup"] / r["verify_decode_time_ratio"]
+            # like a one-token step. Where it costs more (compute-bound: CPU, large batches), a round
+            # costs N·c + v one-token steps, v = our target decoding forward / the loop's, and the
+            # bound at that cost is bound / (N·c + v); the fraction of it is what the engine's own
+            # overhead leaves.
+            v = r["verify_decode_time_ratio"] = r["target_forward_ms"] / step
+            r["theoretical_speedup_at_verify_cost"] = bound / (n * c + v)
             r["speedup_fraction_at_verify_cost"] = r["speedup"] / r["theoretical_speedup_at_verify_cost"]
         if r["engine"] != "diversed":
             continue
@@ -616,11 +681,22 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+LEGEND = """\
+c: the draft's mean decoding step over the target's one-token decoding step in the autoregressive setting
+   with the same forward path, batch size and temperature (prompt passes excluded from both; `-`: no
+   draft, or that setting did not run); theory: bound / (N·c + 1); frac: speedup / theory
+v/d: our target's mean decoding forward (N + 1 tokens) over that one-token step; frac@v: speedup over
+   the bound at that cost, bound / (N·c + v)
+fwd%: share of wall time in forwards, prompt passes included; pre%: in prompt passes (each model's first
+   forward per decode call; mean times per pass in --output: target_prefill_ms, draft_prefill_ms)"""
+
+
 def table(records: list[dict[str, Any]]) -> str:
-    """The records as a fixed-width text table."""
+    """The records as a fixed-width text table, then its legend."""
     head = (
         f"{'setting':<56} {'tok/s':>8} {'vs HF':>6} {'alpha':>5} {'tok/call':>8} {'bound':>5} {'c':>5} "
-        f"{'speedup':>7} {'theory':>6} {'frac':>5} {'vs v-AR':>7} {'v/d':>5} {'frac@v':>6} {'fwd%':>4}"
+        f"{'speedup':>7} {'theory':>6} {'frac':>5} {'vs v-AR':>7} {'v/d':>5} {'frac@v':>6} {'fwd%':>4} "
+        f"{'pre%':>4}"
     )
     lines = [head, "-" * len(head)]
     for r in records:
@@ -631,9 +707,9 @@ def table(records: list[dict[str, Any]]) -> str:
             f"{_f(r.get('speedup')):>7} {_f(r.get('theoretical_speedup')):>6} "
             f"{_f(r.get('speedup_fraction_of_theory')):>5} {_f(r.get('speedup_over_v_sampling')):>7} "
             f"{_f(r.get('verify_decode_time_ratio')):>5} {_f(r.get('speedup_fraction_at_verify_cost')):>6} "
-            f"{100 * r['forward_time_share']:>4.0f}"
+            f"{100 * r['forward_time_share']:>4.0f} {100 * r['prefill_time_share']:>4.0f}"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", LEGEND])
 
 
 def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -672,7 +748,14 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
     add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
-    add("--only", nargs="*", default=[], help="run only settings whose label contains one of these")
+    add(
+        "--only",
+        nargs="*",
+        default=[],
+        help="run only settings whose label contains one of these; c, the theory and the speedups need "
+        "the autoregressive target setting with the same path, batch size and temperature ('target (loop)' "
+        "for ours, 'target (generate)' for transformers'), else they are left out",
+    )
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
     add(
