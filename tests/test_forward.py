@@ -351,12 +351,15 @@ def test_the_cache_is_passed_by_the_name_the_model_takes():
         assert_exact(target, draft, 3, 8)
 
 
-def test_autocast_is_checked_as_half_precision_and_again_without_it():
-    """Under autocast (Lightning's bf16-mixed: fp32 weights, bf16 products) the check is the half
-    precision one, and the plan made there is not reused once autocast is off."""
-    model = tiny(transformers.LlamaConfig, 8, 0)
+def test_autocast_takes_the_hf_path_and_the_plan_follows_it():
+    """Under autocast (Lightning's bf16-mixed: fp32 weights, bf16 products) the model takes the hf
+    path, saying why (not as a disagreement); a plan made without autocast is not reused under it,
+    nor the other way round."""
+    model = tiny(transformers.LlamaConfig, 2, 0)
+    assert plan(model).direct
     with torch.autocast("cpu", dtype=torch.bfloat16):
         under = plan(model)
-        assert under.direct and "tolerance 0.1" in under.reason
+        assert not under.direct and "autocast is on" in under.reason
+        assert_exact(model, tiny(transformers.LlamaConfig, 1, 1), 3, 8)
     after = plan(model)
     assert after is not under and after.direct and "tolerance 5e-05" in after.reason
