@@ -185,15 +185,16 @@ def test_records_on_the_tiny_pair(pair):
     assert not any(math.isnan(r["tokens_per_s"]) for r in records)
 
 
-SLEEP_MS = 60.0
+SLEEP_MS = 100.0
 
 
 def test_prompt_passes_are_timed_apart_from_decoding_steps(pair):
     """Each model's first forward per decode call is its prompt pass: counted once per call and kept
     out of the decoding means and c. A hook sleeps in both models' forwards over long inputs (the
     16-token prompts; decoding feeds at most N + 1 = 3 tokens): the prompt passes take longer than the
-    sleep, the decoding steps stay far below it, and c stays near its value without the sleep (means
-    over every forward, prompt passes included, would take a share of the sleep: 10 ms and more)."""
+    sleep, the decoding steps stay far below it (means over every forward, prompt passes included,
+    would take a share of the sleep: 10 ms and more), and c is made of those decoding means. (No
+    ratio of two timings is asserted: on a shared machine one tiny forward can take 20× another.)"""
     target, draft = pair
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, VOCAB, (16,), generator=g).tolist() for _ in range(2)]
@@ -231,8 +232,14 @@ def test_prompt_passes_are_timed_apart_from_decoding_steps(pair):
         models = ("target", "draft") if r["engine"] != "autoregressive" else ("target",)
         for m in models:
             assert r[f"{m}_forward_ms"] < SLEEP_MS / 8, (label, m)
-        if r["draft_target_time_ratio"] is not None:
-            assert 1 / 3 < r["draft_target_time_ratio"] / plain[label]["draft_target_time_ratio"] < 3, label
+        if r["draft_target_time_ratio"] is not None:  # c from those decoding means alone
+            path = "generate" if r["engine"] == "transformers" else "loop"
+            (own,) = [
+                a for a in slow.values() if a["engine"] == "autoregressive" and a["implementation"] == path
+            ]
+            assert r["draft_target_time_ratio"] == pytest.approx(
+                r["draft_forward_ms"] / own["target_forward_ms"]
+            ), label
         for m in models:
             assert r[f"{m}_prefill_calls"] == 2 and r[f"{m}_prefill_ms"] >= SLEEP_MS, (label, m)
             assert r[f"{m}_calls"] - r[f"{m}_prefill_calls"] >= 1  # decoding steps besides
