@@ -145,6 +145,9 @@ def test_records_on_the_tiny_pair(pair):
             assert bound == pytest.approx((1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1)
             assert r["theoretical_speedup"] == pytest.approx(bound / (n * c + 1))
             assert r["speedup"] == pytest.approx(r["tokens_per_s"] / own["tokens_per_s"])
+            decode_s = r["seconds"] * (1 - r["prefill_time_share"])  # per repeat, prompt passes out
+            assert r["decode_tokens_per_s"] == pytest.approx(r["new_tokens"] / decode_s)
+            assert r["decode_speedup"] == pytest.approx(r["decode_tokens_per_s"] / own["decode_tokens_per_s"])
             assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
             # v: our target's decoding forward (N + 1 tokens) over the same one-token step; a round costs
             # N·c + v such steps
