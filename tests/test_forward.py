@@ -11,7 +11,7 @@ import transformers
 from tiny_models import EOS, PAD, ragged_prompts
 
 from diversed import speculative_generate
-from diversed.decoding.forward import Plan, SlotModel, plan, sliding_window
+from diversed.decoding.forward import Plan, SlotModel, plan, sliding_window, use_forward
 
 VOCAB = 64
 
@@ -359,7 +359,10 @@ def test_autocast_takes_the_hf_path_and_the_plan_follows_it():
     assert plan(model).direct
     with torch.autocast("cpu", dtype=torch.bfloat16):
         under = plan(model)
-        assert not under.direct and "autocast is on" in under.reason
+        assert not under.direct and "under autocast" in under.reason
         assert_exact(model, tiny(transformers.LlamaConfig, 1, 1), 3, 8)
     after = plan(model)
     assert after is not under and after.direct and "tolerance 5e-05" in after.reason
+    use_forward(model, "direct")  # asked for: taken under autocast too, at half precision's tolerance
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert plan(model).direct and "tolerance 0.1" in plan(model).reason

@@ -19,10 +19,11 @@ of two ways (the forward path), chosen once per model by `plan`:
 
 Which path a model takes is asked with `use_forward(model, "auto" | "hf" | "direct")` (the pair
 option `forward`, see `pair.py`): "auto" takes the direct path on CPU only (it has never been
-measured on a GPU), "hf" always `model(...)`, "direct" the direct path or a ValueError saying why
-not. The choice and its reason are logged once per model and again when they change (INFO; WARNING
-when the direct path raised or disagreed with `model(...)`), and `forward_path(model)` tells it
-afterwards.
+measured on a GPU) and not under autocast (it runs in the weights' dtype: slower there), "hf"
+always `model(...)`, "direct" the direct path (under autocast too, checked at half precision's
+tolerance) or a ValueError saying why not. The choice and its reason are logged once per model
+and again when they change (INFO; WARNING when the direct path raised or disagreed with
+`model(...)`), and `forward_path(model)` tells it afterwards.
 
 It does not sample, verify or know about tokenizers; it does not train (everything runs under
 the caller's no-grad/inference mode) and it does not support sliding windows in the direct way.
@@ -368,6 +369,10 @@ def _choose(model: nn.Module) -> Plan:
         reason = "asked for (forward=hf)"
     elif want == "auto" and device.type != "cpu":
         reason = f"forward=auto takes the direct path on CPU only (it is unmeasured on {device.type})"
+    elif want == "auto" and (weight := model.get_input_embeddings().weight).dtype != _compute_dtype(weight):
+        # The direct path's cache is in the weights' dtype, converted at every layer and step: measured
+        # 1.6–1.9× the time of model(...) sampling 16 XSum prompts from SmolLM2 under bf16 autocast on CPU.
+        reason = "forward=auto does not take the direct path under autocast (it runs in the weights' dtype)"
     else:
         chosen, reason, surprise = _direct_plan(model)
         if chosen is None and want == "direct":
@@ -458,11 +463,6 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         return None, f"model type {kind!r} is not one of {DIRECT_TYPES}", False
     if attn not in ("sdpa", "eager"):
         return None, f"attention implementation {attn!r} is not sdpa or eager", False
-    weight = model.get_input_embeddings().weight
-    if _compute_dtype(weight) != weight.dtype:
-        # Its cache is in the weights' dtype, converted at every layer and step: measured 1.6–1.9× the
-        # time of model(...) sampling 16 XSum prompts from SmolLM2 under bf16 autocast on CPU.
-        return None, "autocast is on (the direct path runs in the weights' dtype)", False
     if getattr(config, "sliding_window", None) is not None or any(
         t != "full_attention" for t in getattr(config, "layer_types", None) or ()
     ):
@@ -506,7 +506,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     # ways differ by 0.02–0.04 of the scale, and each differs from the fp32 result by as much (0.03–0.09:
     # rounding, not a fault). A real difference (a hook shifting a layer, a wrong rotary) moves the
     # values by about their own scale; −inf logits (a restricted draft vocabulary) agree with −inf, NaN never.
-    tol = 5e-5 if weight.dtype == torch.float32 else 0.1
+    tol = 5e-5 if _compute_dtype(model.get_input_embeddings().weight) == torch.float32 else 0.1
     gaps = [
         (
             float(torch.where(a == b, 0.0, a - b).abs().max()),
