@@ -212,4 +212,6 @@ def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache,
     )
     monkeypatch.setitem(drafts.RECIPES, "cut", recipe)
     report = json.loads((drafts.build("cut") / "build.json").read_text())
-    assert 0 <= report["before"]["toy"]["alpha"] <= 1 and "after" not in report
+    before = report["before"]["toy"]
+    assert 0 <= before["alpha_low"] <= before["alpha"] <= before["alpha_high"] <= 1 and "after" not in report
+    assert before["prompts"] == 4
