@@ -266,6 +266,7 @@ class BenchConfig:
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
+    draft_quantize: str = "none"  # "int8": the draft's linear layers in int8 (CPU; models/quantize.py)
     task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
     data_files: tuple[str, ...] = ()  # the task's local rows: a path, or split=path pairs
     num_few_shot: int = 0  # few-shot examples in each task prompt (needs the train split)
@@ -298,6 +299,13 @@ def check_config(config: BenchConfig) -> None:
         raise ConfigError(
             f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
         )
+    if config.draft_quantize != "none":
+        from diversed.models.quantize import check_quantize
+
+        try:
+            check_quantize(config.draft_quantize, torch.device(config.device), getattr(torch, config.dtype))
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("pair.draft_quantize=", "--draft-quantize ")) from None
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
@@ -314,10 +322,15 @@ def load_bench_pair(config: BenchConfig) -> Pair:
     `config.device`."""
     from diversed.models import pair
 
+    quantize = {"draft_quantize": config.draft_quantize}
     if config.target:
-        return pair.load_pair(config.target, config.draft, dtype=config.dtype, device=config.device)
+        return pair.load_pair(
+            config.target, config.draft, dtype=config.dtype, device=config.device, **quantize
+        )
     if config.pair in RANDOM_PAIRS:
-        return pair.random_pair(config.pair, dtype=config.dtype, device=config.device, seed=config.seed)
+        return pair.random_pair(
+            config.pair, dtype=config.dtype, device=config.device, seed=config.seed, **quantize
+        )
     if config.pair in configured_pairs():  # configs/pair/<name>.yaml, e.g. smollm2 (real weights)
         import hydra
         from omegaconf import OmegaConf
@@ -326,14 +339,14 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         from diversed.models.gguf import check_member
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
-        cfg.dtype, cfg.device = config.dtype, config.device
+        cfg.dtype, cfg.device, cfg.draft_quantize = config.dtype, config.device, config.draft_quantize
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)
     from diversed.models.toy import ToyBuildConfig, load_toy_pair
 
     build = ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None
-    return load_toy_pair(config=build, dtype=config.dtype, device=config.device)
+    return load_toy_pair(config=build, dtype=config.dtype, device=config.device, **quantize)
 
 
 def configured_pairs() -> tuple[str, ...]:
@@ -645,7 +658,9 @@ def run_bench(
         env = machine()
         log(f"# {env}")
         weight = next(target.parameters())
-        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}")
+        quantized = f", the draft's linear layers {config.draft_quantize}"
+        quantized = "" if config.draft_quantize == "none" else quantized
+        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{quantized}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(
@@ -673,6 +688,8 @@ def run_bench(
                 machine=env,
                 prompts=source,
                 mean_prompt_tokens=mean_len,
+                dtype=str(weight.dtype).removeprefix("torch."),
+                draft_quantize=config.draft_quantize,
                 top_k=config.top_k,
                 top_p=config.top_p,
             )
@@ -768,6 +785,12 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
+    add(
+        "--draft-quantize",
+        choices=("none", "int8"),
+        default=d.draft_quantize,
+        help="int8: the draft's linear layers in int8 (CPU, float32; as pair.draft_quantize)",
+    )
     add(
         "--task",
         default=None,

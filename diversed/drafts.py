@@ -38,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -239,12 +240,21 @@ def data_overrides(task: str, data: str | Path | None) -> list[str]:
 
 
 def acceptance(
-    target_dir: str, draft_dir: str, task: str, data: str | Path | None, n: int, max_new: int, seed: int = 0
-) -> dict[str, float]:
+    target_dir: str,
+    draft_dir: str,
+    task: str,
+    data: str | Path | None,
+    n: int,
+    max_new: int,
+    seed: int = 0,
+    draft_quantize: str = "none",
+    per_prompt: bool = False,
+) -> dict[str, Any]:
     """Lossless α (accepted / verified drafts) with its bootstrap 95 % interval over the prompts
     (`alpha_low`, `alpha_high`: on 32 prompts α moves by ±0.03 from the last bits of the forward path
     alone, which sample other tokens), and the acceptance rate, at T = 1, N = 5 on the first `n` test
-    prompts of `task`, batch 8."""
+    prompts of `task`, batch 8; `draft_quantize="int8"`: of the draft with int8 linear layers.
+    `per_prompt`: also each prompt's accepted and verified drafts (`accepted`, `verified`)."""
     import numpy as np
     import torch
 
@@ -256,7 +266,7 @@ def acceptance(
     from diversed.tasks import load_task
 
     t = load_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
-    pair = load_pair(target_dir, draft_dir, dtype="float32", device="cpu")
+    pair = load_pair(target_dir, draft_dir, dtype="float32", device="cpu", draft_quantize=draft_quantize)
     tok, totals, rows = pair.tokenizer, Totals(), []
     g = torch.Generator().manual_seed(seed)
     for i in range(0, len(t.examples), 8):
@@ -289,7 +299,7 @@ def acceptance(
         "alpha_high": round(high, 4),
         "prompts": len(rows),
         "acceptance_rate": round(float(summary["acceptance_rate"]), 4),
-    }
+    } | ({"accepted": accepted.tolist(), "verified": verified.tolist()} if per_prompt else {})
 
 
 def distill_stage(
@@ -438,11 +448,63 @@ def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | 
     return out
 
 
+def measure(
+    name: str, data: str | Path | None, quantize: Sequence[str], n: int | None, seed: int
+) -> dict[str, Any]:
+    """The built draft's α per eval task and `draft_quantize` setting, measured as `build` does, on the
+    same prompts and seed; with two settings, also their paired difference (second − first) with its
+    bootstrap 95 % interval over prompts (`difference`). Printed as JSON on stdout."""
+    import numpy as np
+    import torch
+
+    from diversed.analysis.compare import bootstrap_interval
+    from diversed.models.gguf import check_member, resolve_model
+    from diversed.models.quantize import check_quantize
+
+    recipe = RECIPES[name]
+    if not 1 <= len(quantize) <= 2 or len(set(quantize)) != len(quantize):
+        raise ConfigError(f"--draft-quantize takes one setting or two different ones, got {list(quantize)}")
+    for how in quantize:
+        check_quantize(how, torch.device("cpu"), torch.float32)  # before any weights load
+    if n is not None and n < 1:
+        raise ConfigError(f"--n must be at least 1, got {n}")
+    check_member(f"draft:{name}", "draft")
+    out = Path(resolve_model(f"draft:{name}", "draft"))
+    target_dir = resolve_model(recipe.target, "target")
+    t0 = time.perf_counter()
+    n = n or recipe.n_eval
+    report: dict[str, Any] = {"draft": name, "seed": seed, "prompts_per_task": n, "alpha": {}}
+    for t in recipe.eval_tasks:
+        runs = {
+            how: acceptance(target_dir, str(out), t, data, n, recipe.max_new_tokens, seed, how, True)
+            for how in quantize
+        }
+        report["alpha"][t] = {
+            how: {k: v for k, v in r.items() if k not in ("accepted", "verified")} for how, r in runs.items()
+        }
+        if len(quantize) == 2:
+            a = [np.array(runs[how][k], dtype=float) for how in quantize for k in ("accepted", "verified")]
+            alpha = lambda a1, v1, a2, v2, axis: (  # noqa: E731  pooled α of the second minus the first
+                a2.sum(axis) / np.maximum(v2.sum(axis), 1) - a1.sum(axis) / np.maximum(v1.sum(axis), 1)
+            )
+            est, low, high = bootstrap_interval(alpha, a)
+            report.setdefault("difference", {})[t] = {
+                "of": f"{quantize[1]} - {quantize[0]}",
+                "alpha": round(est, 4),
+                "low": round(low, 4),
+                "high": round(high, 4),
+            }
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(report))
+    return report
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
-def run(argv: list[str] | None = None) -> Path:
-    """`python -m diversed.drafts build NAME`: the built draft's directory (printed last)."""
+def run(argv: list[str] | None = None) -> Path | dict[str, Any]:
+    """`python -m diversed.drafts build NAME`: the built draft's directory (printed last);
+    `measure NAME`: its α report (printed)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.drafts", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (once) and cache a draft for a target")
@@ -456,8 +518,22 @@ def run(argv: list[str] | None = None) -> Path:
         action="store_true",
         help="also measure the undistilled draft's acceptance (always for a recipe without stages)",
     )
+    m = sub.add_parser("measure", help="measure a built draft's lossless alpha again (printed, not saved)")
+    m.add_argument("name", choices=sorted(RECIPES))
+    m.add_argument("--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)")
+    m.add_argument(
+        "--draft-quantize",
+        nargs="+",
+        choices=("none", "int8"),
+        default=["none"],
+        help="as pair.draft_quantize; two settings: each, and their paired difference over prompts",
+    )
+    m.add_argument("--n", type=int, default=None, help="test prompts per task (default: the recipe's n_eval)")
+    m.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "measure":
+        return measure(args.name, args.data, args.draft_quantize, args.n, args.seed)
     out = build(
         args.name,
         data=args.data,

@@ -110,6 +110,9 @@ class PairSettings(_Model):
     dtype: Literal["auto", "config", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     forward: Literal["auto", "hf", "direct"] = "auto"
+    draft_quantize: Literal["none", "int8"] = Field(
+        "none", description="int8: the draft's linear layers in int8 (CPU, float32; models/quantize.py)"
+    )
 
     @field_validator("device")
     @classmethod
@@ -251,6 +254,7 @@ class TrainerSettings(_Model):
     strategy: Any = "auto"
     devices: Any = "auto"
     num_nodes: int = 1
+    precision: Any = None  # Lightning's (32-true, bf16-mixed, ...)
 
     @model_validator(mode="after")
     def _processes(self) -> TrainerSettings:
@@ -358,6 +362,16 @@ class TrainSettings(_Training):
     model: ModelSettings
     head: HeadSettings = HeadSettings()
 
+    @model_validator(mode="after")
+    def _int8_in_float32(self) -> TrainSettings:
+        if self.pair.draft_quantize != "none" and "16" in str(self.trainer.precision):
+            raise ValueError(
+                f"pair.draft_quantize={self.pair.draft_quantize} with trainer.precision="
+                f"{self.trainer.precision}: int8 layers take float32 activations, which autocast would "
+                "make half: set trainer.precision=32-true (the head trains in fp32 anyway)"
+            )
+        return self
+
 
 class DistillModelSettings(_Model):
     optimizer: OptimizerSettings = OptimizerSettings()
@@ -413,6 +427,15 @@ class DistillModelSettings(_Model):
 
 class DistillSettings(_Training):
     distill: DistillModelSettings
+
+    @model_validator(mode="after")
+    def _float_draft(self) -> DistillSettings:
+        if self.pair.draft_quantize != "none":
+            raise ValueError(
+                f"pair.draft_quantize={self.pair.draft_quantize}: distill trains the draft's float weights "
+                "(int8 layers have none to train); drop it here, and set it where the distilled draft decodes"
+            )
+        return self
 
 
 def _check_selection_split(task: TaskSettings, data: DataSettings) -> None:

@@ -43,6 +43,7 @@ class Pair:
     draft_name: str
     forward: str = "auto"  # the engine's forward path asked for both models (forward.use_forward)
     identity: dict[str, Any] = field(default_factory=dict)  # who the models are (its card's), where described
+    draft_quantize: str = "none"  # the draft's linear layers: "none" or "int8" (quantize.py)
 
     @property
     def device(self) -> torch.device:
@@ -190,6 +191,7 @@ def load_pair(
     attn_implementation: str | None = None,
     revision: str | None = None,
     forward: str = "auto",
+    draft_quantize: str = "none",
     probe=None,
 ) -> Pair:
     """Load target and draft (Hub ids or local paths), frozen, on `device`, with one tokenizer.
@@ -197,13 +199,17 @@ def load_pair(
     `dtype`: "auto" (bf16 on GPU, fp32 on CPU), "config" (the checkpoint's), or a torch dtype
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
     `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
+    `draft_quantize`: "int8" makes the draft's linear layers int8 (CPU, float32; see quantize.py).
     """
     from transformers import AutoModelForCausalLM
 
     from diversed.decoding.forward import FORWARD_PATHS, use_forward
+    from diversed.models.quantize import check_quantize, quantize_draft
 
     if forward not in FORWARD_PATHS:
         raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
+    dev = _device(device)
+    check_quantize(draft_quantize, dev, _dtype(dtype, dev))  # before anything is read
 
     probe_result: list[str | None] = []
 
@@ -232,7 +238,6 @@ def load_pair(
     else:
         tok = tok_target
 
-    dev = _device(device)
     kwargs: dict[str, Any] = {"dtype": _dtype(dtype, dev), "revision": revision}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
@@ -243,6 +248,8 @@ def load_pair(
             draft_vocab.attach(model, path)
         model = model.to(dev)
         model.eval().requires_grad_(False)
+        if role == "draft":
+            quantize_draft(model, draft_quantize)
         use_forward(model, forward)
         models[role] = model
 
@@ -254,6 +261,7 @@ def load_pair(
         target_name=given["target"],
         draft_name=given["draft"],
         forward=forward,
+        draft_quantize=draft_quantize,
     )
 
 
@@ -298,6 +306,7 @@ def describe_pair(cfg: Any) -> PairCard | None:
     cfg = dict(cfg)
     loader = current_name(str(cfg.get("_target_")))  # configs from before the subpackages: the old name
     common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
+    common["draft_quantize"] = cfg.get("draft_quantize", "none")
     if loader == "diversed.models.pair.random_pair":
         from transformers import LlamaConfig
 
@@ -448,12 +457,14 @@ def random_pair(
     seed: int = 0,
     forward: str = "auto",
     name: str | None = None,
+    draft_quantize: str = "none",
 ) -> Pair:
     """A pair of `RANDOM_PAIRS` shapes, random-initialised (seeded) directly on `device` in `dtype`,
     with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from diversed.decoding.forward import FORWARD_PATHS, use_forward
+    from diversed.models.quantize import check_quantize, quantize_draft
     from diversed.models.toy_corpus import build_tokenizer
 
     if pair not in RANDOM_PAIRS:
@@ -464,6 +475,7 @@ def random_pair(
     torch_dtype = _dtype(dtype, dev)
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
+    check_quantize(draft_quantize, dev, torch_dtype)
     tokenizer = _prepare_tokenizer(build_tokenizer())
     special = dict(
         bos_token_id=tokenizer.bos_token_id,
@@ -490,10 +502,21 @@ def random_pair(
             model = AutoModelForCausalLM.from_config(c, dtype=torch_dtype).eval().requires_grad_(False)
         generation = model.generation_config
         generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
+        if models:  # the draft
+            quantize_draft(model, draft_quantize)
         use_forward(model, forward)
         models.append(model)
     target, draft = RANDOM_PAIRS[pair]
-    return Pair(models[0], models[1], tokenizer, name or pair, f"random:{target}", f"random:{draft}", forward)
+    return Pair(
+        models[0],
+        models[1],
+        tokenizer,
+        name or pair,
+        f"random:{target}",
+        f"random:{draft}",
+        forward,
+        draft_quantize=draft_quantize,
+    )
 
 
 def free_memory(device: torch.device) -> float:

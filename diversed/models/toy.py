@@ -410,6 +410,7 @@ def load_toy_pair(
     attn_implementation: str | None = None,
     config: ToyBuildConfig | None = None,
     forward: str = "auto",
+    draft_quantize: str = "none",
 ):
     """Build the toy pair if missing, then load it through `diversed.models.pair.load_pair` like any pair."""
     from diversed.models.pair import load_pair
@@ -424,6 +425,7 @@ def load_toy_pair(
         name=name,
         attn_implementation=attn_implementation,
         forward=forward,
+        draft_quantize=draft_quantize,
     )
 
 

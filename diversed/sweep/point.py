@@ -45,17 +45,20 @@ def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
 
 def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
     """Each fine-tuned draft (a `save_pretrained` directory) in the pair's dtype, on its device,
-    frozen, on the pair's forward path; keyed by its path."""
+    frozen, on the pair's forward path, int8 where the pair's draft is (`pair.draft_quantize`: the
+    baseline's draft costs what the pair's does); keyed by its path."""
     from transformers import AutoModelForCausalLM
 
     from diversed.decoding import draft_vocab
     from diversed.decoding.forward import use_forward
+    from diversed.models.quantize import quantize_draft
 
     drafts = {}
     for path in paths:
         model = draft_vocab.attach(AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype), path)
         model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
         model.eval().requires_grad_(False)
+        quantize_draft(model, getattr(pair, "draft_quantize", "none"))
         use_forward(model, pair.forward)
         drafts[str(path)] = model
     return drafts

@@ -1,0 +1,211 @@
+"""An int8 draft (`pair.draft_quantize=int8`, models/quantize.py): its layers are int8 and its head is
+not, the engine's direct path runs it and agrees with its modules, padding never sets a real slot's
+rounding there, lossless decoding stays exactly the target's, and a setting that cannot run is
+refused before any weights are read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from test_forward import VOCAB, assert_exact, tiny
+from tiny_models import PAD, ragged_prompts
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+
+from diversed import speculative_generate
+from diversed.decoding.draft_vocab import DraftVocabHead
+from diversed.decoding.forward import Plan, SlotModel, forward_path, plan
+from diversed.errors import ConfigError
+from diversed.models.heads import pair_record
+from diversed.models.pair import load_pair
+from diversed.models.quantize import check_quantize, quantize_draft
+
+
+def int8_draft(layers: int = 2, seed: int = 1, **extra):
+    return quantize_draft(tiny(transformers.LlamaConfig, layers, seed, **extra), "int8")
+
+
+def test_the_layers_are_int8_and_the_head_keeps_its_dtype():
+    float_draft = tiny(transformers.LlamaConfig, 2, 1)
+    draft = int8_draft()
+    kinds = {type(m) for name, m in draft.named_modules() if name.endswith("proj")}
+    assert kinds == {Int8Linear}
+    assert type(draft.get_output_embeddings()) is nn.Linear
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    with torch.no_grad():
+        ref = float_draft(input_ids=ids, attention_mask=mask).logits[mask.bool()].softmax(-1)
+        got = draft(input_ids=ids, attention_mask=mask).logits[mask.bool()].softmax(-1)
+    tv = 0.5 * (got - ref).abs().sum(-1).mean()
+    assert 0 < tv < 0.1  # rounded, and only rounded (0.04 here)
+
+
+def test_a_restricted_head_keeps_q_zero_outside_its_support():
+    draft = tiny(transformers.LlamaConfig, 2, 1)
+    keep = torch.arange(0, VOCAB, 2)
+    head = draft.get_output_embeddings()
+    draft.set_output_embeddings(DraftVocabHead(head.weight[keep].clone(), keep, VOCAB))
+    quantize_draft(draft, "int8")
+    assert type(draft.get_output_embeddings()) is DraftVocabHead
+    with torch.no_grad():
+        logits = draft(input_ids=torch.tensor([[5, 9, 11]])).logits
+    outside = torch.ones(VOCAB, dtype=torch.bool)
+    outside[keep] = False
+    assert torch.isneginf(logits[..., outside]).all() and torch.isfinite(logits[..., keep]).all()
+
+
+def test_the_direct_path_runs_int8_layers_as_their_modules_do():
+    draft = int8_draft(attention_bias=True, mlp_bias=True)
+    chosen = plan(draft)
+    assert chosen.direct and chosen.zero_pads and "checked against model(...)" in chosen.reason
+    assert forward_path(draft) == "direct"
+    ids = torch.randint(3, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        hf = SlotModel(draft, VOCAB, True, Plan(draft, False)).forward(ids, mask, pos, 7, 7)
+        direct = SlotModel(draft, VOCAB, True, Plan(draft, True)).forward(ids, mask, pos, 7, 7)
+    for a, b in zip(hf, direct, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_padding_never_sets_a_real_slots_rounding_on_the_direct_path():
+    """Two batches that differ only in the ids at their padding, one of them with a huge embedding
+    (its slots would set the activation scale of every projection if they were fed as they are):
+    the text slots' logits are the same to the bit."""
+    draft = int8_draft()
+    loud = VOCAB - 1
+    with torch.no_grad():
+        draft.get_input_embeddings().weight[loud] *= 1e3
+    ids, mask = ragged_prompts(vocab=VOCAB - 1)
+    other = ids.masked_fill(mask == 0, loud)
+    assert not torch.equal(ids, other)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    end = ids.shape[1]
+    outs = []
+    for x in (ids, other):
+        way = SlotModel(draft, VOCAB, False, Plan(draft, True))
+        with torch.no_grad():
+            outs.append(way.forward(x, mask, pos, end, end)[0][mask.bool()])
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_lossless_greedy_with_an_int8_draft_is_the_targets_generate(n):
+    target = tiny(transformers.LlamaConfig, 2, 0)
+    assert_exact(target, int8_draft(), n, 30)
+
+
+def test_a_sliding_window_pair_with_an_int8_draft_stays_exact_on_the_hf_path():
+    extra = {"sliding_window": 4, "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"]}
+    target = tiny(transformers.Gemma3TextConfig, 2, 0, **extra)
+    draft = quantize_draft(tiny(transformers.Gemma3TextConfig, 2, 1, **extra), "int8")
+    assert not plan(draft).direct
+    ids, mask = ragged_prompts(vocab=VOCAB)
+    out = speculative_generate(
+        target, draft, ids, mask, num_draft_tokens=3, max_new_tokens=15, eos_token_id=[]
+    )
+    for i in range(ids.shape[0]):
+        alone = ids[i : i + 1, mask[i].bool()]
+        ref = target.generate(alone, do_sample=False, max_new_tokens=15, eos_token_id=None, pad_token_id=PAD)
+        assert torch.equal(out.sequences[i, ids.shape[1] :], ref[0, alone.shape[1] :]), i
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "message"),
+    [
+        ("cuda", torch.float32, "CPU only"),
+        ("cpu", torch.bfloat16, "pair.dtype=float32"),
+    ],
+)
+def test_what_cannot_run_is_refused_with_the_fix(device, dtype, message):
+    with pytest.raises(ConfigError, match=message):
+        check_quantize("int8", torch.device(device), dtype)
+    with pytest.raises(ConfigError, match="one of"):
+        check_quantize("int4", torch.device("cpu"), torch.float32)
+    check_quantize("none", torch.device(device), dtype)  # nothing to refuse
+
+
+def test_load_pair_refuses_before_reading_anything(tmp_path):
+    """Directories that do not exist: the quantization setting is what is refused first."""
+    with pytest.raises(ConfigError, match="pair.dtype=float32"):
+        load_pair(str(tmp_path / "t"), str(tmp_path / "d"), dtype="bfloat16", draft_quantize="int8")
+
+
+def test_the_pair_records_it_and_a_heads_pair_does_not(toy_tiny_dir):
+    from diversed.models.pair import describe_pair
+
+    cfg = {
+        "_target_": "diversed.models.pair.load_pair",
+        "target": str(toy_tiny_dir / "target"),
+        "draft": str(toy_tiny_dir / "draft"),
+        "draft_quantize": "int8",
+    }
+    card = describe_pair(cfg)
+    assert card.identity["draft_quantize"] == "int8"
+    assert "draft_quantize" not in pair_record(card.identity)
+    assert describe_pair({**cfg, "draft_quantize": "none"}).identity["draft_quantize"] == "none"
+    pair = load_pair(cfg["target"], cfg["draft"], dtype="float32", device="cpu", draft_quantize="int8")
+    assert pair.draft_quantize == "int8"
+    assert any(isinstance(m, Int8Linear) for m in pair.draft.modules())
+    assert not any(isinstance(m, Int8Linear) for m in pair.target.modules())
+
+
+def test_distill_refuses_an_int8_draft():
+    from hydra import compose, initialize_config_dir
+
+    from diversed import CONFIG_DIR
+    from diversed.config.schema import check_distill
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
+        cfg = compose("distill", overrides=["+experiment=distill_toy", "pair.draft_quantize=int8"])
+    with pytest.raises(ConfigError, match="distill trains the draft's float weights"):
+        check_distill(cfg)
+
+
+def test_the_bench_records_it_and_refuses_it_in_bfloat16(toy_tiny_dir, tmp_path, capsys):
+    from diversed.bench import run
+
+    pair = ["--target", str(toy_tiny_dir / "target"), "--draft", str(toy_tiny_dir / "draft")]
+    out = tmp_path / "bench.json"
+    small = ["-N", "2", "--batch-sizes", "2", "--num-prompts", "2", "--max-new-tokens", "3"]
+    run([*pair, *small, "--repeats", "1", "--warmup", "0", "--only", "diversed lossless", "target (loop)",
+         "--draft-quantize", "int8", "--output", str(out)])  # fmt: skip
+    records = json.loads(out.read_text())
+    assert {r["draft_quantize"] for r in records} == {"int8"} and {r["dtype"] for r in records} == {"float32"}
+    assert "the draft's linear layers int8" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--draft-quantize int8 takes float32"):
+        run([*pair, "--dtype", "bfloat16", "--draft-quantize", "int8"])
+
+
+def test_a_fine_tuned_draft_in_a_sweep_is_int8_where_the_pairs_draft_is(tmp_path):
+    """The fine-tuned-draft baseline costs what the pair's draft costs."""
+    from types import SimpleNamespace
+
+    from diversed.evaluate import load_drafts
+
+    target = tiny(transformers.LlamaConfig, 2, 0)
+    tiny(transformers.LlamaConfig, 1, 1).save_pretrained(tmp_path / "ft")
+    for how, kind in (("int8", Int8Linear), ("none", nn.Linear)):
+        pair = SimpleNamespace(target=target, device=torch.device("cpu"), forward="auto", draft_quantize=how)
+        loaded = load_drafts([str(tmp_path / "ft")], pair)[str(tmp_path / "ft")]
+        assert type(loaded.model.layers[0].mlp.up_proj) is kind
+        assert type(loaded.get_output_embeddings()) is nn.Linear
+
+
+def test_training_refuses_it_under_mixed_precision_and_takes_it_in_float32():
+    from hydra import compose, initialize_config_dir
+
+    from diversed import CONFIG_DIR
+    from diversed.config.schema import check_train
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="train"):
+        cfg = compose("train", overrides=["+experiment=toy", "pair.draft_quantize=int8"])
+        check_train(cfg)  # 32-true
+        cfg = compose(
+            "train", overrides=["+experiment=toy", "pair.draft_quantize=int8", "trainer.precision=bf16-mixed"]
+        )
+    with pytest.raises(ConfigError, match="trainer.precision=32-true"):
+        check_train(cfg)
