@@ -266,7 +266,9 @@ class BenchConfig:
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
-    draft_quantize: str = "none"  # "int8": the draft's linear layers in int8 (CPU; models/quantize.py)
+    # "int8": the draft's linear layers int8 at decoding steps (CPU; models/quantize.py); None: the
+    # pair config's own setting (none for --target/--draft, toy and random pairs)
+    draft_quantize: str | None = None
     task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
     data_files: tuple[str, ...] = ()  # the task's local rows: a path, or split=path pairs
     num_few_shot: int = 0  # few-shot examples in each task prompt (needs the train split)
@@ -299,7 +301,7 @@ def check_config(config: BenchConfig) -> None:
         raise ConfigError(
             f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
         )
-    if config.draft_quantize != "none":
+    if config.draft_quantize not in (None, "none"):
         from diversed.models.quantize import check_quantize
 
         try:
@@ -322,7 +324,7 @@ def load_bench_pair(config: BenchConfig) -> Pair:
     `config.device`."""
     from diversed.models import pair
 
-    quantize = {"draft_quantize": config.draft_quantize}
+    quantize = {"draft_quantize": config.draft_quantize or "none"}
     if config.target:
         return pair.load_pair(
             config.target, config.draft, dtype=config.dtype, device=config.device, **quantize
@@ -339,7 +341,9 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         from diversed.models.gguf import check_member
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
-        cfg.dtype, cfg.device, cfg.draft_quantize = config.dtype, config.device, config.draft_quantize
+        cfg.dtype, cfg.device = config.dtype, config.device
+        if config.draft_quantize is not None:
+            cfg.draft_quantize = config.draft_quantize
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)
@@ -658,8 +662,9 @@ def run_bench(
         env = machine()
         log(f"# {env}")
         weight = next(target.parameters())
-        quantized = f", the draft's linear layers {config.draft_quantize}"
-        quantized = "" if config.draft_quantize == "none" else quantized
+        # what the draft is, however it was loaded (models/quantize.py's layers say that they round)
+        how = "int8" if any(getattr(m, "rounds_per_call", False) for m in draft.modules()) else "none"
+        quantized = "" if how == "none" else f", the draft's linear layers {how} at decoding steps"
         log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{quantized}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
@@ -689,7 +694,7 @@ def run_bench(
                 prompts=source,
                 mean_prompt_tokens=mean_len,
                 dtype=str(weight.dtype).removeprefix("torch."),
-                draft_quantize=config.draft_quantize,
+                draft_quantize=how,
                 top_k=config.top_k,
                 top_p=config.top_p,
             )
@@ -789,7 +794,8 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--draft-quantize",
         choices=("none", "int8"),
         default=d.draft_quantize,
-        help="int8: the draft's linear layers in int8 (CPU, float32; as pair.draft_quantize)",
+        help="int8: the draft's linear layers int8 at decoding steps (CPU, float32; as "
+        "pair.draft_quantize); default: the pair config's own (none for --target/--draft)",
     )
     add(
         "--task",

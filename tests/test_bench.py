@@ -387,7 +387,8 @@ def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
     records = json.loads(out.read_text())
     assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
     assert all(r["tokens_per_s"] > 0 for r in records)
-    assert "# pair on cpu in bfloat16" in capsys.readouterr().out
+    assert {(r["dtype"], r["draft_quantize"]) for r in records} == {("bfloat16", "none")}
+    assert "# pair on cpu in bfloat16\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

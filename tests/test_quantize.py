@@ -13,7 +13,6 @@ import transformers
 from test_forward import VOCAB, assert_exact, tiny
 from tiny_models import PAD, ragged_prompts
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 
 from diversed import speculative_generate
 from diversed.decoding.draft_vocab import DraftVocabHead
@@ -21,7 +20,7 @@ from diversed.decoding.forward import Plan, SlotModel, forward_path, plan
 from diversed.errors import ConfigError
 from diversed.models.heads import pair_record
 from diversed.models.pair import load_pair
-from diversed.models.quantize import check_quantize, quantize_draft
+from diversed.models.quantize import SHORT_ROWS, Int8Linear, check_quantize, quantize_draft
 
 
 def int8_draft(layers: int = 2, seed: int = 1, **extra):
@@ -40,6 +39,22 @@ def test_the_layers_are_int8_and_the_head_keeps_its_dtype():
         got = draft(input_ids=ids, attention_mask=mask).logits[mask.bool()].softmax(-1)
     tv = 0.5 * (got - ref).abs().sum(-1).mean()
     assert 0 < tv < 0.1  # rounded, and only rounded (0.04 here)
+
+
+def test_short_calls_are_rounded_and_long_ones_are_the_float_layer():
+    """Up to SHORT_ROWS rows (decoding steps): int8 weights and input, close to the float layer; more
+    rows (a prompt pass): the float layer to the bit."""
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 48)
+    layer = Int8Linear(linear)
+    for rows in (1, SHORT_ROWS):
+        x = torch.randn(rows, 32)
+        got, ref = layer(x), linear(x)
+        assert not torch.equal(got, ref) and (got - ref).abs().max() < 0.05 * ref.abs().max()
+        assert torch.equal(layer.direct_projection()(x), got)
+    x = torch.randn(2, SHORT_ROWS, 32)  # 3D as transformers calls it: rows are batch × slots
+    assert torch.equal(layer(x), linear(x))
+    assert torch.equal(layer.direct_projection()(x.view(-1, 32)), linear(x).view(-1, 48))
 
 
 def test_a_restricted_head_keeps_q_zero_outside_its_support():
@@ -72,13 +87,15 @@ def test_the_direct_path_runs_int8_layers_as_their_modules_do():
 
 
 def test_padding_never_sets_a_real_slots_rounding_on_the_direct_path():
-    """Two batches that differ only in the ids at their padding, one of them with a huge embedding
-    (its slots would set the activation scale of every projection if they were fed as they are):
-    the text slots' logits are the same to the bit."""
+    """Two batches that differ only in the ids at their padding, one of them an id whose embedding is
+    all in one channel (after the RMS norm its slots carry an input √hidden = 8 there, against ~2.5 for
+    text: they would set the input scale of every projection if they were fed as they are): the text
+    slots' logits are the same to the bit."""
     draft = int8_draft()
     loud = VOCAB - 1
     with torch.no_grad():
-        draft.get_input_embeddings().weight[loud] *= 1e3
+        row = draft.get_input_embeddings().weight[loud]
+        row.zero_()[0] = 1.0
     ids, mask = ragged_prompts(vocab=VOCAB - 1)
     other = ids.masked_fill(mask == 0, loud)
     assert not torch.equal(ids, other)

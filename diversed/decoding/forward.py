@@ -119,27 +119,21 @@ def _weight_t(weight: Tensor, copy: bool) -> Tensor:
 
 
 def _projection(module: nn.Module, copy: bool) -> Projection:
-    """How the direct path applies one linear layer: a plain `nn.Linear` as (Wᵀ, b) (`_linear`); an
-    int8 one (`models/quantize.py`) as its kernel on its packed weights, called as the module calls
-    it (a module call costs ~11 µs, a fifth of an int8 projection of a small model); anything else
-    (an adapter, a hooked layer) as the module itself."""
+    """How the direct path applies one linear layer: a plain `nn.Linear` as (Wᵀ, b) (`_linear`); a
+    module that offers `direct_projection()` (the int8 linear of `models/quantize.py`) as the function
+    it returns, which computes what its forward does without a module call (~11 µs each, a fifth of
+    an int8 projection of a small model); anything else (an adapter, a hooked layer) as the module."""
     hooked = module._forward_hooks or module._forward_pre_hooks
     if type(module) is nn.Linear and not hooked:
         return _weight_t(module.weight, copy), module.bias
-    if _is_int8_linear(module) and not hooked:
-        packed = module._packed_params._packed_params
-        reduce_range = not (module.version is None or module.version < 4)  # as its forward
-        return lambda x: torch.ops.quantized.linear_dynamic(x, packed, reduce_range)
+    if hasattr(module, "direct_projection") and not hooked:
+        return module.direct_projection()
     return module
 
 
-def _is_int8_linear(module: nn.Module) -> bool:
-    """torch's dynamic-quantized linear with int8 weights (imported only if one could be here)."""
-    if "torch.ao.nn.quantized" not in type(module).__module__:
-        return False
-    from torch.ao.nn.quantized.dynamic import Linear
-
-    return type(module) is Linear and module._packed_params.dtype == torch.qint8
+def _rounds_per_call(model: nn.Module) -> bool:
+    """Whether a layer of `model` rounds each call's input on one scale over all its rows."""
+    return any(getattr(m, "rounds_per_call", False) for m in model.modules())
 
 
 def _linear(x: Tensor, linear: Projection, residual: Tensor | None = None) -> Tensor:
@@ -242,12 +236,10 @@ class Plan:
         self.embed_weight = self.embed.weight if plain(self.embed, nn.Embedding) else None
         self.head = (_weight_t(head.weight, copy), head.bias) if plain(head, nn.Linear) else head
         self.layers = [_Layer.of(layer, copy) for layer in list(base.layers)[: config.num_hidden_layers]]
-        # int8 projections quantize their input per call, its scale taken over every slot fed: slots
+        # int8 projections round their input on one scale per call, taken over every slot fed: slots
         # that hold no text (left padding) are zeroed first, so that their values (attention over no
         # key) do not set the real slots' rounding (zeros never widen the range: it always holds 0).
-        self.zero_pads = any(
-            callable(p) for layer in self.layers for p in (layer.q, layer.o, layer.gate, layer.down)
-        )
+        self.zero_pads = _rounds_per_call(model)
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -525,7 +517,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     # call's input on one scale over every slot fed, and the direct way zeroes slots that hold no text
     # first (`Plan.zero_pads`) while model(...) feeds them their attention, so the text slots' results
     # differ by design. There the check is on text alone: the masks are the float models' code.
-    if not any(map(_is_int8_linear, model.modules())):
+    if not _rounds_per_call(model):
         mask[0, :2] = 0  # left padding
         mask[1, 4] = 0  # a hole, as a rejected draft leaves
     pos = (mask.cumsum(-1) - 1).clamp_min(0)

@@ -1,25 +1,35 @@
-"""int8 weights for a draft on CPU: the pair option `draft_quantize` ("none" | "int8").
+"""int8 decoding steps for a draft on CPU: the pair option `draft_quantize` ("none" | "int8").
 
 A draft's decoding step at batch 1 reads every weight once, so on a CPU its cost (and c, the draft
-step over the target's) follows its bytes. `quantize_draft(model, "int8")` turns every plain
-`nn.Linear` of the draft except its output head into torch's dynamic-quantized linear
-(`torch.ao.nn.quantized.dynamic.Linear`: int8 weights per output channel, activations quantized per
-call, fbgemm/x86 kernels; qnnpack on ARM). Measured on 2 cores for SmolLM2's first 15 layers'
-projections at batch 1: fp32 16.5 ms, bf16 9.7, int8 3.4 (BENCHMARKS.md "An int8 draft"). torchao's
-CPU int8 configs measured slower than fp32 here (36 and 53 ms), so torch's own kernels are used; torch
-marks them deprecated, and the warnings they raise at conversion are silenced here, said once in the
-log.
+step over the target's) follows its bytes. `quantize_draft(model, "int8")` replaces every plain
+`nn.Linear` of the draft except its output head by an `Int8Linear`: a call that feeds at most
+`SHORT_ROWS` rows (decoding steps, and the few tokens a draft catches up on after a verification)
+runs torch's dynamic-quantized kernel (fbgemm/x86; qnnpack on ARM) on int8 weights, one scale per
+output channel, its input rounded to 8 bits on one scale per call; a longer call (a prompt pass) runs
+the float weights as they are. Why both:
+- Measured on 2 cores for SmolLM2's first 15 layers' projections at batch 1: fp32 16.5 ms, bf16 9.7,
+  int8 3.4 (BENCHMARKS.md "An int8 draft"). torchao's CPU int8 configs measured slower than fp32 here
+  (36 and 53 ms), so torch's own kernel is used (torch marks its quantized tensors deprecated; the
+  warnings at conversion are silenced).
+- One scale for a whole prompt pass ruins it: a few tokens carry activations 20–70× the median at
+  the MLP's down projection (SmolLM2 at positions 0, 13, 101, 187...), and on their scale every
+  other token keeps one or two levels. On 4 XSum prompts (300 tokens teacher-forced) the draft's law
+  moved by a mean TV of 0.38 from the float draft's with every call int8, 0.015 with int8 weights
+  alone; at one token per call (a decoding step at batch 1) the input's scale is that token's own.
+  A prompt pass is compute-bound anyway, where int8 weights save little.
 
-The output head keeps the model's dtype: the draft's logits over the vocabulary (its restricted head,
-`draft_vocab.py`) are not rounded further. The engine's direct forward path calls the quantized
-projections' kernel itself (`forward.py`); the hf path calls the modules.
+The output head keeps the model's dtype: the draft's logits over the vocabulary (its restricted
+head, `draft_vocab.py`) are not rounded further. The engine's direct forward path applies an
+`Int8Linear` through `Int8Linear.direct_projection` (no module call: 11 µs each, a fifth of an int8
+projection of a small model); the hf path calls the module; both compute the same.
 
 What int8 changes, and so what a result records (`pair.draft_quantize` is in the pair's identity):
-q itself (the rounding of weights and activations), and, since an activation's scale is taken over the
-whole batch, a row's q depends on the other rows of its batch. Verification stays exact whatever q
-is: lossless decoding still reproduces the target's law. It does not quantize a target, train a
-quantized draft (distill refuses the option: it trains the float draft, which is quantized when loaded
-for decoding), or run on a GPU (there, bf16 is the cheap dtype).
+q itself at decoding steps; and where a step feeds several rows (batch > 1), their shared input scale
+makes a row's q depend on the other rows (the direct path zeroes slots that hold no text first, so
+padding never does). Verification stays exact whatever q is: lossless decoding still reproduces the
+target's law. It does not quantize a target, train a quantized draft (distill refuses the option: it
+trains the float draft, which is quantized when loaded for decoding), or run on a GPU (there, bf16 is
+the cheap dtype).
 """
 
 from __future__ import annotations
@@ -28,12 +38,60 @@ import logging
 import warnings
 
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from diversed.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DRAFT_QUANTIZE = ("none", "int8")
+SHORT_ROWS = 64  # a call feeding at most this many rows (batch × slots) runs int8; a longer one float
+
+
+class Int8Linear(nn.Module):
+    """y = x Wᵀ + b. Calls of at most `short` rows: W as int8 per output channel, W ≈ s_o · W8
+    (s_o = max_i |W_oi| / 127, W8 = round(W / s_o)), x rounded to 8 bits on one scale for the call
+    (torch's `quantized.linear_dynamic`, its reduced range as torch's own dynamic linear uses);
+    longer calls: the float W itself. `weight` and `bias` stay the float ones (frozen)."""
+
+    rounds_per_call = True  # its rounding depends on every row of a call (forward.py checks text only)
+
+    def __init__(self, linear: nn.Linear, short: int = SHORT_ROWS) -> None:
+        super().__init__()
+        self.weight, self.bias, self.short = linear.weight, linear.bias, int(short)
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()
+        with warnings.catch_warnings():  # torch's deprecation notice for its quantized tensors
+            warnings.simplefilter("ignore")
+            zero = torch.zeros_like(scale, dtype=torch.long)
+            w8 = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+            bias = None if linear.bias is None else linear.bias.detach().float()
+            self.packed = torch.ops.quantized.linear_prepack(w8, bias)
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.direct_projection()(x)
+
+    def direct_projection(self):
+        """The call itself as a function of x (what the direct forward path applies)."""
+        packed, weight, bias, short = self.packed, self.weight, self.bias, self.short
+
+        def project(x: Tensor) -> Tensor:
+            if x.numel() > short * x.shape[-1]:  # more than `short` rows: a prompt pass, in float
+                return F.linear(x, weight, bias)
+            return torch.ops.quantized.linear_dynamic(x, packed, True)
+
+        return project
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 to {self.short} rows"
 
 
 def check_quantize(how: str, device: torch.device, dtype: object) -> None:
@@ -61,29 +119,29 @@ def check_quantize(how: str, device: torch.device, dtype: object) -> None:
 
 
 def quantize_draft(model: nn.Module, how: str) -> nn.Module:
-    """`model` with its linear layers (not its output head) int8, in place; as it is for "none"."""
+    """`model` with its linear layers (not its output head) made `Int8Linear`, in place; as it is
+    for "none"."""
     if how == "none":
         return model
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     head = model.get_output_embeddings()
-    spec = {
-        name: per_channel_dynamic_qconfig
-        for name, m in model.named_modules()
-        if type(m) is nn.Linear and m is not head
-    }
-    if not spec:
+    found = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) is nn.Linear and child is not head
+    ]
+    if not found:
         raise ConfigError(
             f"pair.draft_quantize={how}: the draft {type(model).__name__} has no nn.Linear layers to quantize"
         )
-    with warnings.catch_warnings():  # torch's deprecation notices for its quantized tensors, at every layer
-        warnings.simplefilter("ignore")
-        quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+    for parent, name, child in found:
+        setattr(parent, name, Int8Linear(child))
     log.info(
-        "draft: %d linear layers int8 (torch dynamic quantization, %s kernels; the head stays %s)",
-        len(spec),
+        "draft: %d linear layers int8 for calls of up to %d rows, float for longer ones (torch's dynamic "
+        "int8 kernel, %s; the head stays %s)",
+        len(found),
+        SHORT_ROWS,
         torch.backends.quantized.engine,
         str(model.get_input_embeddings().weight.dtype).removeprefix("torch."),
     )
     return model
-
