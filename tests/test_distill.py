@@ -201,7 +201,9 @@ def test_reused_samples_are_drawn_once_kept_in_the_run_and_raise_acceptance(
     rollouts = []
     real = DistillModule.rollout
     monkeypatch.setattr(
-        DistillModule, "rollout", lambda self, task, ex: rollouts.append(len(ex)) or real(self, task, ex)
+        DistillModule,
+        "rollout",
+        lambda self, task, ex, *record: rollouts.append(len(ex)) or real(self, task, ex, *record),
     )
     distill(cfg)
     assert sum(rollouts) == 64 and max(rollouts) == 16  # every train prompt once, 16 at a time

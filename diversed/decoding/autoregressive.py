@@ -12,6 +12,12 @@ verifier's bonus distribution given both models), one target and one draft forwa
 what a training rollout from v costs without speculation. Sampled p and q are the engine's:
 softmax(logits / T), truncated alike if asked (`top_k`, `top_p`).
 
+`record` hands the target's own laws to the caller as it decodes (`Step`): at step t the raw
+logits at slot P + t − 1, which predict that step's token, and at step 0 also the final hidden
+states of every prompt slot with the head that makes them logits (slot i predicts the prompt's
+token i + 1). A caller that needs the target's law over its whole sample (distillation's teacher,
+`draft_module.py`) then needs no second forward over prompt + completion.
+
 Statistics: every step is a round without drafts that emits one token (`rounds.Round.single`,
 counted by the engine's `stats.RowCounter`: rounds = tokens per row, acceptance undefined, tokens
 per target call 1). It does not time anything beyond `wall_time_s`.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +48,33 @@ from diversed.decoding.stopping import HostStopCheck
 from diversed.decoding.verify import Ensemble, Verifier, probs_from_logits, sample
 
 
+class Step(NamedTuple):
+    """What `autoregressive_generate(..., record=f)` hands `f` once per decoding step, after the
+    target's forward and before the step's token is drawn (tensors on the device, valid during the
+    call only: keep what you need, reduced).
+
+    With P the padded prompt width and rows left-padded as given:
+      logits[j] = the target's float32 logits over the vocabulary at slot P + step − 1 of row
+                  rows[j] (softmax(logits / T) is the law its `step`-th new token is drawn from,
+                  before truncation), for every row still decoding; a row's laws for the tokens
+                  it keeps are those of steps 0 .. new_tokens − 1 (a row leaves after EOS, its
+                  budget or its `stop`; `stop` may drop that step's token);
+      prompt    = at step 0 only (None after): the target's final hidden states [B, P, H] (after
+                  its final norm, in the forward's dtype) at every prompt slot, so that
+                  head(prompt[:, i]) are the logits at slot i, the law of slot i + 1's token (for
+                  text slots i < P − 1; padding slots hold garbage). Apply `head` a few rows at a
+                  time: [B, P, V] logits may not fit;
+      head      = final hidden states [..., n, H] -> float32 logits [..., n, V], the forward's own
+                  LM head (`SlotModel.head`; checked at step 0 against `logits`).
+    """
+
+    step: int
+    rows: Tensor  # [b] each row's index in the batch as it started
+    logits: Tensor  # [b, V]
+    prompt: Tensor | None  # [B, P, H] at step 0
+    head: Callable[[Tensor], Tensor]
+
+
 @torch.inference_mode()
 def autoregressive_generate(
     target: nn.Module,
@@ -58,10 +92,12 @@ def autoregressive_generate(
     stop: Callable[[list[int], int], int | None] | None = None,
     top_k: int | None = 0,
     top_p: float = 1.0,
+    record: Callable[[Step], None] | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row, one target forward (and, with `draft` and
     `verifier`, one draft forward) per token. Prompts must be left-padded; `stop`, `top_k` and
-    `top_p` are as in `speculative_generate` (p and q truncated alike when sampling). Returns
+    `top_p` are as in `speculative_generate` (p and q truncated alike when sampling); `record` is
+    called with each step's target laws (`Step`) and changes nothing drawn. Returns
     `(sequences, stats)`."""
     check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
@@ -71,6 +107,8 @@ def autoregressive_generate(
         raise ValueError(
             f"sampling from v needs an ensemble verifier (v = w·p + (1 − w)·q), got {type(verifier).__name__}"
         )
+    if record is not None and not callable(record):
+        raise ValueError(f"record must be a callable (Step -> None), got {type(record).__name__}")
     if stop is not None and not callable(stop):
         raise ValueError(
             f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
@@ -103,10 +141,20 @@ def autoregressive_generate(
 
     for step in range(max_new_tokens):
         b = rows.shape[0]
-        outs = [m.forward(ids, mask, pos, P + step, keep=1) for m in models]
+        # with `record`, the prefill also keeps the target's final hidden states at every prompt slot
+        states = P if record is not None and step == 0 else 0
+        outs = [m.forward(ids, mask, pos, P + step, keep=1, states=states) for m in models[:1]] + [
+            m.forward(ids, mask, pos, P + step, keep=1) for m in models[1:]
+        ]
         for m in models:
             m.calls += 1
         logits_p, h_t = outs[0][0][:, -1], outs[0][1]
+        if record is not None:
+            prompt = None
+            if step == 0:
+                prompt, h_t = h_t, (h_t[:, -1:] if hidden else None)
+                _check_head(models[0], prompt[:, -1:], logits_p)
+            record(Step(step, rows, logits_p, prompt, models[0].head))
         # noise for every row of the batch as it started, rows that left included: a row's draws do
         # not depend on when the others end
         noise = (
@@ -160,3 +208,16 @@ def autoregressive_generate(
         verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}",
     )
     return SpeculativeOutput.of(input_ids, out, stats, t_start)
+
+
+def _check_head(model: SlotModel, hidden: Tensor, logits: Tensor) -> None:
+    """`record`'s head must give the forward's logits: a model whose causal-LM forward does more to
+    its logits than `SlotModel.head` knows (a logit scale) would hand over wrong prompt laws."""
+    again = model.head(hidden)[:, -1]
+    scale = max(1.0, float(logits.nan_to_num(0, 0, 0).abs().max()))
+    gap = float(torch.where(again == logits, 0.0, again - logits).abs().max())
+    if not gap <= 1e-3 * scale:  # the same product on the same states: rounding at most
+        raise ValueError(
+            f"record: the target's LM head on its final hidden states differs from its logits by "
+            f"{gap:.3g} (scale {scale:.3g}); its forward does more than the head (SlotModel.head)"
+        )

@@ -2,8 +2,10 @@
 
 The engine keeps one slot layout for both models (slot s holds the token `ids[:, s]` at position
 `pos[:, s]`, `mask[:, s]` says whether it is text), so a forward is "feed slots [length, end)
-and return the logits and final hidden states of the last `keep`". `SlotModel` does that in one
-of two ways (the forward path), chosen once per model by `plan`:
+and return the logits and final hidden states of the last `keep`" (or the hidden states of more
+slots than logits, `states`; `SlotModel.head` turns them into logits later, a few rows at a time,
+where logits for every slot would not fit). `SlotModel` does that in one of two ways (the
+forward path), chosen once per model by `plan`:
 
 - hf: `model(...)` with the 2D slot mask and a transformers `DynamicCache`, for any causal LM
   (for one with sliding-window layers, such as Gemma-3, a cache of full layers and 4D masks whose
@@ -261,9 +263,19 @@ class Plan:
         shape = (len(self.layers), 2, batch, self.kv_heads, slots, self.head_dim)
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
-    def run(self, ids: Tensor, mask: Tensor, pos: Tensor, start: int, end: int, keep: int, kv: Tensor):
+    def run(
+        self,
+        ids: Tensor,
+        mask: Tensor,
+        pos: Tensor,
+        start: int,
+        end: int,
+        keep: int,
+        kv: Tensor,
+        states: int = 0,
+    ):
         """Slots [start, end) through the decoder (k, v written into `kv` at [start, end)); logits
-        and final hidden states of the last `keep`."""
+        of the last `keep` slots, final hidden states of the last max(keep, `states`)."""
         b, s = ids.shape
         h = self.embed(ids) if self.embed_weight is None else F.embedding(ids, self.embed_weight)
         h = h.view(b * s, -1)  # 2D hidden states: every projection is one mm
@@ -302,10 +314,15 @@ class Plan:
                 layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h
             )  # gated MLP
             h = h if text is None else h * text  # biases would make a zero slot non-zero again
-        h = _rms_norm(h.view(b, s, -1)[:, -keep:], self.norm)
+        h = _rms_norm(h.view(b, s, -1)[:, -max(keep, states) :], self.norm)  # a norm per slot
+        return self.logits(h[:, h.shape[1] - keep :]), h
+
+    def logits(self, h: Tensor) -> Tensor:
+        """The LM head on final hidden states [b, n, H] -> [b, n, V]."""
         if isinstance(self.head, nn.Module):
-            return self.head(h), h
-        return _linear(h.reshape(b * keep, -1), self.head).view(b, keep, -1), h
+            return self.head(h)
+        b, n = h.shape[:2]
+        return _linear(h.reshape(b * n, -1), self.head).view(b, n, -1)
 
     def rotary(self, h: Tensor, pos: Tensor, end: int) -> tuple[Tensor, Tensor]:
         """cos and sin with its first half negated (see `_rotate`) at each slot's position."""
@@ -439,8 +456,11 @@ class SlotModel:
         # each call's row maxima, on the device: finite or no distribution (stats)
         self.maxima: list[Tensor] = []
 
-    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1):
-        """Feed slots [self.length, end); return float32 logits and hidden states of the last `keep`."""
+    def forward(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, keep: int = 1, states: int = 0):
+        """Feed slots [self.length, end); return float32 logits of the last `keep` slots and final
+        hidden states (after the final norm) of the last `keep` if the model was made with `hidden`,
+        or of the last `states` (at most the slots fed) whenever `states` > 0, on either path. The
+        logits are `head` of those states (the same computation; the direct path shares the norm)."""
         start, how = self.length, self.plan
         if how.direct:
             if self.cache is None or self.cache.shape[4] < end:  # grow by doubling; keep what is there
@@ -450,25 +470,62 @@ class SlotModel:
                 if self.cache is not None:
                     grown[:, :, :, :, :start] = self.cache[:, :, :, :, :start]
                 self.cache = grown
-            logits, hidden = how.run(ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache)
+            logits, hidden = how.run(
+                ids[:, start:end], mask, pos[:, start:end], start, end, keep, self.cache, states
+            )
+            hidden = hidden[:, hidden.shape[1] - (states or keep) :]
         else:
             attention = slot_masks(self.model, mask, pos, start, end) if how.window else mask[:, :end]
-            out = self.model(
-                input_ids=ids[:, start:end],
-                attention_mask=attention,
-                position_ids=pos[:, start:end],
-                **{_cache_name(self.model): self.cache},
-                use_cache=True,
-                output_hidden_states=self.hidden,
-                **({"logits_to_keep": keep} if how.keep else {}),
+            # `states`: the base model's output (its final hidden states at every fed slot) caught
+            # by a hook held for this call only (output_hidden_states would leave output-capture
+            # hooks on every layer, which slow each later call)
+            caught: list[Tensor] = []
+            catch = (
+                self.model.base_model.register_forward_hook(
+                    lambda module, args, output: caught.append(
+                        getattr(output, "last_hidden_state", output[0])
+                    )
+                )
+                if states
+                else None
             )
+            try:
+                out = self.model(
+                    input_ids=ids[:, start:end],
+                    attention_mask=attention,
+                    position_ids=pos[:, start:end],
+                    **{_cache_name(self.model): self.cache},
+                    use_cache=True,
+                    output_hidden_states=self.hidden,
+                    **({"logits_to_keep": keep} if how.keep else {}),
+                )
+            finally:
+                if catch is not None:
+                    catch.remove()
             logits = out.logits[:, -keep:]
             hidden = out.hidden_states[-1][:, -keep:] if self.hidden else None
+            if states:
+                hidden = caught[-1][:, -states:]
         self.length, logits = end, logits[..., : self.vocab].float()
         self.maxima.append(
             logits.amax(-1)
         )  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
-        return logits, (hidden if self.hidden else None)
+        return logits, (hidden if self.hidden or states else None)
+
+    def head(self, hidden: Tensor) -> Tensor:
+        """float32 logits [b, n, V] of final hidden states [b, n, H] as `forward` returns them: the
+        LM head (the direct path's own copy; on the hf path the model's output embeddings, with
+        Gemma's final soft cap where the config sets one). A model whose causal-LM forward does
+        more than that to its logits is not covered: compare with `forward`'s logits first."""
+        if self.plan.direct:
+            logits = self.plan.logits(hidden)
+        else:
+            logits = self.model.get_output_embeddings()(hidden)
+            config = self.model.config
+            text = config.get_text_config() if hasattr(config, "get_text_config") else config
+            if cap := getattr(text, "final_logit_softcapping", None):
+                logits = torch.tanh(logits / cap) * cap
+        return logits[..., : self.vocab].float()
 
     def crop(self, length: int) -> None:
         """Forget slots from `length` on (the direct cache just overwrites them later)."""

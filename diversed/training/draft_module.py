@@ -16,9 +16,10 @@ With `top_k`, p_t is kept as its top K ids over the draft's support plus the res
 taken between the laws coarsened so (`teacher.coarse_divergence`). With `reuse` (rollout=target
 and top_k), the target's samples, which do not depend on the draft, are drawn ONCE per training
 prompt when the fit starts (`sample_batch_size` prompts at a time, by length) with p_t at every
-scored slot, kept in `<run dir>/teacher_samples.pt` (a rerun with the same examples and settings
-reads them) and served as the training rows of every epoch: each epoch then costs the draft's
-forward and backward alone. `replay` adds other runs' samples (another task's) to the rows.
+scored slot (caught from the sampling's own target forwards, `TeacherLaws`: no second forward),
+kept in `<run dir>/teacher_samples.pt` (a rerun with the same examples and settings reads them)
+and served as the training rows of every epoch: each epoch then costs the draft's forward and
+backward alone. `replay` adds other runs' samples (another task's) to the rows.
 `freeze_layers` keeps the draft's embeddings and first layers fixed (a draft cut from the target
 then shares the target's bottom exactly, and its backward stops above them).
 Validation decodes held-out prompts with lossless speculative decoding and logs the acceptance
@@ -48,7 +49,7 @@ from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from diversed.decoding import draft_vocab
-from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.autoregressive import Step, autoregressive_generate
 from diversed.decoding.stats import Totals
 from diversed.decoding.verify import Lossless
 from diversed.errors import ConfigError, MissingPackage
@@ -131,8 +132,11 @@ class DistillModule(PairModule):
 
     # --------------------------------------------------------------------- training
 
-    def rollout(self, task: Any, examples: list[dict]) -> tuple[Tensor, Tensor, Tensor]:
-        """Completions of `examples` from the draft or the target; (sequences, prompt mask, new tokens)."""
+    def rollout(
+        self, task: Any, examples: list[dict], record: Callable[[Step], None] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Completions of `examples` from the draft or the target; (sequences, prompt mask, new
+        tokens). `record`: `autoregressive_generate`'s (the sampling model's laws as it decodes)."""
         hp, tok = self.hparams, self.pair.tokenizer
         ids, mask = self.prompts(task, examples)
         # (torch's generator: seeded per step, `checkpoints.StepSeeds`, so a resumed run draws the same)
@@ -152,6 +156,7 @@ class DistillModule(PairModule):
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
             stop=task.stopper(tok),
+            record=record,
         )
         return out.sequences, mask, out.stats.new_tokens.to(self.device)
 
@@ -266,15 +271,17 @@ class DistillModule(PairModule):
         return samples  # type: ignore[return-value]
 
     def _draw(self, task: Any, examples: list[dict], support: Tensor | None) -> list[TeacherSample]:
-        inputs, prompt_mask, _, new_tokens, at, weight = self.rollout_inputs(task, examples)
+        """One target sample per example with the target's coarsened law at its scored slots, all
+        from the sampling's own forwards (`TeacherLaws`)."""
+        hp = self.hparams
+        laws = TeacherLaws(support, int(hp.top_k), hp.temperature, int(self.max_new_tokens(task)))
+        inputs, prompt_mask, _, new_tokens, at, weight = self.rollout_inputs(task, examples, laws)
         sequences, (B, P) = inputs["input_ids"], prompt_mask.shape
         out = []
-        for r in range(0, B, 4):  # the target's [rows, slots, V] logits a few rows at a time
-            rows = slice(r, r + 4)
-            p_logits = self.pair.target(**{k: v[rows] for k, v in inputs.items()}, logits_to_keep=at).logits
-            top = teacher_top(p_logits, support, int(self.hparams.top_k), self.hparams.temperature)
-            for j in range(p_logits.shape[0]):
-                b = r + j
+        for r in range(0, B, 4):  # the prompt slots' [rows, slots, V] logits a few rows at a time
+            rows = torch.arange(r, min(r + 4, B), device=at.device)
+            top = laws.at(rows, at, P)
+            for j, b in enumerate(rows.tolist()):
                 prompt_len, left = int(prompt_mask[b].sum()), P - int(prompt_mask[b].sum())  # left padding
                 keep = weight[b] > 0
                 out.append(
@@ -292,12 +299,12 @@ class DistillModule(PairModule):
         return out
 
     def rollout_inputs(
-        self, task: Any, examples: list[dict]
+        self, task: Any, examples: list[dict], record: Callable[[Step], None] | None = None
     ) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Roll `examples` out (`rollout`) and lay the rows out for a teacher-forced forward: (inputs
-        {input_ids, attention_mask, position_ids}, prompt_mask [B, P], comp_mask [B, C], new_tokens
-        [B], and the scored slots with their weights, `scored_positions`)."""
-        sequences, prompt_mask, new_tokens = self.rollout(task, examples)
+        """Roll `examples` out (`rollout`, with `record`) and lay the rows out for a teacher-forced
+        forward: (inputs {input_ids, attention_mask, position_ids}, prompt_mask [B, P], comp_mask
+        [B, C], new_tokens [B], and the scored slots with their weights, `scored_positions`)."""
+        sequences, prompt_mask, new_tokens = self.rollout(task, examples, record)
         inputs, comp_mask = teacher_forced(sequences, prompt_mask, new_tokens)
         # The positions whose next token is scored: every completion token, and (prompt_positions)
         # some or all of the prompt's own tokens, teacher-forced text the target also predicts.
@@ -346,6 +353,52 @@ class DistillModule(PairModule):
         draft = merged(self.draft).eval().requires_grad_(False)
         draft_vocab.save_pretrained(draft, directory, safe_serialization=True)
         self.pair.tokenizer.save_pretrained(directory)
+
+
+class TeacherLaws:
+    """The target's coarsened law (`teacher_top`) at a sample's scored slots, caught from the
+    sampling's own forwards (`autoregressive_generate(..., record=laws)`) instead of a second
+    forward over prompt + completion.
+
+    Slot s of a row predicts the token in slot s + 1. With P the padded prompt width:
+      completion slot P − 1 + t (t ≥ 0): softmax(logits / T) of decoding step t, whose token the
+        target drew from it; reduced to its top K at once ([B, max_new_tokens, K] kept);
+      prompt slot i < P − 1: softmax(head(h_i) / T), h_i the prefill's final hidden state at
+        slot i (kept, [B, P, H]); the head is applied in `at` to the scored slots alone, a few
+        rows at a time ([rows, slots, V] logits: all of them would be 4 GB for 64 rows × 320 slots).
+    The same laws as that second forward up to rounding (another batch shape and, for the
+    completion, an incremental forward over the KV cache).
+    """
+
+    def __init__(self, support: Tensor | None, k: int, temperature: float, max_new_tokens: int) -> None:
+        self.support, self.k, self.temperature, self.max_new = support, k, temperature, max_new_tokens
+        self.top: TeacherTop | None = None  # completion slots: [B, max_new, K], [B, max_new, K], [B, max_new]
+        self.prompt: Tensor | None = None  # [B, P, H]
+        self.head: Callable[[Tensor], Tensor] | None = None
+
+    def __call__(self, step: Step) -> None:
+        top = teacher_top(step.logits, self.support, self.k, self.temperature)
+        if step.prompt is not None:
+            self.prompt, self.head = step.prompt, step.head
+            B = step.prompt.shape[0]
+            self.top = TeacherTop(
+                top.logp.new_zeros(B, self.max_new, top.logp.shape[-1]),
+                top.ids.new_zeros(B, self.max_new, top.ids.shape[-1]),
+                top.rest.new_zeros(B, self.max_new),
+            )
+        for kept, new in zip(self.top, top, strict=True):
+            kept[step.rows, step.step] = new
+
+    def at(self, rows: Tensor, at: Tensor, P: int) -> TeacherTop:
+        """The laws of `rows` at slots `at` ([S], sorted: prompt slots < P − 1, then completion
+        slots P − 1 + t up to the steps decoded): [len(rows), S, K], [len(rows), S, K], [len(rows), S]."""
+        first = int((at < P - 1).sum())  # the prompt slots come first
+        comp = at[first:] - (P - 1)  # decoding step t (past a row's end: garbage, not scored)
+        parts = [TeacherTop(*(t[rows][:, comp] for t in self.top))]
+        if first:
+            logits = self.head(self.prompt[rows][:, at[:first]])
+            parts.insert(0, teacher_top(logits, self.support, self.k, self.temperature))
+        return TeacherTop(*(torch.cat(ts, 1) for ts in zip(*parts, strict=True)))
 
 
 def freeze_bottom(model: nn.Module, layers: int) -> None:
