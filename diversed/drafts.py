@@ -20,6 +20,10 @@ Gemma-3-270M do not). `python -m diversed.drafts build smollm2` makes one:
    recipe without stages the undistilled draft's, and write it with the times to `build.json`
    (`build_seconds`: init and distillation, the part the recipe is sized for; measuring apart).
 
+`python -m diversed.drafts measure NAME` measures a built draft's α again, as step 3 does, printed:
+with `--draft-quantize none int8`, the float and the int8 draft (`models/quantize.py`) on the same
+prompts and seed, and their paired difference with its bootstrap interval over prompts.
+
 The result is cached in `$DIVERSED_CACHE/drafts/<name>/` (default `~/.cache/diversed/drafts`)
 and named `draft:<name>` in a pair config (`weights.resolve_model`). Offline, each task's rows
 come from `--data DIR` (`DIR/<task>/<split>.jsonl`, see `scripts/real_data.py`).

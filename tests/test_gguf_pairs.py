@@ -215,3 +215,14 @@ def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache,
     before = report["before"]["toy"]
     assert 0 <= before["alpha_low"] <= before["alpha"] <= before["alpha_high"] <= 1 and "after" not in report
     assert before["prompts"] == 4
+    # measured again, float and int8 on the same prompts: the float one is the build's, to the digit
+    from diversed.errors import ConfigError
+
+    again = drafts.measure("cut", None, ["none", "int8"], None, 0)
+    assert again["alpha"]["toy"]["none"] == before
+    diff = again["difference"]["toy"]
+    int8 = again["alpha"]["toy"]["int8"]["alpha"]
+    assert diff["of"] == "int8 - none" and diff["alpha"] == pytest.approx(int8 - before["alpha"], abs=1e-3)
+    assert diff["low"] <= diff["alpha"] <= diff["high"]
+    with pytest.raises(ConfigError, match="two different"):
+        drafts.measure("cut", None, ["int8", "int8"], None, 0)
