@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from diversed.config.runtime import quiet
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
-from diversed.decoding.forward import forward_path
+from diversed.decoding.forward import forward_path, rounds_per_call
 from diversed.decoding.inputs import check_decoding, left_pad, token_ids
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -304,10 +304,8 @@ def check_config(config: BenchConfig) -> None:
     if config.draft_quantize not in (None, "none"):
         from diversed.models.quantize import check_quantize
 
-        try:
-            check_quantize(config.draft_quantize, torch.device(config.device), getattr(torch, config.dtype))
-        except ConfigError as e:
-            raise ConfigError(str(e).replace("pair.draft_quantize=", "--draft-quantize ")) from None
+        device, dtype = torch.device(config.device), getattr(torch, config.dtype)
+        check_quantize(config.draft_quantize, device, dtype, "--draft-quantize ")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
@@ -663,7 +661,7 @@ def run_bench(
         log(f"# {env}")
         weight = next(target.parameters())
         # what the draft is, however it was loaded (models/quantize.py's layers say that they round)
-        how = "int8" if any(getattr(m, "rounds_per_call", False) for m in draft.modules()) else "none"
+        how = "int8" if rounds_per_call(draft) else "none"
         quantized = "" if how == "none" else f", the draft's linear layers {how} at decoding steps"
         log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{quantized}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"

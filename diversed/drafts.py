@@ -243,6 +243,13 @@ def data_overrides(task: str, data: str | Path | None) -> list[str]:
     return ["task.data_files={" + ",".join(f"{k}:'{v}'" for k, v in splits.items()) + "}"]
 
 
+def pooled_alpha(accepted, verified, axis=-1):
+    """α pooled over prompts: Σ accepted / Σ verified (numpy arrays; 0 where nothing was verified)."""
+    import numpy as np
+
+    return accepted.sum(axis) / np.maximum(verified.sum(axis), 1)
+
+
 def acceptance(
     target_dir: str,
     draft_dir: str,
@@ -294,9 +301,7 @@ def acceptance(
     summary = totals.summary()
     accepted, verified = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
     # α pooled over prompts (Σ accepted / Σ verified), resampling prompts
-    _, low, high = bootstrap_interval(
-        lambda a, v, axis: a.sum(axis) / np.maximum(v.sum(axis), 1), [accepted, verified]
-    )
+    _, low, high = bootstrap_interval(pooled_alpha, [accepted, verified])
     return {
         "alpha": round(float(summary["alpha"]), 4),
         "alpha_low": round(low, 4),
@@ -468,8 +473,8 @@ def measure(
     recipe = RECIPES[name]
     if not 1 <= len(quantize) <= 2 or len(set(quantize)) != len(quantize):
         raise ConfigError(f"--draft-quantize takes one setting or two different ones, got {list(quantize)}")
-    for how in quantize:
-        check_quantize(how, torch.device("cpu"), torch.float32)  # before any weights load
+    for how in quantize:  # before any weights load
+        check_quantize(how, torch.device("cpu"), torch.float32, "--draft-quantize ")
     if n is not None and n < 1:
         raise ConfigError(f"--n must be at least 1, got {n}")
     check_member(f"draft:{name}", "draft")
@@ -488,10 +493,9 @@ def measure(
         }
         if len(quantize) == 2:
             a = [np.array(runs[how][k], dtype=float) for how in quantize for k in ("accepted", "verified")]
-            alpha = lambda a1, v1, a2, v2, axis: (  # noqa: E731  pooled α of the second minus the first
-                a2.sum(axis) / np.maximum(v2.sum(axis), 1) - a1.sum(axis) / np.maximum(v1.sum(axis), 1)
+            est, low, high = bootstrap_interval(  # pooled α of the second minus the first's
+                lambda a1, v1, a2, v2, axis: pooled_alpha(a2, v2, axis) - pooled_alpha(a1, v1, axis), a
             )
-            est, low, high = bootstrap_interval(alpha, a)
             report.setdefault("difference", {})[t] = {
                 "of": f"{quantize[1]} - {quantize[0]}",
                 "alpha": round(est, 4),

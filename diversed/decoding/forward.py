@@ -133,7 +133,7 @@ def _projection(module: nn.Module, copy: bool) -> Projection:
     return module
 
 
-def _rounds_per_call(model: nn.Module) -> bool:
+def rounds_per_call(model: nn.Module) -> bool:
     """Whether a layer of `model` rounds each call's input on one scale over all its rows."""
     return any(getattr(m, "rounds_per_call", False) for m in model.modules())
 
@@ -241,7 +241,7 @@ class Plan:
         # int8 projections round their input on one scale per call, taken over every slot fed: slots
         # that hold no text (left padding) are zeroed first, so that their values (attention over no
         # key) do not set the real slots' rounding (zeros never widen the range: it always holds 0).
-        self.zero_pads = _rounds_per_call(model)
+        self.zero_pads = rounds_per_call(model)
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -574,7 +574,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     # call's input on one scale over every slot fed, and the direct way zeroes slots that hold no text
     # first (`Plan.zero_pads`) while model(...) feeds them their attention, so the text slots' results
     # differ by design. There the check is on text alone: the masks are the float models' code.
-    if not _rounds_per_call(model):
+    if not rounds_per_call(model):
         mask[0, :2] = 0  # left padding
         mask[1, 4] = 0  # a hole, as a rejected draft leaves
     pos = (mask.cumsum(-1) - 1).clamp_min(0)

@@ -34,6 +34,7 @@ the cheap dtype).
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 
@@ -77,44 +78,50 @@ class Int8Linear(nn.Module):
         return self.weight.shape[0]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.direct_projection()(x)
+        return int8_linear(x, self.packed, self.weight, self.bias, self.short)
 
     def direct_projection(self):
         """The call itself as a function of x (what the direct forward path applies)."""
-        packed, weight, bias, short = self.packed, self.weight, self.bias, self.short
-
-        def project(x: Tensor) -> Tensor:
-            if x.numel() > short * x.shape[-1]:  # more than `short` rows: a prompt pass, in float
-                return F.linear(x, weight, bias)
-            return torch.ops.quantized.linear_dynamic(x, packed, True)
-
-        return project
+        return functools.partial(
+            int8_linear, packed=self.packed, weight=self.weight, bias=self.bias, short=self.short
+        )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 to {self.short} rows"
 
 
-def check_quantize(how: str, device: torch.device, dtype: object) -> None:
-    """Refuse a `draft_quantize` that cannot run here, before any weights load."""
+def int8_linear(x: Tensor, packed: object, weight: Tensor, bias: Tensor | None, short: int) -> Tensor:
+    """`Int8Linear`'s call: x W8ᵀ·s (+ b) by torch's int8 kernel on the packed weights where x holds
+    at most `short` rows, else x Wᵀ (+ b) with the float weights (a prompt pass)."""
+    if x.numel() > short * x.shape[-1]:
+        return F.linear(x, weight, bias)
+    return torch.ops.quantized.linear_dynamic(x, packed, True)
+
+
+def check_quantize(
+    how: str, device: torch.device, dtype: object, setting: str = "pair.draft_quantize="
+) -> None:
+    """Refuse a `draft_quantize` that cannot run here, before any weights load; `setting` is how the
+    messages name it with its value (a CLI's "--draft-quantize ")."""
     if how not in DRAFT_QUANTIZE:
-        raise ConfigError(f"pair.draft_quantize must be one of {DRAFT_QUANTIZE}, got {how!r}")
+        raise ConfigError(f"{setting.rstrip('= ')} must be one of {DRAFT_QUANTIZE}, got {how!r}")
     if how == "none":
         return
     if device.type != "cpu":
         raise ConfigError(
-            f"pair.draft_quantize={how} runs on CPU only (torch's dynamic int8 kernels), the pair is on "
-            f"{device}: set pair.draft_quantize=none (on a GPU the cheap dtype is pair.dtype=bfloat16)"
+            f"{setting}{how} runs on CPU only (torch's dynamic int8 kernels), the pair is on "
+            f"{device}: set {setting}none (on a GPU the cheap dtype is pair.dtype=bfloat16)"
         )
     if dtype != torch.float32:
         name = str(dtype).removeprefix("torch.")
         raise ConfigError(
-            f"pair.draft_quantize={how} takes float32 activations, the pair's dtype is {name}: set "
+            f"{setting}{how} takes float32 activations, the pair's dtype is {name}: set "
             "pair.dtype=float32 (auto is float32 on CPU)"
         )
     if torch.backends.quantized.engine == "none":
         raise ConfigError(
-            "pair.draft_quantize=int8: this torch build has no quantized engine "
-            f"(supported: {torch.backends.quantized.supported_engines}); set pair.draft_quantize=none"
+            f"{setting}{how}: this torch build has no quantized engine "
+            f"(supported: {torch.backends.quantized.supported_engines}); set {setting}none"
         )
 
 
