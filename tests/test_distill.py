@@ -9,7 +9,7 @@ from tiny_models import compose_run, tiny_pair
 
 from diversed.decoding.verify import total_variation
 from diversed.distill import distill
-from diversed.training.teacher import divergence
+from diversed.training.teacher import TeacherSample, divergence
 
 SMALL = [
     "+experiment=distill_toy",
@@ -325,3 +325,117 @@ def test_a_resumed_distillation_is_the_run_it_continues(variant, step, tmp_path,
     last = run / "checkpoints" / "last.ckpt"
     result = distill(compose_run("distill", run, toy_tiny_dir, SMALL, [*overrides, f"ckpt_path={last}"]))
     assert_resumed_is_uninterrupted(ref, run, result, ref_result, "draft/model.safetensors")
+
+
+def _bottom_models():
+    import transformers
+
+    llama, _ = tiny_pair(layers=3)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        sliding_window=4,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    gemma = transformers.AutoModelForCausalLM.from_config(config).eval()
+    return {"llama": llama, "gemma3 (sliding, scaled embeddings)": gemma}
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3 (sliding, scaled embeddings)"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_frozen_bottom_computed_once_gives_the_whole_forwards_logits_and_gradients(family, layers):
+    from diversed.training.draft_module import FrozenBottom, freeze_bottom, right_padded
+
+    model = _bottom_models()[family].train()
+    model.requires_grad_(True)
+    freeze_bottom(model, layers)
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randint(3, 96, (n,), generator=g) for n in (9, 4, 7)]  # right padding, ragged
+    ids, mask = right_padded(rows, 0, torch.device("cpu"))
+    bottom = FrozenBottom(model, layers)
+    whole = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0)).logits
+    states = bottom.states(ids, mask)
+    assert not states.requires_grad and len(model.model.layers) == 3  # the layers are put back
+    cut = bottom.top(states, mask)
+    text = mask.bool()
+    torch.testing.assert_close(cut[text], whole[text], atol=1e-5, rtol=1e-5)
+    grads = []
+    for logits in (whole, cut):
+        model.zero_grad()
+        logits[text].logsumexp(-1).sum().backward()
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for k in grads[0]:
+        torch.testing.assert_close(grads[1][k], grads[0][k], atol=1e-5, rtol=1e-4)
+    assert bottom.check([TeacherSample(r, 2, torch.arange(len(r) - 1), None) for r in rows], 0) is None
+
+
+def test_a_bottom_that_does_not_cut_is_run_whole_and_said(caplog):
+    """A model whose forward changes `inputs_embeds` (as Gemma-2 scales them in its forward): the cut
+    would be wrong, so every step runs the whole draft."""
+    from diversed.training.draft_module import FrozenBottom, freeze_bottom
+
+    model, _ = tiny_pair(layers=3)
+    freeze_bottom(model, 1)
+
+    def scaled(module, args, kwargs):
+        if kwargs.get("inputs_embeds") is not None:
+            kwargs["inputs_embeds"] = kwargs["inputs_embeds"] * 8.0
+        return args, kwargs
+
+    model.model.register_forward_pre_hook(scaled, with_kwargs=True)
+    samples = [TeacherSample(torch.arange(3, 3 + n), 2, torch.arange(n - 1), None) for n in (5, 8)]
+    with caplog.at_level("WARNING"):
+        out = FrozenBottom(model, 1).attach(samples, 0)
+    assert all(s.bottom is None for s in out)
+    assert "differ from the whole forward" in caplog.text
+
+
+def test_a_distillation_with_a_frozen_bottom_computed_once_trains_the_same_draft(
+    tmp_path, toy_tiny_dir, monkeypatch, caplog
+):
+    from diversed.training.draft_module import DistillModule, FrozenBottom
+
+    reuse = [
+        "distill.rollout=target",
+        "distill.reuse=true",
+        "distill.top_k=139",
+        "trainer.max_steps=4",
+        "trainer.val_check_interval=4",
+        "distill.optimizer.lr=0.005",
+        "distill.divergence=forward_kl",
+        "distill.sample_batch_size=32",
+        "distill.prompt_positions=-1",
+        "distill.freeze_layers=1",
+    ]
+    steps = []
+    real = DistillModule.step_on_samples
+    monkeypatch.setattr(
+        DistillModule,
+        "step_on_samples",
+        lambda self, batch: steps.append(batch[0].bottom is not None) or real(self, batch),
+    )
+    with caplog.at_level("INFO"):
+        distill(compose_run("distill", tmp_path / "cached", toy_tiny_dir, SMALL, reuse))
+    assert steps == [True] * 4 and "computed once" in caplog.text
+    steps.clear()
+    monkeypatch.setattr(FrozenBottom, "check", lambda self, samples, pad: "turned off by the test")
+    distill(compose_run("distill", tmp_path / "whole", toy_tiny_dir, SMALL, reuse))
+    assert steps == [False] * 4
+    cached, whole = (load_file(tmp_path / run / "draft" / "model.safetensors") for run in ("cached", "whole"))
+    assert cached.keys() == whole.keys()
+    moved = 0
+    for k in whole:
+        torch.testing.assert_close(cached[k], whole[k], atol=1e-5, rtol=1e-4)
+        moved += not torch.equal(whole[k], load_file(toy_tiny_dir / "draft" / "model.safetensors")[k])
+    assert moved  # the top trained

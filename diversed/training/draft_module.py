@@ -21,7 +21,9 @@ kept in `<run dir>/teacher_samples.pt` (a rerun with the same examples and setti
 and served as the training rows of every epoch: each epoch then costs the draft's forward and
 backward alone. `replay` adds other runs' samples (another task's) to the rows.
 `freeze_layers` keeps the draft's embeddings and first layers fixed (a draft cut from the target
-then shares the target's bottom exactly, and its backward stops above them).
+then shares the target's bottom exactly, and its backward stops above them); with `reuse`, the
+bottom's output on each sample is computed once when the fit starts and every step runs only the
+layers above it (`FrozenBottom`, checked against the whole forward first).
 Validation decodes held-out prompts with lossless speculative decoding and logs the acceptance
 rate (`val/acceptance_rate`, also `val/objective`, which the checkpoint callback keeps the best
 of). The whole draft trains by default; with `distill.lora` (r, alpha, dropout, target_modules)
@@ -40,7 +42,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +131,10 @@ class DistillModule(PairModule):
                 for path in self.hparams.replay
                 for s in read_samples(Path(path), draft_vocab.support(self.draft))
             ]
+            if self.hparams.freeze_layers and not self.hparams.lora:  # (LoRA adapts the bottom too)
+                bottom = FrozenBottom(self.draft, int(self.hparams.freeze_layers))
+                with self.trainer.precision_plugin.forward_context():
+                    samples = bottom.attach(samples, self.pair.tokenizer.pad_token_id)
             self.trainer.datamodule.serve(samples)
 
     # --------------------------------------------------------------------- training
@@ -198,13 +205,15 @@ class DistillModule(PairModule):
         """The loss on samples drawn once: the draft teacher-forced on each row (right-padded), its
         support logits at the row's scored slots against the target's coarsened law stored there."""
         hp, pad = self.hparams, self.pair.tokenizer.pad_token_id
-        width = max(len(s.ids) for s in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long, device=self.device)
-        mask = torch.zeros_like(ids)
-        for b, s in enumerate(batch):
-            ids[b, : len(s.ids)], mask[b, : len(s.ids)] = s.ids, 1
+        ids, mask = right_padded([s.ids for s in batch], pad, self.device)
+        width = ids.shape[1]
         with draft_vocab.support_logits(self.draft):
-            logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+            if batch[0].bottom is None:
+                logits = self.draft(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+            else:  # the frozen bottom's states, computed once: only the layers above it run
+                logits = FrozenBottom(self.draft, int(hp.freeze_layers)).top(
+                    padded([s.bottom for s in batch], width).to(self.device), mask
+                )
         rows = torch.cat([torch.full_like(s.at, b) for b, s in enumerate(batch)])
         q_logits = logits[rows, torch.cat([s.at for s in batch])]
         teacher = TeacherTop(
@@ -399,6 +408,136 @@ class TeacherLaws:
             logits = self.head(self.prompt[rows][:, at[:first]])
             parts.insert(0, teacher_top(logits, self.support, self.k, self.temperature))
         return TeacherTop(*(torch.cat(ts, 1) for ts in zip(*parts, strict=True)))
+
+
+class FrozenBottom:
+    """A draft whose embeddings and first `layers` decoder layers are frozen (`freeze_bottom`) maps a
+    row to the same hidden states after them in every epoch: `attach` computes them once per sample
+    (no grad, under the caller's precision context, as the training forward would) and `top` runs
+    the layers above on them. The training forward then skips the bottom: on SmolLM2's 15-layer
+    draft with 8 frozen, 8 of about 37 layer-forward equivalents of a step (the top's forward and
+    backward, the head's over every slot).
+
+    The layers are cut by `layers_between` (the base model's layer list and the config's layer count
+    and types swapped for the call), which holds for models whose forward is "embeddings, layers,
+    norm" (Llama, Mistral, Qwen, Gemma-3, whose embedding module itself scales); `attach` checks it
+    on two samples (the logits through `top` against the whole forward, in training mode, so dropout
+    shows too) and otherwise keeps the whole forward, saying why."""
+
+    def __init__(self, model: nn.Module, layers: int) -> None:
+        self.model, self.layers = model, layers
+
+    @torch.no_grad()
+    def states(self, ids: Tensor, mask: Tensor) -> Tensor:
+        """[B, W, H]: the hidden states after the bottom of right-padded rows `ids` ([B, W])."""
+        kept: list[Tensor] = []
+
+        def catch(module: nn.Module, args: Any, out: Any) -> None:
+            kept.append(out[0] if isinstance(out, tuple) else out)
+
+        hook = self.model.base_model.layers[self.layers - 1].register_forward_hook(catch)
+        try:
+            with layers_between(self.model, 0, self.layers):
+                self.model.base_model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False
+                )
+        finally:
+            hook.remove()
+        return kept[-1]
+
+    def top(self, states: Tensor, mask: Tensor) -> Tensor:
+        """The logits of rows whose bottom states are `states` ([B, W, H], right-padded as `mask`)."""
+        with layers_between(self.model, self.layers, None):
+            return self.model(
+                inputs_embeds=states, attention_mask=mask, position_ids=positions(mask), use_cache=False
+            ).logits
+
+    def attach(self, samples: list[TeacherSample], pad: int, batch: int = 16) -> list[TeacherSample]:
+        """`samples` with their bottom states (`bottom`), or as they are (logged) where `top` does not
+        give the whole forward's logits on this model."""
+        why = self.check(samples[:2], pad)
+        if why:
+            log.warning(f"distill.freeze_layers: the frozen bottom is run at every step ({why})")
+            return samples
+        start, out = time.perf_counter(), list(samples)
+        order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
+        for first in range(0, len(order), batch):
+            chunk = order[first : first + batch]
+            ids, mask = right_padded([samples[i].ids for i in chunk], pad, self.device)
+            h = self.states(ids, mask)
+            for j, i in enumerate(chunk):
+                out[i] = samples[i]._replace(bottom=h[j, : len(samples[i].ids)].cpu())
+        log.info(
+            f"distill.freeze_layers={self.layers}: the frozen bottom's states of {len(out)} samples "
+            f"computed once ({time.perf_counter() - start:.0f} s); each step runs the layers above it"
+        )
+        return out
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def check(self, samples: list[TeacherSample], pad: int) -> str | None:
+        """None if `top` on the bottom's states gives the whole forward's logits on `samples` (to
+        `forward.py`'s tolerance: 5e-5 of their scale in float32, 0.1 in half precision), else why not."""
+        if not samples:
+            return "no samples"
+        ids, mask = right_padded([s.ids for s in samples], pad, self.device)
+        try:
+            with torch.no_grad(), draft_vocab.support_logits(self.model):
+                whole = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+                cut = self.top(self.states(ids, mask), mask)
+        except Exception as e:  # a model laid out otherwise
+            return f"running the layers above the bottom alone raised {type(e).__name__}: {e}"
+        text = mask.bool()
+        a, b = cut[text].float(), whole[text].float()
+        gap = float(torch.where(a == b, 0.0, a - b).abs().max())
+        rel = gap / max(1.0, float(b.nan_to_num(0, 0, 0).abs().max()))
+        tol = 5e-5 if whole.dtype == torch.float32 and not torch.is_autocast_enabled(ids.device.type) else 0.1
+        if not rel <= tol:
+            return (
+                f"the layers above the bottom alone differ from the whole forward by {rel:.2g} of the "
+                "logits' scale"
+            )
+        return None
+
+
+@contextmanager
+def layers_between(model: nn.Module, start: int, stop: int | None) -> Iterator[nn.Module]:
+    """`model` with decoder layers `start:stop` alone (its base model's layer list, and the config's
+    layer count and per-layer types, swapped for the block): called with `inputs_embeds`, the
+    hidden states after layer `start`, it runs those layers, the final norm and the head."""
+    base, config = model.base_model, model.config
+    stack, count, types = base.layers, config.num_hidden_layers, getattr(config, "layer_types", None)
+    kept = list(stack)[start:stop]
+    base.layers = nn.ModuleList(kept)
+    config.num_hidden_layers = len(kept)
+    if types:
+        config.layer_types = list(types)[start:stop]
+    try:
+        yield model
+    finally:
+        base.layers, config.num_hidden_layers = stack, count
+        if types:
+            config.layer_types = types
+
+
+def right_padded(rows: list[Tensor], pad: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(ids [B, W], mask [B, W]) of token rows padded on the right with `pad`."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for b, r in enumerate(rows):
+        ids[b, : len(r)], mask[b, : len(r)] = r, 1
+    return ids, mask
+
+
+def padded(rows: list[Tensor], width: int) -> Tensor:
+    """[B, width, H]: rows of [L, H] states, zeros on the right."""
+    out = rows[0].new_zeros(len(rows), width, rows[0].shape[-1])
+    for b, r in enumerate(rows):
+        out[b, : len(r)] = r
+    return out
 
 
 def freeze_bottom(model: nn.Module, layers: int) -> None:

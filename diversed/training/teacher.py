@@ -118,6 +118,9 @@ class TeacherSample(NamedTuple):
     prompt: int  # P
     at: Tensor  # [S] scored slots (slot i predicts token i + 1)
     teacher: TeacherTop  # [S, K], [S, K], [S]
+    # [P + C, H]: the draft's hidden states after its frozen bottom (`distill.freeze_layers`), computed
+    # once when the fit starts (`draft_module.FrozenBottom`); never written to the samples' file
+    bottom: Tensor | None = None
 
 
 # ----------------------------------------------------------------------------- the samples' file
