@@ -361,8 +361,11 @@ def build(
     steps_scale: float = 1.0,
     measure: bool = True,
     before: bool = False,
+    keep: str | Path | None = None,
 ) -> Path:
-    """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory."""
+    """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory.
+    `keep`: a directory (new, or empty) that receives each stage's run directory (its target samples,
+    `teacher_samples.pt`, its metrics and checkpoints) instead of their being deleted."""
     from diversed.models.gguf import check_member, resolve_model
 
     if name not in RECIPES:
@@ -375,6 +378,8 @@ def build(
             _measure_after(out, recipe, resolve_model(recipe.target, "target"), data)
         return out
     check_member(recipe.target, "target")  # fetched? (fails before anything is built)
+    if keep is not None and Path(keep).exists() and (not Path(keep).is_dir() or any(Path(keep).iterdir())):
+        raise ConfigError(f"--keep {keep}: not a new or empty directory; name another one")
     stages = [(task, max(1, round(steps * steps_scale)), extra) for task, steps, extra in recipe.stages]
     tasks = {*(t for t, _, _ in stages), *recipe.eval_tasks, *recipe.vocab_tasks}
     overrides = {task: data_overrides(task, data) for task in tasks}  # checked first
@@ -434,6 +439,11 @@ def build(
         if force:
             shutil.rmtree(out, ignore_errors=True)
         os.rename(final, out)  # atomic: a reader sees a whole draft or none
+        if keep is not None:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for i, (task, _, _) in enumerate(stages):
+                shutil.move(str(work / f"stage{i}_{task}"), str(Path(keep) / f"stage{i}_{task}"))
+            log.info("draft %s: its stages' run directories kept in %s", name, keep)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if (
@@ -526,6 +536,12 @@ def run(argv: list[str] | None = None) -> Path | dict[str, Any]:
         action="store_true",
         help="also measure the undistilled draft's acceptance (always for a recipe without stages)",
     )
+    b.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="keep each stage's run directory (its target samples, metrics) in DIR, new or empty",
+    )
     m = sub.add_parser("measure", help="measure a built draft's lossless alpha again (printed, not saved)")
     m.add_argument("name", choices=sorted(RECIPES))
     m.add_argument("--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)")
@@ -549,6 +565,7 @@ def run(argv: list[str] | None = None) -> Path | dict[str, Any]:
         steps_scale=args.steps_scale,
         measure=not args.no_measure,
         before=args.before,
+        keep=args.keep,
     )
     report = json.loads((out / "build.json").read_text())
     print(

@@ -20,6 +20,7 @@ from diversed.decoding.draft_vocab import DraftVocabHead  # noqa: E402
 from diversed.decoding.forward import forward_path  # noqa: E402
 from diversed.decoding.inputs import left_pad  # noqa: E402
 from diversed.drafts import init_draft  # noqa: E402
+from diversed.errors import ConfigError  # noqa: E402
 from diversed.models.gguf import convert_gguf, converted_dir, sha256_file  # noqa: E402
 from diversed.models.pair import describe_pair, load_pair  # noqa: E402
 
@@ -176,8 +177,14 @@ def test_a_draft_is_built_from_a_gguf_target_in_stages_that_replay_each_others_s
     monkeypatch.setattr(
         PromptDataModule, "serve", lambda self, items: served.append(len(items)) or real_serve(self, items)
     )
-    out = drafts.build("tiny")
+    out = drafts.build("tiny", keep=tmp_path / "kept")
     assert out == drafts.built_dir("tiny") and out.parent.parent == cache
+    # --keep: each stage's run directory, its target samples with it, instead of deleted
+    kept = sorted(p.name for p in (tmp_path / "kept").iterdir())
+    assert kept == ["stage0_toy", "stage1_toy_count"]
+    assert all((tmp_path / "kept" / k / "teacher_samples.pt").is_file() for k in kept)
+    with pytest.raises(ConfigError, match="--keep .*not a new or empty directory"):  # before any work
+        drafts.build("tiny", force=True, keep=tmp_path / "kept")
     report = json.loads((out / "build.json").read_text())
     assert report["steps"] == {"toy": 3, "toy_count": 3} and 0 <= report["after"]["toy"]["alpha"] <= 1
     assert report["build_seconds"] > 0 and "before" not in report
@@ -216,8 +223,6 @@ def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache,
     assert 0 <= before["alpha_low"] <= before["alpha"] <= before["alpha_high"] <= 1 and "after" not in report
     assert before["prompts"] == 4
     # measured again, float and int8 on the same prompts: the float one is the build's, to the digit
-    from diversed.errors import ConfigError
-
     again = drafts.measure("cut", None, ["none", "int8"], None, 0)
     assert again["alpha"]["toy"]["none"] == before
     diff = again["difference"]["toy"]
