@@ -198,6 +198,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
             args = {
                 "batch_size": batch,
+                "by_length": bool(sweep.get("batch_by_length", False)),
                 "seed": point["seed"],
                 "engine": engine,
                 "drafts": drafts,

@@ -201,6 +201,71 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     assert fields["length"] == pytest.approx(sum(min(1.0, len(r["completion"]) / 10) for r in rows) / 6)
 
 
+def test_batch_indices_by_length_cover_every_example_once_in_length_order():
+    lengths = [5, 1, 9, 1, 3, 7, 2]
+    assert point_module.batch_indices(lengths, 3) == [[0, 1, 2], [3, 4, 5], [6]]
+    batches = point_module.batch_indices(lengths, 3, by_length=True)
+    assert batches == [[1, 3, 6], [4, 0, 5], [2]]  # stable among equal lengths
+    assert sorted(sum(batches, [])) == list(range(len(lengths)))
+
+
+def test_batches_by_length_pad_less_and_give_rows_in_the_tasks_order(tmp_path, toy_tiny_dir, monkeypatch):
+    """sweep.batch_by_length: the decoded batches hold prompts of about one length (less left padding),
+    the rows come back in the task's order, and greedy completions are the ones batched in order."""
+    pair = hydra.utils.instantiate(compose_eval(tmp_path, toy_tiny_dir).pair)
+    examples = ToyTask.load(n_examples=12).examples  # toy prompts are all of one length: lengthen some
+    task = ToyTask([{**e, "prompt": "1+1=2 " * (i * 7 % 4) + e["prompt"]} for i, e in enumerate(examples)])
+    lengths = [len(p) for p in task.encode(pair.tokenizer, list(task))]
+    assert len(set(lengths)) > 2 and lengths != sorted(lengths)  # else the order could not change anything
+    widths, real = [], point_module.decode
+
+    def spy(pair, point, verifier, ids, mask, **kw):
+        widths.append(int(ids.shape[0] * ids.shape[1]))
+        return real(pair, point, verifier, ids, mask, **kw)
+
+    monkeypatch.setattr(point_module, "decode", spy)
+    point = {"method": "autoregressive", "temperature": 0.0}
+    _, given = ev.run_point(pair, task, point, None, batch_size=4, seed=0)
+    padded_given, widths[:] = sum(widths), []
+    _, sorted_rows = ev.run_point(pair, task, point, None, batch_size=4, seed=0, by_length=True)
+    assert sum(widths) < padded_given and sum(widths) == sum(
+        len(b) * max(lengths[j] for j in b) for b in point_module.batch_indices(lengths, 4, True)
+    )
+    assert [r["example_id"] for r in sorted_rows] == [r["example_id"] for r in given]
+    assert [r["completion"] for r in sorted_rows] == [r["completion"] for r in given]
+
+
+def test_no_warm_up_at_the_batch_size_without_a_timed_pass_there(tmp_path, toy_tiny_dir, monkeypatch):
+    """timing.repeats=0 (scored once, timed alone at batch 1): the warm-up batch at the sweep's batch
+    size warmed nothing up; only the latency pass's warm-up of one example runs."""
+    pair = hydra.utils.instantiate(compose_eval(tmp_path, toy_tiny_dir).pair)
+    task = ToyTask.load(n_examples=6)
+    rows, real = [], point_module.decode
+
+    def spy(pair, point, verifier, ids, mask, **kw):
+        rows.append(int(ids.shape[0]))
+        return real(pair, point, verifier, ids, mask, **kw)
+
+    monkeypatch.setattr(point_module, "decode", spy)
+    point = {"method": "autoregressive", "temperature": 1.0}
+    timing = {"warmup": 1, "repeats": 0, "latency": True, "latency_examples": 2, "latency_repeats": 1}
+    out = point_module.time_point(pair, task, point, None, batch_size=4, seed=0, timing=timing)
+    assert rows == [1, 1, 1] and "wall_time_s" not in out and out["latency_examples"] == 2
+    rows[:] = []
+    point_module.time_point(pair, task, point, None, batch_size=4, seed=0, timing={**timing, "repeats": 1})
+    assert rows == [4, 4, 2, 1, 1, 1]  # the warm-up batch, one pass, then the latency pass
+
+
+def test_batch_by_length_is_in_the_settings_fingerprint(tmp_path, toy_tiny_dir):
+    from diversed.sweep.grid import settings_fingerprint
+
+    task = ToyTask.load(n_examples=2)
+    plain = settings_fingerprint(compose_eval(tmp_path, toy_tiny_dir), task, None)
+    assert "batch_by_length" not in plain  # older records' fingerprints unchanged
+    cfg = compose_eval(tmp_path, toy_tiny_dir, "sweep.batch_by_length=true")
+    assert settings_fingerprint(cfg, task, None) == {**plain, "batch_by_length": True}
+
+
 class StrictToy(ToyTask):
     """A task defined outside the package with one option of its own: declared, and nothing else."""
 

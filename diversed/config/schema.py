@@ -146,6 +146,7 @@ class SweepSettings(_Model):
     temperatures: Annotated[list[Temperature], Field(min_length=1)]
     allow_other_pair_heads: bool = False
     batch_size: PositiveInt = 16
+    batch_by_length: bool = False
     token_w: bool = False
     num_seeds: PositiveInt = 1
     dry_run: bool = False

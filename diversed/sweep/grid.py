@@ -88,6 +88,8 @@ def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, An
         "pair": pair,
         "engine": engine_settings(cfg.engine),
         "batch_size": int(cfg.sweep.batch_size),
+        # the batches' composition changes outputs; named only when set (older fingerprints unchanged)
+        **({"batch_by_length": True} if cfg.sweep.get("batch_by_length", False) else {}),
         "seed": int(cfg.seed),
     }
 

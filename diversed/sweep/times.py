@@ -402,9 +402,10 @@ def estimate_seconds(
     the `finished` records of the same run: per point, the median seconds per example of finished
     records of its method, N and temperature (else its method, else any), per pass at the sweep's batch
     size (wall_time_s / n_examples) and alone at batch 1 (latency_s), times the passes `timing` asks
-    for: 1 scored + `repeats` over all examples, `warmup` over the first batch, and with `latency`,
-    `latency_repeats` over `latency_examples` alone (plus `warmup` of one). Loading, scoring and
-    start-up are not counted. Nothing finished: (None, a line saying so and how to get some)."""
+    for: 1 scored + `repeats` over all examples, `warmup` over the first batch (where `repeats` are
+    asked for), and with `latency`, `latency_repeats` over `latency_examples` alone (plus `warmup` of
+    one). Loading, scoring and start-up are not counted. Nothing finished: (None, a line saying so and
+    how to get some)."""
 
     def per_example(r: Mapping[str, Any], field: str, per: int | None) -> float | None:
         v, n = r.get(field), r.get("n_examples")
@@ -440,7 +441,7 @@ def estimate_seconds(
         levels[list(levels)[level]] += 1
         total += decode[keys[level]] * (
             n_examples * (1 + timing.get("repeats", 0))
-            + timing.get("warmup", 0) * min(batch_size, n_examples)
+            + (timing.get("warmup", 0) * min(batch_size, n_examples) if timing.get("repeats", 0) else 0)
         )
         if timing.get("latency"):
             lat = next((alone[key] for key in keys if key in alone), decode[keys[level]])
