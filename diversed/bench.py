@@ -67,7 +67,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from diversed.config.runtime import quiet
+from diversed.config.runtime import keep_freed_memory, quiet
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
 from diversed.decoding.forward import forward_path, rounds_per_call
@@ -257,6 +257,7 @@ class BenchConfig:
     repeats: int = 5
     warmup: int = 1
     threads: int = 1  # torch threads; 0 leaves the default
+    malloc: str = "keep"  # config/runtime.keep_freed_memory: "keep" (freed memory reused) or "system"
     seed: int = 0
     bonus_token: str = "ensemble"
     first_token: str = "ensemble"  # "target": the engine's first new token from the target alone
@@ -628,6 +629,7 @@ def run_bench(
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
+    malloc = "keep" if keep_freed_memory(config.malloc) else "system"  # (process-wide, not undone)
     try:
         source = "given"
         if target is None or draft is None:
@@ -693,6 +695,7 @@ def run_bench(
                 mean_prompt_tokens=mean_len,
                 dtype=str(weight.dtype).removeprefix("torch."),
                 draft_quantize=how,
+                malloc=malloc,
                 top_k=config.top_k,
                 top_p=config.top_p,
             )
@@ -768,6 +771,12 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("--repeats", type=int, default=d.repeats)
     add("--warmup", type=int, default=d.warmup)
     add("--threads", type=int, default=d.threads, help="torch threads (0: leave the default)")
+    add(
+        "--malloc",
+        choices=("keep", "system"),
+        default=d.malloc,
+        help="keep: glibc keeps freed memory for the next tensors (runtime.malloc); system: as it is",
+    )
     add("--seed", type=int, default=d.seed)
     add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
     add(

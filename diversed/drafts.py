@@ -556,6 +556,9 @@ def run(argv: list[str] | None = None) -> Path | dict[str, Any]:
     m.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from diversed.config.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as runtime.malloc=keep in the distillation runs it makes (config/runtime.py)
     if args.command == "measure":
         return measure(args.name, args.data, args.draft_quantize, args.n, args.seed)
     out = build(

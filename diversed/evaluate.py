@@ -49,6 +49,7 @@ from diversed.config.runtime import (
     PointLog,
     finish,
     instantiate,
+    keep_freed_memory,
     make_loggers,
     quiet,
     set_threads,
@@ -77,6 +78,7 @@ def evaluate(cfg: DictConfig) -> Path:
     time; a dry run only reads); returns the directory."""
     check_evaluate(cfg)  # every setting, before anything is read
     set_threads(cfg.get("runtime", {}).get("threads"))
+    keep_freed_memory(cfg.get("runtime", {}).get("malloc", "keep"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     run_dir = Path(cfg.paths.output_dir)
     if cfg.sweep.get("dry_run", False):

@@ -3,6 +3,12 @@
 - `set_threads(n)`: `runtime.threads` in the train and evaluate configs. Two CPU jobs side by side
   with torch's default threads each (one per core) fight over the cores: a toy training took 259 s
   beside another instead of 13 s alone, and 14.5 s with one thread each.
+- `keep_freed_memory()`: `runtime.malloc=keep` (the default): glibc's allocator keeps the memory a
+  process frees for its next tensors instead of giving it back to the system and faulting it in
+  again, page by page (torch's CPU tensors come from malloc; glibc serves every block over 32 MB by
+  a fresh mmap). Measured on 2 cores: drawing SmolLM2's samples for 64 XSum prompts took 44.6 s
+  instead of 64.5 (system time 2 s instead of 28); the peak memory rises (a distillation stage:
+  6.3 GB instead of 4.9). `runtime.malloc=system` leaves the allocator as it is.
 - `quiet()`: third-party start-up noise (transformers' weight-loading bars and advice, Lightning's
   tips, known harmless warnings) off unless `runtime.verbose` is true; our own log lines stay.
 - `instantiate(cfg)`: Hydra's, with our errors unwrapped (the message says what to set).
@@ -124,6 +130,31 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(int(threads))
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+MALLOC_SETTINGS = ("keep", "system")
+
+
+def keep_freed_memory(how: str = "keep") -> bool:
+    """With "keep", set glibc's allocator to serve every block from its heap (no mmap: `M_MMAP_MAX`
+    0) and never to hand the heap's free top back (`M_TRIM_THRESHOLD` at its largest), so freed
+    tensors' pages are reused without a page fault each. Returns whether it was set: "system", or a C
+    library other than glibc (macOS, musl), leaves the allocator as it is. Process-wide, idempotent."""
+    if how not in MALLOC_SETTINGS:
+        raise ValueError(f"runtime.malloc must be one of {MALLOC_SETTINGS}, got {how!r}")
+    if how == "system" or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # glibc only (musl has mallopt as a stub)  # noqa: B018
+    except (OSError, AttributeError):
+        return False
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def quiet(verbose: bool = False) -> None:
@@ -306,6 +337,7 @@ def prepare_training(cfg: Any, max_new_tokens: int | None, check_resume: Any = N
     from diversed.sweep.preflight import check_context
 
     set_threads(cfg.get("runtime", {}).get("threads"))
+    keep_freed_memory(cfg.get("runtime", {}).get("malloc", "keep"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     L.seed_everything(cfg.seed, workers=True)
     log.info(f"Loading data for task {cfg.task.name}")

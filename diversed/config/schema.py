@@ -131,6 +131,7 @@ class PairSettings(_Model):
 
 class RuntimeSettings(_Model):
     threads: PositiveInt | None = Field(None, description="null leaves torch's default")
+    malloc: Literal["keep", "system"] = "keep"  # config/runtime.keep_freed_memory
     progress: bool = True
     verbose: bool = False
 
