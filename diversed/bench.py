@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from diversed.config.runtime import keep_freed_memory, quiet
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
-from diversed.decoding.forward import forward_path, rounds_per_call
+from diversed.decoding.forward import forward_path
 from diversed.decoding.inputs import check_decoding, left_pad, token_ids
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
@@ -79,6 +79,7 @@ from diversed.errors import ConfigError, cli
 from diversed.files.provenance import machine
 from diversed.models.heads import WeightHead
 from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size
+from diversed.models.quantize import quantized
 
 # ----------------------------------------------------------------------------- settings
 
@@ -662,10 +663,9 @@ def run_bench(
         env = machine()
         log(f"# {env}")
         weight = next(target.parameters())
-        # what the draft is, however it was loaded (models/quantize.py's layers say that they round)
-        how = "int8" if rounds_per_call(draft) else "none"
-        quantized = "" if how == "none" else f", the draft's linear layers {how} at decoding steps"
-        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{quantized}")
+        how = quantized(draft)  # what the draft is, however it was loaded
+        said = "" if how == "none" else f", the draft's linear layers {how} at decoding steps"
+        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{said}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(

@@ -74,7 +74,7 @@ def test_a_restricted_head_keeps_q_zero_outside_its_support():
 def test_the_direct_path_runs_int8_layers_as_their_modules_do():
     draft = int8_draft(attention_bias=True, mlp_bias=True)
     chosen = plan(draft)
-    assert chosen.direct and chosen.zero_pads and "checked against model(...)" in chosen.reason
+    assert chosen.direct and "checked against model(...)" in chosen.reason
     assert forward_path(draft) == "direct"
     ids = torch.randint(3, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -107,6 +107,29 @@ def test_padding_never_sets_a_real_slots_rounding_on_the_direct_path():
         with torch.no_grad():
             outs.append(way.forward(x, mask, pos, end, end)[0][mask.bool()])
     assert torch.equal(outs[0], outs[1])
+
+
+def test_a_rows_rounding_is_its_own_whatever_the_other_rows_of_the_call():
+    """Several rows, each rounded on its own range: a row gives the same beside a row 100 times
+    louder as beside a quiet one, close to the float layer on its own scale; with one range per call
+    (the kernel alone) the loud row would set the quiet one's rounding."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    layer = Int8Linear(linear)
+    quiet, other, loud = torch.randn(1, 64), torch.randn(1, 64), 100 * torch.randn(1, 64)
+    beside_loud = layer(torch.cat([quiet, loud]))[:1]
+    torch.testing.assert_close(beside_loud, layer(torch.cat([other, quiet]))[1:], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer(torch.cat([loud, quiet]))[1:], beside_loud, rtol=1e-5, atol=1e-6)
+    ref = linear(quiet)
+    err = (beside_loud - ref).abs().max()
+    assert err < 0.05 * ref.abs().max()  # rounded on its own range
+    per_call = torch.ops.quantized.linear_dynamic(torch.cat([quiet, loud]), layer.packed, True)[:1]
+    assert (per_call + linear.bias - ref).abs().max() > 10 * err  # on the loud row's range
+    # one row: the kernel's own rounding, close to the float layer
+    assert (layer(quiet) - ref).abs().max() < 0.05 * ref.abs().max()
+    torch.testing.assert_close(
+        layer(quiet), torch.ops.quantized.linear_dynamic(quiet, layer.packed, True) + linear.bias
+    )
 
 
 @pytest.mark.parametrize("n", [1, 4])

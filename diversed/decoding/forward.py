@@ -133,11 +133,6 @@ def _projection(module: nn.Module, copy: bool) -> Projection:
     return module
 
 
-def rounds_per_call(model: nn.Module) -> bool:
-    """Whether a layer of `model` rounds each call's input on one scale over all its rows."""
-    return any(getattr(m, "rounds_per_call", False) for m in model.modules())
-
-
 def _linear(x: Tensor, linear: Projection, residual: Tensor | None = None) -> Tensor:
     """[residual +] x Wᵀ [+ b] for 2D x, as one BLAS call where it can be: F.linear on the 3D
     states goes through linear -> matmul -> reshape -> mm, four dispatches for one small product.
@@ -238,10 +233,6 @@ class Plan:
         self.embed_weight = self.embed.weight if plain(self.embed, nn.Embedding) else None
         self.head = (_weight_t(head.weight, copy), head.bias) if plain(head, nn.Linear) else head
         self.layers = [_Layer.of(layer, copy) for layer in list(base.layers)[: config.num_hidden_layers]]
-        # int8 projections round their input on one scale per call, taken over every slot fed: slots
-        # that hold no text (left padding) are zeroed first, so that their values (attention over no
-        # key) do not set the real slots' rounding (zeros never widen the range: it always holds 0).
-        self.zero_pads = rounds_per_call(model)
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -280,10 +271,6 @@ class Plan:
         h = self.embed(ids) if self.embed_weight is None else F.embedding(ids, self.embed_weight)
         h = h.view(b * s, -1)  # 2D hidden states: every projection is one mm
         cos, sin = (t.unsqueeze(1) for t in self.rotary(h, pos, end))  # [b, 1, s, head dim]
-        text = None  # [b·s, 1], 1 where a fed slot holds text: where pads are zeroed (see `zero_pads`)
-        if self.zero_pads and not bool(mask[:, start:end].all()):
-            text = mask[:, start:end].reshape(b * s, 1).to(h.dtype)
-            h = h * text
         mask = self.additive_mask(mask, start, end)
         groups = self.heads // self.kv_heads
         for layer, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
@@ -307,13 +294,11 @@ class Plan:
                 )
             # softmax(q kᵀ · scaling + mask) v
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
-            o = o.transpose(1, 2).reshape(b * s, -1)
-            h = _linear(o if text is None else o * text, layer.o, residual=h)
+            h = _linear(o.transpose(1, 2).reshape(b * s, -1), layer.o, residual=h)
             x = _rms_norm(h, layer.ln2)
             h = _linear(
                 layer.act(_linear(x, layer.gate)) * _linear(x, layer.up), layer.down, residual=h
             )  # gated MLP
-            h = h if text is None else h * text  # biases would make a zero slot non-zero again
         h = _rms_norm(h.view(b, s, -1)[:, -max(keep, states) :], self.norm)  # a norm per slot
         return self.logits(h[:, h.shape[1] - keep :]), h
 
@@ -570,13 +555,8 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     # (SmolLM2 in bf16 on ids 0–11: model(...) itself moves 43 from its fp32 result, the direct way 19).
     ids = (vocab // 3 + 7919 * torch.arange(12, device=device)).view(2, 6) % vocab
     mask = torch.ones(2, 6, dtype=torch.long, device=device)
-    # Left padding and a hole, except for int8 projections (models/quantize.py): those round each
-    # call's input on one scale over every slot fed, and the direct way zeroes slots that hold no text
-    # first (`Plan.zero_pads`) while model(...) feeds them their attention, so the text slots' results
-    # differ by design. There the check is on text alone: the masks are the float models' code.
-    if not rounds_per_call(model):
-        mask[0, :2] = 0  # left padding
-        mask[1, 4] = 0  # a hole, as a rejected draft leaves
+    mask[0, :2] = 0  # left padding
+    mask[1, 4] = 0  # a hole, as a rejected draft leaves
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
     try:
         # The general way: logits from model(...), final hidden states from the base model (asking

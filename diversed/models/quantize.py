@@ -5,8 +5,8 @@ step over the target's) follows its bytes. `quantize_draft(model, "int8")` repla
 `nn.Linear` of the draft except its output head by an `Int8Linear`: a call that feeds at most
 `SHORT_ROWS` rows (decoding steps, and the few tokens a draft catches up on after a verification)
 runs torch's dynamic-quantized kernel (fbgemm/x86; qnnpack on ARM) on int8 weights, one scale per
-output channel, its input rounded to 8 bits on one scale per call; a longer call (a prompt pass) runs
-the float weights as they are. Why both:
+output channel, its input rounded to 8 bits on one scale per row (each token its own); a longer call
+(a prompt pass) runs the float weights as they are. Why:
 - Measured on 2 cores for SmolLM2's first 15 layers' projections at batch 1: fp32 16.5 ms, bf16 9.7,
   int8 3.4 (BENCHMARKS.md "An int8 draft"). torchao's CPU int8 configs measured slower than fp32 here
   (36 and 53 ms), so torch's own kernel is used (torch marks its quantized tensors deprecated; the
@@ -17,6 +17,12 @@ the float weights as they are. Why both:
   moved by a mean TV of 0.38 from the float draft's with every call int8, 0.015 with int8 weights
   alone; at one token per call (a decoding step at batch 1) the input's scale is that token's own.
   A prompt pass is compute-bound anyway, where int8 weights save little.
+- One range per row, not per call: torch's kernel rounds its input on one range for the whole call,
+  so with several rows (batch > 1, or the tokens a draft catches up on) each row is first mapped
+  onto [−1, 1] and the output mapped back (`int8_linear`); one row goes to the kernel as it is. With
+  one range per call a step's rows at batch 8 shared one rounding, set by the loudest of them: a
+  row's q depended on which other rows were in its batch (padding included), and XSum's α measured
+  at batch 8 paid for it.
 
 The output head keeps the model's dtype: the draft's logits over the vocabulary (its restricted
 head, `draft_vocab.py`) are not rounded further. The engine's direct forward path applies an
@@ -24,9 +30,8 @@ head, `draft_vocab.py`) are not rounded further. The engine's direct forward pat
 projection of a small model); the hf path calls the module; both compute the same.
 
 What int8 changes, and so what a result records (`pair.draft_quantize` is in the pair's identity):
-q itself at decoding steps; and where a step feeds several rows (batch > 1), their shared input scale
-makes a row's q depend on the other rows (the direct path zeroes slots that hold no text first, so
-padding never does). Verification stays exact whatever q is: lossless decoding still reproduces the
+q itself at decoding steps (a row's q does not depend on the other rows of its batch, padding included).
+Verification stays exact whatever q is: lossless decoding still reproduces the
 target's law. It does not quantize a target, train a quantized draft (distill refuses the option: it
 trains the float draft, which is quantized when loaded for decoding), or run on a GPU (there, bf16 is
 the cheap dtype).
@@ -50,12 +55,11 @@ SHORT_ROWS = 64  # a call feeding at most this many rows (batch × slots) runs i
 
 
 class Int8Linear(nn.Module):
-    """y = x Wᵀ + b. Calls of at most `short` rows: W as int8 per output channel, W ≈ s_o · W8
-    (s_o = max_i |W_oi| / 127, W8 = round(W / s_o)), x rounded to 8 bits on one scale for the call
-    (torch's `quantized.linear_dynamic`, its reduced range as torch's own dynamic linear uses);
-    longer calls: the float W itself. `weight` and `bias` stay the float ones (frozen)."""
-
-    rounds_per_call = True  # its rounding depends on every row of a call (forward.py checks text only)
+    """y = x Wᵀ + b. Calls of at most `short` rows: W as int8 per output channel, W ≈ Ŵ = s_o · W8
+    (s_o = max_i |W_oi| / 127, W8 = round(W / s_o)), each row x_r rounded on its own range
+    (`int8_linear`: torch's `quantized.linear_dynamic`, its reduced range as torch's own dynamic
+    linear uses); longer calls: the float W itself. `weight` and `bias` stay the float ones (frozen);
+    the bias is added after the kernel."""
 
     def __init__(self, linear: nn.Linear, short: int = SHORT_ROWS) -> None:
         super().__init__()
@@ -66,8 +70,8 @@ class Int8Linear(nn.Module):
             warnings.simplefilter("ignore")
             zero = torch.zeros_like(scale, dtype=torch.long)
             w8 = torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
-            bias = None if linear.bias is None else linear.bias.detach().float()
-            self.packed = torch.ops.quantized.linear_prepack(w8, bias)
+            self.packed = torch.ops.quantized.linear_prepack(w8, None)  # (the bias after the rescaling)
+            self.w_sum = w8.dequantize().sum(1)  # Σ_i Ŵ_oi, [out]: a row's middle through the weights
 
     @property
     def in_features(self) -> int:
@@ -78,24 +82,48 @@ class Int8Linear(nn.Module):
         return self.weight.shape[0]
 
     def forward(self, x: Tensor) -> Tensor:
-        return int8_linear(x, self.packed, self.weight, self.bias, self.short)
+        return int8_linear(x, self.packed, self.weight, self.bias, self.short, self.w_sum)
 
     def direct_projection(self):
         """The call itself as a function of x (what the direct forward path applies)."""
         return functools.partial(
-            int8_linear, packed=self.packed, weight=self.weight, bias=self.bias, short=self.short
+            int8_linear,
+            packed=self.packed,
+            weight=self.weight,
+            bias=self.bias,
+            short=self.short,
+            w_sum=self.w_sum,
         )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 to {self.short} rows"
 
 
-def int8_linear(x: Tensor, packed: object, weight: Tensor, bias: Tensor | None, short: int) -> Tensor:
-    """`Int8Linear`'s call: x W8ᵀ·s (+ b) by torch's int8 kernel on the packed weights where x holds
-    at most `short` rows, else x Wᵀ (+ b) with the float weights (a prompt pass)."""
-    if x.numel() > short * x.shape[-1]:
+def int8_linear(
+    x: Tensor, packed: object, weight: Tensor, bias: Tensor | None, short: int, w_sum: Tensor | None = None
+) -> Tensor:
+    """`Int8Linear`'s call. Where x holds at most `short` rows, torch's int8 kernel on the packed
+    weights: one row (a decoding step at batch 1) as it is, the kernel rounding it on its own range;
+    several rows each on its own range too, though the kernel takes one range per call: each row
+    x_r = c_r + h_r·x'_r mapped onto [−1, 1] first (c_r, h_r its range's middle and half-width), so
+        y_r = h_r · kernel(x'_r) + c_r · Σ_i Ŵ_oi  (+ b),   Ŵ the int8 weights dequantized (`w_sum`),
+    which is Ŵ applied to x_r rounded to 127 levels over its own [min, max] (no other row's range in
+    it). Longer calls (a prompt pass): x Wᵀ (+ b) with the float weights."""
+    rows = x.numel() // x.shape[-1]
+    if rows > short:
         return F.linear(x, weight, bias)
-    return torch.ops.quantized.linear_dynamic(x, packed, True)
+    if rows == 1:
+        y = torch.ops.quantized.linear_dynamic(x, packed, True)
+    else:
+        lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
+        c, h = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(torch.finfo(x.dtype).tiny)
+        y = torch.ops.quantized.linear_dynamic((x - c) / h, packed, True).mul_(h).addcmul_(c, w_sum)
+    return y if bias is None else y.add_(bias)
+
+
+def quantized(model: nn.Module) -> str:
+    """What `quantize_draft` made of `model`: "int8" if it has `Int8Linear` layers, else "none"."""
+    return "int8" if any(isinstance(m, Int8Linear) for m in model.modules()) else "none"
 
 
 def check_quantize(
