@@ -174,7 +174,7 @@ def write_report(
     if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
         val, test = df.iloc[0:0], df
     d = with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
-    choices = choose_on(val, margin) if len(val) else None
+    choices = choose_on(val, margin).assign(split=select_split) if len(val) else None  # tables name it
     written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
     claims = []
     if choices is not None and len(choices):

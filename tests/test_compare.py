@@ -257,3 +257,29 @@ def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
     assert table.split("\n\n", 1)[1] in claims and "validation" not in set(
         pd.read_csv(out / "table_T1.csv").columns
     )
+
+
+def test_a_table_names_the_split_its_knobs_were_chosen_on(tmp_path):
+    """Knobs chosen on another split than "validation" (the real demo chooses on train articles):
+    the table's rows name that split, never "validation"."""
+    rng = np.random.default_rng(1)
+    store = ResultStore(tmp_path)
+    for split in ("train", "test"):
+        ar = (rng.random(N) < 0.8).astype(float)
+        _write(store, method="autoregressive", split=split, seed=0, scores=ar)
+        for w, acc in ((0.5, 3), (1.0, 1)):
+            _write(
+                store,
+                method="static",
+                split=split,
+                seed=0,
+                scores=ar,
+                accepted=np.full(N, acc),
+                proposed=np.full(N, 4),
+                weight=w,
+            )
+    out = tmp_path / "report"
+    write_report([tmp_path], out, select_split="train")
+    table = (out / "table_T1.md").read_text()
+    assert "Static, chosen on train" in table and "(w=0.5)" in table
+    assert "chosen on validation" not in table and "chosen on the train split" in table

@@ -91,7 +91,8 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
         for k in m.knobs
         if k.field != m.family
     )
-    chosen = "chosen on validation" if r.get("chosen_on") == "validation" else "oracle (chosen on test)"
+    on = r.get("chosen_on")
+    chosen = f"chosen on {on}" if isinstance(on, str) and on != "test" else "oracle (chosen on test)"
     return f"{m.row_name}{others}, {chosen}"
 
 
@@ -131,7 +132,8 @@ def _pair_labels(d: pd.DataFrame) -> pd.Series:
 def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of a table at one temperature from seed-averaged records `d` of the reported split:
     every row of methods without a knob family (heads on their own task), and per knob family the
-    setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` "validation"; a family
+    setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` the split it was
+    chosen on (`choices["split"]`, default "validation"); a family
     without a choice (or `choices` None: the oracle view) takes `fronts.best_at_quality` on `d` itself,
     `chosen_on` "test"."""
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
@@ -150,7 +152,11 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
         if len(rows):
             chosen_keys.add(key)
             picked.append(
-                rows.assign(chosen_on="validation", at_quality=bool(c["non_inferior"]), margin=c["margin"])
+                rows.assign(
+                    chosen_on=c.get("split", "validation"),
+                    at_quality=bool(c["non_inferior"]),
+                    margin=c["margin"],
+                )
             )
     family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
     keep = [
