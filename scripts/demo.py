@@ -110,15 +110,16 @@ BEGIN, END = (
 )
 
 
-def fill_readme(readme: Path, text: str) -> None:
-    """Replace what lies between the README's demo markers with `text` (the report's claims)."""
+def fill_readme(readme: Path, text: str, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    """Replace what lies between the README's demo `markers` with `text` (the report's claims)."""
+    begin, end = markers
     body = readme.read_text()
-    if BEGIN not in body or END not in body:
+    if begin not in body or end not in body:
         raise SystemExit(
-            f"{readme} has no demo markers ({BEGIN} ... {END}): add them where the demo's results go"
+            f"{readme} has no demo markers ({begin} ... {end}): add them where the demo's results go"
         )
-    head, rest = body.split(BEGIN, 1)
-    readme.write_text(f"{head}{BEGIN}\n{text.strip()}\n{END}{rest.split(END, 1)[1]}")
+    head, rest = body.split(begin, 1)
+    readme.write_text(f"{head}{begin}\n{text.strip()}\n{end}{rest.split(end, 1)[1]}")
 
 
 def main() -> None:
