@@ -75,7 +75,7 @@ class DraftRecipe:
     max_new_tokens: int = 64  # of the α measurement
 
 
-# Sized for about half an hour on 2 CPU cores (measured: 30.5 min, README). Per stage, one target sample per
+# Sized for at most half an hour on 2 CPU cores (measured: 25.4 min, README). Per stage, one target sample per
 # train prompt (T = 1, prompts cut to their last 320 tokens, batches of 64 by length) with the
 # target's top 256 ids over the draft's support at every position, then epochs of the draft's
 # forward and backward in bf16 autocast, rows of 12; linear warm-up and decay; lr 3e-3 (measured
