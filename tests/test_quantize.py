@@ -86,6 +86,27 @@ def test_the_direct_path_runs_int8_layers_as_their_modules_do():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
+def test_the_path_check_feeds_an_int8_draft_unpadded_rows_and_a_float_model_padded_ones(monkeypatch):
+    """Rounding to 8 bits turns the ulps by which model(...) and the direct way differ on a padded
+    batch into whole rounding steps (SmolLM2's int8 draft: logits 1.2 apart), so the direct path's
+    check runs an int8 draft on unpadded rows; a float model is checked with padding and a hole."""
+    import diversed.decoding.forward as forward
+
+    seen = []
+    real = SlotModel.forward
+
+    def spy(self, ids, mask, *args, **kwargs):
+        seen.append(bool(mask.all()))
+        return real(self, ids, mask, *args, **kwargs)
+
+    monkeypatch.setattr(SlotModel, "forward", spy)
+    for model, unpadded in ((int8_draft(), True), (tiny(transformers.LlamaConfig, 2, 1), False)):
+        seen.clear()
+        chosen, why, _ = forward._direct_plan(model)
+        assert chosen is not None, why
+        assert seen and all(s == unpadded for s in seen)
+
+
 def test_padding_never_sets_a_real_slots_rounding_on_the_direct_path():
     """Two batches that differ only in the ids at their padding, one of them an id whose embedding is
     all in one channel (after the RMS norm its slots carry an input √hidden = 8 there, against ~2.5 for
