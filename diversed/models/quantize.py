@@ -104,7 +104,7 @@ class Int8Linear(nn.Module):
 
 
 def int8_linear(
-    x: Tensor, packed: object, weight: Tensor, bias: Tensor | None, short: int, w_sum: Tensor | None = None
+    x: Tensor, packed: object, weight: Tensor, bias: Tensor | None, short: int, w_sum: Tensor
 ) -> Tensor:
     """`Int8Linear`'s call. Where x holds at most `short` rows, torch's int8 kernel on the packed
     weights: one row (a decoding step at batch 1) as it is, the kernel rounding it on its own range;
