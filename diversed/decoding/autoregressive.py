@@ -42,6 +42,7 @@ from diversed.decoding.inputs import (
     shared_vocab_size,
     special_tokens,
 )
+from diversed.decoding.prompt_cache import PromptCache
 from diversed.decoding.rounds import Round
 from diversed.decoding.stats import RowCounter
 from diversed.decoding.stopping import HostStopCheck
@@ -93,11 +94,12 @@ def autoregressive_generate(
     top_k: int | None = 0,
     top_p: float = 1.0,
     record: Callable[[Step], None] | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row, one target forward (and, with `draft` and
-    `verifier`, one draft forward) per token. Prompts must be left-padded; `stop`, `top_k` and
-    `top_p` are as in `speculative_generate` (p and q truncated alike when sampling); `record` is
-    called with each step's target laws (`Step`) and changes nothing drawn. Returns
+    `verifier`, one draft forward) per token. Prompts must be left-padded; `stop`, `top_k`,
+    `top_p` and `prompt_cache` are as in `speculative_generate` (p and q truncated alike when sampling);
+    `record` is called with each step's target laws (`Step`) and changes nothing drawn. Returns
     `(sequences, stats)`."""
     check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
@@ -109,6 +111,8 @@ def autoregressive_generate(
         )
     if record is not None and not callable(record):
         raise ValueError(f"record must be a callable (Step -> None), got {type(record).__name__}")
+    if record is not None and prompt_cache is not None:
+        raise ValueError("record needs the prompt's states from step 0's forward: give no prompt_cache")
     if stop is not None and not callable(stop):
         raise ValueError(
             f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
@@ -138,6 +142,9 @@ def autoregressive_generate(
     counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
     none, full = rows.new_zeros(B), rows.new_ones(B, dtype=torch.bool)  # each step's k and full (no drafts)
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
+    if prompt_cache is not None and P > 1:  # the prompt but its last token in a pass of its own (kept)
+        for m in models:
+            m.prefill(ids, mask, pos, P - 1, prompt_cache)
 
     for step in range(max_new_tokens):
         b = rows.shape[0]

@@ -55,6 +55,7 @@ from diversed.decoding.inputs import (
     shared_vocab_size,
     special_tokens,
 )
+from diversed.decoding.prompt_cache import PromptCache
 from diversed.decoding.rounds import Round
 from diversed.decoding.slots import Slots
 from diversed.decoding.stats import RowCounter, SpeculativeStats, first_true
@@ -301,6 +302,7 @@ def speculative_generate(
     first_token: str = "ensemble",
     top_k: int | None = 0,
     top_p: float = 1.0,
+    prompt_cache: PromptCache | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row with the draft proposing and the target verifying.
 
@@ -326,6 +328,11 @@ def speculative_generate(
     acceptance: typical(p_1)), as engines whose prefill emits the first token do. It is a round:
     one target call, no drafts proposed or accepted, w = 1 where w is recorded; rows that end on it
     (EOS, `max_new_tokens=1`, `stop`) leave before any draft is made.
+
+    `prompt_cache`: both models read each prompt but its last token in a call of their
+    own, copied from the cache where that model already read this batch (a sweep's later points)
+    and kept there otherwise; outputs are the same for a hit and a miss (`prompt_cache.py`). None
+    (the default): the first round reads the prompt with its tokens in one call per model.
     """
     verifier = Lossless() if verifier is None else verifier
     _check_inputs(
@@ -371,6 +378,9 @@ def speculative_generate(
     )
     host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
+    if prompt_cache is not None and s.cur > 0:  # slots [0, cur): the prompt but t0, its last token
+        T.prefill(s.ids, s.mask, s.pos, s.cur, prompt_cache)
+        D.prefill(s.ids, s.mask, s.pos, s.cur, prompt_cache)
     n_cap = num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
     if first_token == "target":  # the first new token from the target's prefill alone, then rounds

@@ -37,13 +37,16 @@ import inspect
 import logging
 import weakref
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from diversed.decoding.prompt_cache import PromptCache
 
 log = logging.getLogger(__name__)
 FORWARD_PATHS = ("auto", "hf", "direct")
@@ -496,6 +499,22 @@ class SlotModel:
             logits.amax(-1)
         )  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
         return logits, (hidden if self.hidden or states else None)
+
+    def prefill(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, prompts: PromptCache) -> None:
+        """Read slots [0, `end`) (a prompt but its last token) in a call of their own, into an empty
+        cache; their KV is copied from `prompts` when this model already read these slots, and kept
+        there otherwise. Nothing is returned or counted as a call (no token comes of it), so a hit
+        and a miss leave this model in the same state."""
+        if self.length or end <= 0:
+            raise ValueError(f"prefill reads a prompt into an empty cache (length {self.length}, end {end})")
+        key = prompts.key(self.model, ids[:, :end], mask[:, :end], pos[:, :end])
+        kept = prompts.get(key)
+        if kept is not None:
+            self.cache, self.length = kept, end
+            return
+        self.forward(ids, mask, pos, end, keep=1)
+        self.maxima.pop()  # that logit row is no token's law (a hit never sees it)
+        prompts.put(key, self.cache, self.model)
 
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits [b, n, V] of final hidden states [b, n, H] as `forward` returns them: the

@@ -90,6 +90,8 @@ def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, An
         "batch_size": int(cfg.sweep.batch_size),
         # the batches' composition changes outputs; named only when set (older fingerprints unchanged)
         **({"batch_by_length": True} if cfg.sweep.get("batch_by_length", False) else {}),
+        # a prompt cache reads each prompt in a pass of its own (other rounding); named only when set
+        **({"prompt_pass": "separate"} if cfg.sweep.get("prompt_cache_gb", 0) else {}),
         "seed": int(cfg.seed),
     }
 

@@ -27,6 +27,7 @@ from diversed.analysis.compare import mean_interval
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
 from diversed.decoding.inputs import left_pad
+from diversed.decoding.prompt_cache import PromptCache
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
@@ -76,10 +77,13 @@ def decode(
     stop=None,
     engine: dict[str, Any] | None = None,
     drafts: dict[str, Any] | None = None,
+    prompt_cache: PromptCache | None = None,
 ):
     """One batch by the point's method: the engine, our autoregressive loop, or transformers (alone,
     or assisted with its static ensemble); rows end at EOS, at `max_new` tokens, or where `stop`
-    (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's."""
+    (a task's `stopper`) says. A fine-tuned draft (`point["draft_model"]`) replaces the pair's.
+    `prompt_cache`: the engine's and our loop's prompt passes kept there (transformers' decoders read
+    their prompts themselves)."""
     tok, T, engine = pair.tokenizer, point["temperature"], dict(engine or {})
     # the engine's sampling truncation goes to every decoder: the same p and q for each method
     common = {
@@ -109,7 +113,9 @@ def decode(
             **common,
         )
     if method.decoder == "autoregressive":
-        return autoregressive_generate(pair.target, ids, mask, generator=generator, **common)
+        return autoregressive_generate(
+            pair.target, ids, mask, generator=generator, prompt_cache=prompt_cache, **common
+        )
     return speculative_generate(
         pair.target,
         draft,
@@ -118,6 +124,7 @@ def decode(
         verifier=verifier,
         generator=generator,
         num_draft_tokens=point["num_draft_tokens"],
+        prompt_cache=prompt_cache,
         **engine,
         **common,
     )
@@ -145,12 +152,15 @@ def run_point(
     drafts: dict[str, Any] | None = None,
     token_w: bool = False,
     progress: bool = False,
+    prompt_cache: PromptCache | None = None,
 ):
     """Decode every example once and score it once (every metric of the task: `Task.checked_metrics`);
     returns (record fields, per-example rows, in the task's order). Batches: `batch_indices` (a batch's
     seed is `seed` + the position of its first example in that order). With
     `token_w`, rows of points whose verifier has a weight keep w at each emitted token and the tokens;
-    with `progress`, a transient bar counts the examples decoded."""
+    with `progress`, a transient bar counts the examples decoded. With `prompt_cache`
+    (`sweep.prompt_cache_gb`), the batches' prompt passes are kept there and reused by later points:
+    the record says so (`prompt_cache`), and its scored pass is not a time (`times.measured`)."""
     tok = pair.tokenizer
     examples = list(task)
     prompts, cuts = task.encode_cut(tok, examples)
@@ -174,6 +184,7 @@ def run_point(
             stop=stop,
             engine=engine,
             drafts=drafts,
+            prompt_cache=prompt_cache,
         )
         stats, n_new = out.stats, out.stats.new_tokens
         wall += stats.wall_time_s
@@ -224,6 +235,7 @@ def run_point(
         **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
         "new_tokens": new_tokens,
         "scored_wall_time_s": wall,
+        **({"prompt_cache": True} if prompt_cache is not None else {}),
         **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
     }
     return fields, rows
@@ -242,6 +254,7 @@ def time_point(
     drafts: dict[str, Any] | None = None,
     progress: bool = False,
     by_length: bool = False,
+    prompt_cache: PromptCache | None = None,
 ) -> dict[str, Any]:
     """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
     Throughput: `repeats` passes over all examples at `batch_size` (batched as `run_point` batches
@@ -249,11 +262,14 @@ def time_point(
     when `repeats` is 0); latency:
     `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
     the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds).
-    With `progress`, a transient bar counts the examples decoded over all these passes."""
+    With `progress`, a transient bar counts the examples decoded over all these passes. With
+    `prompt_cache` (the scored pass kept its prompt passes), every timed call reads its prompt in a pass
+    of its own as the scored one did, recomputed (`PromptCache(0)`): a time includes reading it."""
     tok = pair.tokenizer
     prompts = task.encode(tok, list(task))
     stop = task.stopper(tok)
     kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
+    kwargs["prompt_cache"] = None if prompt_cache is None else PromptCache(0)
 
     new_tokens = []  # generated in the last pass
 

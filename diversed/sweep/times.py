@@ -136,10 +136,11 @@ def median_interval(
 
 def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
     """A point's times from its measurements (`time_point`'s runs, `new_tokens`, `scored_wall_time_s`):
-    wall_time_s (the median of wall_time_runs; without runs, the scored pass), tokens_per_s,
-    time_per_token_s, latency_per_token_s, and the intervals of wall_time_s and latency_s."""
+    wall_time_s (the median of wall_time_runs; without runs, the scored pass unless it reused prompt
+    passes of earlier points, `prompt_cache`), tokens_per_s, time_per_token_s, latency_per_token_s,
+    and the intervals of wall_time_s and latency_s."""
     wall, lat = fields.get("wall_time_s"), fields.get("latency_s")
-    if _missing(wall):
+    if _missing(wall) and not fields.get("prompt_cache"):
         wall = fields.get("scored_wall_time_s")  # timing.repeats = 0: the scored pass
     tokens, lat_tokens, k = (fields.get(f) for f in ("new_tokens", "latency_new_tokens", "latency_examples"))
     out: dict[str, Any] = {"wall_time_s": wall}
