@@ -111,16 +111,42 @@ def common_args(task: str, out: Path, args, temperature: float = 1.0) -> list[st
         f"pair.dtype={args.dtype}",
         f"sweep.temperatures=[{temperature}]",
         f"sweep.num_seeds={args.seeds}",
+        # each batch's prompt pass (both models reading an article) once per sweep, not once per point
+        f"sweep.prompt_cache_gb={args.prompt_cache_gb:g}",
         "runtime.progress=false",
     ]
 
 
+def chosen_grid(validation: Path, g: dict[str, list]) -> dict[str, list]:
+    """Each knob family's setting as the report chooses it on the validation run (`fronts.choose_on`:
+    the most acceptance among settings non-inferior to AR there, else the best-scoring), one value per
+    family (a family with no choice keeps `g`'s values)."""
+    from diversed.analysis.fronts import choose_on
+    from diversed.report import load_runs
+    from diversed.sweep.methods import METHODS
+
+    choices = choose_on(load_runs([validation]))
+    out = {k: list(v) for k, v in g.items()}
+    for _, c in choices.iterrows():
+        knob = next(k for k in METHODS[c["method"]].knobs if k.field == c["family"])
+        if knob.sweep in out:
+            out[knob.sweep] = [float(c["value"])]
+    return out
+
+
 def sweep_args(
-    out: Path, task: str, head: Path, draft: Path, g: dict, args, temperature: float = 1.0
+    out: Path,
+    task: str,
+    head: Path,
+    draft: Path,
+    g: dict,
+    args,
+    temperature: float = 1.0,
+    n_examples: int | None = None,
 ) -> list[str]:
     return [
         *common_args(task, out, args, temperature),
-        f"task.n_examples={args.n_examples}",
+        f"task.n_examples={n_examples or args.n_examples}",
         "sweep.methods=[autoregressive,lossless,finetuned_draft,dynamic,static,lossy,cascade,typical]",
         f"sweep.heads=[{head}]",
         f"sweep.draft_models=[{draft}]",
@@ -146,6 +172,18 @@ def main() -> None:
         "--val-examples", type=int, default=24, help="XSum train articles the knob families are chosen on"
     )
     parser.add_argument("--latency-examples", type=int, default=6, help="examples timed alone at batch 1")
+    parser.add_argument(
+        "--extra-examples",
+        type=int,
+        default=24,
+        help="test examples per point on GSM8K, CNN/DM, XSum at T = 0.1 (after XSum, while the budget lasts)",
+    )
+    parser.add_argument(
+        "--prompt-cache-gb",
+        type=float,
+        default=4.0,
+        help="sweep.prompt_cache_gb: each batch's prompt pass computed once per sweep (0: once per point)",
+    )
     parser.add_argument(
         "--seeds",
         type=int,
@@ -287,10 +325,12 @@ def main() -> None:
         *sweep_args(sweeps[-1], "xsum", head, draft, g, args),
         eta_s=(len(FIXED) + n_knobs) * per_point,
     )
-    # 4c. while the budget lasts: one setting per family on the other tasks, each sweep stopped at the
-    # budget (a finished grid point is kept whole; re-running resumes), each example timed alone on fewer
-    core = {"weights": [0.5], "lenience": [0.5], "cascade_alphas": [0.3], "typical_epsilons": [0.05]}
+    # 4c. while the budget lasts: one setting per family, the one chosen on XSum's train articles, on
+    # the other tasks (`--extra-examples` each), each
+    # sweep stopped at the budget (a finished grid point is kept whole; re-running resumes), each
+    # example timed alone on fewer
     extra = argparse.Namespace(**{**vars(args), "latency_examples": max(1, args.latency_examples // 3)})
+    chosen = chosen_grid(validation, g)  # each family's setting chosen on the XSum train articles
     for task, temperature in (("gsm8k", 1.0), ("cnndm", 1.0), ("xsum", 0.1)):
         if left() < 5 * 60:
             print(f"\n(skipped {task} at T = {temperature}: {left() / 60:.0f} min left)")
@@ -298,9 +338,9 @@ def main() -> None:
         run_dir = out / f"sweep_{task}_T{temperature:g}"
         sweeps.append(run_dir)
         took[f"sweep {task} T={temperature:g}"] = run(
-            f"4c. sweep {task} at T = {temperature:g}, one setting per family (the XSum head), stopped "
-            f"at the budget ({left() / 60:.0f} min left)",
-            *sweep_args(run_dir, task, head, draft, core, extra, temperature),
+            f"4c. sweep {task} at T = {temperature:g} on {args.extra_examples} test examples, each family "
+            f"at its XSum setting (the XSum head), stopped at the budget ({left() / 60:.0f} min left)",
+            *sweep_args(run_dir, task, head, draft, chosen, extra, temperature, args.extra_examples),
             limit_s=left() - 60,
         )
     took["report"] = run(
@@ -322,8 +362,10 @@ def main() -> None:
             shutil.copy(fig, Path(args.docs) / fig.name.replace("quality_vs_time", "real_quality_vs_time"))
         timing = (
             f"This run: {args.n_examples} XSum test articles per grid point (knobs chosen on "
-            f"{args.val_examples} train articles), scored at batch {args.batch_size} in {args.dtype} and "
-            f"timed alone at batch 1 on {args.latency_examples}, {minutes:.1f} min on {os.cpu_count()} CPU "
+            f"{args.val_examples} train articles), scored at batch {args.batch_size} in {args.dtype} (each "
+            f"batch's prompt pass computed once per sweep: sweep.prompt_cache_gb={args.prompt_cache_gb:g}) "
+            f"and timed alone at batch 1 on {args.latency_examples} (every prompt read again), other "
+            f"tasks on {args.extra_examples} examples, {minutes:.1f} min on {os.cpu_count()} CPU "
             "cores after the draft's build: "
             + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
             + "."
