@@ -283,3 +283,31 @@ def test_a_table_names_the_split_its_knobs_were_chosen_on(tmp_path):
     table = (out / "table_T1.md").read_text()
     assert "Static, chosen on train" in table and "(w=0.5)" in table
     assert "chosen on validation" not in table and "chosen on the train split" in table
+
+
+def test_a_family_run_at_one_setting_is_not_labelled_chosen_on_test(tmp_path):
+    """A family swept at a single setting on the reported split (fixed before, e.g. chosen on another
+    task) was not chosen on test: its row says it is the only setting run; two settings there are the
+    oracle view."""
+    rng = np.random.default_rng(1)
+    for name, weights in (("one", (0.3,)), ("two", (0.3, 0.7))):
+        store = ResultStore(tmp_path / name)
+        ar = (rng.random(N) < 0.8).astype(float)
+        _write(store, method="autoregressive", split="test", seed=0, scores=ar)
+        for w in weights:
+            _write(
+                store,
+                method="static",
+                split="test",
+                seed=0,
+                scores=ar,
+                accepted=np.full(N, 3),
+                proposed=np.full(N, 4),
+                weight=w,
+            )
+        write_report([tmp_path / name], tmp_path / name / "report")
+        table = (tmp_path / name / "report" / "table_T1.md").read_text()
+        if name == "one":
+            assert "Static, the only setting run" in table and "oracle" not in table
+        else:
+            assert "Static, oracle (chosen on test)" in table and "only setting" not in table

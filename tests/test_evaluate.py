@@ -925,3 +925,8 @@ def test_a_prompt_cache_reuses_prompt_passes_changes_no_output_and_times_apart(t
     assert rows["both"] == rows["alone"]  # a hit (after two points) and a miss (first) decode alike
     df = load_results(tmp_path / "both")
     assert df.normalized_latency.notna().all() and df.normalized_time.isna().all()
+    # the seconds spent computing prompt passes: the target's at the first point, the draft's at the
+    # second (the target's kept), none at the third; the static point alone computes both
+    spent = dict(zip(df.method, df.prompt_pass_s, strict=True))
+    assert spent["autoregressive"] > 0 and spent["lossless"] > 0 and spent["static"] == 0
+    assert load_results(tmp_path / "alone").prompt_pass_s.iloc[0] > 0

@@ -125,11 +125,14 @@ def test_keys_bounds_and_copies():
     # what the cache keeps is a copy: a later call writing into its caches leaves it as it was
     assert torch.equal(run(ids, mask, kept).sequences, first.sequences) and kept.hits == 2
     assert torch.equal(run(ids, mask, kept).sequences, first.sequences) and kept.hits == 4
-    # bounded: room for one model's pass only keeps the last one, and 0 keeps nothing
+    # bounded: with room for one model's pass, the first one read (the target's) is kept and hit
+    # again, the draft's never (nothing is evicted: a sweep's cyclic reads would thrash), 0 keeps nothing
     one = max(size for _, size, _ in kept.entries.values())
     small = PromptCache(one)
-    run(ids, mask, small)
+    for _ in range(2):
+        assert torch.equal(run(ids, mask, small).sequences, first.sequences)
     assert len(small.entries) == 1 and small.bytes <= one
+    assert next(iter(small.entries.values()))[2] is target and (small.hits, small.misses) == (1, 3)
     none = PromptCache(0)
     run(ids, mask, none)
     assert not none.entries and none.hits == 0

@@ -92,7 +92,13 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
         if k.field != m.family
     )
     on = r.get("chosen_on")
-    chosen = f"chosen on {on}" if isinstance(on, str) and on != "test" else "oracle (chosen on test)"
+    chosen = (
+        "the only setting run"
+        if on == "only"
+        else f"chosen on {on}"
+        if isinstance(on, str) and on != "test"
+        else "oracle (chosen on test)"
+    )
     return f"{m.row_name}{others}, {chosen}"
 
 
@@ -135,10 +141,13 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
     setting `choices` (`fronts.choose_on` on the validation run) names, `chosen_on` the split it was
     chosen on (`choices["split"]`, default "validation"); a family
     without a choice (or `choices` None: the oracle view) takes `fronts.best_at_quality` on `d` itself,
-    `chosen_on` "test"."""
+    `chosen_on` "test", or "only" where the family ran one setting there (nothing was chosen on test:
+    a setting fixed before, e.g. chosen on another task)."""
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
     d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
-    oracle = best_at_quality(d).assign(chosen_on="test")
+    oracle = best_at_quality(d)
+    only = pd.to_numeric(oracle.get("settings", pd.Series(np.nan, index=oracle.index)), errors="coerce") == 1
+    oracle = oracle.assign(chosen_on=np.where(only, "only", "test"))
     if choices is None or not len(choices):
         return oracle
     picked, chosen_keys = [], set()

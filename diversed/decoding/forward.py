@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -512,7 +513,9 @@ class SlotModel:
         if kept is not None:
             self.cache, self.length = kept, end
             return
+        start = time.perf_counter()
         self.forward(ids, mask, pos, end, keep=1)
+        prompts.seconds += time.perf_counter() - start  # host time (on a GPU, launches: no sync here)
         self.maxima.pop()  # that logit row is no token's law (a hit never sees it)
         prompts.put(key, self.cache, self.model)
 

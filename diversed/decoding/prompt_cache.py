@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -31,15 +30,21 @@ from torch import Tensor, nn
 
 
 class PromptCache:
-    """The prompt passes' KV caches, least recently used dropped past `max_bytes` (0: keep none)."""
+    """The prompt passes' KV caches, as many as fit in `max_bytes` (0: none), first come first kept.
+
+    Nothing is evicted: a sweep reads its batches in the same order at every point, a cyclic scan
+    on which least-recently-used eviction would drop each batch just before it is asked for again
+    (no hit at all once the batches do not fit); keeping the first ones gives those hits at every
+    point. The caches stay on the models' device (GPU memory on a GPU: size it with that in mind)."""
 
     def __init__(self, max_bytes: float) -> None:
         if max_bytes < 0:
             raise ValueError(f"a prompt cache's size must be >= 0 bytes, got {max_bytes}")
         self.max_bytes = float(max_bytes)
-        self.entries: OrderedDict[tuple, tuple[Any, int, nn.Module]] = OrderedDict()
+        self.entries: dict[tuple, tuple[Any, int, nn.Module]] = {}
         self.bytes = 0
         self.hits = self.misses = 0
+        self.seconds = 0.0  # host time spent computing the passes asked for (misses): what hits save
 
     @staticmethod
     def key(model: nn.Module, ids: Tensor, mask: Tensor, pos: Tensor) -> tuple:
@@ -57,23 +62,25 @@ class PromptCache:
             self.misses += 1
             return None
         self.hits += 1
-        self.entries.move_to_end(key)
         return _copy(entry[0])
 
     def put(self, key: tuple, cache: Any, model: nn.Module) -> None:
-        """Keep a copy of `cache` (the model is held so that its id is not reused while kept)."""
+        """Keep a copy of `cache` if it fits in what is left (the model is held, so that its id is
+        not reused while kept)."""
         size = nbytes(cache)
-        if size > self.max_bytes:
+        if key in self.entries or self.bytes + size > self.max_bytes:
             return
-        if key in self.entries:
-            self.bytes -= self.entries.pop(key)[1]
-        while self.entries and self.bytes + size > self.max_bytes:
-            self.bytes -= self.entries.popitem(last=False)[1][1]
         self.entries[key] = (_copy(cache), size, model)
         self.bytes += size
 
-    def summary(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses, "kept": len(self.entries), "bytes": int(self.bytes)}
+    def summary(self) -> dict[str, Any]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "kept": len(self.entries),
+            "bytes": int(self.bytes),
+            "miss_seconds": round(self.seconds, 3),
+        }
 
 
 def _copy(cache: Any) -> Any:

@@ -168,6 +168,7 @@ def run_point(
     rows, totals, new_tokens, wall = [], Totals(), 0, 0.0
     metric_sums: dict[str, float] = {}
     bar = tqdm(total=len(examples), desc="decode", unit="example", leave=False, disable=not progress)
+    cache_s = prompt_cache.seconds if prompt_cache is not None else 0.0
     start = 0  # the batch's first position in the decoding order (its seed)
     by_index: dict[int, dict[str, Any]] = {}
     for index in batch_indices([len(p) for p in prompts], batch_size, by_length):
@@ -235,7 +236,13 @@ def run_point(
         **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
         "new_tokens": new_tokens,
         "scored_wall_time_s": wall,
-        **({"prompt_cache": True} if prompt_cache is not None else {}),
+        # prompt passes kept across points (transformers' decoders read their prompts themselves)
+        # and the seconds this point spent computing the passes it asked for first
+        **(
+            {"prompt_cache": True, "prompt_pass_s": prompt_cache.seconds - cache_s}
+            if prompt_cache is not None and METHODS[point["method"]].decoder != "transformers"
+            else {}
+        ),
         **{k: v / max(len(scores), 1) for k, v in metric_sums.items()},
     }
     return fields, rows

@@ -142,6 +142,7 @@ _NUMBERS = (
     "latency_new_tokens",
     "latency_examples",
     "scored_wall_time_s",
+    "prompt_pass_s",
     *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS),
 )
 _FRACTIONS = ("score", "score_ci_low", "score_ci_high", *RECORD_FRACTIONS)
