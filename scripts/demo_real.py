@@ -245,21 +245,27 @@ def main() -> None:
         f"timing.latency_examples={min(args.pilot, args.latency_examples)}",
     )
     rec = records(pilot)[-1]  # one seed's
-    scored, latency = rec["scored_wall_time_s"] / args.pilot, rec.get("latency_s") or 0.0
+    # with the prompt cache, each batch's prompt pass (`prompt_pass_s` of the pilot: both models, every
+    # article, all misses) is paid once per sweep, not once per point: counted apart
+    prompt_s = (rec.get("prompt_pass_s") or 0.0) / args.pilot
+    scored, latency = rec["scored_wall_time_s"] / args.pilot - prompt_s, rec.get("latency_s") or 0.0
     # per seed: the scored pass, then the latency pass (+ its warm-up sample)
     per_point = args.seeds * (scored * args.n_examples + latency * (args.latency_examples + 1))
     per_val = args.seeds * scored * args.val_examples
+    # once per sweep: the pair's prompt passes, and the fine-tuned draft's (about a third of them)
+    once = prompt_s * (args.n_examples * 4 / 3 + args.val_examples)
     print(
-        f"pilot: {scored:.2f} s per example scored at batch {args.batch_size}, {latency:.2f} s per sample "
-        f"at batch 1: about {per_point / 60:.1f} min per grid point of {args.n_examples} examples "
-        f"({args.seeds} seed{'s' * (args.seeds > 1)}), "
-        f"{per_val / 60:.1f} min per validation point of {args.val_examples}"
+        f"pilot: {scored:.2f} s per example scored at batch {args.batch_size} after its prompt pass "
+        f"({prompt_s:.2f} s, once per sweep), {latency:.2f} s per sample at batch 1: about "
+        f"{per_point / 60:.1f} min per grid point of {args.n_examples} examples "
+        f"({args.seeds} seed{'s' * (args.seeds > 1)}), {per_val / 60:.1f} min per validation point of "
+        f"{args.val_examples}, {once / 60:.1f} min of prompt passes"
     )
     smallest = len(FIXED) + 5  # the grid has every family whatever the budget
     head_s, distill_s = 0.12 * budget, 0.12 * budget  # the head's and the draft's shares (estimates)
     sweep_s = left() - head_s - distill_s - 60
-    need = smallest * per_point + 6 * per_val
-    fit_examples = int((sweep_s - 6 * per_val) * args.n_examples / (smallest * per_point))
+    need = smallest * per_point + 6 * per_val + once
+    fit_examples = int((sweep_s - 6 * per_val - once) * args.n_examples / (smallest * per_point))
     if need > sweep_s:
         print(
             f"warning: the smallest grid ({smallest} points, and 6 on the validation articles) takes about "
@@ -302,7 +308,7 @@ def main() -> None:
         )
 
     # 4. the sweeps, sized to what is left: each knob point costs a test point and a validation point
-    fits = int((left() - 60 - len(FIXED) * per_point - per_val) / (per_point + per_val))
+    fits = int((left() - 60 - once - len(FIXED) * per_point - per_val) / (per_point + per_val))
     g = grid(fits)
     n_knobs = knob_points(g)
     validation = out / "validation_xsum"
@@ -316,14 +322,14 @@ def main() -> None:
         *knob_args(g),
         "timing.warmup=0",
         "timing.repeats=0",
-        eta_s=(n_knobs + 1) * per_val,
+        eta_s=(n_knobs + 1) * per_val + prompt_s * args.val_examples,
     )
     sweeps = [validation, out / "sweep_xsum"]
     took["sweep xsum"] = run(
         f"4b. sweep {len(FIXED) + n_knobs} grid points on {args.n_examples} XSum test articles "
         "(N = 5, T = 1)",
         *sweep_args(sweeps[-1], "xsum", head, draft, g, args),
-        eta_s=(len(FIXED) + n_knobs) * per_point,
+        eta_s=(len(FIXED) + n_knobs) * per_point + prompt_s * args.n_examples * 4 / 3,
     )
     # 4c. while the budget lasts: one setting per family, the one chosen on XSum's train articles, on
     # the other tasks (`--extra-examples` each), each
