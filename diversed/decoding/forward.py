@@ -508,7 +508,7 @@ class SlotModel:
         and a miss leave this model in the same state."""
         if self.length or end <= 0:
             raise ValueError(f"prefill reads a prompt into an empty cache (length {self.length}, end {end})")
-        key = prompts.key(self.model, ids[:, :end], mask[:, :end], pos[:, :end])
+        key = (self.plan.path, *prompts.key(self.model, ids[:, :end], mask[:, :end], pos[:, :end]))
         kept = prompts.get(key)
         if kept is not None:
             self.cache, self.length = kept, end

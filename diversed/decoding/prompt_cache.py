@@ -14,6 +14,9 @@ round's tokens in one call: the sweep records the separate prompt pass in its se
 `PromptCache(0)` keeps nothing: the same separate prompt pass, recomputed every call (what the
 sweep's timed passes use, so that a time includes reading the prompt).
 
+A model is known by its object (and its forward path: the two keep different caches): one whose
+weights change between calls (training) must not share a cache across the change.
+
 It does not decide what to time (a pass that reused prompts is not a fair time: `sweep/times.py`
 leaves it out), and it does not share prefixes between different batches (a batch's rows are
 keyed together: the sweep's batches repeat whole).
