@@ -191,9 +191,8 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         )
     base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
     gb = float(sweep.get("prompt_cache_gb", 0) or 0)
-    prompt_cache = (
-        PromptCache(gb * 2**30) if gb > 0 else None
-    )  # each batch's prompt pass, read once per model
+    # each batch's prompt pass, computed once per model and read by the later points
+    prompt_cache = PromptCache(gb * 2**30) if gb > 0 else None
     if prompt_cache is not None and not timing["repeats"] and not timing.get("latency"):
         log.warning(
             "sweep.prompt_cache_gb > 0 with timing.repeats=0 and timing.latency=false: the points get no "

