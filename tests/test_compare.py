@@ -306,6 +306,12 @@ def test_a_family_run_at_one_setting_is_not_labelled_chosen_on_test(tmp_path):
                 weight=w,
             )
         write_report([tmp_path / name], tmp_path / name / "report")
+        # the count of settings a row was picked among sits beside the record's settings digest
+        from diversed.analysis.fronts import best_at_quality
+
+        picked = best_at_quality(load_runs([tmp_path / name]))
+        static = picked[picked["method"] == "static"].iloc[0]
+        assert static["settings"] == "s-test-0" and static["n_settings"] == len(weights)
         table = (tmp_path / name / "report" / "table_T1.md").read_text()
         if name == "one":
             assert "Static, the only setting run" in table and "oracle" not in table

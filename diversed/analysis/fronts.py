@@ -48,7 +48,7 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
     temperature, N, settings group, method and its knobs but the family's), the row with the
     highest acceptance rate among those whose score is at least the reference's score minus the
     half-width of its 95% CI (the reference of the same pair, task, temperature and settings
-    group); where none qualifies, the best-scoring row. `at_quality` says which, `settings` among
+    group); where none qualifies, the best-scoring row. `at_quality` says which, `n_settings` among
     how many of the family's values it was picked (1: none was chosen). Rows of methods without a
     knob family pass through. (The paper's "best static weight at the quality of
     autoregressive decoding".)"""
@@ -77,7 +77,7 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
             order = ["acceptance_rate", "score"] if len(ok) else ["score", "acceptance_rate"]
             pick = (ok if len(ok) else g).sort_values(order).iloc[[-1]].copy()
             pick["at_quality"] = bool(len(ok))
-            pick["settings"] = g[m.family].nunique()  # 1: nothing was chosen (the only setting run)
+            pick["n_settings"] = g[m.family].nunique()  # 1: nothing was chosen (the only setting run)
             kept.append(pick)
     return pd.concat(kept).drop(columns="_group").reset_index(drop=True) if kept else d.drop(columns="_group")
 

@@ -146,7 +146,7 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
     d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
     oracle = best_at_quality(d)
-    only = pd.to_numeric(oracle.get("settings", pd.Series(np.nan, index=oracle.index)), errors="coerce") == 1
+    only = oracle.get("n_settings", pd.Series(np.nan, index=oracle.index)).eq(1)
     oracle = oracle.assign(chosen_on=np.where(only, "only", "test"))
     if choices is None or not len(choices):
         return oracle

@@ -501,23 +501,23 @@ class SlotModel:
         )  # NaN, +inf or −inf (all −inf): no distribution (one op, read at the end)
         return logits, (hidden if self.hidden or states else None)
 
-    def prefill(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, prompts: PromptCache) -> None:
+    def prefill(self, ids: Tensor, mask: Tensor, pos: Tensor, end: int, prompt_cache: PromptCache) -> None:
         """Read slots [0, `end`) (a prompt but its last token) in a call of their own, into an empty
-        cache; their KV is copied from `prompts` when this model already read these slots, and kept
+        cache; their KV is copied from `prompt_cache` when this model already read these slots, and kept
         there otherwise. Nothing is returned or counted as a call (no token comes of it), so a hit
         and a miss leave this model in the same state."""
         if self.length or end <= 0:
             raise ValueError(f"prefill reads a prompt into an empty cache (length {self.length}, end {end})")
-        key = (self.plan.path, *prompts.key(self.model, ids[:, :end], mask[:, :end], pos[:, :end]))
-        kept = prompts.get(key)
+        key = (self.plan.path, *prompt_cache.key(self.model, ids[:, :end], mask[:, :end], pos[:, :end]))
+        kept = prompt_cache.get(key)
         if kept is not None:
             self.cache, self.length = kept, end
             return
         start = time.perf_counter()
         self.forward(ids, mask, pos, end, keep=1)
-        prompts.seconds += time.perf_counter() - start  # host time (on a GPU, launches: no sync here)
+        prompt_cache.seconds += time.perf_counter() - start  # host time (on a GPU, launches: no sync here)
         self.maxima.pop()  # that logit row is no token's law (a hit never sees it)
-        prompts.put(key, self.cache, self.model)
+        prompt_cache.put(key, self.cache, self.model)
 
     def head(self, hidden: Tensor) -> Tensor:
         """float32 logits [b, n, V] of final hidden states [b, n, H] as `forward` returns them: the
