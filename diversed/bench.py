@@ -79,7 +79,7 @@ from diversed.errors import ConfigError, cli
 from diversed.files.provenance import machine
 from diversed.models.heads import WeightHead
 from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size
-from diversed.models.quantize import quantized
+from diversed.models.quantize import quantized, scheme
 
 # ----------------------------------------------------------------------------- settings
 
@@ -268,7 +268,7 @@ class BenchConfig:
     only: tuple[str, ...] = ()  # run only settings whose label contains one of these
     device: str = "cpu"  # where --pair / --target / --draft are loaded ("cuda" on a GPU)
     dtype: str = "float32"  # their dtype ("bfloat16" on a GPU)
-    # "int8": the draft's linear layers int8 at decoding steps (CPU; models/quantize.py); None: the
+    # "int8": the draft's linear layers and head int8 at decoding steps (CPU; models/quantize.py); None: the
     # pair config's own setting (none for --target/--draft, toy and random pairs)
     draft_quantize: str | None = None
     task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
@@ -664,7 +664,7 @@ def run_bench(
         log(f"# {env}")
         weight = next(target.parameters())
         how = quantized(draft)  # what the draft is, however it was loaded
-        said = "" if how == "none" else f", the draft's linear layers {how} at decoding steps"
+        said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
         log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{said}")
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
@@ -695,6 +695,7 @@ def run_bench(
                 mean_prompt_tokens=mean_len,
                 dtype=str(weight.dtype).removeprefix("torch."),
                 draft_quantize=how,
+                quantize_scheme=scheme(how),  # what int8 computes (its smoothing)
                 malloc=malloc,
                 top_k=config.top_k,
                 top_p=config.top_p,
@@ -801,7 +802,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--draft-quantize",
         choices=("none", "int8"),
         default=d.draft_quantize,
-        help="int8: the draft's linear layers int8 at decoding steps (CPU, float32; as "
+        help="int8: the draft's linear layers and head int8 at decoding steps (CPU, float32; as "
         "pair.draft_quantize); default: the pair config's own (none for --target/--draft)",
     )
     add(

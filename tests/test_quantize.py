@@ -1,7 +1,8 @@
-"""An int8 draft (`pair.draft_quantize=int8`, models/quantize.py): its layers are int8 and its head is
-not, the engine's direct path runs it and agrees with its modules, padding never sets a real slot's
-rounding there, lossless decoding stays exactly the target's, and a setting that cannot run is
-refused before any weights are read."""
+"""An int8 draft (`pair.draft_quantize=int8`, models/quantize.py): its layers and its head are int8,
+smoothed on a fixed passage (exact in float, closer to the float layer in int8), the engine's direct
+path runs it and agrees with its modules, padding never sets a real slot's rounding there, lossless
+decoding stays exactly the target's, and a setting that cannot run is refused before any weights are
+read."""
 
 from __future__ import annotations
 
@@ -20,19 +21,31 @@ from diversed.decoding.forward import Plan, SlotModel, forward_path, plan
 from diversed.errors import ConfigError
 from diversed.models.heads import pair_record
 from diversed.models.pair import load_pair
-from diversed.models.quantize import SHORT_ROWS, Int8Linear, check_quantize, quantize_draft
+from diversed.models.quantize import (
+    CALIBRATION,
+    SHORT_ROWS,
+    Int8Linear,
+    calibration_ids,
+    check_quantize,
+    quantize_draft,
+    scheme,
+    smoothing,
+)
 
 
 def int8_draft(layers: int = 2, seed: int = 1, **extra):
     return quantize_draft(tiny(transformers.LlamaConfig, layers, seed, **extra), "int8")
 
 
-def test_the_layers_are_int8_and_the_head_keeps_its_dtype():
+def test_the_layers_and_the_head_are_int8_and_smoothed():
     float_draft = tiny(transformers.LlamaConfig, 2, 1)
     draft = int8_draft()
     kinds = {type(m) for name, m in draft.named_modules() if name.endswith("proj")}
     assert kinds == {Int8Linear}
-    assert type(draft.get_output_embeddings()) is nn.Linear
+    head = draft.get_output_embeddings()
+    assert type(head) is Int8Linear and isinstance(head, nn.Linear)  # still a linear head to transformers
+    assert all(m.inv_smooth is not None for m in draft.modules() if isinstance(m, Int8Linear))
+    assert not any(m._forward_pre_hooks for m in draft.modules())  # the calibration's hooks are gone
     ids, mask = ragged_prompts(vocab=VOCAB)
     with torch.no_grad():
         ref = float_draft(input_ids=ids, attention_mask=mask).logits[mask.bool()].softmax(-1)
@@ -64,6 +77,7 @@ def test_a_restricted_head_keeps_q_zero_outside_its_support():
     draft.set_output_embeddings(DraftVocabHead(head.weight[keep].clone(), keep, VOCAB))
     quantize_draft(draft, "int8")
     assert type(draft.get_output_embeddings()) is DraftVocabHead
+    assert type(draft.get_output_embeddings().project) is Int8Linear  # its K-row product
     with torch.no_grad():
         logits = draft(input_ids=torch.tensor([[5, 9, 11]])).logits
     outside = torch.ones(VOCAB, dtype=torch.bool)
@@ -153,6 +167,54 @@ def test_a_rows_rounding_is_its_own_whatever_the_other_rows_of_the_call():
     )
 
 
+def test_smoothing_is_exact_in_float_and_closer_in_int8():
+    """W diag(s) (x / s) = W x: long calls (a prompt pass) are the float layer to the bit and a row's
+    float product is unchanged by s; with a few loud input channels (SmolLM2's inputs have them) the
+    smoothed int8 layer lands closer to the float one than the plain int8 layer does."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    loud = torch.ones(64)
+    loud[[3, 17]] = 40.0  # two channels 40 times the others
+    x = torch.randn(SHORT_ROWS, 64) * loud
+    s = smoothing(x.abs().amax(0), linear.weight)
+    torch.testing.assert_close((x / s) @ (linear.weight * s).t(), x @ linear.weight.t(), rtol=1e-5, atol=1e-5)
+    smoothed, plain = Int8Linear(linear, x_max=x.abs().amax(0)), Int8Linear(linear)
+    long = torch.randn(2, SHORT_ROWS, 64) * loud
+    assert torch.equal(smoothed(long), linear(long))
+    ref = linear(x)
+    err = {name: (layer(x) - ref).abs().mean() for name, layer in (("smoothed", smoothed), ("plain", plain))}
+    assert err["smoothed"] < 0.5 * err["plain"], err
+    for rows in (1, 5):  # the direct path's call is the module's
+        assert torch.equal(smoothed.direct_projection()(x[:rows]), smoothed(x[:rows]))
+
+
+def test_a_quiet_calibration_channel_does_not_blow_up_its_input():
+    """A channel that calibration never saw move gets s of at least its neighbours' order: a later
+    input there is not divided by ~0 (it would set the whole row's rounding)."""
+    x_max = torch.full((64,), 2.0)
+    x_max[5] = 0.0
+    s = smoothing(x_max, torch.randn(48, 64))
+    assert s.min() > 0.05 * s.median()
+
+
+def test_the_calibration_is_the_fixed_passage_in_the_pairs_tokenizer(toy_tiny_dir):
+    """The smoothing reads the same ids whoever loads the pair: two loads smooth alike."""
+    from diversed.models.pair import load_pair
+
+    def load(how):
+        return load_pair(
+            str(toy_tiny_dir / "target"), str(toy_tiny_dir / "draft"), dtype="float32", device="cpu",
+            draft_quantize=how,
+        )  # fmt: skip
+
+    pair = load("none")
+    ids = calibration_ids(pair.draft, pair.tokenizer)
+    assert ids.shape[0] == 1 and 0 < ids.shape[1] <= pair.draft.config.max_position_embeddings
+    assert pair.tokenizer.decode(ids[0], skip_special_tokens=True).strip()[:40] == CALIBRATION.strip()[:40]
+    one, two = ([m.inv_smooth for m in load("int8").draft.modules() if type(m) is Int8Linear] for _ in "12")
+    assert len(one) == len(two) > 0 and all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+
+
 @pytest.mark.parametrize("n", [1, 4])
 def test_lossless_greedy_with_an_int8_draft_is_the_targets_generate(n):
     target = tiny(transformers.LlamaConfig, 2, 0)
@@ -205,7 +267,8 @@ def test_the_pair_records_it_and_a_heads_pair_does_not(toy_tiny_dir):
         "draft_quantize": "int8",
     }
     card = describe_pair(cfg)
-    assert card.identity["draft_quantize"] == "int8"
+    assert card.identity["draft_quantize"] == scheme("int8") != "int8"  # before the smoothing: "int8"
+    assert "SmoothQuant" in scheme("int8") and scheme("none") == "none"
     assert "draft_quantize" not in pair_record(card.identity)
     assert describe_pair({**cfg, "draft_quantize": "none"}).identity["draft_quantize"] == "none"
     pair = load_pair(cfg["target"], cfg["draft"], dtype="float32", device="cpu", draft_quantize="int8")
@@ -236,7 +299,8 @@ def test_the_bench_records_it_and_refuses_it_in_bfloat16(toy_tiny_dir, tmp_path,
          "--draft-quantize", "int8", "--output", str(out)])  # fmt: skip
     records = json.loads(out.read_text())
     assert {r["draft_quantize"] for r in records} == {"int8"} and {r["dtype"] for r in records} == {"float32"}
-    assert "the draft's linear layers int8" in capsys.readouterr().out
+    assert {r["quantize_scheme"] for r in records} == {scheme("int8")}
+    assert "the draft's linear layers and head int8" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="--draft-quantize int8 takes float32"):
         run([*pair, "--dtype", "bfloat16", "--draft-quantize", "int8"])
 
@@ -253,7 +317,7 @@ def test_a_fine_tuned_draft_in_a_sweep_is_int8_where_the_pairs_draft_is(tmp_path
         pair = SimpleNamespace(target=target, device=torch.device("cpu"), forward="auto", draft_quantize=how)
         loaded = load_drafts([str(tmp_path / "ft")], pair)[str(tmp_path / "ft")]
         assert type(loaded.model.layers[0].mlp.up_proj) is kind
-        assert type(loaded.get_output_embeddings()) is nn.Linear
+        assert type(loaded.get_output_embeddings()) is kind
 
 
 def test_training_refuses_it_under_mixed_precision_and_takes_it_in_float32():

@@ -47,9 +47,10 @@ class DraftVocabHead(nn.Linear):
         self.register_buffer("index", index.to(weight.device, torch.long))
         self.vocab = int(vocab)
         self.support_only = False  # `support_logits` sets it: the K logits alone
+        self.project: nn.Module | None = None  # the K-row product if not h Wᵀ + b (quantize.py: int8)
 
     def forward(self, h: Tensor) -> Tensor:
-        small = super().forward(h)  # [..., K]
+        small = super().forward(h) if self.project is None else self.project(h)  # [..., K]
         if self.support_only:
             return small
         out = small.new_full((*small.shape[:-1], self.vocab), float("-inf"))

@@ -199,7 +199,7 @@ def load_pair(
     `dtype`: "auto" (bf16 on GPU, fp32 on CPU), "config" (the checkpoint's), or a torch dtype
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
     `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
-    `draft_quantize`: "int8" makes the draft's linear layers int8 (CPU, float32; see quantize.py).
+    `draft_quantize`: "int8" makes the draft's linear layers and head int8 (CPU, float32; see quantize.py).
     """
     from transformers import AutoModelForCausalLM
 
@@ -249,7 +249,7 @@ def load_pair(
         model = model.to(dev)
         model.eval().requires_grad_(False)
         if role == "draft":
-            quantize_draft(model, draft_quantize)
+            quantize_draft(model, draft_quantize, tok)
         use_forward(model, forward)
         models[role] = model
 
@@ -302,11 +302,12 @@ def describe_pair(cfg: Any) -> PairCard | None:
     ({"target": dir, "draft": dir}, name) is known). Raises what loading would (offline, missing
     directory, different tokenizers or vocabularies), before any weights are read."""
     from diversed.decoding.inputs import shared_vocab
+    from diversed.models.quantize import scheme
 
     cfg = dict(cfg)
     loader = current_name(str(cfg.get("_target_")))  # configs from before the subpackages: the old name
     common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
-    common["draft_quantize"] = cfg.get("draft_quantize", "none")
+    common["draft_quantize"] = scheme(cfg.get("draft_quantize", "none"))  # what it computes
     if loader == "diversed.models.pair.random_pair":
         from transformers import LlamaConfig
 
@@ -503,7 +504,7 @@ def random_pair(
         generation = model.generation_config
         generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
         if models:  # the draft
-            quantize_draft(model, draft_quantize)
+            quantize_draft(model, draft_quantize, tokenizer)
         use_forward(model, forward)
         models.append(model)
     target, draft = RANDOM_PAIRS[pair]

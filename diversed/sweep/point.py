@@ -59,7 +59,7 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
         model = draft_vocab.attach(AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype), path)
         model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
         model.eval().requires_grad_(False)
-        quantize_draft(model, getattr(pair, "draft_quantize", "none"))
+        quantize_draft(model, getattr(pair, "draft_quantize", "none"), getattr(pair, "tokenizer", None))
         use_forward(model, pair.forward)
         drafts[str(path)] = model
     return drafts
