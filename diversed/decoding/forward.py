@@ -46,6 +46,8 @@ from torch import Tensor, nn
 from torch.nn.modules import module as torch_module
 from transformers import DynamicCache
 
+from diversed.decoding.inputs import ordinary_ids
+
 if TYPE_CHECKING:
     from diversed.decoding.prompt_cache import PromptCache
 
@@ -572,10 +574,9 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         return None, "its modules are not laid out as the Llama family's", False
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().weight.shape[0]
-    # Ordinary tokens, spread over the vocabulary: the first ids of a real vocabulary are control
-    # tokens that a model never reads as input, and in half precision their activations are chaotic
-    # (SmolLM2 in bf16 on ids 0–11: model(...) itself moves 43 from its fp32 result, the direct way 19).
-    ids = (vocab // 3 + 7919 * torch.arange(12, device=device)).view(2, 6) % vocab
+    # Ordinary tokens, spread over the vocabulary: on control tokens, in half precision, SmolLM2's
+    # model(...) itself moves 43 from its fp32 result, the direct way 19.
+    ids = ordinary_ids(vocab, 12, device).view(2, 6)
     mask = torch.ones(2, 6, dtype=torch.long, device=device)
     # Left padding and a hole, except where a layer rounds its inputs (the int8 draft of
     # models/quantize.py): model(...) and the direct way reach a padded batch's slots by float sums in

@@ -109,9 +109,10 @@ class Int8Linear(nn.Linear):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias, self.short = linear.weight, linear.bias, int(short)
         w = linear.weight.detach().float()
-        smooth = None if x_max is None else smoothing(x_max.to(w.device), w)
-        self.inv_smooth = None if smooth is None else (1 / smooth).to(linear.weight.dtype)
-        if smooth is not None:
+        self.inv_smooth = None  # s = 1
+        if x_max is not None:
+            smooth = smoothing(x_max.to(w.device), w)
+            self.inv_smooth = (1 / smooth).to(linear.weight.dtype)
             w = w * smooth  # W diag(s)
         scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()
         with warnings.catch_warnings():  # torch's deprecation notice for its quantized tensors
@@ -228,11 +229,12 @@ def calibration_ids(model: nn.Module, tokenizer: Any | None) -> Tensor:
     the model's positions."""
     positions = getattr(model.config, "max_position_embeddings", None) or CALIBRATION_TOKENS
     limit = min(CALIBRATION_TOKENS, positions)
+    from diversed.decoding.inputs import ordinary_ids
+
     if tokenizer is not None:
         ids = torch.as_tensor(tokenizer(CALIBRATION).input_ids, dtype=torch.long)
     else:
-        vocab = model.get_input_embeddings().weight.shape[0]
-        ids = (vocab // 3 + 7919 * torch.arange(64)) % vocab
+        ids = ordinary_ids(model.get_input_embeddings().weight.shape[0], 64)
     return ids[:limit].view(1, -1)
 
 
