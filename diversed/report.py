@@ -5,12 +5,15 @@
 Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
 
     README.md                 the index: every table inline, every figure with its caption
-    claims.md                 what a README may quote: the tables, the paired differences, Proposition 1's
-                              captions
+    claims.md                 what a README may quote: the tables, the times at batch 1, the paired
+                              differences, Proposition 1's captions
     table_T<t>.md/.csv        Tables 1 and 2: rows pair x method x N, columns (task, quantity):
                               accepted/proposed %, α = accepted/verified %, quality x100, time / AR; each a
                               mean over examples and seeds with its 95 % interval (`compare.mean_over_seeds`,
                               `times.times_over_seeds`)
+    times_T<t>.md/.csv        the same rows' times at batch 1 where a latency pass ran: examples timed,
+                              seconds and new tokens per sample, × AR per sample (the tables' b1) and per
+                              token
     table_oracle_T<t>.*       the same with each knob family chosen on the reported scores (labelled oracle)
     paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only
                               where the interval excludes 0
@@ -56,7 +59,7 @@ from diversed.analysis.figures import (
     time_vs_acceptance,
 )
 from diversed.analysis.fronts import choose_on
-from diversed.analysis.tables import paired_table, paper_table, transfer_table, with_times
+from diversed.analysis.tables import paired_table, paper_table, times_table, transfer_table, with_times
 from diversed.errors import cli
 from diversed.files.atomic import write_file
 from diversed.files.rundir import read_json
@@ -212,6 +215,23 @@ def write_report(
         written += paths
         sections += [md, ""]
         claims += [md, ""]
+        times = times_table(d, t, choices)
+        if times is not None:
+            paths, md = _write_table(
+                times,
+                out,
+                f"times_T{t:g}",
+                f"**Times at batch 1 (T = {t:g})**: the same rows, each of the first `timed` examples "
+                "decoded alone at batch 1 (`timing.latency`); seconds and new tokens per sample, mean "
+                "over seeds; × AR: relative to autoregressive decoding of the same seed and examples, "
+                "per sample (the table's b1 time) and per generated token, mean over seeds [95 % "
+                "interval, as in the table]. Where the methods' outputs differ in length (sampling, "
+                "lossy verification), per sample compares lengths as much as speed; per token compares "
+                "speed.",
+            )
+            written += paths
+            sections += [md, ""]
+            claims += [md, ""]
         if choices is not None and len(choices):
             paths, md = _write_table(
                 paper_table(d, t),

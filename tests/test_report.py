@@ -7,6 +7,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 from tiny_models import compose_run
@@ -14,7 +15,7 @@ from tiny_models import compose_run
 from diversed.analysis import published
 from diversed.analysis.compare import mean_over_seeds
 from diversed.analysis.figures import prop1_gaps, token_class
-from diversed.analysis.tables import paper_table, transfer_table
+from diversed.analysis.tables import paper_table, times_table, transfer_table, with_times
 from diversed.report import run, write_report
 from diversed.sweep.results import ResultStore, key_digest, load_results, run_record
 
@@ -44,6 +45,8 @@ def _record(pair, task, method, temperature, n=None, score=0.5, acc=None, **extr
             "latency_s": 0.1 * (1 if acc is None else 2 - acc),
             "normalized_time": None,
             "normalized_latency": 1.0 if acc is None else 2 - acc,
+            "latency_examples": 4,
+            "latency_new_tokens": 40,
             "mean_w": w,
             "settings": f"s-{task}",
             "settings_group": f"g-{pair}-{task}",
@@ -73,6 +76,7 @@ def write_fixture(run_dir, head_a, head_b):
                         alpha=0.5,
                         mean_tv=0.5,
                         verified_drafts=4000,
+                        latency_new_tokens=80,  # twice autoregressive decoding's tokens in its 1.6× time
                     )
                 )
                 rows.append(
@@ -218,11 +222,29 @@ def test_tables_have_the_paper_layout_and_the_right_cells(report_dir):
     assert paper3.loc[("Llama 8B/1B (paper)", "head trained on gsm8k", "?"), "cnndm"] == "51.07 / 8.63"
 
 
+def test_times_table_gives_seconds_and_tokens_per_sample_and_both_ratios(report_dir):
+    from diversed.report import load_runs
+
+    df = load_runs([report_dir / "run"])
+    d = with_times(mean_over_seeds(df), df)
+    table = times_table(d, 1.0)
+    assert list(table.index) == list(paper_table(d, 1.0).index)  # the paper table's rows
+    row = lambda method, n: table.loc[("p1", method, n), "alpha_task"].tolist()  # noqa: E731
+    # 4 examples timed; autoregressive decoding 0.1 s for 10 tokens per sample
+    assert row("Autoregressive", "–") == ["4", "0.10", "10.0", "1.00 [1.00, 1.00]", "1.00 [1.00, 1.00]"]
+    # lossless SD: 1.6× per sample for twice the tokens, so 0.8× per token
+    assert row("SD (lossless)", "3") == ["4", "0.16", "20.0", "1.60", "0.80"]
+    assert row("DIVERSED", "3") == ["4", "0.12", "10.0", "1.20", "1.20"]
+    # no latency pass: no table
+    assert times_table(d.drop(columns=["latency_s"]), 1.0) is None
+    assert times_table(d.assign(latency_s=np.nan), 1.0) is None
+
+
 def test_the_report_writes_every_table_and_figure(report_dir):
     out = report_dir / "report"
     paths = run([str(report_dir / "run"), "--out", str(out), "--paper"])
     assert paths[0] == out / "README.md"
-    for name in ("table_T1", "table_T0.1", "transfer_T1", "transfer_T0.1"):
+    for name in ("table_T1", "table_T0.1", "times_T1", "times_T0.1", "transfer_T1", "transfer_T0.1"):
         assert (out / f"{name}.md").is_file() and (out / f"{name}.csv").is_file(), name
     figs = out / "figures"
     for stem in (

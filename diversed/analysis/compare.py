@@ -65,6 +65,9 @@ VALUE_FIELDS = (
     "normalized_time",
     "normalized_latency",
     "latency_s",
+    "latency_per_token_s",
+    "latency_new_tokens",  # one latency pass's new tokens (over its `latency_examples`)
+    "latency_examples",
     "wall_time_s",
     "time_per_token_s",
     "mean_w",

@@ -3,7 +3,9 @@
 `table_rows` picks a table's rows (each knob family at its setting chosen on validation by
 `fronts.choose_on`, else its oracle on the reported scores); `paper_table` lays out Tables 1 and 2
 (columns per task: accepted/proposed %, α = accepted/verified %, quality ×100, time / AR, each with
-its interval); `paired_table` puts DIVERSED against every other row (`compare.paired`);
+its interval); `times_table` gives the same rows' times at batch 1 (seconds and tokens per sample,
+relative to autoregressive decoding per sample and per token); `paired_table` puts DIVERSED against
+every other row (`compare.paired`);
 `transfer_table` is Table 3; `with_times` adds the time intervals over seeds (`times.times_over_seeds`).
 Pure DataFrame functions apart from reading per-example rows: `report` writes the files.
 """
@@ -35,6 +37,12 @@ def _time_cell(r: pd.Series) -> str:
     per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
     the sweep's batch size."""
     field = shown_time(r)
+    cell = _ratio_cell(r, field)
+    return f"{cell}{' b1' if field == 'normalized_latency' and cell != '–' else ''}"
+
+
+def _ratio_cell(r: pd.Series, field: str) -> str:
+    """A normalised time `field` of `r` with its interval ("1.60 [1.41, 1.82]"); "–" where it has none."""
     value = r.get(field)
     if value is None or pd.isna(value):
         return "–"
@@ -44,7 +52,7 @@ def _time_cell(r: pd.Series) -> str:
         if low is None or high is None or pd.isna(low) or pd.isna(high)
         else f" [{_num(low)}, {_num(high)}]"
     )
-    return f"{_num(value)}{interval}{' b1' if field == 'normalized_latency' else ''}"
+    return f"{_num(value)}{interval}"
 
 
 def _num(x: float, digits: int = 2) -> str:
@@ -121,6 +129,18 @@ def _several(d: pd.DataFrame) -> set[str]:
     return several
 
 
+def _row_key(r: pd.Series, several: set[str]) -> tuple[str, str, str]:
+    """A table row's index: (pair label, row label, N or "–")."""
+    n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
+    return r["pair_label"], _row_label(r, several), n
+
+
+def _row_order(k: tuple[int, tuple[str, str, str]]) -> tuple:
+    """Rows in a table: published pairs last, then by pair, method (`METHODS`' order), N and label."""
+    order, (pair, label, n) = k
+    return pair.endswith("(paper)"), pair, order, _n_order(n), label
+
+
 def _n_order(n: str) -> int:
     return int(n) if n.isdigit() else -1  # "–" (autoregressive) and "?" (published) first
 
@@ -189,8 +209,7 @@ def paper_table(
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for _, r in d.iterrows():
-        n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
-        key = (r["pair_label"], _row_label(r, several), n)
+        key = _row_key(r, several)
         if key not in cells:
             cells[key] = {}
             keys.append((order.get(r["method"], 99), key))
@@ -217,7 +236,7 @@ def paper_table(
                 cells[key][(task, QUANTITIES[0][1])] = f"{acc:.2f} (undefined in the paper)"
                 cells[key][(task, QUANTITIES[2][1])] = f"{q:g}"
                 tasks += [task] if task not in tasks else []
-    keys.sort(key=lambda k: (k[1][0].endswith("(paper)"), k[1][0], k[0], _n_order(k[1][2]), k[1][1]))
+    keys.sort(key=_row_order)
     index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
     columns = pd.MultiIndex.from_tuples(
         [(t, name) for t in tasks for _, name in QUANTITIES], names=["task", "quantity"]
@@ -227,6 +246,50 @@ def paper_table(
     )
     table.attrs["temperature"] = float(temperature)
     return table
+
+
+# A times table's columns per task: the examples timed, seconds and new tokens per sample, and the
+# time relative to autoregressive decoding per sample (the table's b1 time) and per generated token.
+TIMES = ("timed", "s / sample b1", "tokens / sample", "× AR / sample", "× AR / token")
+
+
+def times_table(
+    d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """The rows of `paper_table` at one temperature with their times at batch 1 (the latency passes,
+    `timing.latency`): per task the columns `TIMES`, seconds and tokens means over seeds, the ratios
+    with their intervals over seeds (`with_times`). Per sample and per token differ where the methods'
+    outputs differ in length (sampling, lossy verification): per sample then compares lengths as much
+    as speed. None where no row has a latency pass."""
+    d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    if not pd.to_numeric(d.get("latency_s", pd.Series(dtype=float)), errors="coerce").notna().any():
+        return None
+    several, order = _several(d), {m: i for i, m in enumerate(METHODS)}
+    number = lambda v, digits: "–" if v is None or pd.isna(v) else _num(float(v), digits)  # noqa: E731
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    keys: list[tuple[int, tuple[str, str, str]]] = []
+    for _, r in d.iterrows():
+        key = _row_key(r, several)
+        if key not in cells:
+            cells[key] = {}
+            keys.append((order.get(r["method"], 99), key))
+        timed, tokens = r.get("latency_examples"), r.get("latency_new_tokens")
+        per_sample = tokens / timed if not (pd.isna(timed) or pd.isna(tokens)) and timed else None
+        values = (
+            number(timed, 0),
+            number(r.get("latency_s"), 2),
+            number(per_sample, 1),
+            _ratio_cell(r, "normalized_latency"),
+            _ratio_cell(r, "normalized_latency_per_token"),
+        )
+        cells[key].update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
+    keys.sort(key=_row_order)
+    tasks = list(dict.fromkeys(d["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in TIMES], names=["task", "quantity"])
+    index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
+    return pd.DataFrame(
+        [[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns
+    )
 
 
 def paired_table(
