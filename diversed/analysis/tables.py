@@ -12,6 +12,8 @@ Pure DataFrame functions apart from reading per-example rows: `report` writes th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -135,6 +137,21 @@ def _row_key(r: pd.Series, several: set[str]) -> tuple[str, str, str]:
     return r["pair_label"], _row_label(r, several), n
 
 
+def _row_cells(
+    d: pd.DataFrame, cells: dict[tuple[str, str, str], dict], keys: list[tuple[int, tuple[str, str, str]]]
+) -> Iterator[tuple[dict, pd.Series]]:
+    """Each record of `d` (pair labels set) with its row's cells in `cells`: a row is made the first time
+    its key (`_row_key`) is seen, and the key appended to `keys` with its method's place in `METHODS`
+    (sorted by `_row_order`)."""
+    several, order = _several(d), {m: i for i, m in enumerate(METHODS)}
+    for _, r in d.iterrows():
+        key = _row_key(r, several)
+        if key not in cells:
+            cells[key] = {}
+            keys.append((order.get(r["method"], 99), key))
+        yield cells[key], r
+
+
 def _row_order(k: tuple[int, tuple[str, str, str]]) -> tuple:
     """Rows in a table: published pairs last, then by pair, method (`METHODS`' order), N and label."""
     order, (pair, label, n) = k
@@ -204,26 +221,21 @@ def paper_table(
     (pair, method, N), columns (task, quantity) for each of `QUANTITIES`, cells "value [95 % interval]"
     ×100. Knob families as `table_rows` chooses them."""
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
-    several = _several(d)
     order = {m: i for i, m in enumerate(METHODS)}
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
-    for _, r in d.iterrows():
-        key = _row_key(r, several)
-        if key not in cells:
-            cells[key] = {}
-            keys.append((order.get(r["method"], 99), key))
+    for row, r in _row_cells(d, cells, keys):
         spec = METHODS.get(r["method"]) is not None and METHODS[r["method"]].speculative
         for field, name in QUANTITIES:
             if field == "time":
-                cells[key][(r["task"], name)] = _time_cell(r)
+                row[(r["task"], name)] = _time_cell(r)
                 continue
             if field != "score" and not spec:
-                cells[key][(r["task"], name)] = "–"
+                row[(r["task"], name)] = "–"
                 continue
             low, high = INTERVALS[field]
             note = _knob_note(r) if field == "score" else ""
-            cells[key][(r["task"], name)] = _interval(r.get(field), r.get(low), r.get(high), note)
+            row[(r["task"], name)] = _interval(r.get(field), r.get(low), r.get(high), note)
     tasks = list(dict.fromkeys(d["task"]))
     if paper:
         for (t, pair, method, task), (acc, q) in published.TABLES.items():
@@ -264,15 +276,10 @@ def times_table(
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if not pd.to_numeric(d.get("latency_s", pd.Series(dtype=float)), errors="coerce").notna().any():
         return None
-    several, order = _several(d), {m: i for i, m in enumerate(METHODS)}
     number = lambda v, digits: "–" if v is None or pd.isna(v) else _num(float(v), digits)  # noqa: E731
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
-    for _, r in d.iterrows():
-        key = _row_key(r, several)
-        if key not in cells:
-            cells[key] = {}
-            keys.append((order.get(r["method"], 99), key))
+    for row, r in _row_cells(d, cells, keys):
         timed, tokens = r.get("latency_examples"), r.get("latency_new_tokens")
         per_sample = tokens / timed if not (pd.isna(timed) or pd.isna(tokens)) and timed else None
         values = (
@@ -282,7 +289,7 @@ def times_table(
             _ratio_cell(r, "normalized_latency"),
             _ratio_cell(r, "normalized_latency_per_token"),
         )
-        cells[key].update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
+        row.update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
     keys.sort(key=_row_order)
     tasks = list(dict.fromkeys(d["task"]))
     columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in TIMES], names=["task", "quantity"])
