@@ -230,11 +230,14 @@ def test_times_table_gives_seconds_and_tokens_per_sample_and_both_ratios(report_
     table = times_table(d, 1.0)
     assert list(table.index) == list(paper_table(d, 1.0).index)  # the paper table's rows
     row = lambda method, n: table.loc[("p1", method, n), "alpha_task"].tolist()  # noqa: E731
-    # 4 examples timed; autoregressive decoding 0.1 s for 10 tokens per sample
-    assert row("Autoregressive", "–") == ["4", "0.10", "10.0", "1.00 [1.00, 1.00]", "1.00 [1.00, 1.00]"]
+    # 4 examples timed; autoregressive decoding 0.1 s (3 significant digits) for 10 tokens per sample
+    assert row("Autoregressive", "–") == ["4", "0.100", "10.0", "1.00 [1.00, 1.00]", "1.00 [1.00, 1.00]"]
     # lossless SD: 1.6× per sample for twice the tokens, so 0.8× per token
-    assert row("SD (lossless)", "3") == ["4", "0.16", "20.0", "1.60", "0.80"]
-    assert row("DIVERSED", "3") == ["4", "0.12", "10.0", "1.20", "1.20"]
+    assert row("SD (lossless)", "3") == ["4", "0.160", "20.0", "1.60", "0.80"]
+    assert row("DIVERSED", "3") == ["4", "0.120", "10.0", "1.20", "1.20"]
+    # seconds to 3 significant digits: a toy pair's milliseconds are not rounded to 0.01
+    fast = times_table(d.assign(latency_s=d["latency_s"] / 100), 1.0)
+    assert fast.loc[("p1", "SD (lossless)", "3"), ("alpha_task", "s / sample b1")] == "0.00160"
     # no latency pass: no table
     assert times_table(d.drop(columns=["latency_s"]), 1.0) is None
     assert times_table(d.assign(latency_s=np.nan), 1.0) is None

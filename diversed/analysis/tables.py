@@ -63,6 +63,12 @@ def _num(x: float, digits: int = 2) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
+def _seconds(x: float) -> str:
+    """Seconds to 3 significant digits (a toy pair's 0.00873 s and a real model's 16.7 s alike), whole
+    seconds from 100 on."""
+    return f"{x:#.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+
 def _interval(
     value: float | None, low: float | None = None, high: float | None = None, note: str = ""
 ) -> str:
@@ -276,16 +282,16 @@ def times_table(
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if not pd.to_numeric(d.get("latency_s", pd.Series(dtype=float)), errors="coerce").notna().any():
         return None
-    number = lambda v, digits: "–" if v is None or pd.isna(v) else _num(float(v), digits)  # noqa: E731
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for row, r in _row_cells(d, cells, keys):
         timed, tokens = r.get("latency_examples"), r.get("latency_new_tokens")
         per_sample = tokens / timed if not (pd.isna(timed) or pd.isna(tokens)) and timed else None
+        seconds = r.get("latency_s")
         values = (
-            number(timed, 0),
-            number(r.get("latency_s"), 2),
-            number(per_sample, 1),
+            "–" if pd.isna(timed) else f"{int(timed)}",
+            "–" if seconds is None or pd.isna(seconds) else _seconds(float(seconds)),
+            "–" if per_sample is None else f"{per_sample:.1f}",
             _ratio_cell(r, "normalized_latency"),
             _ratio_cell(r, "normalized_latency_per_token"),
         )
