@@ -62,6 +62,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from diversed.decoding.draft_vocab import DraftVocabHead
+from diversed.decoding.inputs import device_of, ordinary_ids
 from diversed.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -229,8 +231,6 @@ def calibration_ids(model: nn.Module, tokenizer: Any | None) -> Tensor:
     the model's positions."""
     positions = getattr(model.config, "max_position_embeddings", None) or CALIBRATION_TOKENS
     limit = min(CALIBRATION_TOKENS, positions)
-    from diversed.decoding.inputs import ordinary_ids
-
     if tokenizer is not None:
         ids = torch.as_tensor(tokenizer(CALIBRATION).input_ids, dtype=torch.long)
     else:
@@ -251,8 +251,7 @@ def input_maxima(model: nn.Module, layers: list[nn.Module], ids: Tensor) -> dict
 
     handles = [layer.register_forward_pre_hook(hook) for layer in layers]
     try:
-        device = next(model.parameters()).device
-        model(input_ids=ids.to(device), use_cache=False)
+        model(input_ids=ids.to(device_of(model)), use_cache=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -263,8 +262,6 @@ def quantize_draft(model: nn.Module, how: str, tokenizer: Any | None = None) -> 
     """`model` with its linear layers and its output head made `Int8Linear` (a restricted head:
     its K-row product), smoothed on `calibration_ids(model, tokenizer)`, in place; as it is for
     "none"."""
-    from diversed.decoding.draft_vocab import DraftVocabHead
-
     if how == "none":
         return model
     head = model.get_output_embeddings()
