@@ -328,6 +328,15 @@ class DataSettings(_Model):
 class HeadSettings(_Model):
     hidden_sizes: list[PositiveInt] = []
     features: list[Literal[FEATURES]] = []  # type: ignore[valid-type]
+    normalize: bool = False  # the class's defaults (the paper's head); configs/head/*.yaml set their own
+    w_bounds: tuple[Weight, Weight] = Field((0.0, 1.0), description="[lo, hi] with 0 <= lo < hi <= 1")
+
+    @field_validator("w_bounds")
+    @classmethod
+    def _bounds(cls, bounds: tuple[float, float]) -> tuple[float, float]:
+        if not bounds[0] < bounds[1]:
+            raise ValueError("w_bounds must be [lo, hi] with lo < hi")
+        return bounds
 
 
 class _Training(_Entry):

@@ -1,8 +1,15 @@
 """Weight heads: small modules mapping both models' last hidden states to the target weight w.
 
 `WeightHead` is the paper's head (a linear layer on [h_draft; h_target] giving two logits, then a
-softmax; w is the probability of the target logit) and generalises to an MLP and to extra
-per-position features that verification gets for free (entropies of p and q, TV(p, q)). Heads
+softmax; w is the probability of the target logit) and generalises to an MLP, to extra
+per-position features that verification gets for free (entropies of p and q, TV(p, q)), to each
+hidden state layer-normalised (without affine parameters) before the first layer (`normalize`: the
+input's scale is then the model's no more, so one optimizer step cannot move the logits by a
+model-sized amount), and to w kept inside [lo, hi] (`w_bounds`: w = lo + (hi − lo)·softmax[target],
+so w(1 − w) never reaches 0 and the head cannot stall at w = 0 or 1). The class's defaults are the
+paper's head (normalize=False, w_bounds=(0, 1)), as are a saved config's without these keys
+(heads saved before them load as they were); `configs/head/*.yaml` train with normalize=true and
+w_bounds=[0.02, 0.98]. Heads
 are saved as safetensors plus a JSON config (each file written whole, `atomic.py`) and loaded
 without pickle, a damaged file named with the fix (`read_config`); the config records the
 pair a head was trained on (`pair_record`: its models' identity), and `same_pair` tells whether
@@ -24,6 +31,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from diversed.decoding.verify import total_variation
 from diversed.errors import ConfigError, MissingFile
@@ -174,10 +182,20 @@ def _entropy(p: Tensor) -> Tensor:
     return -(p * p.clamp_min(1e-30).log()).sum(dim=-1)
 
 
-class WeightHead(nn.Module):
-    """w = softmax(f([h_draft; h_target; features]))[target], f linear (the paper) or an MLP.
+def check_bounds(w_bounds: Sequence[float]) -> tuple[float, float]:
+    """(lo, hi) as floats; ValueError unless 0 <= lo < hi <= 1."""
+    bounds = tuple(float(b) for b in w_bounds)
+    if len(bounds) != 2 or not 0.0 <= bounds[0] < bounds[1] <= 1.0:
+        raise ValueError(f"w_bounds={list(w_bounds)} must be [lo, hi] with 0 <= lo < hi <= 1")
+    return bounds  # type: ignore[return-value]
 
-    The last layer starts at zero, so w = 0.5 everywhere before training.
+
+class WeightHead(nn.Module):
+    """w = lo + (hi − lo)·softmax(f([n(h_draft); n(h_target); features]))[target], f linear (the
+    paper) or an MLP, n a LayerNorm without affine parameters (`normalize`) or the identity.
+
+    The last layer starts at zero, so w = (lo + hi)/2 everywhere before training (0.5 for the
+    symmetric bounds). The defaults are the paper's head: normalize=False, w_bounds=(0, 1).
     """
 
     def __init__(
@@ -186,12 +204,16 @@ class WeightHead(nn.Module):
         target_hidden_size: int,
         hidden_sizes: Sequence[int] = (),
         features: Sequence[str] = (),
+        normalize: bool = False,
+        w_bounds: Sequence[float] = (0.0, 1.0),
         **metadata: Any,
     ) -> None:
         super().__init__()
         unknown = set(features) - set(FEATURES)
         if unknown:
             raise ValueError(f"unknown head features {sorted(unknown)}; choose from {FEATURES}")
+        self.normalize = bool(normalize)
+        self.w_bounds = check_bounds(w_bounds)
         self.draft_hidden_size = int(draft_hidden_size)
         self.target_hidden_size = int(target_hidden_size)
         self.hidden_sizes = tuple(int(h) for h in hidden_sizes)
@@ -220,21 +242,41 @@ class WeightHead(nn.Module):
             self.config(), draft_hidden_size=hidden_size(draft), target_hidden_size=hidden_size(target)
         )
 
+    def feature_values(self, p: Tensor, q: Tensor) -> Tensor:
+        """The head's scalar features of p and q ([..., V] each), in `features`' order: [..., F]
+        (what `forward(features=)` takes where p and q are not kept, e.g. cached training rows)."""
+        values = {
+            "entropy_p": lambda: _entropy(p),
+            "entropy_q": lambda: _entropy(q),
+            "tv": lambda: total_variation(p, q),
+        }
+        return torch.stack([values[f]() for f in self.features], dim=-1)
+
     def forward(
-        self, draft_hidden: Tensor, target_hidden: Tensor, p: Tensor | None = None, q: Tensor | None = None
+        self,
+        draft_hidden: Tensor,
+        target_hidden: Tensor,
+        p: Tensor | None = None,
+        q: Tensor | None = None,
+        *,
+        features: Tensor | None = None,
     ) -> Tensor:
+        """w per position ([...]) from the hidden states ([..., D]); heads with `features` need p=
+        and q= ([..., V]), or the features themselves (`feature_values`, [..., F])."""
+        if self.normalize:  # each model's own scale gone: zero mean, unit variance per position
+            draft_hidden = F.layer_norm(draft_hidden, draft_hidden.shape[-1:])
+            target_hidden = F.layer_norm(target_hidden, target_hidden.shape[-1:])
         parts = [draft_hidden, target_hidden]
         if self.features:
-            if p is None or q is None:
-                raise ValueError(f"head features {self.features} need p= and q=")
-            values = {
-                "entropy_p": lambda: _entropy(p),
-                "entropy_q": lambda: _entropy(q),
-                "tv": lambda: total_variation(p, q),
-            }
-            parts += [values[f]().unsqueeze(-1).to(draft_hidden.dtype) for f in self.features]
+            if features is None:
+                if p is None or q is None:
+                    raise ValueError(f"head features {self.features} need p= and q= (or features=)")
+                features = self.feature_values(p, q)
+            parts.append(features.to(draft_hidden.dtype))
         logits = self.net(torch.cat(parts, dim=-1))
-        return torch.softmax(logits.float(), dim=-1)[..., 0]
+        lo, hi = self.w_bounds
+        # w = lo + (hi − lo)·softmax(logits)[target]: inside [lo, hi] however large the logits
+        return lo + (hi - lo) * torch.softmax(logits.float(), dim=-1)[..., 0]
 
     # ------------------------------------------------------------------------- persistence
 
@@ -244,6 +286,8 @@ class WeightHead(nn.Module):
             "target_hidden_size": self.target_hidden_size,
             "hidden_sizes": list(self.hidden_sizes),
             "features": list(self.features),
+            "normalize": self.normalize,
+            "w_bounds": list(self.w_bounds),
             **self.metadata,
         }
 
@@ -278,6 +322,9 @@ class WeightHead(nn.Module):
             target_hidden_size=target_hidden_size,
             head=f"head {directory}",
         )
+        # heads saved before these keys are the paper's head: raw hidden states, w in [0, 1]
+        config.setdefault("normalize", False)
+        config.setdefault("w_bounds", [0.0, 1.0])
         head = cls(**config)
         try:
             state = load_file(str(directory / WEIGHTS_NAME), device=str(map_location))
