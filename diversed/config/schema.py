@@ -4,7 +4,9 @@
 2.7 is not an int), ranges (n_examples >= 1, w in [0, 1], reg_scale >= 0, ...), known names
 (methods, tasks, dtypes, forward paths), a task's own options (each against the type its class
 declares, `Task.options`) and combinations (a group baseline needs two samples per
-prompt; a CUDA device needs a GPU). Every problem is reported at once in a `ConfigError` that
+prompt; a CUDA device needs a GPU; a head's w_bounds are 0 <= lo < hi <= 1). `model.reward` is only
+checked to be a name here: which metrics a task computes is the training module's check, at its
+first batch. Every problem is reported at once in a `ConfigError` that
 names the config key, the value given and what to set instead. Unknown keys are refused too, each
 with the closest known key (`config_keys.py`): Hydra refuses a key that is not in the config, but
 not one added with `+` (`+sweep.weight=[0.9]`), which would otherwise be carried along unread. A
@@ -308,6 +310,12 @@ class ModelSettings(_Model):
     normalize_advantage: bool = False
     val_do_sample: bool = False
     val_temperature: Annotated[float, Field(gt=0)] = 1.0
+    # which metrics a task computes is known once it loads: a name it lacks fails at the first batch
+    reward: Annotated[str, Field(min_length=1)] = Field(
+        "score", description="score, mean, or a metric the task computes (e.g. rougeL)"
+    )
+    teacher_forced_steps: NonNegativeInt = 0
+    teacher_forced_lr: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
     def _group(self) -> ModelSettings:

@@ -18,8 +18,26 @@ Per batch of prompts (each repeated K times):
 state dict (checkpoints hold the head, the baseline and the optimizer only), and validation decodes
 held-out prompts with the current head and logs the task score, acceptance and
 `val/objective` = score + λ·acceptance. The settings are checked once, by `schema.check_train`,
-before anything loads; the module does not check them again. Distribution, precision and devices
-are Lightning's; nothing here launches processes or moves gradients by hand."""
+before anything loads; the module does not check them again, except `reward`, a metric's name,
+which only the task knows: a name the task does not compute fails at the first batch, naming the
+ones it does. Distribution, precision and devices are Lightning's; nothing here launches processes
+or moves gradients by hand.
+
+The reward R (`reward`): `score`, the task's headline metric (`task.reward_batch`); any other metric
+the task computes (`task.metrics_batch`, e.g. `rougeL` for a denser signal than ROUGE-2); or `mean`,
+the mean of all of them.
+
+The teacher-forced stage (`teacher_forced_steps` > 0), once before REINFORCE's first step (a run
+resumed from a checkpoint that took it does not take it again; the checkpoint records it): each
+train row's prompt + reference (`task.target`, cut at `max_new_tokens`, then EOS) goes once through
+both frozen models (`score_tokens`), and per reference token h_draft, h_target, the head's
+features, p(y*), q(y*) and TV(p, q) are kept on the CPU; then `teacher_forced_steps` steps of a
+fresh optimizer (the run's, at `teacher_forced_lr` if set) on the head alone minimise
+`reinforce.teacher_forced_loss` over minibatches of `data.batch_size` rows (drawn by the data's
+seed), with λ = `reg_scale` as it is (reg_mode=adaptive scales λ by a policy gradient the stage
+does not have). Its loss and mean w are logged as `teacher_forced/*` (at the stage's own steps) and to the
+console. The cached hidden states take rows × tokens × (both hidden sizes) floats of memory. Under
+DDP every process computes every row and takes the same steps (its gradients are not averaged)."""
 
 from __future__ import annotations
 
@@ -30,16 +48,22 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 
+from diversed.decoding.inputs import left_pad
 from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
 from diversed.decoding.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
+from diversed.errors import ConfigError
 from diversed.models.heads import pair_record
 from diversed.models.pair import hidden_size
 from diversed.training.pair_module import OBJECTIVE, PairModule, shared_logits, teacher_forced
-from diversed.training.reinforce import advantage, regularised_loss
+from diversed.training.reinforce import advantage, regularised_loss, teacher_forced_loss
 
 log = logging.getLogger(__name__)
+
+TEACHER_FORCED_KEY = "teacher_forced_steps_done"  # in a checkpoint: the stage's steps it took
+HEAD_FORM_KEY = "head_form"  # in a checkpoint: the head's normalize and w_bounds, which its weights assume
 
 
 class DiversedModule(PairModule):
@@ -69,12 +93,17 @@ class DiversedModule(PairModule):
         normalize_advantage: bool = False,
         val_do_sample: bool = False,
         val_temperature: float = 1.0,
+        reward: str = "score",
+        teacher_forced_steps: int = 0,
+        teacher_forced_lr: float | None = None,
     ) -> None:
         super().__init__(optimizer, pair)
         self.save_hyperparameters(ignore=["head", "pair", "optimizer"])
         self.head = head
         self.register_buffer("baseline_value", torch.zeros(()))
         self.register_buffer("baseline_steps", torch.zeros((), dtype=torch.long))
+        # not a buffer: checkpoints saved before the stage existed load strictly as they were
+        self.teacher_forced_done = 0
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         return self.head.parameters()
@@ -117,7 +146,155 @@ class DiversedModule(PairModule):
         extra = {"p": p, "q": q} if getattr(self.head, "uses_distributions", False) else None
         return p_x, q_x, total_variation(p, q), h_d, h_t, comp_mask, extra
 
+    # --------------------------------------------------------------------- the teacher-forced stage
+
+    def on_train_start(self) -> None:
+        # after a resumed checkpoint is restored (on_fit_start may come before, e.g. under FSDP)
+        if self.hparams.teacher_forced_steps and not self.teacher_forced_done:
+            self.teacher_forced_stage()
+
+    def head_form(self) -> dict[str, Any]:
+        """What the head's weights assume beyond their shapes (a checkpoint's shapes do not tell)."""
+        return {
+            "normalize": bool(getattr(self.head, "normalize", False)),
+            "w_bounds": [float(b) for b in getattr(self.head, "w_bounds", (0.0, 1.0))],
+        }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[TEACHER_FORCED_KEY] = self.teacher_forced_done
+        checkpoint[HEAD_FORM_KEY] = self.head_form()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The stage's record, and a refusal of a head set up otherwise than the checkpoint's (a
+        checkpoint saved before these settings holds the paper's head: normalize=false, w_bounds=[0, 1])."""
+        self.teacher_forced_done = int(checkpoint.get(TEACHER_FORCED_KEY, 0))
+        saved = checkpoint.get(HEAD_FORM_KEY, {"normalize": False, "w_bounds": [0.0, 1.0]})
+        if saved != self.head_form():
+            raise ConfigError(
+                f"the checkpoint's head was trained with head.normalize={str(saved['normalize']).lower()} "
+                f"head.w_bounds={saved['w_bounds']}, this run's has "
+                f"head.normalize={str(self.head_form()['normalize']).lower()} "
+                f"head.w_bounds={self.head_form()['w_bounds']}: its weights mean another w. Resume with "
+                "the checkpoint's settings, or ckpt_path=null to start afresh"
+            )
+
+    @torch.no_grad()
+    def teacher_forced_rows(
+        self, task: Any, examples: list[dict], batch_size: int
+    ) -> list[dict[str, Tensor]]:
+        """Per example, over its reference's tokens (`task.target`, at most `max_new_tokens` with
+        EOS): h_d, h_t and the head's features in the head's dtype, p_y, q_y, tv in float32, on the
+        CPU; the frozen models run `batch_size` examples at a time. Empty references are left out."""
+        tok, hp = self.pair.tokenizer, self.hparams
+        temperature = hp.temperature if hp.do_sample else 1.0
+        cap = self.max_new_tokens(task)
+        eos = [] if tok.eos_token_id is None else [tok.eos_token_id]
+        dtype = next(self.head.parameters()).dtype
+        rows = []
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start : start + batch_size]
+            refs = [(tok(task.target(e), add_special_tokens=False)["input_ids"] + eos)[:cap] for e in chunk]
+            ids, mask = left_pad(task.encode(tok, chunk), tok.pad_token_id, self.device)
+            completion = torch.full((len(chunk), max(map(len, refs))), tok.pad_token_id, dtype=torch.long)
+            for i, r in enumerate(refs):
+                completion[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            new = torch.tensor([len(r) for r in refs], device=self.device)
+            p_y, q_y, tv, h_d, h_t, _, extra = self.score_tokens(
+                torch.cat([ids, completion.to(self.device)], 1), mask, new, temperature
+            )
+            features = self.head.feature_values(extra["p"], extra["q"]) if extra else None
+            for i, n in enumerate(new.tolist()):
+                if n == 0:
+                    continue
+                row = {"h_d": h_d[i, :n], "h_t": h_t[i, :n]} | (
+                    {"features": features[i, :n]} if features is not None else {}
+                )
+                rows.append(
+                    {k: v.to("cpu", dtype) for k, v in row.items()}
+                    | {
+                        k: v[i, :n].to("cpu", torch.float32)
+                        for k, v in (("p_y", p_y), ("q_y", q_y), ("tv", tv))
+                    }
+                )
+        return rows
+
+    def teacher_forced_stage(self) -> None:
+        """`teacher_forced_steps` steps of a fresh optimizer on the head alone, minimising
+        `teacher_forced_loss` over minibatches of the train rows' cached features."""
+        hp = self.hparams
+        data = self.trainer.datamodule
+        size = int(getattr(data, "batch_size", 16))
+        rows = self.teacher_forced_rows(self.train_task, list(self.train_task), size)
+        if not rows:
+            log.warning("teacher-forced stage: no train row has a reference token; skipped")
+            return
+        params = [p for p in self.head.parameters() if p.requires_grad]
+        opt = self.optimizer_factory(
+            params=params, **({"lr": hp.teacher_forced_lr} if hp.teacher_forced_lr else {})
+        )
+        gen = torch.Generator().manual_seed(int(getattr(data, "seed", 0)))
+        take = min(size, len(rows))
+        order: list[int] = []
+        log.info(
+            f"teacher-forced stage: {hp.teacher_forced_steps} steps over {len(rows)} rows "
+            f"({sum(len(r['p_y']) for r in rows)} reference tokens), {take} rows a step"
+        )
+        for step in range(hp.teacher_forced_steps):
+            if len(order) < take:
+                order += torch.randperm(len(rows), generator=gen).tolist()
+            batch, order = [rows[i] for i in order[:take]], order[take:]
+            pad = {k: pad_sequence([r[k] for r in batch], batch_first=True).to(self.device) for k in batch[0]}
+            mask = pad_sequence(
+                [torch.ones(len(r["p_y"]), dtype=torch.bool) for r in batch], batch_first=True
+            )
+            mask = mask.to(self.device)
+            w = self.head(pad["h_d"], pad["h_t"], features=pad.get("features")).float()
+            loss, nll, reg = teacher_forced_loss(w, pad["p_y"], pad["q_y"], pad["tv"], mask, hp.reg_scale)
+            # torch.autograd.grad, not backward: no gradient hooks fire (DDP's would average them)
+            for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+                p.grad = g
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss, nll, reg = float(loss.detach()), float(nll.detach()), float(reg.detach())
+            mean_w = float((w.detach() * mask).sum() / mask.sum())
+            metrics = {
+                "teacher_forced/loss": loss,
+                "teacher_forced/nll": nll,
+                "teacher_forced/reg": reg,
+                "teacher_forced/mean_w": mean_w,
+            }
+            if self.trainer.is_global_zero:
+                for logger in self.loggers:
+                    logger.log_metrics(metrics, step=step)
+            if (
+                step in (0, hp.teacher_forced_steps - 1)
+                or (step + 1) % max(1, hp.teacher_forced_steps // 10) == 0
+            ):
+                log.info(
+                    f"teacher-forced step {step + 1}/{hp.teacher_forced_steps}: loss {loss:.4f} "
+                    f"(nll {nll:.4f}, reg {reg:.4f}), mean w {mean_w:.3f}"
+                )
+        self.teacher_forced_done = hp.teacher_forced_steps
+
     # --------------------------------------------------------------------- training
+
+    def rewards(self, task: Any, examples: list[dict], completions: list[str]) -> list[float]:
+        """R per completion: the task's reward (`score`), one of its metrics by name, or their
+        `mean`; ConfigError naming the task's metrics where it does not compute `reward`."""
+        name = self.hparams.reward
+        if name == "score":
+            return task.reward_batch(examples, completions)
+        found = task.metrics_batch(examples, completions)
+        if name == "mean":
+            return [sum(m.values()) / len(m) for m in found]
+        missing = next((m for m in found if name not in m), None)
+        if missing is not None:
+            raise ConfigError(
+                f"model.reward={name!r}: task {task.name!r} does not compute that metric; it computes "
+                f"{sorted(missing)}: set model.reward to one of them, score (its headline metric, "
+                f"{task.metric}) or mean (the mean of them all)"
+            )
+        return [m[name] for m in found]
 
     def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
         hp = self.hparams
@@ -128,7 +305,7 @@ class DiversedModule(PairModule):
             task, examples, do_sample=hp.do_sample, temperature=temperature
         )
         reward = torch.tensor(
-            task.reward_batch(examples, completions), dtype=torch.float32, device=self.device
+            self.rewards(task, examples, completions), dtype=torch.float32, device=self.device
         )
         p_x, q_x, tv, h_d, h_t, mask, extra = self.score_tokens(
             out.sequences, prompt_mask, out.stats.new_tokens, temperature

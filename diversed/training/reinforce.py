@@ -14,6 +14,12 @@ Over a batch of completions ([B, T] per-token inputs, `mask` the completion's to
   `fixed`, or `adaptive` (λ·|pg|/reg, detached: the regulariser keeps a fixed share of the policy
   gradient's magnitude as the reward signal grows or fades).
 
+- `teacher_forced_loss(...)`: the cheap first stage's objective (`model.teacher_forced_steps`), on
+  the reference completions y* instead of samples, with no reward:
+    loss = −mean_t log(w_t·p_t(y*_t) + (1 − w_t)·q_t(y*_t)) + λ·mean_t w_t·TV(p_t, q_t)
+  (means over the batch's reference tokens): w rises where the target predicts the reference
+  better than the draft, falls where the draft does, and λ pulls it down where they differ.
+
 The names are the settings' (`schema.py` reads them from here). It does not roll out, score or
 keep state (`train.py` does).
 """
@@ -85,3 +91,22 @@ def regularised_loss(
         _, pg0, reg0 = policy_loss(w, p_x, q_x, tv, mask, advantage, 0.0)
         scale = reg_scale * (pg0.detach().abs() / reg0.detach().clamp_min(1e-8))
     return (*policy_loss(w, p_x, q_x, tv, mask, advantage, scale), scale)
+
+
+def teacher_forced_loss(
+    w: Tensor,
+    p_y: Tensor,
+    q_y: Tensor,
+    tv: Tensor,
+    mask: Tensor,
+    reg_scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The teacher-forced stage's loss over reference tokens ([B, T] inputs, `mask` the tokens):
+    (nll + λ·reg, nll, reg)."""
+    m = mask.to(w.dtype)
+    n = m.sum().clamp_min(1)
+    # loss = −mean_t log(w_t·p_t(y*_t) + (1 − w_t)·q_t(y*_t)) + λ·mean_t w_t·TV(p_t, q_t)
+    log_v = torch.log((w * p_y + (1.0 - w) * q_y).clamp_min(1e-30))
+    nll = -(log_v * m).sum() / n
+    reg = ((w * tv) * m).sum() / n
+    return nll + reg_scale * reg, nll, reg
