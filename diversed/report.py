@@ -59,7 +59,14 @@ from diversed.analysis.figures import (
     time_vs_acceptance,
 )
 from diversed.analysis.fronts import choose_on
-from diversed.analysis.tables import paired_table, paper_table, times_table, transfer_table, with_times
+from diversed.analysis.tables import (
+    outputs_table,
+    paired_table,
+    paper_table,
+    times_table,
+    transfer_table,
+    with_times,
+)
 from diversed.errors import cli
 from diversed.files.atomic import write_file
 from diversed.files.rundir import read_json
@@ -232,6 +239,19 @@ def write_report(
             written += paths
             sections += [md, ""]
             claims += [md, ""]
+        outputs = outputs_table(d, t, choices)
+        if outputs is not None:
+            paths, md = _write_table(
+                outputs,
+                out,
+                f"outputs_T{t:g}",
+                f"**Outputs (T = {t:g})**: the same rows; empty %: completions with nothing to score once "
+                "cut at the task's stop sequences (×100), tokens / example: new tokens per example; "
+                "means over seeds.",
+            )
+            written += paths
+            sections += [md, ""]
+            claims += [md, ""]
         if choices is not None and len(choices):
             paths, md = _write_table(
                 paper_table(d, t),
@@ -275,8 +295,13 @@ def write_report(
     shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
     for _, r in test[(test["method"] == "dynamic")].iterrows():
+        bounds = head_metadata(r["head"]).get("w_bounds") if isinstance(r.get("head"), str) else None
         shown += head_learned(
-            r.to_dict(), read_examples(r["run_dir"], r["key"]), figs, n_examples=n_examples, formats=formats
+            {**r.to_dict(), "w_bounds": bounds},
+            read_examples(r["run_dir"], r["key"]),
+            figs,
+            n_examples=n_examples,
+            formats=formats,
         )
     pareto = plot_pareto(test, figs, formats=formats)
     shown.append(

@@ -49,6 +49,14 @@ BEGIN, END = (
     "<!-- real demo results: written by scripts/demo_real.py --docs from the report; do not edit -->",
     "<!-- end of real demo results -->",
 )
+# `--pair qwen25coder`'s results (`pair_demo`), in a section of their own
+PAIR_BEGIN, PAIR_END = (
+    "<!-- real pair demo results: written by scripts/demo_real.py --pair qwen25coder --docs from the report; "
+    "do not edit -->",
+    "<!-- end of real pair demo results -->",
+)
+# The pair demo's knob grids: the static front (its w), and one family point each by default.
+PAIR_WEIGHTS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def run(title: str, *argv: str, eta_s: float | None = None, limit_s: float | None = None) -> float:
@@ -163,6 +171,220 @@ def sweep_args(
     ]
 
 
+def mean_w_of(run_dir: Path) -> float | None:
+    """The head's mean w over the tokens it weighed in a run (its dynamic points, mean over them), or
+    None where there is none."""
+    ws = [
+        r["mean_w"] for r in records(run_dir) if r.get("method") == "dynamic" and r.get("mean_w") is not None
+    ]
+    return sum(ws) / len(ws) if ws else None
+
+
+class Clock:
+    """Elapsed time, the budget left, and an ETA line for each step."""
+
+    def __init__(self, budget_min: float) -> None:
+        self.start, self.budget = time.perf_counter(), 60 * budget_min
+
+    def left(self) -> float:
+        return self.budget - (time.perf_counter() - self.start)
+
+    def say(self, step: str, estimate_s: float) -> None:
+        done = (time.perf_counter() - self.start) / 60
+        print(
+            f"[{done:.1f} min elapsed, {self.left() / 60:.1f} min of the budget left] {step}: estimate "
+            f"{estimate_s / 60:.1f} min",
+            flush=True,
+        )
+
+
+def pair_demo(args) -> None:
+    """`--pair qwen25coder`: the paper's pipeline on a real pair whose draft its authors trained.
+
+    Per task (`--tasks`): a pilot point sizes everything; a head is trained (a teacher-forced stage on
+    the train references, then REINFORCE with the group baseline and a fixed λ); on `--val-examples`
+    validation rows (never trained on, never reported) the knob families are swept and the head's
+    mean w measured; on `--n-examples` test rows, per temperature and N: autoregressive decoding,
+    lossless SD, the static front (`PAIR_WEIGHTS` and the static ensemble at the head's validation mean
+    w: the paired comparison that says whether the context matters), DIVERSED (its w at every token
+    kept: the report's histogram), lossy SD, a cascade and typical acceptance, each family at its
+    setting chosen on the validation rows; then the report. Each step resumes (a head trained is kept,
+    a finished grid point skipped). The fine-tuned-draft baseline needs a distilled 0.5B draft, which
+    does not fit 2 CPU cores: on a GPU, `python -m diversed.distill pair=qwen25coder ...` and
+    `sweep.draft_models=[...]` add it."""
+    from diversed.models.gguf import check_member
+
+    check_member("shipped:qwen25coder_1p5b", "target")  # fetched? (make real-setup), before any work
+    check_member("shipped:qwen25coder_0p5b", "draft")
+    if args.docs and PAIR_BEGIN not in Path(args.readme).read_text():
+        raise SystemExit(
+            f"{args.readme} has no pair-demo markers ({PAIR_BEGIN} ... {PAIR_END}): add them first"
+        )
+    os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
+    out, clock, took = Path(args.out), Clock(args.budget_min), {}
+    temps, ns = args.temperatures, args.draft_lengths
+
+    def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:
+        return [
+            "-m",
+            "diversed.evaluate",
+            "+experiment=qwen25coder",
+            f"task={task}",
+            *data_overrides(task, args.data),
+            f"task.max_new_tokens={args.max_new_tokens}",
+            f"hydra.run.dir={run_dir}",
+            f"sweep.batch_size={args.batch_size}",
+            "sweep.batch_by_length=true",
+            f"sweep.temperatures=[{','.join(f'{t:g}' for t in temperatures)}]",
+            f"sweep.draft_lengths=[{','.join(str(n) for n in ns)}]",
+            f"sweep.num_seeds={args.seeds}",
+            "timing.warmup=0",
+            "timing.repeats=0",
+            "runtime.progress=false",
+        ]
+
+    # 1. the pilot: seconds per example of autoregressive decoding and of one speculative point
+    first = args.tasks[0]
+    pilot = out / f"pilot_{first}"
+    took["pilot"] = run(
+        f"1. a pilot (autoregressive and lossless SD, N = {ns[-1]}, T = {temps[0]:g}) on {args.pilot} "
+        f"{first} "
+        "test examples, to size the rest",
+        *[
+            a
+            for a in common(first, pilot, [temps[0]])
+            if not a.startswith(("sweep.draft_lengths", "sweep.num_seeds"))
+        ],
+        f"task.n_examples={args.pilot}",
+        f"sweep.draft_lengths=[{ns[-1]}]",
+        "sweep.num_seeds=1",
+        "sweep.methods=[autoregressive,lossless]",
+    )
+    per = {r["method"]: r["scored_wall_time_s"] / max(1, r["n_examples"]) for r in records(pilot)}
+    ar_s, sd_s = per.get("autoregressive", 60.0), per.get("lossless", 60.0)
+    # points per task: validation (families + head) and test (AR, then per T and N the rest)
+    several = sum(len(v) for v in (args.lenience, args.cascade_alphas, args.typical_epsilons) if len(v) > 1)
+    val_points = len(temps) * (len(ns) * (1 + several) + (1 if several else 0))
+    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 6))
+    per_task = args.seeds * sd_s * (val_points * args.val_examples + test_points * args.n_examples)
+    train_s = 60 * args.train_min
+    print(
+        f"pilot: {ar_s:.1f} s per example autoregressive, {sd_s:.1f} s speculative, at batch "
+        f"{args.batch_size}: per task about {(per_task + train_s) / 60:.0f} min ({val_points} validation "
+        "points "
+        f"of {args.val_examples} rows, {test_points} test points of {args.n_examples}, {args.seeds} seed(s), "
+        f"the head {train_s / 60:.0f} min); {len(args.tasks)} task(s) in a budget of {args.budget_min:g} min",
+        flush=True,
+    )
+    sweeps = [pilot]
+    for task in args.tasks:
+        if clock.left() < 5 * 60:
+            print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
+            continue
+        # 2. the head: teacher-forced stage, then REINFORCE (configs/experiment/qwen25coder.yaml)
+        head = out / f"train_{task}" / "head"
+        if not (head / "head_config.json").is_file():
+            clock.say(f"train a head on {task}", train_s)
+            took[f"train {task}"] = run(
+                f"2. train a DIVERSED head on {task} train rows",
+                "-m",
+                "diversed.train",
+                "+experiment=qwen25coder",
+                f"task={task}",
+                *data_overrides(task, args.data),
+                "logger=csv",
+                f"hydra.run.dir={out / f'train_{task}'}",
+                "trainer.enable_progress_bar=false",
+                f"trainer.max_steps={args.train_steps}",
+                f"trainer.val_check_interval={args.train_steps}",
+                f"data.n_train={args.train_rows}",
+                f"model.teacher_forced_steps={args.teacher_forced_steps}",
+                f"model.max_new_tokens={args.max_new_tokens}",
+                limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
+            )
+        if not (head / "head_config.json").is_file():
+            print(f"(no head for {task}: its training did not finish; DIVERSED rows are missing)")
+        # 3. validation rows: the head's mean w there, and each knob family given more than one setting
+        # (chosen there: the most acceptance non-inferior to autoregressive decoding)
+        validation = out / f"validation_{task}"
+        sweeps.append(validation)
+        heads = [f"sweep.heads=[{head}]"] if (head / "head_config.json").is_file() else []
+        grid_ = {
+            "weights": list(args.weights),
+            "lenience": list(args.lenience),
+            "cascade_alphas": list(args.cascade_alphas),
+            "typical_epsilons": list(args.typical_epsilons),
+        }
+        family = {"lossy": "lenience", "cascade": "cascade_alphas", "typical": "typical_epsilons"}
+        to_choose = [m for m, k in family.items() if len(grid_[k]) > 1]
+        val_methods = [
+            *(["autoregressive", *to_choose] if to_choose else []),
+            *(["dynamic"] if heads else []),
+        ]
+        if val_methods:
+            clock.say(f"{task}: validation sweep", args.seeds * sd_s * val_points * args.val_examples)
+            took[f"validation {task}"] = run(
+                f"3. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
+                *common(task, validation, temps),
+                "task.split=validation",
+                f"task.n_examples={args.val_examples}",
+                f"sweep.methods=[{','.join(val_methods)}]",
+                *heads,
+                *knob_args(grid_),
+                limit_s=max(60.0, clock.left() - 60),
+            )
+        # 4. test rows: the static front and the static ensemble at the head's validation mean w
+        mean_w = mean_w_of(validation)
+        front = sorted({*args.weights, *([round(mean_w, 2)] if mean_w is not None else [])})
+        chosen = chosen_grid(validation, {**grid_, "weights": front}) if to_choose else dict(grid_)
+        chosen["weights"] = front  # the whole static front, not one chosen point
+        test = out / f"sweep_{task}"
+        sweeps.append(test)
+        clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * args.n_examples)
+        took[f"sweep {task}"] = run(
+            f"4. {task}: every method on {args.n_examples} test rows (static front w = {front}; the head's "
+            f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
+            *common(task, test, temps),
+            f"task.n_examples={args.n_examples}",
+            "sweep.methods=[autoregressive,lossless,static,"
+            f"{'dynamic,' if heads else ''}lossy,cascade,typical]",
+            *heads,
+            *knob_args(chosen),
+            "sweep.token_w=true",
+            limit_s=max(60.0, clock.left() - 60),
+        )
+    took["report"] = run(
+        "5. the report",
+        "-m",
+        "diversed.report",
+        *map(str, sweeps[1:]),
+        "--out",
+        str(out / "report"),
+        "--select-split",
+        "validation",
+    )
+    minutes = (time.perf_counter() - clock.start) / 60
+    print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
+    print(f"report: {out / 'report' / 'README.md'}")
+    if args.docs:
+        timing = (
+            f"This run: tasks {', '.join(args.tasks)}; per task a head ({args.teacher_forced_steps} "
+            f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
+            "steps), knobs chosen on "
+            f"{args.val_examples} validation rows, {args.n_examples} test rows per grid point, T in "
+            f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, {args.seeds} seed(s), "
+            "batch "
+            f"{args.batch_size}, at most {args.max_new_tokens} new tokens; {minutes:.1f} min on "
+            f"{os.cpu_count()} CPU cores: "
+            + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
+            + "."
+        )
+        claims = (out / "report" / "claims.md").read_text() + "\n" + timing + "\n"
+        Path(args.docs).mkdir(parents=True, exist_ok=True)
+        (Path(args.docs) / "demo_real_qwen25coder_claims.md").write_text(claims)
+        fill_readme(Path(args.readme), claims, (PAIR_BEGIN, PAIR_END))
+
+
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # progress in order with the steps' own output, in a log too
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -221,7 +443,44 @@ def main() -> None:
     parser.add_argument(
         "--readme", default="README.md", help="the README whose real-demo results --docs rewrites"
     )
+    pair = parser.add_argument_group("--pair qwen25coder (pair_demo)")
+    pair.add_argument(
+        "--pair",
+        default="qwen25coder",
+        choices=("qwen25coder", "smollm2"),
+        help="qwen25coder: Qwen2.5-Coder-1.5B verified by its 0.5B sibling (MBPP, GSM8K); smollm2: "
+        "SmolLM2-135M "
+        "and the project's built draft (XSum, the small option)",
+    )
+    pair.add_argument(
+        "--tasks", nargs="+", default=["mbpp", "gsm8k"], help="qwen25coder: the tasks, in order"
+    )
+    pair.add_argument("--temperatures", nargs="+", type=float, default=[1.0, 0.1])
+    pair.add_argument(
+        "--weights", nargs="+", type=float, default=list(PAIR_WEIGHTS), help="the static front's w"
+    )
+    pair.add_argument(
+        "--lenience", nargs="+", type=float, default=[0.5], help="lossy SD's l (several: chosen)"
+    )
+    pair.add_argument(
+        "--cascade-alphas", nargs="+", type=float, default=[0.3], help="the cascade's α (opt rule)"
+    )
+    pair.add_argument(
+        "--typical-epsilons", nargs="+", type=float, default=[0.1], help="typical acceptance's ε"
+    )
+    pair.add_argument("--draft-lengths", nargs="+", type=int, default=[3, 5])
+    pair.add_argument(
+        "--max-new-tokens", type=int, default=256, help="qwen25coder: new tokens per example at most"
+    )
+    pair.add_argument("--train-rows", type=int, default=64, help="qwen25coder: train rows a head learns on")
+    pair.add_argument(
+        "--teacher-forced-steps", type=int, default=200, help="qwen25coder: the head's first stage"
+    )
+    pair.add_argument("--train-min", type=float, default=20.0, help="qwen25coder: minutes allowed per head")
     args = parser.parse_args()
+    if args.pair == "qwen25coder":
+        pair_demo(args)
+        return
 
     from diversed.drafts import check_built
     from diversed.models.gguf import check_member

@@ -200,6 +200,14 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     assert sorted(calls) == sorted(e["id"] for e in task)  # each example once
     assert fields["score"] == fields["exact_match"] == pytest.approx(sum(r["score"] for r in rows) / 6)
     assert fields["length"] == pytest.approx(sum(min(1.0, len(r["completion"]) / 10) for r in rows) / 6)
+    # a completion with nothing to score once cut at the stop sequences is counted as empty
+    assert [r["empty"] for r in rows] == [not task.truncate(r["completion"]).strip() for r in rows]
+    assert fields["empty_rate"] == pytest.approx(sum(r["empty"] for r in rows) / 6)
+    stopped_at_once = Counted(
+        ToyTask.load(n_examples=6).examples, stop=list("abcdefghijklmnopqrstuvwxyz0123456789 ")
+    )
+    fields, rows = ev.run_point(pair, stopped_at_once, point, None, batch_size=4, seed=0)
+    assert fields["empty_rate"] == sum(r["empty"] for r in rows) / 6 > 0
 
 
 def test_batch_indices_by_length_cover_every_example_once_in_length_order():

@@ -150,3 +150,23 @@ def test_paper_pair_configs(name, target, draft):
 def test_toy_pair_config():
     cfg = OmegaConf.load(CONFIGS / "toy.yaml")
     assert cfg._target_ == "diversed.models.toy.load_toy_pair" and cfg.device == "cpu"
+
+
+def test_native_numerics_follow_the_cpu_and_are_recorded(monkeypatch):
+    """`dtype: native`: bf16 where the CPU computes it (AVX512-BF16 / AMX), fp32 elsewhere; said in the
+    pair's record with the capability it was read from."""
+    import torch
+
+    from diversed.models import pair as pair_module
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(pair_module, "cpu_has_bf16", lambda: False)
+    assert pair_module._dtype("native", cpu) is torch.float32
+    said = pair_module.numerics("native", "cpu")
+    assert said["dtype"] == "float32" and "no bf16 instructions" in said["numerics"]
+    assert torch.backends.cpu.get_cpu_capability() in said["numerics"]
+    monkeypatch.setattr(pair_module, "cpu_has_bf16", lambda: True)
+    assert pair_module._dtype("native", cpu) is torch.bfloat16
+    assert pair_module.numerics("native", "cpu")["dtype"] == "bfloat16"
+    assert pair_module.numerics("float32", "cpu") == {"dtype": "float32"}  # asked for: as it is
+    assert pair_module._dtype("auto", cpu) is torch.float32  # auto keeps its meaning on CPU

@@ -436,6 +436,11 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     transfer = (out / "transfer_T1.md").read_text()
     assert "head trained on toy" in transfer and "toy_count" in transfer
     assert list((out / "figures").glob("head_learned_*toy_count*.html"))
+    # the head's w over the tokens it weighed: the caption gives the distribution and its bounds
+    readme = (out / "README.md").read_text()
+    assert "the distribution of w over those tokens (median" in readme and "0.02 / 0.98" in readme
+    outputs = (out / "outputs_T1.md").read_text()  # empty completions and lengths, every row
+    assert "empty %" in outputs and "tokens / example" in outputs and "DIVERSED" in outputs
 
 
 @pytest.mark.slow

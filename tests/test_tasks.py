@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from rouge_score import rouge_scorer
 
+from diversed.errors import ConfigError
 from diversed.models import hub
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.cnndm import CNNDailyMail
@@ -276,19 +277,52 @@ def test_exact_zero_shot_prompts(files: dict[str, Path]) -> None:
     assert cnndm.example_id(cnndm[0], 0) == "cnn-1"
 
 
-def test_prompt_truncation_keeps_the_end(files: dict[str, Path]) -> None:
-    task = load_task("cnndm", data_files=files["cnndm"], max_prompt_tokens=6)
+def test_a_long_prompt_loses_the_end_of_its_document(files: dict[str, Path]) -> None:
+    """The instruction, the document's start and the answer cue stay; the document's end goes."""
+    task = load_task("cnndm", data_files=files["cnndm"], chat_template=False, max_prompt_tokens=12)
     prompt = task.full_prompt(task[0])
     tok = tiny_tokenizer([prompt])
-    full = tok(prompt)["input_ids"]
-    ids = task.encode(tok, [task[0]])[0]
-    assert len(full) > 6 and ids == full[-6:]
-    assert tok.decode(ids) == " ".join(prompt.split()[-6:]) == "will cost $ 2m . Summary:"
+    (ids,), (cut,) = task.encode_cut(tok, [task[0]])
+    assert len(ids) <= 12 and cut == len(tok(prompt)["input_ids"]) - len(ids) > 0
+    assert (
+        tok.decode(ids)
+        == "Summarize the following article: Article: The council approved the new bridge Summary:"
+    )
 
-    chat = load_task("cnndm", data_files=files["cnndm"], chat_template=True, max_prompt_tokens=5)
-    assert tok.decode(chat.encode(tok, [chat[0]])[0]) == "2m . Summary: </user> <assistant>"
+    chat = load_task("cnndm", data_files=files["cnndm"], chat_template=True, max_prompt_tokens=14)
+    assert tok.decode(chat.encode(tok, [chat[0]])[0]) == (
+        "<user> Summarize the following article: Article: The council approved the new Summary: "
+        "</user> <assistant>"
+    )
     whole = load_task("cnndm", data_files=files["cnndm"], chat_template=True)
     assert tok.decode(whole.encode(tok, [whole[0]])[0]).startswith("<user> Summarize the following article:")
+
+
+def test_a_prompt_with_no_document_to_shorten_keeps_its_end(files: dict[str, Path]) -> None:
+    # the instruction alone is longer than the limit: nothing of the document can make room
+    task = load_task("cnndm", data_files=files["cnndm"], chat_template=False, max_prompt_tokens=4)
+    prompt = task.full_prompt(task[0])
+    tok = tiny_tokenizer([prompt])
+    assert tok.decode(task.encode(tok, [task[0]])[0]) == " ".join(prompt.split()[-4:]) == "$ 2m . Summary:"
+    gsm = load_task("gsm8k", data_files=files["gsm8k"], chat_template=False, max_prompt_tokens=3)
+    p = gsm.full_prompt(gsm[0])
+    tok = tiny_tokenizer([p])
+    assert tok.decode(gsm.encode(tok, [gsm[0]])[0]) == " ".join(p.split()[-3:])
+
+
+def test_chat_template_auto_follows_the_tokenizer_and_is_recorded(files: dict[str, Path]) -> None:
+    task = load_task("cnndm", data_files=files["cnndm"])
+    assert task.chat_template == "auto" and task.settings()["chat_template"] == "auto"
+    prompt = task.full_prompt(task[0])
+    tok = tiny_tokenizer([prompt])
+    assert tok.decode(task.encode(tok, [task[0]])[0]).startswith("<user> Summarize")
+    assert task.settings()["chat_template"] is True  # settled by the tokenizer, recorded
+    plain = load_task("cnndm", data_files=files["cnndm"])
+    tok.chat_template = None  # a base model's tokenizer: no template, the raw prompt
+    assert plain.resolve_chat_template(tok) is False and plain.settings()["chat_template"] is False
+    assert plain.encode(tok, [plain[0]])[0] == tok(prompt)["input_ids"]
+    with pytest.raises(ConfigError, match="chat_template"):
+        load_task("cnndm", data_files=files["cnndm"], chat_template="yes")
 
 
 # ---------------------------------------------------------------- GSM8K
@@ -426,6 +460,19 @@ def test_mbpp_needs_an_explicit_opt_in(files: dict[str, Path], monkeypatch: pyte
 )
 def test_mbpp_code_extraction(completion: str, code: str) -> None:
     assert extract_code(completion) == code
+
+
+def test_mbpp_ends_after_its_first_closed_fence(files: dict[str, Path], monkeypatch) -> None:
+    monkeypatch.setenv("DIVERSED_ALLOW_CODE_EXECUTION", "1")
+    task = load_task("mbpp", data_files=files["mbpp"])
+    chatty = "Here is the function:\n\n```python\ndef f():\n    return 1\n```\n\nIt returns 1.\n```\nx\n```"
+    assert task.truncate(chatty) == "Here is the function:\n\n```python\ndef f():\n    return 1\n```"
+    assert task.extract(task[0], chatty) == "def f():\n    return 1\n"
+    open_fence = "```python\ndef f():\n    return 1"  # not closed yet: nothing cut, the row goes on
+    assert task.truncate(open_fence) == open_fence
+    tok = tiny_tokenizer([chatty.replace("\n", " ")])
+    stop = task.stopper(tok)
+    assert stop is not None and stop.triggers is None  # its own cut: the stopper asks about every row
 
 
 def test_mbpp_scores_by_running_the_tests(files: dict[str, Path]) -> None:

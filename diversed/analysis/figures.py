@@ -378,7 +378,7 @@ def head_learned(
         .agg(["mean", "count", "std"])
         .reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
     )
-    fig, (ax,) = _figure(1, 6.0)
+    fig, (ax, hist) = _figure(2, 6.0)
     names = [f"{c}\n({int(n)} tokens)" for c, n in zip(stats.index, stats["count"], strict=True)]
     ax.bar(
         names,
@@ -389,9 +389,26 @@ def head_learned(
     )
     ax.set(ylim=(0, 1.05), ylabel="mean w over emitted tokens (± sd)", title=title, xlabel="token class")
     ax.title.set_fontsize(8)
+    # the distribution of w over tokens: a head that learned a context-dependent weight spreads it; one
+    # that saturated sits at its bounds (the head's w_bounds where recorded, else 0 and 1)
+    w = frame["w"].to_numpy(dtype=float)
+    lo, hi = (float(b) for b in (record.get("w_bounds") or (w.min(), w.max())))
+    at_bounds = float(np.mean((w <= lo + 0.01) | (w >= hi - 0.01)))
+    hist.hist(w, bins=np.linspace(0, 1, 41), color="0.4")
+    hist.set(
+        xlim=(0, 1),
+        xlabel="w (the weight on the target) at each emitted token",
+        ylabel="tokens",
+        title=f"w over {len(w)} tokens: median {np.median(w):.2f}, IQR "
+        f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], {100 * at_bounds:.0f} % within 0.01 of "
+        f"[{lo:.2f}, {hi:.2f}]",
+    )
+    hist.title.set_fontsize(8)
     caption = (
         f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-        f"completions; coloured completions in {page.name}."
+        f"completions, and the distribution of w over those tokens (median {np.median(w):.2f}, "
+        f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
+        f"{page.name}."
     )
     return [
         Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))

@@ -305,6 +305,40 @@ def times_table(
     )
 
 
+# An output table's columns per task: how often a completion had nothing to score (cut at the stop
+# sequences, empty: a model that ends at once, or answers in a format the task does not read) and how
+# long completions are.
+OUTPUTS = ("empty %", "tokens / example")
+
+
+def outputs_table(
+    d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """The rows of `paper_table` at one temperature with, per task, the columns `OUTPUTS`: the share of
+    empty completions ×100 and the new tokens per example, means over seeds. None where no record
+    counts empty completions (records from before `empty_rate`)."""
+    d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    if not pd.to_numeric(d.get("empty_rate", pd.Series(dtype=float)), errors="coerce").notna().any():
+        return None
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    keys: list[tuple[int, tuple[str, str, str]]] = []
+    for row, r in _row_cells(d, cells, keys):
+        fields = ("empty_rate", "new_tokens", "n_examples")
+        empty, tokens, n = (pd.to_numeric(r.get(f), errors="coerce") for f in fields)
+        values = (
+            "–" if pd.isna(empty) else f"{100 * empty:.1f}",
+            "–" if pd.isna(tokens) or pd.isna(n) or not n else f"{tokens / n:.1f}",
+        )
+        row.update({(r["task"], name): v for name, v in zip(OUTPUTS, values, strict=True)})
+    keys.sort(key=_row_order)
+    tasks = list(dict.fromkeys(d["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in OUTPUTS], names=["task", "quantity"])
+    index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
+    return pd.DataFrame(
+        [[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns
+    )
+
+
 def paired_table(
     records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
 ) -> pd.DataFrame | None:

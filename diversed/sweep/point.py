@@ -209,6 +209,8 @@ def run_point(
                 "completion": completions[i],
                 "extracted": task.extract(ex, completions[i]),
                 "score": batch_scores[i],
+                # nothing left to score once cut at the stop sequences (a model that ends at once)
+                "empty": not task.truncate(completions[i]).strip(),
                 "new_tokens": int(n_new[i]),
                 "accepted_drafts": int(stats.accepted[i]) if speculative else None,
                 "proposed_drafts": int(stats.proposed[i])
@@ -235,6 +237,7 @@ def run_point(
         "score_ci_high": high,
         **totals.record(drafts=spec),  # the statistics (stats.RECORDED); without drafts, theirs are None
         "new_tokens": new_tokens,
+        "empty_rate": sum(r["empty"] for r in rows) / max(len(rows), 1),  # completions with nothing to score
         "scored_wall_time_s": wall,
         # prompt passes kept across points (transformers' decoders read their prompts themselves)
         # and the seconds this point spent computing the passes it asked for first

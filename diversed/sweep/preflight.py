@@ -25,13 +25,15 @@ LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values L
 def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
     """ConfigError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
     (positions); returns the longest prompt's length. Nothing to check without a card."""
+    if card is not None and hasattr(task, "resolve_chat_template"):
+        task.resolve_chat_template(card.tokenizer)  # chat_template=auto settled before settings are recorded
     if card is None or not len(task):
         return 0
     longest = max(len(p) for p in task.encode(card.tokenizer, task.examples))
     if card.positions and longest + max_new_tokens > card.positions:
         room = card.positions - max_new_tokens
         fix = (
-            f"set {what}.max_prompt_tokens={room} (long prompts keep their end)"
+            f"set {what}.max_prompt_tokens={room} (a long prompt loses the end of its document, or its start)"
             if room > 0
             else (f"lower {what}.max_new_tokens below {card.positions}")
         )

@@ -133,7 +133,7 @@ class Task:
         self,
         examples: Sequence[dict[str, Any]],
         *,
-        chat_template: bool = False,
+        chat_template: bool | str = "auto",
         max_prompt_tokens: int | None = None,
         max_new_tokens: int | None = None,
         stop: Sequence[str] | None = None,
@@ -144,6 +144,11 @@ class Task:
         for name, value in self.check_options(options).items():
             setattr(self, name, value)
         self.examples = list(examples)
+        if chat_template not in (True, False, "auto"):
+            raise ConfigError(
+                f"chat_template={chat_template!r}: give true, false or auto (the tokenizer's template "
+                "where it has one)"
+            )
         self.chat_template = chat_template
         self.max_prompt_tokens = max_prompt_tokens
         if max_new_tokens is not None:
@@ -307,36 +312,83 @@ class Task:
         )
         return shots + self.prompt(example)
 
+    # The example field a too-long prompt shortens (the document of a summary): it loses that field's
+    # end, so the instruction, the document's start and the answer cue stay. None: no such field, and a
+    # too-long prompt keeps its end (the instruction at its start is lost; said in a warning).
+    cut_field: ClassVar[str | None] = None
+
+    def resolve_chat_template(self, tokenizer: Any) -> bool:
+        """Whether prompts go through the tokenizer's chat template, `chat_template="auto"` settled
+        for `tokenizer` (yes where it has a template: an instruct model answers its own format, and
+        fed a raw completion prompt often ends at once). Settled once, so `settings()` records the
+        choice; evaluate and train settle it from the pair's tokenizer before fingerprinting."""
+        if self.chat_template == "auto":
+            self.chat_template = bool(getattr(tokenizer, "chat_template", None))
+        return bool(self.chat_template)
+
     def encode(self, tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[list[int]]:
-        """Token ids of each example's prompt: chat template if asked, long prompts keep their end."""
+        """Token ids of each example's prompt, through the chat template if it is used, each at most
+        `max_prompt_tokens` long (`encode_cut`)."""
         return self.encode_cut(tokenizer, examples)[0]
+
+    def _prompt_ids(self, tokenizer: Any, example: dict[str, Any]) -> list[int]:
+        text = self.full_prompt(example)
+        if self.resolve_chat_template(tokenizer):
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return list(ids)
+        return list(tokenizer(text)["input_ids"])
+
+    def _fit(self, tokenizer: Any, example: dict[str, Any], ids: list[int]) -> tuple[list[int], int, bool]:
+        """`ids` shortened to `max_prompt_tokens`: the end of `cut_field`'s text cut off (the prompt
+        built again around the shorter text, until it fits), else the prompt's start. (ids, tokens
+        lost, whether the instruction was kept)."""
+        limit = self.max_prompt_tokens
+        field = self.cut_field
+        if field and isinstance(example.get(field), str):
+            doc = tokenizer(example[field], add_special_tokens=False)["input_ids"]
+            keep = len(doc) - (len(ids) - limit)
+            for _ in range(16):  # a shorter text can tokenize differently at its edge: measure, cut again
+                if keep <= 0:
+                    break
+                fitted = self._prompt_ids(tokenizer, {**example, field: tokenizer.decode(doc[:keep])})
+                if len(fitted) <= limit:
+                    return fitted, len(ids) - len(fitted), True
+                keep -= len(fitted) - limit
+        return ids[len(ids) - limit :], len(ids) - limit, False
 
     def encode_cut(
         self, tokenizer: Any, examples: Sequence[dict[str, Any]]
     ) -> tuple[list[list[int]], list[int]]:
-        """`encode`'s ids and how many tokens each prompt lost to `max_prompt_tokens` (its start). A
-        task that cuts prompts says so once (a warning with the count and the longest length)."""
-        out, cut = [], []
+        """`encode`'s ids and how many tokens each prompt lost to `max_prompt_tokens`. A prompt too
+        long loses the end of its document (`cut_field`), or, for a task without one (or a document
+        that cannot shrink enough), its start. A task that cuts prompts says so once (a warning with
+        the count, the longest length and what was lost)."""
+        out, cut, lost_start = [], [], 0
         for example in examples:
-            text = self.full_prompt(example)
-            if self.chat_template:
-                ids = tokenizer.apply_chat_template(
-                    [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-                )
-                if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-                    ids = ids["input_ids"]
-                ids = list(ids)
-            else:
-                ids = tokenizer(text)["input_ids"]
-            cut.append(max(0, len(ids) - self.max_prompt_tokens) if self.max_prompt_tokens is not None else 0)
-            out.append(list(ids[cut[-1] :]))
+            ids = self._prompt_ids(tokenizer, example)
+            n = 0
+            if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+                ids, n, kept = self._fit(tokenizer, example, ids)
+                lost_start += not kept
+            out.append(ids)
+            cut.append(n)
         if any(cut) and not getattr(self, "_cut_said", False):
             self._cut_said = True
             longest = max(len(ids) + n for ids, n in zip(out, cut, strict=True))
+            what = (
+                f"lose the end of their {self.cut_field}"
+                + (f" ({lost_start} lose their start: the rest alone is too long)" if lost_start else "")
+                if self.cut_field
+                else "lose their start (the instruction with it)"
+            )
             log.warning(
                 f"{self.name}: {sum(1 for n in cut if n)} of {len(cut)} prompts are longer than "
                 f"task.max_prompt_tokens={self.max_prompt_tokens} (the longest has {longest} tokens) "
-                "and lose their start; the results' rows hold the text the model saw. "
+                f"and {what}; the results' rows hold the text the model saw. "
                 "Raise task.max_prompt_tokens (or null) to keep prompts whole"
             )
         return out, cut

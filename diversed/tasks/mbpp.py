@@ -11,7 +11,8 @@ and `test_imports` for `test_setup_code`; both schemas are read as they are)::
 The prompt is the paper's zero-shot format, the tests one per line (option `test_format="lines"`) or
 printed as a Python list (`"list"`, what the released evaluation script's prompt shows). The completion is the
 program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
-block. It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
+block (the completion ends once that block is closed: an instruct model's explanation after it is
+not generated). It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
 runs to its end in the sandbox of `diversed/tasks/execution.py`, which needs an explicit opt-in
 (`allow_code_execution=True` or DIVERSED_ALLOW_CODE_EXECUTION=1), checked when the task is built.
 `challenge_test_list` is not used.
@@ -32,6 +33,7 @@ from diversed.tasks.base import Option, Task
 # or the end of the text (generation may stop before the fence closes).
 TEST_FORMATS = ("lines", "list")  # how the prompt shows the tests: one per line, or a Python list
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
+_CLOSED_FENCE = re.compile(r"```[^\n`]*\n.*?```", re.DOTALL)  # the first fenced block, closed
 
 
 def extract_code(completion: str) -> str:
@@ -129,6 +131,14 @@ class MBPP(Task):
 
     def reference(self, example: dict[str, Any]) -> str:
         return "\n".join(example["test_list"])  # what the program must pass
+
+    def truncate(self, completion: str) -> str:
+        """Cut at the stop sequences, then after the first fenced block once it is closed: what is
+        scored is that block (`extract_code`), so an instruct model's explanation after its code is
+        not waited for (with `stop_early`, the row ends there) and changes no score."""
+        text = super().truncate(completion)
+        m = _CLOSED_FENCE.search(text)
+        return text[: m.end()] if m else text
 
     def extract(self, example: dict[str, Any], completion: str) -> str:
         return extract_code(self.truncate(completion))

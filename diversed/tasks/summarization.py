@@ -38,6 +38,11 @@ class SummarizationTask(Task):
     use_stemmer: bool
     max_summary_words: int | None  # None: the whole summary
 
+    @property
+    def cut_field(self) -> str:  # type: ignore[override]
+        """A prompt too long loses the end of its document (`Task.cut_field`)."""
+        return self.document_field
+
     def __init__(self, examples: Sequence[dict[str, Any]], **kwargs: Any) -> None:
         """`max_summary_words`: None keeps the task's default, 0 turns the cut off."""
         super().__init__(examples, **kwargs)
