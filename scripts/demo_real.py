@@ -266,14 +266,27 @@ def pair_demo(args) -> None:
     several = sum(len(v) for v in (args.lenience, args.cascade_alphas, args.typical_epsilons) if len(v) > 1)
     val_points = len(temps) * (len(ns) * (1 + several) + (1 if several else 0))
     test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 6))
-    per_task = args.seeds * sd_s * (val_points * args.val_examples + test_points * args.n_examples)
     train_s = 60 * args.train_min
+    val_s = args.seeds * sd_s * val_points * args.val_examples
+    # a test row costs one autoregressive decode per temperature and a speculative one per other point
+    row_s = args.seeds * (len(temps) * ar_s + (test_points - len(temps)) * sd_s)
+    per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
+    share = clock.left() / len(args.tasks) - 60
+    n_examples = args.n_examples
+    if per_task(n_examples) > share:  # sized to the budget: fewer test rows, said
+        n_examples = max(4, int((share - train_s - val_s) / row_s))
     print(
         f"pilot: {ar_s:.1f} s per example autoregressive, {sd_s:.1f} s speculative, at batch "
-        f"{args.batch_size}: per task about {(per_task + train_s) / 60:.0f} min ({val_points} validation "
-        "points "
-        f"of {args.val_examples} rows, {test_points} test points of {args.n_examples}, {args.seeds} seed(s), "
-        f"the head {train_s / 60:.0f} min); {len(args.tasks)} task(s) in a budget of {args.budget_min:g} min",
+        f"{args.batch_size}; per task: the head {train_s / 60:.0f} min, {val_points} validation points of "
+        f"{args.val_examples} rows {val_s / 60:.0f} min, {test_points} test points {row_s / 60:.1f} min per "
+        f"test row ({args.seeds} seed(s)); {len(args.tasks)} task(s) in {clock.left() / 60:.0f} min left of "
+        f"--budget-min {args.budget_min:g}: "
+        + (
+            f"{n_examples} test rows per point fit (of --n-examples {args.n_examples}), about "
+            f"{per_task(n_examples) / 60:.0f} min per task"
+            if n_examples < args.n_examples
+            else f"{n_examples} test rows per point, about {per_task(n_examples) / 60:.0f} min per task"
+        ),
         flush=True,
     )
     sweeps = [pilot]
@@ -340,12 +353,12 @@ def pair_demo(args) -> None:
         chosen["weights"] = front  # the whole static front, not one chosen point
         test = out / f"sweep_{task}"
         sweeps.append(test)
-        clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * args.n_examples)
+        clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
         took[f"sweep {task}"] = run(
-            f"4. {task}: every method on {args.n_examples} test rows (static front w = {front}; the head's "
+            f"4. {task}: every method on {n_examples} test rows (static front w = {front}; the head's "
             f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
             *common(task, test, temps),
-            f"task.n_examples={args.n_examples}",
+            f"task.n_examples={n_examples}",
             "sweep.methods=[autoregressive,lossless,static,"
             f"{'dynamic,' if heads else ''}lossy,cascade,typical]",
             *heads,
@@ -371,7 +384,7 @@ def pair_demo(args) -> None:
             f"This run: tasks {', '.join(args.tasks)}; per task a head ({args.teacher_forced_steps} "
             f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
             "steps), knobs chosen on "
-            f"{args.val_examples} validation rows, {args.n_examples} test rows per grid point, T in "
+            f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
             f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, {args.seeds} seed(s), "
             "batch "
             f"{args.batch_size}, at most {args.max_new_tokens} new tokens; {minutes:.1f} min on "
