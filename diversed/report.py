@@ -262,15 +262,19 @@ def write_report(
             )
             written += paths
             sections += [md, ""]
-        diffs = paired_table(test, d, t, choices)
+        diffs = paired_table(
+            test, d, t, choices, selection=mean_over_seeds(val, examples=False) if len(val) else None
+        )
         if diffs is not None:
             paths, md = _write_table(
                 diffs,
                 out,
                 f"paired_T{t:g}",
-                f"**DIVERSED against each row (T = {t:g})**: paired by example over {len(seeds)} "
-                'seed(s), 95 % bootstrap interval of the difference; "better" / "worse" only '
-                "where the interval excludes 0.",
+                f"**DIVERSED against each row (T = {t:g})**, and against the static ensemble at DIVERSED's "
+                f"own mean w (read on the {select_split} rows where they have the head, else on the reported "
+                "ones: the row that says whether a context-dependent w beats its constant level): paired by "
+                f"example over {len(seeds)} seed(s), 95 % bootstrap interval of the difference; "
+                '"better" / "worse" only where the interval excludes 0.',
             )
             written += paths
             sections += [md, ""]

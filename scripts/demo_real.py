@@ -312,7 +312,7 @@ def pair_demo(args) -> None:
                 f"trainer.val_check_interval={args.train_steps}",
                 f"data.n_train={args.train_rows}",
                 f"model.teacher_forced_steps={args.teacher_forced_steps}",
-                f"model.max_new_tokens={args.max_new_tokens}",
+                f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
                 limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
             )
         if not (head / "head_config.json").is_file():
@@ -486,6 +486,9 @@ def main() -> None:
         "--max-new-tokens", type=int, default=256, help="qwen25coder: new tokens per example at most"
     )
     pair.add_argument("--train-rows", type=int, default=64, help="qwen25coder: train rows a head learns on")
+    pair.add_argument(
+        "--train-max-new-tokens", type=int, default=128, help="qwen25coder: new tokens per training rollout"
+    )
     pair.add_argument(
         "--teacher-forced-steps", type=int, default=200, help="qwen25coder: the head's first stage"
     )

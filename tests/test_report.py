@@ -439,6 +439,11 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     # the head's w over the tokens it weighed: the caption gives the distribution and its bounds
     readme = (out / "README.md").read_text()
     assert "the distribution of w over those tokens (median" in readme and "0.02 / 0.98" in readme
+    # DIVERSED paired against the static ensemble at its own mean w (the head starts at w = 0.5)
+    paired = (out / "paired_T1.md").read_text()
+    assert re.search(
+        r"DIVERSED − Static w=0\.5 \(DIVERSED's mean w on reported rows: 0\.(4[5-9]|5[0-5])\d\)", paired
+    )
     outputs = (out / "outputs_T1.md").read_text()  # empty completions and lengths, every row
     assert "empty %" in outputs and "tokens / example" in outputs and "DIVERSED" in outputs
 

@@ -339,13 +339,59 @@ def outputs_table(
     )
 
 
+def _static_at_mean_w(
+    d: pd.DataFrame, dyn: pd.Series, temperature: float, selection: pd.DataFrame | None
+) -> tuple[pd.Series, str] | None:
+    """The static-ensemble point of `d` (same pair, task, N, T, settings group) at the DIVERSED row's
+    mean w, with the label saying where that mean was measured: on the selection split's run of the same
+    head and settings (`selection`, seed-averaged: no reported row chose it), else on the reported rows
+    themselves. Within 0.05 of it, the nearest; None where no static point is that close."""
+    mean_w, where = None, "reported"
+    if selection is not None and len(selection) and "comparison_group" in selection:
+        twin = selection[
+            (selection["method"] == "dynamic")
+            & (selection["comparison_group"] == dyn.get("comparison_group"))
+            & (selection["head"] == dyn.get("head"))
+            & np.isclose(selection["temperature"].astype(float), temperature)
+            & (selection["num_draft_tokens"] == dyn["num_draft_tokens"])
+        ]
+        if len(twin) and pd.notna(twin["mean_w"].iloc[0]):
+            mean_w, where = float(twin["mean_w"].iloc[0]), str(twin["split"].iloc[0])
+    if mean_w is None and pd.notna(dyn.get("mean_w")):
+        mean_w = float(dyn["mean_w"])
+    if mean_w is None:
+        return None
+    static = d[
+        (d["method"] == "static")
+        & (d["pair"] == dyn["pair"])
+        & (d["task"] == dyn["task"])
+        & np.isclose(d["temperature"].astype(float), temperature)
+        & (d["num_draft_tokens"] == dyn["num_draft_tokens"])
+        & (d["comparison_group"] == dyn.get("comparison_group"))
+    ]
+    if not len(static):
+        return None
+    gap = (pd.to_numeric(static["weight"]) - mean_w).abs()
+    if gap.min() > 0.05:
+        return None
+    base = static.loc[gap.idxmin()]
+    return base, f"Static w={float(base['weight']):g} (DIVERSED's mean w on {where} rows: {mean_w:.3f})"
+
+
 def paired_table(
-    records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
+    records: pd.DataFrame,
+    d: pd.DataFrame,
+    temperature: float,
+    choices: pd.DataFrame | None = None,
+    selection: pd.DataFrame | None = None,
 ) -> pd.DataFrame | None:
-    """DIVERSED against each other row of the table (`table_rows`) at one temperature, paired by example
-    over the reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
+    """DIVERSED against each other row of the table (`table_rows`) at one temperature, and against the
+    static ensemble at DIVERSED's own mean w (`_static_at_mean_w`: the comparison that says whether the
+    weight's dependence on context is worth anything beyond its level), paired by example over the
+    reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
     "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
-    "better" only where the interval excludes 0). None without a DIVERSED row."""
+    "better" only where the interval excludes 0). None without a DIVERSED row. `selection`: the
+    seed-averaged records of the split the knobs were chosen on, where DIVERSED's mean w is read."""
     rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if "run_dir" not in records or not (rows["method"] == "dynamic").any():
         return None
@@ -361,7 +407,11 @@ def paired_table(
             & (rows["method"] != "dynamic")
             & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
         ]
-        for _, base in same.iterrows():
+        baselines = [(base, _row_label(base, set())) for _, base in same.iterrows()]
+        at_mean = _static_at_mean_w(d, dyn, temperature, selection)
+        if at_mean is not None:
+            baselines.append(at_mean)
+        for base, label in baselines:
             theirs = per_example(_records_of(records, base))
             if theirs is None:
                 continue
@@ -369,7 +419,7 @@ def paired_table(
             key = (
                 dyn["pair_label"],
                 f"{int(dyn['num_draft_tokens'])}",
-                f"{_row_label(dyn, several)} − {_row_label(base, set())}",
+                f"{_row_label(dyn, several)} − {label}",
             )
             for what, name in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
                 if what != "score" and not METHODS[base["method"]].speculative:
