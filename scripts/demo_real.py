@@ -248,9 +248,11 @@ def pair_demo(args) -> None:
             "runtime.progress=false",
         ]
 
-    # 1. the pilot: seconds per example of autoregressive decoding and of one speculative point
+    # 1. the pilot: seconds per example of autoregressive decoding and of one speculative point, in the
+    # first task's test directory: its points are the test sweep's own (resumed there, not run again)
+    # where the test rows are the pilot's (`--n-examples` at most `--pilot`, or what the budget fits)
     first = args.tasks[0]
-    pilot = out / f"pilot_{first}"
+    pilot = out / f"sweep_{first}"
     took["pilot"] = run(
         f"1. a pilot (autoregressive and lossless SD, N = {ns[-1]}, T = {temps[0]:g}) on {args.pilot} "
         f"{first} "
@@ -270,7 +272,7 @@ def pair_demo(args) -> None:
     # points per task: validation (families + head) and test (AR, then per T and N the rest)
     several = sum(len(v) for v in (args.lenience, args.cascade_alphas, args.typical_epsilons) if len(v) > 1)
     val_points = len(temps) * (len(ns) * (1 + several) + (1 if several else 0))
-    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 6))
+    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 3 + len(args.families)))
     train_s = 60 * args.train_min
     val_s = args.seeds * sd_s * val_points * args.val_examples
     # a test row costs one autoregressive decode per temperature and a speculative one per other point
@@ -278,8 +280,8 @@ def pair_demo(args) -> None:
     per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
     share = clock.left() / len(args.tasks) - 60
     n_examples = args.n_examples
-    if per_task(n_examples) > share:  # sized to the budget: fewer test rows, said
-        n_examples = max(4, int((share - train_s - val_s) / row_s))
+    if per_task(n_examples) > share:  # sized to the budget: fewer test rows (the pilot's at least), said
+        n_examples = min(args.n_examples, max(args.pilot, int((share - train_s - val_s) / row_s)))
     print(
         f"pilot: {ar_s:.1f} s per example autoregressive, {sd_s:.1f} s speculative, at batch "
         f"{args.batch_size}; per task: the head {train_s / 60:.0f} min, {val_points} validation points of "
@@ -294,7 +296,7 @@ def pair_demo(args) -> None:
         ),
         flush=True,
     )
-    sweeps = [pilot]
+    sweeps = []
     for task in args.tasks:
         if clock.left() < 5 * 60:
             print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
@@ -316,6 +318,7 @@ def pair_demo(args) -> None:
                 f"trainer.max_steps={args.train_steps}",
                 f"trainer.val_check_interval={args.train_steps}",
                 f"data.n_train={args.train_rows}",
+                f"data.n_val={args.train_val_rows}",
                 f"model.teacher_forced_steps={args.teacher_forced_steps}",
                 *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
                 f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
@@ -335,6 +338,7 @@ def pair_demo(args) -> None:
             "typical_epsilons": list(args.typical_epsilons),
         }
         family = {"lossy": "lenience", "cascade": "cascade_alphas", "typical": "typical_epsilons"}
+        family = {m: k for m, k in family.items() if m in args.families}
         to_choose = [m for m, k in family.items() if len(grid_[k]) > 1]
         val_methods = [
             *(["autoregressive", *to_choose] if to_choose else []),
@@ -365,8 +369,11 @@ def pair_demo(args) -> None:
             f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
             *common(task, test, temps),
             f"task.n_examples={n_examples}",
-            "sweep.methods=[autoregressive,lossless,static,"
-            f"{'dynamic,' if heads else ''}lossy,cascade,typical]",
+            "sweep.methods=["
+            + ",".join(
+                ["autoregressive", "lossless", "static", *(["dynamic"] if heads else []), *args.families]
+            )
+            + "]",
             *heads,
             *knob_args(chosen),
             "sweep.token_w=true",
@@ -376,7 +383,7 @@ def pair_demo(args) -> None:
         "5. the report",
         "-m",
         "diversed.report",
-        *map(str, sweeps[1:]),
+        *map(str, sweeps),
         "--out",
         str(out / "report"),
         "--select-split",
@@ -479,6 +486,13 @@ def main() -> None:
         "--weights", nargs="+", type=float, default=list(PAIR_WEIGHTS), help="the static front's w"
     )
     pair.add_argument(
+        "--families",
+        nargs="*",
+        default=["lossy", "cascade", "typical"],
+        choices=("lossy", "cascade", "typical"),
+        help="qwen25coder: the other knob families run beside the static front (each costs a point)",
+    )
+    pair.add_argument(
         "--lenience", nargs="+", type=float, default=[0.5], help="lossy SD's l (several: chosen)"
     )
     pair.add_argument(
@@ -492,6 +506,12 @@ def main() -> None:
         "--max-new-tokens", type=int, default=256, help="qwen25coder: new tokens per example at most"
     )
     pair.add_argument("--train-rows", type=int, default=64, help="qwen25coder: train rows a head learns on")
+    pair.add_argument(
+        "--train-val-rows",
+        type=int,
+        default=8,
+        help="qwen25coder: held-out train rows that pick the checkpoint",
+    )
     pair.add_argument(
         "--train-max-new-tokens", type=int, default=128, help="qwen25coder: new tokens per training rollout"
     )
