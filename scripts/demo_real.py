@@ -591,7 +591,7 @@ def main() -> None:
             "+experiment=smollm2",
             *data_overrides("xsum", args.data),
             "logger=csv",
-            # training rollouts only: the articles' ends (the sweep reads them whole)
+            # training rollouts only: articles cut to their first part (the sweep reads them whole)
             "task.max_prompt_tokens=320",
             f"hydra.run.dir={out / 'train_xsum'}",
             "trainer.enable_progress_bar=false",
