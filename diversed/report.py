@@ -200,7 +200,12 @@ def write_report(
         f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
         "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
         if choices is not None and len(choices)
-        else f"Knob families: no {select_split} run, so each family's ORACLE setting (chosen on the "
+        else (
+            f"Knob families: none swept on the {select_split} split"
+            if len(val)
+            else f"Knob families: no {select_split} run"
+        )
+        + ", so each family's ORACLE setting (chosen on the "
         "reported scores themselves: the most acceptance within AR's 95 % half-width; * none was)"
     )
     for t in sorted(d["temperature"].unique(), reverse=True):

@@ -185,6 +185,20 @@ def mean_w_of(run_dir: Path) -> float | None:
     return sum(ws) / len(ws) if ws else None
 
 
+class StepTimes(dict):
+    """Seconds per step of a demo, kept in a file and summed over invocations: a resumed demo adds
+    its own (short) times to the first run's, so its report says what the whole run took."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(json.loads(path.read_text()) if path.is_file() else {})
+        self.path = path
+
+    def add(self, step: str, seconds: float) -> None:
+        self[step] = self.get(step, 0.0) + seconds
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self, indent=1) + "\n")
+
+
 class Clock:
     """Elapsed time, the budget left, and an ETA line for each step."""
 
@@ -226,7 +240,8 @@ def pair_demo(args) -> None:
             f"{args.readme} has no pair-demo markers ({PAIR_BEGIN} ... {PAIR_END}): add them first"
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
-    out, clock, took = Path(args.out), Clock(args.budget_min), {}
+    out, clock = Path(args.out), Clock(args.budget_min)
+    took = StepTimes(out / "step_times.json")  # minutes per step, summed over resumed invocations
     temps, ns = args.temperatures, args.draft_lengths
 
     def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:
@@ -253,19 +268,22 @@ def pair_demo(args) -> None:
     # where the test rows are the pilot's (`--n-examples` at most `--pilot`, or what the budget fits)
     first = args.tasks[0]
     pilot = out / f"sweep_{first}"
-    took["pilot"] = run(
-        f"1. a pilot (autoregressive and lossless SD, N = {ns[-1]}, T = {temps[0]:g}) on {args.pilot} "
-        f"{first} "
-        "test examples, to size the rest",
-        *[
-            a
-            for a in common(first, pilot, [temps[0]])
-            if not a.startswith(("sweep.draft_lengths", "sweep.num_seeds"))
-        ],
-        f"task.n_examples={args.pilot}",
-        f"sweep.draft_lengths=[{ns[-1]}]",
-        "sweep.num_seeds=1",
-        "sweep.methods=[autoregressive,lossless]",
+    took.add(
+        "pilot",
+        run(
+            f"1. a pilot (autoregressive and lossless SD, N = {ns[-1]}, T = {temps[0]:g}) on {args.pilot} "
+            f"{first} "
+            "test examples, to size the rest",
+            *[
+                a
+                for a in common(first, pilot, [temps[0]])
+                if not a.startswith(("sweep.draft_lengths", "sweep.num_seeds"))
+            ],
+            f"task.n_examples={args.pilot}",
+            f"sweep.draft_lengths=[{ns[-1]}]",
+            "sweep.num_seeds=1",
+            "sweep.methods=[autoregressive,lossless]",
+        ),
     )
     per = {r["method"]: r["scored_wall_time_s"] / max(1, r["n_examples"]) for r in records(pilot)}
     ar_s, sd_s = per.get("autoregressive", 60.0), per.get("lossless", 60.0)
@@ -305,24 +323,27 @@ def pair_demo(args) -> None:
         head = out / f"train_{task}" / "head"
         if not (head / "head_config.json").is_file():
             clock.say(f"train a head on {task}", train_s)
-            took[f"train {task}"] = run(
-                f"2. train a DIVERSED head on {task} train rows",
-                "-m",
-                "diversed.train",
-                "+experiment=qwen25coder",
-                f"task={task}",
-                *data_overrides(task, args.data),
-                "logger=csv",
-                f"hydra.run.dir={out / f'train_{task}'}",
-                "trainer.enable_progress_bar=false",
-                f"trainer.max_steps={args.train_steps}",
-                f"trainer.val_check_interval={args.train_steps}",
-                f"data.n_train={args.train_rows}",
-                f"data.n_val={args.train_val_rows}",
-                f"model.teacher_forced_steps={args.teacher_forced_steps}",
-                *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
-                f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
-                limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
+            took.add(
+                f"train {task}",
+                run(
+                    f"2. train a DIVERSED head on {task} train rows",
+                    "-m",
+                    "diversed.train",
+                    "+experiment=qwen25coder",
+                    f"task={task}",
+                    *data_overrides(task, args.data),
+                    "logger=csv",
+                    f"hydra.run.dir={out / f'train_{task}'}",
+                    "trainer.enable_progress_bar=false",
+                    f"trainer.max_steps={args.train_steps}",
+                    f"trainer.val_check_interval={args.train_steps}",
+                    f"data.n_train={args.train_rows}",
+                    f"data.n_val={args.train_val_rows}",
+                    f"model.teacher_forced_steps={args.teacher_forced_steps}",
+                    *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
+                    f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
+                    limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
+                ),
             )
         if not (head / "head_config.json").is_file():
             print(f"(no head for {task}: its training did not finish; DIVERSED rows are missing)")
@@ -346,15 +367,18 @@ def pair_demo(args) -> None:
         ]
         if val_methods:
             clock.say(f"{task}: validation sweep", args.seeds * sd_s * val_points * args.val_examples)
-            took[f"validation {task}"] = run(
-                f"3. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
-                *common(task, validation, temps),
-                "task.split=validation",
-                f"task.n_examples={args.val_examples}",
-                f"sweep.methods=[{','.join(val_methods)}]",
-                *heads,
-                *knob_args(grid_),
-                limit_s=max(60.0, clock.left() - 60),
+            took.add(
+                f"validation {task}",
+                run(
+                    f"3. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
+                    *common(task, validation, temps),
+                    "task.split=validation",
+                    f"task.n_examples={args.val_examples}",
+                    f"sweep.methods=[{','.join(val_methods)}]",
+                    *heads,
+                    *knob_args(grid_),
+                    limit_s=max(60.0, clock.left() - 60),
+                ),
             )
         # 4. test rows: the static front and the static ensemble at the head's validation mean w
         mean_w = mean_w_of(validation)
@@ -364,39 +388,45 @@ def pair_demo(args) -> None:
         test = out / f"sweep_{task}"
         sweeps.append(test)
         clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
-        took[f"sweep {task}"] = run(
-            f"4. {task}: every method on {n_examples} test rows (static front w = {front}; the head's "
-            f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
-            *common(task, test, temps),
-            f"task.n_examples={n_examples}",
-            "sweep.methods=["
-            + ",".join(
-                ["autoregressive", "lossless", "static", *(["dynamic"] if heads else []), *args.families]
-            )
-            + "]",
-            *heads,
-            *knob_args(chosen),
-            "sweep.token_w=true",
-            limit_s=max(60.0, clock.left() - 60),
+        took.add(
+            f"sweep {task}",
+            run(
+                f"4. {task}: every method on {n_examples} test rows (static front w = {front}; the head's "
+                f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
+                *common(task, test, temps),
+                f"task.n_examples={n_examples}",
+                "sweep.methods=["
+                + ",".join(
+                    ["autoregressive", "lossless", "static", *(["dynamic"] if heads else []), *args.families]
+                )
+                + "]",
+                *heads,
+                *knob_args(chosen),
+                "sweep.token_w=true",
+                limit_s=max(60.0, clock.left() - 60),
+            ),
         )
-    took["report"] = run(
-        "5. the report",
-        "-m",
-        "diversed.report",
-        *map(str, sweeps),
-        "--out",
-        str(out / "report"),
-        "--select-split",
-        "validation",
+    took.add(
+        "report",
+        run(
+            "5. the report",
+            "-m",
+            "diversed.report",
+            *map(str, sweeps),
+            "--out",
+            str(out / "report"),
+            "--select-split",
+            "validation",
+        ),
     )
-    minutes = (time.perf_counter() - clock.start) / 60
+    minutes = sum(took.values()) / 60  # every invocation's steps (a resumed run's own are short)
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")
     if args.docs:
         timing = (
             f"This run: tasks {', '.join(args.tasks)}; per task a head ({args.teacher_forced_steps} "
             f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
-            "steps), knobs chosen on "
+            "steps), its mean w (and the setting of each knob family given several) read on "
             f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
             f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, {args.seeds} seed(s), "
             "batch "
@@ -407,6 +437,8 @@ def pair_demo(args) -> None:
         )
         claims = (out / "report" / "claims.md").read_text() + "\n" + timing + "\n"
         Path(args.docs).mkdir(parents=True, exist_ok=True)
+        for fig in (out / "report" / "figures").glob("w_by_token_class_qwen25coder_*.png"):  # the head's w
+            shutil.copy(fig, Path(args.docs) / f"real_pair_{fig.name.split('_head-')[0]}.png")
         (Path(args.docs) / "demo_real_qwen25coder_claims.md").write_text(claims)
         fill_readme(Path(args.readme), claims, (PAIR_BEGIN, PAIR_END))
 

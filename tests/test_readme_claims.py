@@ -54,6 +54,21 @@ def test_every_number_in_the_readme_real_demo_section_comes_from_its_report():
     assert "XSum test articles" in section and "accepted/proposed" in section
 
 
+def test_every_number_in_the_readme_pair_demo_section_comes_from_its_report():
+    """The same for the Qwen pair's demo (scripts/demo_real.py --pair qwen25coder --docs:
+    docs/demo_real_qwen25coder_claims.md), and the prose below it quotes that section's numbers."""
+    demo = _demo("demo_real")
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split(demo.PAIR_BEGIN, 1)[1].split(demo.PAIR_END, 1)[0]
+    claims = (ROOT / "docs" / "demo_real_qwen25coder_claims.md").read_text()
+    assert section.strip(), (
+        "the README's pair-demo section is empty: run scripts/demo_real.py --pair qwen25coder --docs docs"
+    )
+    missing = _numbers(section) - _numbers(claims)
+    assert not missing, f"numbers in the README's pair-demo section that no report wrote: {sorted(missing)}"
+    assert "qwen25coder" in section and "Static w=0.84 (DIVERSED's mean w on validation rows" in section
+
+
 def test_fill_readme_replaces_only_the_marked_section(tmp_path):
     demo = _demo()
     readme = tmp_path / "README.md"
