@@ -222,15 +222,15 @@ def pair_demo(args) -> None:
 
     Per task (`--tasks`): a pilot point sizes everything; a head is trained (a teacher-forced stage on
     the train references, then REINFORCE with the group baseline and a fixed λ); on `--val-examples`
-    validation rows (never trained on, never reported) the knob families are swept and the head's
-    mean w measured; on `--n-examples` test rows, per temperature and N: autoregressive decoding,
-    lossless SD, the static front (`PAIR_WEIGHTS` and the static ensemble at the head's validation mean
-    w: the paired comparison that says whether the context matters), DIVERSED (its w at every token
-    kept: the report's histogram), lossy SD, a cascade and typical acceptance, each family at its
-    setting chosen on the validation rows; then the report. Each step resumes (a head trained is kept,
-    a finished grid point skipped). The fine-tuned-draft baseline needs a distilled 0.5B draft, which
-    does not fit 2 CPU cores: on a GPU, `python -m diversed.distill pair=qwen25coder ...` and
-    `sweep.draft_models=[...]` add it."""
+    validation rows (never trained on, never reported) the head's mean w is measured and each knob
+    family given several settings is swept; on `--n-examples` test rows, per temperature and N:
+    autoregressive decoding, lossless SD, the static front (`--weights` and the static ensemble at the
+    head's validation mean w: the paired comparison that says whether the context matters), DIVERSED
+    (its w at every token kept: the report's histogram) and the `--families` (lossy SD, a cascade,
+    typical acceptance), each at its setting chosen on the validation rows where it was given several;
+    then the report. Each step resumes (a head trained is kept, a finished grid point skipped). The
+    fine-tuned-draft baseline needs a distilled 0.5B draft, which does not fit 2 CPU cores: on a
+    GPU, `python -m diversed.distill pair=qwen25coder ...` and `sweep.draft_models=[...]` add it."""
     from diversed.models.gguf import check_member
 
     check_member("shipped:qwen25coder_1p5b", "target")  # fetched? (make real-setup), before any work
@@ -241,7 +241,7 @@ def pair_demo(args) -> None:
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
-    took = StepTimes(out / "step_times.json")  # minutes per step, summed over resumed invocations
+    took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
     temps, ns = args.temperatures, args.draft_lengths
 
     def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:

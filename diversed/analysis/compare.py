@@ -73,7 +73,6 @@ VALUE_FIELDS = (
     "mean_w",
     "empty_rate",  # completions with nothing to score once cut at the stop sequences
     "new_tokens",
-    "n_examples",
 )
 # The intervals `mean_over_seeds` adds: (value, low, high) columns.
 INTERVALS = {
