@@ -296,9 +296,20 @@ def times_table(
             _ratio_cell(r, "normalized_latency_per_token"),
         )
         row.update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
+    return _per_task_frame(cells, keys, list(dict.fromkeys(d["task"])), TIMES)
+
+
+def _per_task_frame(
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]],
+    keys: list[tuple[int, tuple[str, str, str]]],
+    tasks: list[str],
+    quantities: tuple[str, ...],
+) -> pd.DataFrame:
+    """A table of `_row_cells`' rows (in `_row_order`) with, per task, the columns `quantities`."""
     keys.sort(key=_row_order)
-    tasks = list(dict.fromkeys(d["task"]))
-    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in TIMES], names=["task", "quantity"])
+    columns = pd.MultiIndex.from_tuples(
+        [(t, n) for t in tasks for n in quantities], names=["task", "quantity"]
+    )
     index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
     return pd.DataFrame(
         [[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns
@@ -330,13 +341,7 @@ def outputs_table(
             "–" if pd.isna(tokens) or pd.isna(n) or not n else f"{tokens / n:.1f}",
         )
         row.update({(r["task"], name): v for name, v in zip(OUTPUTS, values, strict=True)})
-    keys.sort(key=_row_order)
-    tasks = list(dict.fromkeys(d["task"]))
-    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in OUTPUTS], names=["task", "quantity"])
-    index = pd.MultiIndex.from_tuples([k for _, k in keys], names=["pair", "method", "N"])
-    return pd.DataFrame(
-        [[cells[k].get(c, "") for c in columns] for _, k in keys], index=index, columns=columns
-    )
+    return _per_task_frame(cells, keys, list(dict.fromkeys(d["task"])), OUTPUTS)
 
 
 def _static_at_mean_w(
