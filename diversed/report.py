@@ -15,6 +15,8 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
                               seconds and new tokens per sample, × AR per sample (the tables' b1) and per
                               token
     table_oracle_T<t>.*       the same with each knob family chosen on the reported scores (labelled oracle)
+    fronts_T<t>.md/.csv       each speculative row against the static ensemble's front over w: Δ acceptance
+                              at equal quality, Δ quality at equal acceptance (`fronts.front_gap`)
     paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only
                               where the interval excludes 0
     choices.csv               each knob family's choice on the validation run, with its non-inferiority test
@@ -60,6 +62,7 @@ from diversed.analysis.figures import (
 )
 from diversed.analysis.fronts import choose_on
 from diversed.analysis.tables import (
+    front_table,
     outputs_table,
     paired_table,
     paper_table,
@@ -284,6 +287,24 @@ def write_report(
             written += paths
             sections += [md, ""]
             claims += [md, ""]
+        front = front_table(test, d, t, choices)
+        if front is not None:
+            paths, md = _write_table(
+                front,
+                out,
+                f"fronts_T{t:g}",
+                f"**Against the static front (T = {t:g})**: each speculative row against the static "
+                "ensemble's front over every w run (same pair, task, N), paired by example: Δ acceptance = "
+                "its accepted/proposed % minus the front's at its quality, Δ quality = its quality ×100 "
+                "minus the front's at its acceptance, the front interpolated linearly between its "
+                "settings; 95 % percentile bootstrap over examples, the front redrawn in every resample "
+                "(its noisy maxima lean against "
+                'the row). "above" / "below" only where the interval excludes 0; where the row lies beyond '
+                "the front's range (better quality or more acceptance than any w) there is no gap to give.",
+            )
+            written += paths
+            sections += [md, ""]
+            claims += [md, ""]
         transfer = transfer_table(d, t, paper=paper)
         if transfer is not None:
             paths, md = _write_table(
@@ -312,12 +333,13 @@ def write_report(
             n_examples=n_examples,
             formats=formats,
         )
-    pareto = plot_pareto(test, figs, formats=formats)
+    pareto = plot_pareto(test, figs, formats=formats, choices=choices)
     shown.append(
         Shown(
             pareto,
             "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
-            "one per pair, task and temperature.",
+            "one per pair, task and temperature; each knob family drawn as its front, the setting the "
+            "tables show ringed where it was chosen on the validation split.",
             tuple(test["task"].unique()),
         )
     )

@@ -444,6 +444,10 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     assert re.search(
         r"DIVERSED − Static w=0\.5 \(DIVERSED's mean w on reported rows: 0\.(4[5-9]|5[0-5])\d\)", paired
     )
+    # DIVERSED against the static front over w (0.5 and 1): a gap at equal quality and at equal acceptance
+    fronts = (out / "fronts_T1.md").read_text()
+    assert "| DIVERSED − static front (2 w) |" in fronts and "at equal quality" in fronts
+    assert re.search(r"-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\] (above|below|on the front)", fronts)
     outputs = (out / "outputs_T1.md").read_text()  # empty completions and lengths, every row
     assert "empty %" in outputs and "tokens / example" in outputs and "DIVERSED" in outputs
 

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from diversed.analysis.compare import mean_over_seeds
-from diversed.analysis.fronts import best_at_quality, pareto_front
+from diversed.analysis.fronts import best_at_quality, choice_key, pareto_front
 from diversed.files.atomic import write_file
 from diversed.sweep.methods import METHODS, knobs
 
@@ -77,10 +77,12 @@ def _line_label(name: str, others: dict[str, object]) -> str:
     return f"{name.replace('_', ' ')}{' ' + knobs if knobs else ''}, {m.knob(m.family).symbol} labelled"
 
 
-def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minimize: bool) -> None:
+def _draw_panel(
+    ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minimize: bool, chosen: dict | None = None
+) -> None:
     """One panel: quality (x) against `y` for every method of one (pair, task, temperature): each
     knob family as a line over its knob (values labelled) with its Pareto front drawn thick, the
-    other methods as markers."""
+    setting `chosen` for it ringed (`choice_key` -> the chosen knob value), the other methods as markers."""
     ar = d[d["method"] == "autoregressive"]
     for _, r in ar.iterrows():
         if y == "acceptance_rate" or pd.isna(r[y]):  # no acceptance rate: mark its quality
@@ -108,6 +110,10 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
                     fontsize=6,
                     color=color,
                 )
+            for _, r in line.iterrows():
+                value = (chosen or {}).get(choice_key(r))
+                if value is not None and np.isclose(float(r[family]), float(value)):
+                    ax.plot(r["score"], r[y], "o", mfc="none", mec=color, mew=1.8, ms=14, zorder=5)
             front = pareto_front(line, "score", y, maximize=(True, not minimize))
             ax.plot(
                 front["score"], front[y], "-", color=color, lw=5, alpha=0.2, solid_capstyle="round", zorder=2
@@ -130,7 +136,7 @@ def _draw_panel(ax, d: pd.DataFrame, y: str, colors: dict, heads: dict, *, minim
     ax.grid(alpha=0.3)
 
 
-def _legend(colors: dict, heads: dict, d: pd.DataFrame) -> list[Line2D]:
+def _legend(colors: dict, heads: dict, d: pd.DataFrame, chosen: bool = False) -> list[Line2D]:
     """Legend entries for the draft lengths and the methods present in the figure; a family's
     entry names its knob."""
 
@@ -147,6 +153,8 @@ def _legend(colors: dict, heads: dict, d: pd.DataFrame) -> list[Line2D]:
             out.append(handle(METHODS[name].marker, "0.3", label, ms=4, lw=1, ls=METHODS[name].line))
     if seen:
         out.append(handle("", "0.3", "each line's Pareto front", lw=5, alpha=0.2))
+    if seen and chosen:
+        out.append(handle("o", "0.3", "the setting chosen on validation", ls="", mfc="none", mew=1.8, ms=11))
     for name in _singles() + _references():
         if name in methods:
             out.append(handle(METHODS[name].marker, "0.5", METHODS[name].name_only, ls="", mec="black", ms=8))
@@ -162,12 +170,23 @@ def _legend(colors: dict, heads: dict, d: pd.DataFrame) -> list[Line2D]:
 
 
 def plot_pareto(
-    df: pd.DataFrame, out_dir: str | Path, *, formats: Sequence[str] = ("png", "pdf")
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    formats: Sequence[str] = ("png", "pdf"),
+    choices: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Write one figure per (pair, task, temperature) in each of `formats`; returns the paths.
+    """Write one figure per (pair, task, temperature) in each of `formats`; returns the paths. Each knob
+    family is drawn as its whole line with its front; with `choices` (`fronts.choose_on` on a validation
+    run) the setting chosen for each line is ringed.
 
     Files are named `pareto_<pair>_<task>_T<temperature>.<format>` under `out_dir`.
     """
+    chosen = (
+        {choice_key(c): c["value"] for _, c in choices.iterrows()}
+        if choices is not None and len(choices)
+        else {}
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     d = mean_over_seeds(df)
@@ -187,8 +206,8 @@ def plot_pareto(
         fig = Figure(figsize=(12.5, 4.8), layout="constrained")
         FigureCanvasAgg(fig)
         ax_acc, ax_time = fig.subplots(1, 2, sharex=True)
-        _draw_panel(ax_acc, g, "acceptance_rate", colors, heads, minimize=False)
-        _draw_panel(ax_time, g, "normalized_time", colors, heads, minimize=True)
+        _draw_panel(ax_acc, g, "acceptance_rate", colors, heads, minimize=False, chosen=chosen)
+        _draw_panel(ax_time, g, "normalized_time", colors, heads, minimize=True, chosen=chosen)
         ax_acc.set(
             xlabel=f"{task} {metric} (higher is better)",
             ylabel="acceptance: accepted / proposed drafts (higher is better)",
@@ -203,7 +222,7 @@ def plot_pareto(
             + (f" · settings {settings[:6] or 'old'}" if several else "")
         )
         fig.legend(
-            handles=_legend(colors, heads, g),
+            handles=_legend(colors, heads, g, chosen=bool(chosen)),
             loc="outside right upper",
             fontsize=8,
             frameon=False,

@@ -12,11 +12,17 @@ of two ways:
 - `best_at_quality` (the "oracle" view, labelled so): on the reported run itself, the most acceptance
   among settings whose score is within the AR run's 95 % half-width.
 
+`front_gap` puts one setting against a family's whole front (DIVERSED against the static ensemble over
+w: its acceptance against the front's at its quality, its quality against the front's at its
+acceptance), paired by example with a bootstrap that redraws the front in every resample.
+
 Seed-averaged rows and intervals come from `compare`; this module neither loads nor writes files
 (per-example rows are read through `compare.per_example`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -171,3 +177,109 @@ def choose_on(
                 }
             )
     return pd.DataFrame(out)
+
+
+# ----------------------------------------------------------------------------- a point against a front
+
+
+def _front_curve(acc: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Pareto front of points (acceptance, quality), both maximised, sorted by acceptance rising:
+    quality then falls along it (a point of more acceptance AND more quality would dominate)."""
+    order = np.lexsort((-q, acc))  # acceptance rising, the best quality first among equal acceptance
+    a, s = acc[order], q[order]
+    keep = np.ones(len(a), dtype=bool)
+    best = -np.inf
+    for i in range(len(a) - 1, -1, -1):  # from the most acceptance down: keep what beats all to its right
+        keep[i] = s[i] > best
+        best = max(best, s[i])
+    return a[keep], s[keep]
+
+
+def front_quality_at(acc: np.ndarray, q: np.ndarray, at: float) -> float:
+    """The front's quality at acceptance `at`, linearly interpolated between its neighbouring points
+    (mixing two settings at random reaches any point of the segment): the best quality the family reaches
+    with at least that acceptance. Below the front's least acceptance, its best quality; above its most,
+    NaN (no setting accepts that much)."""
+    a, s = _front_curve(acc, q)
+    if not len(a) or at > a[-1] + 1e-12:
+        return np.nan
+    return float(np.interp(at, a, s))  # np.interp holds the end values beyond the ends: s[0] below a[0]
+
+
+def front_acceptance_at(acc: np.ndarray, q: np.ndarray, at: float) -> float:
+    """The front's acceptance at quality `at`: the most acceptance with at least that quality, linearly
+    interpolated along the front. Below the front's least quality, its most acceptance; above its best,
+    NaN (no setting scores that well)."""
+    a, s = _front_curve(acc, q)
+    if not len(a) or at > s[0] + 1e-12:
+        return np.nan
+    return float(np.interp(at, s[::-1], a[::-1]))  # quality falls as acceptance rises: reverse for interp
+
+
+def front_gap(
+    front: Sequence[pd.DataFrame],
+    point: pd.DataFrame,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 4999,
+    seed: int = 0,
+) -> dict[str, float]:
+    """A setting against a family's front (e.g. DIVERSED against the static ensemble over w), paired by
+    example: `front` holds the family's settings and `point` the setting, each as `compare.per_example`
+    rows (score, accepted, proposed per example, seeds summed), on the examples all of them scored.
+
+        Δ acceptance = acc(point) − acc_front(quality(point))   the front's acceptance at the point's quality
+        Δ quality    = q(point)   − q_front(acceptance(point))   the front's quality at the point's acceptance
+
+    with acc = Σ accepted / Σ proposed, q = mean score, and the front interpolated linearly between its
+    settings (`front_acceptance_at`, `front_quality_at`). Both are > 0 where the point lies above the
+    front. Intervals: percentile bootstrap over examples, the SAME resampled examples for the point and
+    every setting of the front (so the front is re-drawn in each resample, its noise included: a front
+    of noisy maxima leans upward, against the point). A resample where the point lies beyond the front's
+    range (better quality than any setting, more acceptance than any) has no gap: `undefined_*` counts the
+    share of them; the interval is over the others. Returns {d_acceptance, d_acceptance_low/high,
+    d_quality, d_quality_low/high, undefined_acceptance, undefined_quality, n}."""
+    common = point.index
+    for f in front:
+        common = common.intersection(f.index)
+    nan = dict.fromkeys(
+        (
+            "d_acceptance",
+            "d_acceptance_low",
+            "d_acceptance_high",
+            "d_quality",
+            "d_quality_low",
+            "d_quality_high",
+        ),
+        np.nan,
+    )
+    frames = [point.loc[common], *(f.loc[common] for f in front)]
+    if (
+        len(common) < 2
+        or not front
+        or any(f[c].isna().any() for f in frames for c in ("accepted", "proposed"))
+    ):
+        return nan | {"undefined_acceptance": np.nan, "undefined_quality": np.nan, "n": len(common)}
+    S = np.stack([f["score"].to_numpy(float) for f in frames])  # (1 + k settings, examples)
+    A = np.stack([f["accepted"].to_numpy(float) for f in frames])
+    P = np.stack([f["proposed"].to_numpy(float) for f in frames])
+
+    def gaps(idx: np.ndarray) -> tuple[float, float]:
+        q, acc = S[:, idx].mean(1), A[:, idx].sum(1) / P[:, idx].sum(1)
+        return (
+            acc[0] - front_acceptance_at(acc[1:], q[1:], q[0]),
+            q[0] - front_quality_at(acc[1:], q[1:], acc[0]),
+        )
+
+    n = len(common)
+    est = gaps(np.arange(n))
+    rng = np.random.default_rng(seed)
+    draws = np.array([gaps(rng.integers(0, n, n)) for _ in range(n_resamples)])
+    out = {"n": n}
+    tail = (1 - confidence) / 2
+    for j, name in enumerate(("d_acceptance", "d_quality")):
+        ok = draws[:, j][np.isfinite(draws[:, j])]
+        out[f"undefined_{name[2:]}"] = 1 - len(ok) / n_resamples
+        low, high = np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan)
+        out |= {name: float(est[j]), f"{name}_low": float(low), f"{name}_high": float(high)}
+    return out

@@ -19,7 +19,7 @@ import pandas as pd
 
 from diversed.analysis import published
 from diversed.analysis.compare import INTERVALS, paired, per_example, setting_fields, verdict
-from diversed.analysis.fronts import best_at_quality, choice_key
+from diversed.analysis.fronts import best_at_quality, choice_key, front_gap
 from diversed.sweep.methods import METHODS
 from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 
@@ -504,3 +504,109 @@ def with_times(d: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     ):  # one dtype per key on both sides (a column of None reads as float on one, object on the other)
         x[by] = x[by].astype(object).where(x[by].notna(), None)
     return left.merge(t, on=by, how="left").astype(d[by].dtypes.to_dict())  # the keys' own dtypes back
+
+
+# ----------------------------------------------------------------------------- against the static front
+
+# A front table's columns per task: the point's acceptance minus the static front's at the point's
+# quality, and its quality minus the front's at its acceptance (`fronts.front_gap`).
+FRONT_GAPS = ("Δ accepted/proposed % at equal quality", "Δ quality ×100 at equal acceptance")
+
+
+def _gap_cell(value: float, low: float, high: float, undefined: float) -> str:
+    """ "6.10 [2.00, 9.50] above" (×100), with the share of resamples beyond the front's range where some
+    were; "beyond the front's range" where the row itself is (better quality, or more acceptance, than any
+    setting of the front)."""
+    share = f"{100 * undefined:.0f} % of resamples beyond the front's range"
+    if pd.isna(value):
+        return f"beyond the front's range ({share})" if not pd.isna(undefined) else "–"
+    where = verdict(low, high).replace("better", "above").replace("worse", "below")
+    where = where.replace("no difference shown", "on the front (no difference shown)")
+    return f"{_interval(value, low, high)} {where}" + (f" ({share})" if undefined > 0.005 else "")
+
+
+def _same(d: pd.DataFrame, field: str, value) -> pd.Series:
+    """Rows of `d` whose `field` equals `value`, a missing value matching a missing one."""
+    if field not in d:
+        return pd.Series(True, index=d.index)
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return d[field].isna()
+    return d[field] == value
+
+
+def front_table(
+    records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """Each speculative row of the table (`table_rows`: DIVERSED, each family at its chosen setting, the
+    fine-tuned draft) against the static ensemble's FRONT over every w run with the same pair, task, N and
+    comparison group (the paper's claim: DIVERSED lies above it), paired by example over the reported
+    split's records (`fronts.front_gap`): index (pair, N, row), columns (task, `FRONT_GAPS`), cells
+    "Δ [95 % interval] above / below / on the front". None where no static front of two or more
+    settings has a row to compare."""
+    if "run_dir" not in records:
+        return None
+    rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    d = d[np.isclose(d["temperature"].astype(float), temperature)]
+    several = _several(rows)
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    fronts: dict[tuple, list[pd.DataFrame] | None] = {}
+    for _, r in rows.iterrows():
+        m = METHODS.get(r["method"])
+        if m is None or not m.speculative or r["method"] == "static" or pd.isna(r["num_draft_tokens"]):
+            continue
+        key = (
+            r["pair"],
+            r["task"],
+            r["num_draft_tokens"],
+            r.get("comparison_group"),
+            r.get("settings_group"),
+        )
+        if key not in fronts:
+            static = d[
+                (d["method"] == "static")
+                & (d["pair"] == r["pair"])
+                & (d["task"] == r["task"])
+                & (d["num_draft_tokens"] == r["num_draft_tokens"])
+                & _same(d, "comparison_group", r.get("comparison_group"))
+                & _same(d, "settings_group", r.get("settings_group"))
+            ]
+            ex = [per_example(_records_of(records, s)) for _, s in static.iterrows()]
+            fronts[key] = (
+                [e for e in ex if e is not None] if len(ex) >= 2 and all(e is not None for e in ex) else None
+            )
+        front = fronts[key]
+        mine = per_example(_records_of(records, r)) if front else None
+        if mine is None:
+            continue
+        g = front_gap(front, mine)
+        row = cells.setdefault(
+            (
+                r["pair_label"],
+                f"{int(r['num_draft_tokens'])}",
+                f"{_row_label(r, several)} − static front ({len(front)} w)",
+            ),
+            {},
+        )
+        row[(r["task"], FRONT_GAPS[0])] = _gap_cell(
+            g["d_acceptance"], g["d_acceptance_low"], g["d_acceptance_high"], g["undefined_acceptance"]
+        )
+        row[(r["task"], FRONT_GAPS[1])] = _gap_cell(
+            g["d_quality"], g["d_quality_low"], g["d_quality_high"], g["undefined_quality"]
+        )
+    if not cells:
+        return None
+    tasks = list(dict.fromkeys(rows["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in FRONT_GAPS], names=["task", "gap"])
+    order = {m.row_name: i for i, m in enumerate(METHODS.values())}
+    keys = sorted(
+        cells,
+        key=lambda k: (
+            k[0],
+            _n_order(k[1]),
+            not k[2].startswith("DIVERSED"),
+            order.get(k[2].split(",")[0], 99),
+            k[2],
+        ),
+    )
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "row − static front"])
+    return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
