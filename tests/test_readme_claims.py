@@ -1,6 +1,8 @@
-"""The README's demo results are the report's text: every number between its demo markers is in the
-report's claims (docs/demo_claims.md, written with them by `scripts/demo.py --docs`), and the filler
-replaces exactly what lies between the markers."""
+"""The README's demo results are the report's text: every cell of a table between its demo markers is the
+cell of the same table (by its caption's title), row (pair, method, N) and column in the report's claims
+(docs/demo_claims.md, written with them by `scripts/demo.py --docs` from the report rendered from the run's
+records), every number in the section's prose is in the claims' prose, and the filler replaces exactly what
+lies between the markers."""
 
 from __future__ import annotations
 
@@ -29,14 +31,74 @@ def _numbers(text: str) -> set[str]:
     return {n.replace("−", "-").lstrip("+") for n in NUMBER.findall(text)}
 
 
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _tables(text: str) -> tuple[dict[str, dict[tuple[str, ...], dict[str, str]]], str]:
+    """A report's Markdown: its tables by their caption's bold title ("Table (T = 1)"), each row by its
+    index (the first three columns: pair, method / baseline / row, N) as {column header: cell}; and its
+    prose (every line outside a table)."""
+    tables: dict[str, dict[tuple[str, ...], dict[str, str]]] = {}
+    prose, title, lines, i = [], None, text.splitlines(), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            header, rows = _cells(line), {}
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                row = dict(zip(header, _cells(lines[i]), strict=True))
+                rows[tuple(row[h] for h in header[:3])] = row
+                i += 1
+            assert title is not None and title not in tables, f"a table without its own caption: {header}"
+            tables[title] = rows
+            continue
+        if m := re.match(r"\*\*(.+?)\*\*", line):
+            title = m.group(1)
+        prose.append(line)
+        i += 1
+    return tables, "\n".join(prose)
+
+
+def _tied_to_cells(section: str, claims: str, what: str) -> None:
+    """Every table cell of `section` is the claims' cell at the same (table, row, column); every number in
+    its prose is in the claims' prose."""
+    mine, prose = _tables(section)
+    theirs, their_prose = _tables(claims)
+    for title, rows in mine.items():
+        assert title in theirs, f"{what}: table {title!r} is in no report"
+        for index, row in rows.items():
+            assert index in theirs[title], f"{what}: {title!r} has no row {index} in the report"
+            for column, cell in row.items():
+                assert theirs[title][index].get(column) == cell, (
+                    f"{what}: {title!r} row {index} column {column!r} reads {cell!r}, the report "
+                    f"{theirs[title][index].get(column)!r}"
+                )
+    missing = _numbers(prose) - _numbers(their_prose)
+    assert not missing, f"{what}: numbers in its prose that no report wrote: {sorted(missing)}"
+
+
+def test_tables_are_tied_to_cells_not_to_a_set_of_numbers():
+    claims = "**Table (T = 1)**: caption 3 seeds\n\n| pair | method | N | toy: q |\n|---|---|---|---|\n"
+    claims += "| toy | AR | – | 84.00 |\n| toy | SD | 3 | 85.00 |\n"
+    _tied_to_cells(claims, claims, "the same text")
+    swapped = claims.replace("| 84.00 |", "| 8.50 |").replace("| 85.00 |", "| 84.00 |")
+    # both numbers are in the report (a set check passes), each in the other's cell (this one does not)
+    with pytest.raises(AssertionError, match="row \\('toy', 'AR', '–'\\) column 'toy: q' reads '85.00'"):
+        _tied_to_cells(swapped.replace("| 8.50 |", "| 85.00 |"), claims, "swapped cells")
+    with pytest.raises(AssertionError, match="numbers in its prose that no report wrote: \\['4'\\]"):
+        _tied_to_cells(claims.replace("3 seeds", "4 seeds"), claims, "prose")
+    with pytest.raises(AssertionError, match="in no report"):
+        _tied_to_cells(claims.replace("T = 1", "T = 2"), claims, "another table")
+
+
 def test_every_number_in_the_readme_demo_section_comes_from_the_report():
     demo = _demo()
     readme = (ROOT / "README.md").read_text()
     section = readme.split(demo.BEGIN, 1)[1].split(demo.END, 1)[0]
     claims = (ROOT / "docs" / "demo_claims.md").read_text()
     assert section.strip(), "the README's demo section is empty: run python scripts/demo.py --docs docs"
-    missing = _numbers(section) - _numbers(claims)
-    assert not missing, f"numbers in the README's demo section that no report wrote: {sorted(missing)}"
+    _tied_to_cells(section, claims, "the README's demo section")
     assert "chosen on validation" in section and "accepted/proposed" in section
 
 
@@ -49,8 +111,7 @@ def test_every_number_in_the_readme_real_demo_section_comes_from_its_report():
     assert section.strip(), (
         "the README's real-demo section is empty: run python scripts/demo_real.py --docs docs"
     )
-    missing = _numbers(section) - _numbers(claims)
-    assert not missing, f"numbers in the README's real-demo section that no report wrote: {sorted(missing)}"
+    _tied_to_cells(section, claims, "the README's real-demo section")
     assert "XSum test articles" in section and "accepted/proposed" in section
 
 
@@ -64,8 +125,7 @@ def test_every_number_in_the_readme_pair_demo_section_comes_from_its_report():
     assert section.strip(), (
         "the README's pair-demo section is empty: run scripts/demo_real.py --pair qwen25coder --docs docs"
     )
-    missing = _numbers(section) - _numbers(claims)
-    assert not missing, f"numbers in the README's pair-demo section that no report wrote: {sorted(missing)}"
+    _tied_to_cells(section, claims, "the README's pair-demo section")
     assert "qwen25coder" in section and "Static w=0.84 (DIVERSED's mean w on validation rows" in section
 
 
