@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint clean real-setup demo-real
+.PHONY: setup demo demo-full test lint clean real-setup demo-real
 
 # bubblewrap is the code sandbox's strongest layer (diversed/tasks/execution.py): installed where apt-get
 # and root allow; without it the other layers run and say what is not enforced.
@@ -39,7 +39,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# `make demo`: a first look in a few minutes (1 seed, 40 prompts, N = 5, T = 1); `make demo-full`: the
+# run the README quotes (3 seeds, 100 prompts, N = 3 and 5, T = 1 and 0.1, batch-1 timing).
 demo: setup
+	$(PY) scripts/demo.py --quick --out outputs/demo_quick
+
+demo-full: setup
 	$(PY) scripts/demo.py
 
 # Real models without the Hub (README "Real models on a laptop"): the registry packages' GGUF files,

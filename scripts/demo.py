@@ -13,12 +13,18 @@
    against each baseline) and the figures; `--docs` copies the README's figures and writes the
    README's demo results between its markers from the report's claims.md, so no number there is typed.
 Steps 2-5 run exactly the commands a user would type; everything goes under `--out`.
+
+`--quick` (`make demo`) is a first look in a few minutes: one seed, 40 prompts, N = 5 and T = 1, a
+smaller grid and no timing, so its report has no time column. The README quotes the full run
+(`make demo-full`, `--docs docs`), never a quick one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +100,16 @@ DOCS = (
 
 
 # The demo grid, the same on both splits (the validation sweep has only the knob families and no timing).
+# `--quick` (what `make demo` runs: a first look in a few minutes) keeps N = 5 and T = 1 and fewer points.
+QUICK = (
+    "sweep.draft_lengths=[5]",
+    "sweep.temperatures=[1.0]",
+    "sweep.weights=[0.0,0.4,0.8,1.0]",
+    "sweep.lenience=[0.6]",
+    "sweep.cascade_rules=[opt]",
+    "sweep.cascade_alphas=[0.3]",
+    "sweep.typical_epsilons=[0.05,0.3]",
+)
 GRID = (
     "sweep.draft_lengths=[3,5]",
     "sweep.temperatures=[1.0,0.1]",
@@ -122,6 +138,138 @@ def fill_readme(readme: Path, text: str, markers: tuple[str, str] = (BEGIN, END)
     readme.write_text(f"{head}{begin}\n{text.strip()}\n{end}{rest.split(end, 1)[1]}")
 
 
+# A cell "83.33 [77.00, 88.33] (w=1)*": estimate, interval, and what follows (a knob note, a verdict).
+CELL = re.compile(r"^(-?\d+(?:\.\d+)?) \[(-?\d+(?:\.\d+)?), (-?\d+(?:\.\d+)?)\](.*)$")
+
+
+def _row_cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
+    """Two builds' claims (the same report from two machines or builds: same tables, rows and columns) as
+    one: each cell with an interval keeps build A's estimate with the HULL of both builds' 95 % intervals
+    ("the interval that holds across builds"); where the text after the interval differs (another knob
+    chosen, another verdict) the cell says both. Returns the text, counts {cells, inside, differ_note}
+    (inside: cells whose build-B estimate lies within build A's own interval) and the cells where it
+    does not, as "table | row | column: A v [l, h], B v'". Prose lines are A's."""
+    b_cells: dict[tuple[str, str, str], str] = {}
+    title, header = None, []
+    for line in b.splitlines():
+        if m := re.match(r"\*\*(.+?)\*\*", line):
+            title, header = m.group(1), []
+        elif line.startswith("|---"):
+            continue
+        elif line.startswith("|"):
+            cells = _row_cells(line)
+            if not header:
+                header = cells
+                continue
+            for col, cell in zip(header[3:], cells[3:], strict=True):
+                b_cells[(title, " | ".join(cells[:3]), col)] = cell
+    out, counts, outside = [], {"cells": 0, "inside": 0, "differ_note": 0}, []
+    title, header = None, []
+    for line in a.splitlines():
+        if m := re.match(r"\*\*(.+?)\*\*", line):
+            title, header = m.group(1), []
+        if not line.startswith("|") or line.startswith("|---"):
+            out.append(line)
+            continue
+        cells = _row_cells(line)
+        if not header:
+            header = cells
+            out.append(line)
+            continue
+        row = " | ".join(cells[:3])
+        merged = cells[:3]
+        for col, cell in zip(header[3:], cells[3:], strict=True):
+            other = b_cells.get((title, row, col))
+            ma, mb = CELL.match(cell), CELL.match(other or "")
+            if ma is None or mb is None:
+                merged.append(cell if other in (None, cell) else f"{cell} (build B: {other})")
+                continue
+            la, ha, rest_a = float(ma[2]), float(ma[3]), ma[4]
+            _ = float(ma[1]), float(ma[2]), float(ma[3]), ma[4]
+            vb, lb, hb, rest_b = float(mb[1]), float(mb[2]), float(mb[3]), mb[4]
+            digits = len(ma[1].split(".")[1]) if "." in ma[1] else 0
+            counts["cells"] += 1
+            if la <= vb <= ha:
+                counts["inside"] += 1
+            else:
+                outside.append(f"{title} | {row} | {col}: A {cell}, B {other}")
+            note = rest_a if rest_a == rest_b else f"{rest_a} (build B:{rest_b or ' –'})"
+            counts["differ_note"] += rest_a != rest_b
+            merged.append(f"{ma[1]} [{min(la, lb):.{digits}f}, {max(ha, hb):.{digits}f}]{note}")
+        out.append("| " + " | ".join(merged) + " |")
+    return "\n".join(out) + "\n", counts, outside
+
+
+def build_record(args: argparse.Namespace, took: dict[str, float], seconds: float) -> dict:
+    """What a run was and where it ran (out/demo_run.json): its size, its steps' times and the build."""
+    return {
+        "seeds": args.seeds,
+        "n_examples": args.n_examples,
+        "quick": args.quick,
+        "minutes": seconds / 60,
+        "took": took,
+        "cpu_cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"),
+    }
+
+
+def _run_line(record: dict, name: str) -> str:
+    took = record["took"]
+    return (
+        f"{name}: {record['seeds']} seeds × {record['n_examples']} prompts per task and split, "
+        f"{record['minutes']:.1f} min on {record['cpu_cores']} CPU cores ({record['torch_threads']} torch "
+        f"thread{'s' * (record['torch_threads'] != 1)}, kernels for {record['cpu_capability']}, torch "
+        f"{record['torch']}) for steps 1-5: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + "."
+    )
+
+
+def docs(args: argparse.Namespace, out: Path) -> None:
+    """--docs: copy the README's figures, write docs/demo_claims.md and fill the README's demo section:
+    one build's claims, or with --build-b the cells across both builds (`across_builds`), each build's own
+    claims kept beside them (demo_claims_build_a.md, _b.md)."""
+    where = Path(args.docs)
+    where.mkdir(parents=True, exist_ok=True)
+    for name in DOCS:
+        shutil.copy(out / "report" / "figures" / name, where / name)
+    learned = sorted((out / "report" / "figures").glob("w_by_token_class_toy_toy_T1_N5_head-toy-*.png"))
+    if learned:
+        shutil.copy(learned[0], where / "w_by_token_class_toy_T1.png")
+    a = json.loads((out / "demo_run.json").read_text())
+    claims = (out / "report" / "claims.md").read_text()
+    if not args.build_b:
+        text = claims + "\n" + _run_line(a, "This run") + "\n"
+    else:
+        other = Path(args.build_b)
+        b = json.loads((other / "demo_run.json").read_text())
+        claims_b = (other / "report" / "claims.md").read_text()
+        (where / "demo_claims_build_a.md").write_text(claims + "\n" + _run_line(a, "Build A") + "\n")
+        (where / "demo_claims_build_b.md").write_text(claims_b + "\n" + _run_line(b, "Build B") + "\n")
+        merged, counts, outside = across_builds(claims, claims_b)
+        text = (
+            "The same run on two builds; every interval below is the hull of both builds' 95 % intervals "
+            "(the interval that holds across them), every estimate build A's; a cell whose knob or verdict "
+            "differs says build B's. Build B's estimate lay inside build A's own interval in "
+            f"{counts['inside']} of {counts['cells']} cells"
+            + (f" (outside: {'; '.join(outside)})" if outside else "")
+            + ".\n\n"
+            + merged
+            + "\n"
+            + _run_line(a, "Build A")
+            + "\n\n"
+            + _run_line(b, "Build B")
+            + "\n"
+        )
+    (where / "demo_claims.md").write_text(text)
+    fill_readme(Path(args.readme), text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=8, help="toy test prompts to decode in step 1")
@@ -138,75 +286,112 @@ def main() -> None:
         "--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme"
     )
     parser.add_argument("--readme", default="README.md", help="the README whose demo results --docs rewrites")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a first look (`make demo`): 1 seed, 40 prompts, N = 5, T = 1, a smaller grid, no batch-1 "
+        "timing; the README's numbers come from the full run (`make demo-full`)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="skip steps 1-4: re-run the report on --out's records (the run's times from its demo_run.json)",
+    )
+    parser.add_argument(
+        "--build-b",
+        default=None,
+        help="with --docs: the --out of the same demo run on another build (other threads or instruction "
+        "set); the README then gives each cell's interval across both builds (`across_builds`)",
+    )
     args = parser.parse_args()
-    out = Path(args.out)
-    start, took = time.perf_counter(), {}
-
-    print("=== 1. the toy pair, and speculative decoding on a few prompts", flush=True)
-    decode(args)
-    heads = [out / f"train_{t}" / "head" for t in TASKS]
-    for task in TASKS:
-        took[f"train {task}"] = run(
-            f"2. train a weight head on {task}",
-            "-m",
-            "diversed.train",
-            "+experiment=toy",
-            f"task={task}",
-            "logger=csv",
-            f"hydra.run.dir={out / f'train_{task}'}",
-            "trainer.enable_progress_bar=false",
-        )
-    for task in TASKS:
-        took[f"distill {task}"] = run(
-            f"3. fine-tune the draft on {task}",
-            "-m",
-            "diversed.distill",
-            "+experiment=distill_toy",
-            f"task={task}",
-            "logger=csv",
-            f"hydra.run.dir={out / f'distill_{task}'}",
-            "trainer.enable_progress_bar=false",
-        )
-    seeds = f"sweep.num_seeds={args.seeds}"
-    families = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"
-    for task in TASKS:
-        took[f"validation {task}"] = run(
-            f"4a. sweep the knob families on {task}'s validation split (the report chooses settings there)",
-            "-m",
-            "diversed.evaluate",
-            "+experiment=toy",
-            f"task={task}",
-            "task.split=validation",
-            f"task.n_examples={args.n_examples}",
-            f"hydra.run.dir={out / f'validation_{task}'}",
-            families,
-            seeds,
-            *GRID,
-            "timing.warmup=0",
-            "timing.repeats=0",
-            "runtime.progress=false",
-        )
-    for task in TASKS:
-        took[f"sweep {task}"] = run(
-            f"4. sweep every method on {task}",
-            "-m",
-            "diversed.evaluate",
-            "+experiment=toy",
-            f"task={task}",
-            f"task.n_examples={args.n_examples}",
-            f"hydra.run.dir={out / f'sweep_{task}'}",
-            "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
-            seeds,
-            *GRID,
-            f"sweep.heads=[{','.join(map(str, heads))}]",
-            f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
-            "sweep.token_w=true",
+    if args.build_b and not args.docs:
+        parser.error("--build-b goes with --docs (it merges two builds' reports into the README's numbers)")
+    if args.quick and args.docs:
+        parser.error("--docs writes the README's numbers: they come from the full run, not --quick")
+    if args.quick:
+        args.seeds, args.n_examples = min(args.seeds, 1), min(args.n_examples, 40)
+    grid = QUICK if args.quick else GRID
+    timing = (
+        ("timing.repeats=0", "timing.warmup=0")
+        if args.quick
+        else (
             "timing.repeats=5",
             "timing.latency=true",
             "timing.latency_repeats=3",
             "timing.latency_examples=20",
-            "runtime.progress=false",
         )
+    )
+    out = Path(args.out)
+    start, took = time.perf_counter(), {}
+
+    run_file = out / "demo_run.json"
+    if args.report_only:
+        if not run_file.is_file():
+            parser.error(f"--report-only: {run_file} is missing (run the demo into --out {out} first)")
+        took = json.loads(run_file.read_text())["took"]
+    else:
+        print("=== 1. the toy pair, and speculative decoding on a few prompts", flush=True)
+        decode(args)
+        heads = [out / f"train_{t}" / "head" for t in TASKS]
+        for task in TASKS:
+            took[f"train {task}"] = run(
+                f"2. train a weight head on {task}",
+                "-m",
+                "diversed.train",
+                "+experiment=toy",
+                f"task={task}",
+                "logger=csv",
+                f"hydra.run.dir={out / f'train_{task}'}",
+                "trainer.enable_progress_bar=false",
+            )
+        for task in TASKS:
+            took[f"distill {task}"] = run(
+                f"3. fine-tune the draft on {task}",
+                "-m",
+                "diversed.distill",
+                "+experiment=distill_toy",
+                f"task={task}",
+                "logger=csv",
+                f"hydra.run.dir={out / f'distill_{task}'}",
+                "trainer.enable_progress_bar=false",
+            )
+        seeds = f"sweep.num_seeds={args.seeds}"
+        families = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"
+        for task in TASKS:
+            took[f"validation {task}"] = run(
+                f"4a. sweep the knob families on {task}'s validation split (the report chooses there)",
+                "-m",
+                "diversed.evaluate",
+                "+experiment=toy",
+                f"task={task}",
+                "task.split=validation",
+                f"task.n_examples={args.n_examples}",
+                f"hydra.run.dir={out / f'validation_{task}'}",
+                families,
+                seeds,
+                *grid,
+                "timing.warmup=0",
+                "timing.repeats=0",
+                "runtime.progress=false",
+            )
+        for task in TASKS:
+            took[f"sweep {task}"] = run(
+                f"4. sweep every method on {task}",
+                "-m",
+                "diversed.evaluate",
+                "+experiment=toy",
+                f"task={task}",
+                f"task.n_examples={args.n_examples}",
+                f"hydra.run.dir={out / f'sweep_{task}'}",
+                "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
+                seeds,
+                *grid,
+                f"sweep.heads=[{','.join(map(str, heads))}]",
+                f"sweep.draft_models=[{out / f'distill_{task}' / 'draft'}]",
+                "sweep.token_w=true",
+                *timing,
+                "runtime.progress=false",
+            )
     took["report"] = run(
         "5. the report: Tables 1-3 and figures",
         "-m",
@@ -215,25 +400,12 @@ def main() -> None:
         "--out",
         str(out / "report"),
     )
-    if args.docs:
-        Path(args.docs).mkdir(parents=True, exist_ok=True)
-        for name in DOCS:
-            shutil.copy(out / "report" / "figures" / name, Path(args.docs) / name)
-        learned = sorted((out / "report" / "figures").glob("w_by_token_class_toy_toy_T1_N5_head-toy-*.png"))
-        if learned:
-            shutil.copy(learned[0], Path(args.docs) / "w_by_token_class_toy_T1.png")
-        minutes = (time.perf_counter() - start) / 60
-        timing = (
-            f"This run: {args.seeds} seeds × {args.n_examples} prompts per task and split, "
-            f"{minutes:.1f} min on {os.cpu_count()} CPU cores for steps 1-5 "
-            "(with the toy pair's build where it was not cached): "
-            + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
-            + "."
+    if not args.report_only:
+        run_file.write_text(
+            json.dumps(build_record(args, took, time.perf_counter() - start), indent=1) + "\n"
         )
-        claims = (out / "report" / "claims.md").read_text()
-        (Path(args.docs) / "demo_claims.md").write_text(claims + "\n" + timing + "\n")
-        fill_readme(Path(args.readme), claims + "\n" + timing + "\n")
-
+    if args.docs:
+        docs(args, out)
     print(
         f"\n=== done in {(time.perf_counter() - start) / 60:.1f} min: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())

@@ -99,6 +99,10 @@ def test_every_number_in_the_readme_demo_section_comes_from_the_report():
     claims = (ROOT / "docs" / "demo_claims.md").read_text()
     assert section.strip(), "the README's demo section is empty: run python scripts/demo.py --docs docs"
     _tied_to_cells(section, claims, "the README's demo section")
+    build_a, build_b = (ROOT / "docs" / f"demo_claims_build_{x}.md" for x in "ab")
+    if build_a.is_file():  # two builds: every cell is the hull of the two reports' cells
+        merged, _, _ = demo.across_builds(build_a.read_text(), build_b.read_text())
+        _tied_to_cells(section, merged + "\n" + claims, "the README's demo section against both builds")
     assert "chosen on validation" in section and "accepted/proposed" in section
 
 
@@ -151,3 +155,18 @@ def test_the_pair_demo_reads_the_heads_mean_w_from_its_dynamic_points(tmp_path):
     ]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert demo.mean_w_of(tmp_path) == pytest.approx(0.5)
+
+
+def test_two_builds_give_each_cell_the_hull_of_their_intervals():
+    demo = _demo()
+    head = "**Table (T = 1)**: caption\n\n| pair | method | N | toy: q | toy: time |\n|---|---|---|---|---|\n"
+    a = head + "| toy | AR | – | 84.00 [78.00, 89.00] | 1.00 [1.00, 1.00] b1 |\n"
+    a += "| toy | Static | 5 | 82.00 [75.67, 87.67] (w=1)* | 1.06 [0.53, 1.59] b1 |\n"
+    b = head + "| toy | AR | – | 99.00 [97.33, 99.67] | 1.00 [1.00, 1.00] b1 |\n"
+    b += "| toy | Static | 5 | 80.00 [74.00, 86.00] (w=0.8) | 0.98 [0.60, 1.40] b1 |\n"
+    text, counts, outside = demo.across_builds(a, b)
+    assert "| toy | AR | – | 84.00 [78.00, 99.67] | 1.00 [1.00, 1.00] b1 |" in text  # A's estimate, the hull
+    assert "| toy | Static | 5 | 82.00 [74.00, 87.67] (w=1)* (build B: (w=0.8)) | 1.06 [0.53, 1.59] b1 |" in text
+    assert counts == {"cells": 4, "inside": 3, "differ_note": 1}
+    assert outside == ["Table (T = 1) | toy | AR | – | toy: q: A 84.00 [78.00, 89.00], B 99.00 [97.33, 99.67]"]
+    assert text.startswith("**Table (T = 1)**: caption")
