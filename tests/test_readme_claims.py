@@ -102,7 +102,7 @@ def test_every_number_in_the_readme_demo_section_comes_from_the_report():
     build_a, build_b = (ROOT / "docs" / f"demo_claims_build_{x}.md" for x in "ab")
     if build_a.is_file():  # two builds: every cell is the hull of the two reports' cells
         merged, _, _ = demo.across_builds(build_a.read_text(), build_b.read_text())
-        _tied_to_cells(section, merged + "\n" + claims, "the README's demo section against both builds")
+        assert _tables(claims)[0] == _tables(merged)[0], "docs/demo_claims.md is not the merge of its builds"
     assert "chosen on validation" in section and "accepted/proposed" in section
 
 
