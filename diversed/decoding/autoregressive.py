@@ -9,8 +9,13 @@ separate reference). Greedy takes argmax of the logits, as `generate` does.
 
 With a draft and an ensemble verifier it samples each token from v = w·p + (1 − w)·q (the
 verifier's bonus distribution given both models), one target and one draft forward per token:
-what a training rollout from v costs without speculation. Sampled p and q are the engine's:
-softmax(logits / T), truncated alike if asked (`top_k`, `top_p`).
+what a training rollout from v costs without speculation. With a verifier and no draft, each step is
+the engine's round without drafts: the token is drawn from the verifier's bonus law given p alone,
+`verifier.bonus(p, None, None)` (a rule whose bonus needs q is refused); with `TypicalAcceptance`
+that is typical(p), p truncated as typical acceptance truncates it (`rules.typical_truncation`): the
+baseline that says how much of typical acceptance's quality the truncation alone gives. Greedy, it
+takes `verifier.greedy_bonus` of the logits, argmax as without one. Sampled p and q are the
+engine's: softmax(logits / T), truncated alike if asked (`top_k`, `top_p`).
 
 `record` hands the target's own laws to the caller as it decodes (`Step`): at step t the raw
 logits at slot P + t − 1, which predict that step's token, and at step 0 also the final hidden
@@ -97,17 +102,27 @@ def autoregressive_generate(
     prompt_cache: PromptCache | None = None,
 ) -> SpeculativeOutput:
     """Generate up to `max_new_tokens` per row, one target forward (and, with `draft` and
-    `verifier`, one draft forward) per token. Prompts must be left-padded; `stop`, `top_k`,
-    `top_p` and `prompt_cache` are as in `speculative_generate` (p and q truncated alike when sampling);
-    `record` is called with each step's target laws (`Step`) and changes nothing drawn. Returns
-    `(sequences, stats)`."""
+    `verifier`, one draft forward) per token: from p, from v (`draft` and an ensemble `verifier`),
+    or from the bonus law of a `verifier` given p alone (no `draft`: typical acceptance's typical(p)).
+    Prompts must be left-padded; `stop`, `top_k`, `top_p` and `prompt_cache` are as in
+    `speculative_generate` (p and q truncated alike when sampling); `record` is called with each
+    step's target laws (`Step`) and changes nothing drawn. Returns `(sequences, stats)`."""
     check_decoding(max_new_tokens, temperature, top_k, top_p)
     check_prompts(input_ids, attention_mask, device_of(target))
-    if (draft is None) != (verifier is None):
-        raise ValueError("give both draft and verifier (sampling from v) or neither (the target alone)")
-    if verifier is not None and not isinstance(verifier, Ensemble):
+    if draft is not None and verifier is None:
+        raise ValueError("give both draft and verifier (sampling from v) or no draft (the target alone)")
+    if draft is not None and not isinstance(verifier, Ensemble):
         raise ValueError(
             f"sampling from v needs an ensemble verifier (v = w·p + (1 − w)·q), got {type(verifier).__name__}"
+        )
+    if (
+        draft is None
+        and verifier is not None
+        and (verifier.bonus_needs_draft("ensemble") or verifier.needs_hidden)
+    ):
+        raise ValueError(
+            "without a draft, tokens come from the verifier's bonus law given p alone; "
+            f"{type(verifier).__name__}'s needs the draft: give the draft"
         )
     if record is not None and not callable(record):
         raise ValueError(f"record must be a callable (Step -> None), got {type(record).__name__}")
@@ -172,6 +187,12 @@ def autoregressive_generate(
         w = None
         if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
             x = logits_p.argmax(-1) if greedy else sample(dist(logits_p), noise=noise)
+        elif draft is None:  # the engine's round without drafts: the rule's bonus law given p alone
+            x = (
+                verifier.greedy_bonus(logits_p, None, None)
+                if greedy
+                else sample(verifier.bonus(dist(logits_p), None, None), noise=noise)
+            )
         else:  # from v = w·p + (1 − w)·q
             (logits_q, h_d) = outs[1]
             p, q = dist(logits_p), dist(logits_q[:, -1])

@@ -18,8 +18,11 @@ Notation as in `verify.py`: p target, q draft (after temperature), a drafted tok
   defaults ε = 0.09, δ = 0.3 as in its `medusa_generate`): accept x if
   p(x) > min(ε, δ·exp(−H(p))), a deterministic test. The token after the accepted prefix, at a
   rejection and after a full round alike, is sampled from p restricted to the tokens that pass
-  the same test (Medusa's `get_typical_one_token`; its "fast" mode takes argmax p instead).
-  Greedy: accept while x = argmax p, then argmax p (Medusa at temperature 0).
+  the same test (Medusa's `get_typical_one_token`; its "fast" mode takes argmax p instead), renormalised:
+  `typical_truncation`. Greedy: accept while x = argmax p, then argmax p (Medusa at temperature 0).
+  Its autoregressive baseline draws every token from that law (`autoregressive_generate` with this
+  verifier and no draft; the method `autoregressive_typical`), so a quality gap between typical
+  acceptance and plain autoregressive decoding can be split into the truncation's share and the rest.
 
 Each accepts batched inputs and runs through `speculative_generate` unchanged. It does not
 decide anything the interface does not pass in (no model calls, no state between rounds).
@@ -118,6 +121,14 @@ def typical_threshold(p: Tensor, epsilon: float, delta: float) -> Tensor:
     return torch.clamp(delta * torch.exp(-entropy(p)), max=epsilon)
 
 
+def typical_truncation(p: Tensor, epsilon: float, delta: float) -> Tensor:
+    """typical(p): p restricted to the tokens that pass typical acceptance's test, renormalised
+    (never empty: δ ≤ 1 keeps argmax p, since p_max ≥ exp(−H(p)))."""
+    # typical(p)(x) = p(x)·1[p(x) ≥ τ] / Σ_y p(y)·1[p(y) ≥ τ],  τ = min(ε, δ·exp(−H(p)))
+    kept = torch.where(p >= typical_threshold(p, epsilon, delta).unsqueeze(-1), p, 0.0)
+    return kept / kept.sum(-1, keepdim=True)
+
+
 class TypicalAcceptance(Verifier):
     """Medusa's typical acceptance: accept x if p(x) > min(ε, δ·exp(−H(p)))."""
 
@@ -132,16 +143,11 @@ class TypicalAcceptance(Verifier):
     def accept(self, p, q, x, w, generator) -> Tensor:
         return at_token(p, x) > typical_threshold(p, self.epsilon, self.delta)
 
-    def _typical(self, p: Tensor) -> Tensor:
-        """p restricted to the tokens that pass the test, renormalised (never empty: δ ≤ 1 keeps argmax p)."""
-        kept = torch.where(p >= typical_threshold(p, self.epsilon, self.delta).unsqueeze(-1), p, 0.0)
-        return kept / kept.sum(-1, keepdim=True)
-
     def rejection(self, p, q, w) -> Tensor:
-        return self._typical(p)
+        return typical_truncation(p, self.epsilon, self.delta)
 
     def bonus(self, p, q: Any, w) -> Tensor:
-        return self._typical(p)
+        return typical_truncation(p, self.epsilon, self.delta)
 
     def extra_repr(self) -> str:
         return f"epsilon={self.epsilon}, delta={self.delta}"
