@@ -38,31 +38,32 @@ def grid(
     sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Grid points in run order: per temperature, the non-speculative methods first (in the registry's
-    order), then per N each speculative method at each combination of its knobs' values (`sweep.<key>`
-    per knob, its default grid where the config has none; heads and fine-tuned drafts as checked, by
-    path), skipping combinations the method does not have."""
+    order), then per N each speculative method; each at each combination of its knobs' values
+    (`sweep.<key>` per knob, its default grid where the config has none; heads and fine-tuned drafts
+    as checked, by path), skipping combinations the method does not have."""
     import itertools
 
     checked = {"heads": list(heads), "draft_models": list(drafts or {})}
     methods = [m for m in METHODS if m in set(sweep["methods"])]
+
+    def points(name: str, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        m = METHODS[name]
+        values = [
+            checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default)) for k in m.knobs
+        ]
+        for combination in itertools.product(*values):
+            point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}
+            if m.valid is None or m.valid(point):
+                yield point
+
     for temperature in sweep["temperatures"]:
         for name in methods:
             if not METHODS[name].speculative:
-                yield {"method": name, "temperature": float(temperature)}
+                yield from points(name, {"temperature": float(temperature)})
         for n in sweep["draft_lengths"]:
-            base = {"temperature": float(temperature), "num_draft_tokens": int(n)}
             for name in methods:
-                m = METHODS[name]
-                if not m.speculative:
-                    continue
-                values = [
-                    checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default))
-                    for k in m.knobs
-                ]
-                for combination in itertools.product(*values):
-                    point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}
-                    if m.valid is None or m.valid(point):
-                        yield point
+                if METHODS[name].speculative:
+                    yield from points(name, {"temperature": float(temperature), "num_draft_tokens": int(n)})
 
 
 def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifier | None:

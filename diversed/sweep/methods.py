@@ -6,7 +6,8 @@ A `Knob` is one setting a method is swept over: the record field that holds it (
 and its default grid. A `Method` has a name (the `method` field of a results record), a label for
 tables and legends, whether it is speculative (it has a draft length N and an acceptance rate),
 which decoding loop runs it (the engine, our autoregressive loop, or transformers' own), its
-knobs, the knob drawn as a line (its family), and how to build its verifier for a grid point.
+knobs, the knob drawn as a line (its family), and how to build its verifier for a grid point (on
+our autoregressive loop, a verifier without a draft gives the law each token is drawn from).
 
 Everything else derives from the registered methods: the settings schema validates each knob's
 `sweep.<key>` (`schema.py`), `evaluate` expands its grid from the knobs' lists, `results` writes,
@@ -162,7 +163,8 @@ class Method:
                  product of their `sweep.<key>` lists
     verifier     (point, heads) -> the engine's `Verifier` for a grid point: `point` maps each knob's
                  field to its value (and method, temperature, num_draft_tokens); `heads` the loaded
-                 weighting heads by path (only `dynamic` reads them)
+                 weighting heads by path (only `dynamic` reads them). On the autoregressive decoder
+                 (no draft) each token is drawn from its bonus law given p (`autoregressive_generate`)
     family       the field of the knob drawn as a line (a front) and chosen per table; the other
                  knobs name the line
     batch_one    decoded one example at a time whatever sweep.batch_size (transformers' assisted)
@@ -202,8 +204,11 @@ class Method:
             raise ValueError(
                 f"method {self.name} runs on the engine: give it verifier=(point, heads) -> Verifier"
             )
-        if self.knobs and not self.speculative:
-            raise ValueError(f"method {self.name}: a non-speculative method has no knobs to sweep")
+        if self.knobs and not self.speculative and not (self.decoder == "autoregressive" and self.verifier):
+            raise ValueError(
+                f"method {self.name}: a non-speculative method's knobs set the law our autoregressive loop "
+                "draws from: give it decoder='autoregressive' and verifier=(point, heads) -> Verifier"
+            )
         if self.family is not None and self.family not in self.fields:
             raise ValueError(
                 f"method {self.name}: family {self.family!r} is not one of its knobs' fields {self.fields}"
@@ -616,6 +621,23 @@ for _method in (
         marker="d",
         line="-.",
         summary="Medusa's typical acceptance: accept x if p(x) > min(ε, δ·exp(−H(p)))",
+    ),
+    Method(
+        "autoregressive_typical",
+        "Autoregressive, typical ε={typical_epsilon:g} δ={typical_delta:g}",
+        speculative=False,
+        decoder="autoregressive",
+        knobs=(TYPICAL_EPSILON, TYPICAL_DELTA),
+        verifier=_typical,  # without a draft: every token from its bonus law, typical(p)
+        family="typical_epsilon",
+        row="Autoregressive, typical-truncated p",
+        marker="X",
+        line=(0, (3, 1, 1, 1, 1, 1)),
+        summary=(
+            "the target alone, each token from p truncated as typical acceptance truncates it (the tokens "
+            "with p(x) ≥ min(ε, δ·exp(−H(p))), renormalised): typical acceptance's quality from the "
+            "truncation alone"
+        ),
     ),
     Method(
         "dynamic",

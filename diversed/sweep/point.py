@@ -112,9 +112,15 @@ def decode(
             num_draft_tokens=point["num_draft_tokens"],
             **common,
         )
-    if method.decoder == "autoregressive":
+    if method.decoder == "autoregressive":  # with a verifier: each token from its law given p
         return autoregressive_generate(
-            pair.target, ids, mask, generator=generator, prompt_cache=prompt_cache, **common
+            pair.target,
+            ids,
+            mask,
+            verifier=verifier,
+            generator=generator,
+            prompt_cache=prompt_cache,
+            **common,
         )
     return speculative_generate(
         pair.target,
