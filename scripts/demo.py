@@ -6,7 +6,8 @@
 3. `python -m diversed.distill` fine-tunes the draft per task (the "SD with a fine-tuned draft" row);
 4. `python -m diversed.evaluate` sweeps the knob families on each task's VALIDATION split (where the
    report chooses their settings), then every method on the test split: autoregressive, lossless,
-   the fine-tuned draft, the static ensemble, lossy SD, cascades, typical acceptance, and BOTH heads
+   the fine-tuned draft, the static ensemble, lossy SD, cascades, typical acceptance and its
+   autoregressive baseline (every token from the typical-truncated p), and BOTH heads
    (each on its own task and on the other: the transfer table), with per-token w and batch-1
    latency, every point once per seed (`--seeds`; resumable: re-running skips finished points);
 5. `python -m diversed.report` writes Tables 1-3 (intervals over examples and seeds, DIVERSED paired
@@ -356,7 +357,7 @@ def main() -> None:
                 "trainer.enable_progress_bar=false",
             )
         seeds = f"sweep.num_seeds={args.seeds}"
-        families = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"
+        families = "sweep.methods=[autoregressive,static,lossy,cascade,typical,autoregressive_typical]"
         for task in TASKS:
             took[f"validation {task}"] = run(
                 f"4a. sweep the knob families on {task}'s validation split (the report chooses there)",
@@ -383,7 +384,8 @@ def main() -> None:
                 f"task={task}",
                 f"task.n_examples={args.n_examples}",
                 f"hydra.run.dir={out / f'sweep_{task}'}",
-                "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical]",
+                "sweep.methods=[autoregressive,lossless,finetuned_draft,static,dynamic,lossy,cascade,typical,"
+                "autoregressive_typical]",
                 seeds,
                 *grid,
                 f"sweep.heads=[{','.join(map(str, heads))}]",
