@@ -10,7 +10,7 @@ of two ways:
   tested paired and one-sided (`compare.non_inferior`); the choice is then reported on the test run of
   the same protocol (`comparison_group`). Test scores never choose. A family without acceptance (an
   autoregressive baseline's truncation, e.g. `autoregressive_typical`'s ε) has none to maximise: its
-  best-scoring non-inferior setting is taken (NaN acceptance sorts first, so the score decides).
+  best-scoring non-inferior setting is taken (every acceptance missing, the score decides).
 - `best_at_quality` (the "oracle" view, labelled so): on the reported run itself, the most acceptance
   among settings whose score is within the AR run's 95 % half-width.
 
