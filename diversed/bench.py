@@ -755,7 +755,8 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--pair",
         default=d.pair,
         choices=("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs()),
-        help="toy pairs are built and cached on first use; random-llama-8b-1b: random weights with the "
+        help="toy: the pair shipped with the package; toy-tiny: built and cached on first use; "
+        "random-llama-8b-1b: random weights with the "
         "shapes of Llama-3.1-8B / 3.2-1B (a GPU: --device cuda --dtype bfloat16); smollm2, gemma3_270m "
         "and the paper's pairs: as configs/pair/<name>.yaml",
     )

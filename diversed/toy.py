@@ -1,4 +1,5 @@
-"""`python -m diversed.toy`: build (or reuse) the toy pair and print its report (`diversed.models.toy`)."""
+"""`python -m diversed.toy`: rebuild the toy pair (or reuse a cached rebuild), print its report and
+whether it is the shipped pair (`diversed.models.toy`)."""
 
 from diversed.models.toy import load_toy_pair, main  # noqa: F401 (configs from before models/ name the loader here)
 

@@ -55,9 +55,9 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str], str]]:
     """(name, entry point, arguments, expected: 'refuse' | 'warn')."""
     ev, tr, di = "diversed.evaluate", "diversed.train", "diversed.distill"
     out = [f"hydra.run.dir={tmp}/runs/${{now:%H%M%S%f}}"]
-    toy = Path(os.environ.get("DIVERSED_CACHE", Path.home() / ".cache/diversed")) / "toy"
-    build = next(toy.glob("*/target")).parent if toy.is_dir() and any(toy.glob("*/target")) else None
-    local = ["pair=local", f"pair.target={build / 'target'}"] if build else []
+    from diversed.models.toy import SHIPPED_DIR  # the default toy pair ships with the package
+
+    local = ["pair=local", f"pair.target={SHIPPED_DIR / 'target'}"]
     return [
         # unknown keys (what Hydra's own hint suggests for a typo)
         ("unknown sweep key", ev, [*CHEAP, "+sweep.weight=[0.9]", *out], "refuse"),
@@ -179,8 +179,9 @@ def setup(tmp: Path, tree: Path, env: dict[str, str]) -> None:
         if isinstance(member, dict):
             config["pair_identity"][role] = {"path": f"/models/other-{role}", "weights": "0123456789abcdef"}
     config_file.write_text(json.dumps(config))
-    toy = Path(env.get("DIVERSED_CACHE", Path.home() / ".cache/diversed")) / "toy"
-    draft = next(toy.glob("*/draft"))
+    from diversed.models.toy import SHIPPED_DIR  # the default toy pair ships with the package
+
+    draft = SHIPPED_DIR / "draft"
     shutil.copytree(
         draft, tmp / "draft_no_tok", ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*")
     )

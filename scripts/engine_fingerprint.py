@@ -12,7 +12,7 @@ statistic but
 the wall time, and how often the engine read a tensor on the host (`Tensor.cpu`, `.tolist`,
 `.item`, `.numpy`, `bool()`, `int()`), per round. Only the public API is used, so any two
 commits can be compared. The pair is the tiny random Llama pair of the tests (`tests/tiny_models.py`)
-and, with `--toy`, the toy pair with the toy task's stop sequences (built on first use).
+and, with `--toy`, the toy pair with the toy task's stop sequences (the one the package ships).
 """
 
 from __future__ import annotations

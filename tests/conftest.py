@@ -24,8 +24,8 @@ def toy_tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def toy_pair_dir():
-    """The default toy pair, built once (a few minutes on 2 cores) or reused from the cache
-    ($DIVERSED_CACHE/toy or ~/.cache/diversed/toy). For `slow` tests."""
+    """The default toy pair: the one shipped in diversed/models/toy_pair (digests checked, nothing
+    trained). For `slow` tests."""
     from diversed.models.toy import ensure_toy_pair
 
     return ensure_toy_pair(progress=False)

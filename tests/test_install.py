@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from diversed.models import toy
+
 ROOT = Path(__file__).resolve().parents[1]
 # every console script: `main` returns its exit status (tests/test_cli.py runs them)
 ENTRY_POINTS = {
@@ -67,6 +69,8 @@ def test_a_wheel_ships_the_configs_and_every_entry_point_composes(tmp_path):
     )
     assert "diversed/configs/train.yaml" in configs and "diversed/configs/pair/toy.yaml" in configs
     assert len(configs) == len(list((ROOT / "diversed" / "configs").rglob("*.yaml")))
+    shipped = target / "diversed" / "models" / "toy_pair"  # the toy pair ships whole, as committed
+    assert toy.verify_shipped(shipped) == shipped
     scripts = next(target.glob("diversed-*.dist-info")).joinpath("entry_points.txt").read_text()
     for name, function in ENTRY_POINTS.items():
         assert f"diversed-{name} = {function}" in scripts

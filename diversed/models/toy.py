@@ -1,19 +1,31 @@
-"""The toy pair: a tiny target and draft trained from scratch on CPU, saved like a Hub pair.
+"""The toy pair: a tiny target and draft trained from scratch on CPU, shipped like a Hub pair.
 
 Both models are Llama models trained on the toy corpus (`toy_corpus.py`: two-digit additions
 with free wording), each with its own house style for the wording, so p and q disagree there
 (TV about 0.25 per slot) although every phrasing is plausible to both. At the answer digits the
 target (4 layers x 128, weight decay 0.1, which makes it learn the carries in time) computes the
-sum, and the draft (1 layer x 64) gets close but is mostly wrong: about 1.0 vs 0.1 exact match,
-lossless acceptance about 0.45 at T = 1, N = 5. Lossless verification rejects draft tokens at
-both kinds of position; a context-dependent w can trust q at the wording (w low: more acceptance,
-same reward) and p at the digits (w high: right answers).
+sum, and the draft (1 layer x 64) gets close but is mostly wrong (the shipped pair: 1.00 vs 0.05
+exact match on additions, lossless acceptance 0.53 at T = 1, N = 5). Lossless verification
+rejects draft tokens at both kinds of position; a context-dependent w can trust q at the wording
+(w low: more acceptance, same reward) and p at the digits (w high: right answers).
 
-Build. `python -m diversed.toy` trains both models (2-3 minutes on 2 CPU cores), saves
-``target/`` and ``draft/`` with `save_pretrained` (config, safetensors, tokenizer), prints the
-quality gap and, last, the directory. It is cached under
-``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``) and
-built only when missing. The same seed gives the same weights.
+Shipped. The pair of the default build config (seed 0) ships with the package in ``toy_pair/``
+(``target/`` and ``draft/`` as `save_pretrained` writes them, the build's ``build.json``, and
+``manifest.json``: the build config's key, the sha256 of every file, one digest over them, and the
+machine, torch and CPU capability that built it). `load_toy_pair` loads it with no training and no
+cache write, after checking every digest: an altered, missing or extra file is refused with the
+fix. It is shipped, not built on first use, because a float-level difference between CPUs (kernels
+chosen per instruction set) changes training from its first steps: two machines building the same
+config get different models, and every number measured on them moves.
+
+Rebuilt. `python -m diversed.toy` trains the default pair from scratch (2-5 minutes on 2 CPU cores)
+into ``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``; a
+build found there is reused unless ``--force``), prints the quality gap, says whether the rebuild
+is identical to the shipped pair (file by file, and tensor by tensor where not), and prints the
+directory last. It never replaces the shipped pair unless asked (``--ship``, for a maintainer: the
+rebuild and a new manifest over ``toy_pair/``). Another build config (``--seed``, ``--tiny``, or a
+`ToyBuildConfig` passed to `load_toy_pair`) is built on first use and cached there, as before.
+One machine gives the same weights for the same config; another machine may not.
 
 It does not define the corpus or the tokenizer (`toy_corpus.py`) or score completions (the toy
 task).
@@ -26,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import shutil
 import sys
 import time
@@ -36,7 +49,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from diversed.errors import cli
+from diversed.errors import ConfigError, MissingFile, UserError, cli
 from diversed.models.toy_corpus import build_tokenizer, corpus, examples
 
 FORMAT_VERSION = 3  # bump when the corpus, tokenizer or training code changes the artefacts (3: two skills)
@@ -289,6 +302,31 @@ def evaluate(
 BUILD_THREADS = 1
 
 
+def build_machine() -> dict[str, Any]:
+    """What a build ran on, as far as it changes the floats: torch, its CPU kernels' instruction set,
+    the thread count of `build`, the CPU."""
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": BUILD_THREADS,
+        "cpu": cpu,
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "python": platform.python_version(),
+    }
+
+
 def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
     """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report."""
     out_dir = Path(out_dir)
@@ -344,6 +382,7 @@ def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True)
         "params": {role: sum(p.numel() for p in m.parameters()) for role, m in models.items()},
         "train_seconds": round(train_s, 1),
         "build_seconds": round(time.perf_counter() - t0, 1),
+        "built_on": build_machine(),
     }
     (out_dir / "build.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -354,15 +393,14 @@ def is_built(path: str | Path) -> bool:
     return (path / "build.json").is_file() and (path / "target").is_dir() and (path / "draft").is_dir()
 
 
-def ensure_toy_pair(
-    config: ToyBuildConfig | None = None,
+def build_cached(
+    config: ToyBuildConfig,
     *,
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> Path:
-    """The directory holding target/ and draft/ for `config`, built first if missing."""
-    config = config or ToyBuildConfig()
+    """The cache directory holding a build of `config`, trained first if missing (or `force`)."""
     path = pair_dir(config, cache_dir)
     if is_built(path) and not force:
         return path
@@ -379,6 +417,185 @@ def ensure_toy_pair(
     except OSError:  # another process finished the same build first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def ensure_toy_pair(
+    config: ToyBuildConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """The directory holding target/ and draft/ for `config`: the shipped pair, its digests
+    checked, for the default config (`cache_dir` unused; `force`: a rebuild in the cache instead);
+    else a cached build, trained first if missing."""
+    config = config or ToyBuildConfig()
+    if config.key() == ToyBuildConfig().key() and not force:
+        return verify_shipped()
+    return build_cached(config, cache_dir=cache_dir, force=force, progress=progress)
+
+
+# ----------------------------------------------------------------------------- the shipped pair
+
+
+SHIPPED_DIR = Path(__file__).with_name("toy_pair")
+MANIFEST = "manifest.json"
+REPORT = "build.json"  # in the manifest, but not compared with a rebuild's: it holds the build's timings
+SHIP_COMMAND = "python -m diversed.toy --force --ship"
+
+
+class ShippedPairError(UserError, ValueError):
+    """The shipped toy pair's files are not the ones its manifest records (or not the default
+    config's pair); the message names the file and the fix."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_digests(path: str | Path) -> dict[str, str]:
+    """sha256 of every file under `path` by its relative POSIX path, the manifest excepted."""
+    path = Path(path)
+    return {
+        f.relative_to(path).as_posix(): _sha256(f)
+        for f in sorted(path.rglob("*"))
+        if f.is_file() and f.relative_to(path).as_posix() != MANIFEST
+    }
+
+
+def combined_digest(files: dict[str, str]) -> str:
+    """One digest over a pair's files: the sha256 of the lines ``<sha256>  <path>`` sorted by path,
+    each ending in a newline (what ``sha256sum`` prints, run from the pair's directory)."""
+    return hashlib.sha256("".join(f"{files[k]}  {k}\n" for k in sorted(files)).encode()).hexdigest()
+
+
+def shipped_manifest(shipped: str | Path | None = None) -> dict[str, Any]:
+    path = Path(shipped or SHIPPED_DIR) / MANIFEST
+    if not path.is_file():
+        raise MissingFile(
+            f"the shipped toy pair has no manifest ({path} is missing): reinstall diversed, or restore "
+            f"the directory from git (git checkout -- diversed/models/toy_pair)"
+        )
+    return json.loads(path.read_text())
+
+
+def verify_shipped(shipped: str | Path | None = None, config: ToyBuildConfig | None = None) -> Path:
+    """The shipped pair's directory once every file matches its manifest's sha256, nothing is
+    missing or added beside the models, and the manifest's build config is `config` (default: the
+    default config's); else `ShippedPairError` naming the file and the fix."""
+    shipped = Path(shipped or SHIPPED_DIR)
+    manifest = shipped_manifest(shipped)
+    restore = (
+        "restore the shipped pair (git checkout -- diversed/models/toy_pair in a checkout, or "
+        "reinstall diversed); a maintainer shipping a new pair rebuilds and writes it with "
+        f"`{SHIP_COMMAND}`"
+    )
+    want, have = manifest["files"], file_digests(shipped)
+    for name in sorted(want.keys() | have.keys()):
+        if name not in have:
+            raise ShippedPairError(f"the shipped toy pair's file {shipped / name} is missing: {restore}")
+        if name not in want:
+            if name.split("/")[0] in ("target", "draft"):  # the model loader would read it
+                raise ShippedPairError(
+                    f"the shipped toy pair has a file its manifest does not list, {shipped / name}: "
+                    f"remove it, or {restore}"
+                )
+            continue
+        if have[name] != want[name]:
+            raise ShippedPairError(
+                f"the shipped toy pair's file {shipped / name} was altered (sha256 {have[name][:16]}..., "
+                f"the manifest {shipped / MANIFEST} records {want[name][:16]}...): {restore}"
+            )
+    if combined_digest(want) != manifest["digest"]:
+        raise ShippedPairError(f"the shipped toy pair's manifest {shipped / MANIFEST} was altered: {restore}")
+    key = (config or ToyBuildConfig()).key()
+    if manifest["key"] != key:
+        raise ShippedPairError(
+            f"the shipped toy pair was built from build config {manifest['key']}, and the default build "
+            f"config is now {key} (ToyBuildConfig or FORMAT_VERSION changed): rebuild and ship it with "
+            f"`{SHIP_COMMAND}`, then commit diversed/models/toy_pair"
+        )
+    return shipped
+
+
+def _tensor_diff(a: Path, b: Path) -> tuple[int, int, float]:
+    """(tensors that differ, tensors, max abs diff over those of equal shape) of both models."""
+    from safetensors.torch import load_file
+
+    n = total = 0
+    worst = 0.0
+    for role in ("target", "draft"):
+        x, y = (load_file(p / role / "model.safetensors") for p in (a, b))
+        for k in x.keys() | y.keys():
+            total += 1
+            if k not in x or k not in y or x[k].shape != y[k].shape:
+                n += 1
+            elif not torch.equal(x[k], y[k]):
+                n += 1
+                worst = max(worst, (x[k].double() - y[k].double()).abs().max().item())
+    return n, total, worst
+
+
+def compare_with_shipped(path: str | Path, shipped: str | Path | None = None) -> str:
+    """Whether the pair in `path` is the shipped one: every file's sha256 (the build report aside),
+    and where they differ, how many tensors do and by how much."""
+    path, shipped = Path(path), Path(shipped or SHIPPED_DIR)
+    try:
+        manifest = shipped_manifest(shipped)
+    except MissingFile:
+        return f"there is no shipped toy pair to compare with ({shipped / MANIFEST} is missing)"
+    theirs = {k: v for k, v in manifest["files"].items() if k != REPORT}
+    mine = {k: v for k, v in file_digests(path).items() if k != REPORT}
+    differ = sorted(k for k in theirs.keys() | mine.keys() if theirs.get(k) != mine.get(k))
+    if not differ:
+        return f"the rebuilt pair is identical to the shipped pair ({len(theirs)} files by sha256; {shipped})"
+    n, total, worst = _tensor_diff(shipped, path)
+    machine = manifest.get("built_on", {})
+    return (
+        f"the rebuilt pair differs from the shipped pair ({n} of {total} tensors differ, max abs diff "
+        f"{worst:.3g}; files: {', '.join(differ)}); the shipped pair is what the demo and README use "
+        f"({shipped}; built with torch {machine.get('torch', '?')}, CPU capability "
+        f"{machine.get('cpu_capability', '?')}; here: torch {torch.__version__}, "
+        f"{torch.backends.cpu.get_cpu_capability()})"
+    )
+
+
+def ship(path: str | Path, shipped: str | Path | None = None) -> dict[str, Any]:
+    """Write the pair built in `path` (target/, draft/, build.json) over the shipped directory with
+    a new manifest; returns the manifest. For a maintainer: the shipped pair is what everyone loads."""
+    path, shipped = Path(path), Path(shipped or SHIPPED_DIR)
+    report = json.loads((path / REPORT).read_text())
+    tmp = shipped.with_name(f".{shipped.name}.tmp-{os.getpid()}")
+    old = shipped.with_name(f".{shipped.name}.old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for role in ("target", "draft"):
+        shutil.copytree(path / role, tmp / role)
+    shutil.copy(path / REPORT, tmp / REPORT)
+    files = file_digests(tmp)
+    manifest = {
+        "key": report["key"],
+        "format_version": report["format_version"],
+        "seed": report["config"]["seed"],
+        "files": files,
+        "digest": combined_digest(files),
+        # build.json records the machine since it was added; a build from before, shipped here, was
+        # made on this machine unless its cache was copied
+        "built_on": report.get("built_on") or {**build_machine(), "recorded": "when shipped"},
+        "command": SHIP_COMMAND,
+    }
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if shipped.exists():
+        os.rename(shipped, old)
+    os.rename(tmp, shipped)
+    shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
+# ----------------------------------------------------------------------------- report and loaders
 
 
 def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
@@ -412,7 +629,9 @@ def load_toy_pair(
     forward: str = "auto",
     draft_quantize: str = "none",
 ):
-    """Build the toy pair if missing, then load it through `diversed.models.pair.load_pair` like any pair."""
+    """The toy pair through `diversed.models.pair.load_pair` like any pair: the shipped one, its
+    digests checked, for the default config (seed 0; `cache_dir` unused); another config's from the
+    cache, built first if missing."""
     from diversed.models.pair import load_pair
 
     config = config or ToyBuildConfig(seed=seed)
@@ -437,7 +656,7 @@ def toy_pair_files(
     config: ToyBuildConfig | None = None,
     **_: Any,
 ) -> tuple[dict[str, str], str]:
-    """Where `load_toy_pair` with these arguments finds target and draft (built first if missing),
+    """Where `load_toy_pair` with these arguments finds target and draft (checked or built first),
     for `pair.describe_pair`, which checks a pair's files before any weights are read."""
     path = ensure_toy_pair(config or ToyBuildConfig(seed=seed), cache_dir=cache_dir)
     return {"target": str(path / "target"), "draft": str(path / "draft")}, name
@@ -450,7 +669,7 @@ load_toy_pair.pair_files = toy_pair_files  # type: ignore[attr-defined]
 
 
 def run(argv: list[str] | None = None) -> Path:
-    """`python -m diversed.toy`: the pair's directory (printed last)."""
+    """`python -m diversed.toy`: the rebuilt pair's directory (printed last)."""
     parser = argparse.ArgumentParser(prog="python -m diversed.toy", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -458,12 +677,26 @@ def run(argv: list[str] | None = None) -> Path:
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
     parser.add_argument("--tiny", action="store_true", help="a few-step build of tiny models (for tests)")
+    parser.add_argument(
+        "--ship",
+        action="store_true",
+        help=f"write the rebuilt default pair over the shipped one ({SHIPPED_DIR}) with a new "
+        "manifest: for a maintainer, the shipped pair is what every machine loads",
+    )
     args = parser.parse_args(argv)
     config = ToyBuildConfig.tiny(args.seed) if args.tiny else ToyBuildConfig(seed=args.seed)
+    default = config.key() == ToyBuildConfig().key()
+    if args.ship and not default:
+        raise ConfigError("--ship ships the default build config's pair only (seed 0, not --tiny)")
     built = is_built(pair_dir(config, args.cache_dir)) and not args.force
-    path = ensure_toy_pair(config, cache_dir=args.cache_dir, force=args.force)
+    path = build_cached(config, cache_dir=args.cache_dir, force=args.force)
     if built:  # a fresh build has printed its report already
-        print(format_report(json.loads((path / "build.json").read_text()), cached=True), file=sys.stderr)
+        print(format_report(json.loads((path / REPORT).read_text()), cached=True), file=sys.stderr)
+    if default:
+        print(compare_with_shipped(path), file=sys.stderr)
+    if args.ship:
+        manifest = ship(path)
+        print(f"shipped: {SHIPPED_DIR} now holds this build (digest {manifest['digest']})", file=sys.stderr)
     print(path)
     return path
 
