@@ -11,15 +11,22 @@ import pytest
 from scipy import stats
 
 from diversed.analysis.compare import (
+    _sum_difference,
+    _sum_ratio_difference,
+    binary_interval,
     bootstrap_interval,
     cell_intervals,
+    holm,
+    holm_verdict,
     mean_interval,
     mean_over_seeds,
     non_inferior,
     paired,
     per_example,
+    randomization_p,
     t_interval,
     verdict,
+    wilson,
 )
 from diversed.analysis.fronts import choose_on
 from diversed.report import load_runs, write_report
@@ -121,6 +128,99 @@ def test_a_report_cell_of_all_wrong_or_all_right_examples_has_a_width():
     )
 
 
+def test_one_right_of_24_is_wilsons_interval_in_a_record_and_in_a_cell():
+    """GSM8K, 1 of 24 right, one seed: Wilson's [0.74 %, 20.2 %], not the bootstrap's [0, 20.83]."""
+    scores = [1.0] + [0.0] * 23
+    m, low, high = mean_interval(scores)
+    assert m == pytest.approx(1 / 24) and (low, high) == (
+        pytest.approx(0.0074, abs=1e-4),
+        pytest.approx(0.2024, abs=1e-4),
+    )
+    ex = pd.DataFrame(
+        {"score": scores, "runs": 1, "binary": True, "accepted": 1.0, "proposed": 2.0, "verified": 2.0}
+    )
+    cell = cell_intervals(ex)
+    assert (cell["score_ci_low"], cell["score_ci_high"]) == (pytest.approx(low), pytest.approx(high))
+
+
+def test_wilson_at_a_fractional_size_is_scipys_at_a_whole_one():
+    for k, n in ((1, 24), (3, 10), (0, 20), (20, 20), (7, 9)):
+        ci = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
+        assert wilson(k / n, n) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+    # between two whole sizes, between their widths
+    width = lambda n: np.subtract(*wilson(0.3, n)[::-1])  # noqa: E731
+    assert width(20) > width(20.5) > width(21)
+
+
+def test_the_design_effect_widens_wilson_where_seeds_agree_within_examples():
+    """Binary scores on n = 60 examples × m = 3 seeds: with one seed, plain Wilson; seeds that agree
+    within each example (all three right or all wrong) count as about one draw per example, an interval
+    as wide as Wilson's on n; independent seeds keep about Wilson's on n·m."""
+    rng = np.random.default_rng(0)
+    n, m = 60, 3
+    single = (rng.random(n) < 0.3).astype(float)
+    ci = stats.binomtest(int(single.sum()), n).proportion_ci(0.95, method="wilson")
+    assert binary_interval(single, np.ones(n))[1:] == (pytest.approx(ci.low), pytest.approx(ci.high))
+    agree = binary_interval(single, np.full(n, m))  # each example's mean is 0 or 1: seeds agree
+    pooled = wilson(single.mean(), n * m)
+    assert agree[1] < pooled[0] and agree[2] > pooled[1]
+    assert agree[1:] == pytest.approx(wilson(single.mean(), n), abs=0.01)  # deff ≈ m
+    independent = (rng.random((n, m)) < 0.3).astype(float).mean(1)
+    p, low, high = binary_interval(independent, np.full(n, m))
+    assert (high - low) == pytest.approx(np.subtract(*wilson(p, n * m)[::-1]), rel=0.15)
+    assert 0 <= low < p < high <= 1
+    # all wrong over every seed: nothing measures agreement, each example counts once (Wilson on n)
+    assert binary_interval(np.zeros(n), np.full(n, m))[2] == pytest.approx(wilson(0.0, n)[1])
+
+
+def test_a_cell_of_several_seeds_of_0_1_scores_is_wilson_with_the_design_effect(tmp_path):
+    rng = np.random.default_rng(4)
+    store = ResultStore(tmp_path)
+    right = rng.random(N) < 0.5
+    for seed in (0, 1, 2):  # each example right on some seeds: its mean is fractional
+        scores = np.where(rng.random(N) < 0.8, right, ~right).astype(float)
+        _write(store, method="autoregressive", split="test", seed=seed, scores=scores)
+    ex = per_example(load_runs([tmp_path]))
+    assert (ex["runs"] == 3).all() and ex["binary"].all() and not ex["score"].isin([0.0, 1.0]).all()
+    (row,) = mean_over_seeds(load_runs([tmp_path])).to_dict("records")
+    assert (row["score"], row["score_ci_low"], row["score_ci_high"]) == pytest.approx(
+        binary_interval(ex["score"], ex["runs"])
+    )
+
+
+def test_the_randomisation_test_is_uniform_under_the_null_and_small_under_a_shift():
+    # 300 null pairs, rejections at 5 % counted: a binomial count of sd 1.3 %; over 3000 such pairs this
+    # test rejected 5.5 % (a fixed generator: the same draws every run)
+    rng = np.random.default_rng(6)
+    n = 30
+    p_null = []
+    for _ in range(300):  # A and B exchangeable within examples: differences symmetric about 0
+        a, b = rng.normal(0, 1, n), rng.normal(0, 1, n)
+        p_null.append(
+            randomization_p(a[None], b[None], _sum_difference(n), n_flips=999, seed=int(rng.integers(1e9)))
+        )
+    p_null = np.array(p_null)
+    assert np.mean(p_null < 0.05) < 0.07 and np.mean(p_null < 0.5) == pytest.approx(0.5, abs=0.1)
+    a, b = rng.normal(0.8, 1, n), rng.normal(0, 1, n)
+    assert randomization_p(a[None], b[None], _sum_difference(n)) < 0.01
+    # acceptance: A's counts and B's swapped per example
+    prop = np.full(n, 10.0)
+    acc_a, acc_b = rng.binomial(10, 0.7, n).astype(float), rng.binomial(10, 0.4, n).astype(float)
+    assert randomization_p(np.stack([acc_a, prop]), np.stack([acc_b, prop]), _sum_ratio_difference) < 0.01
+    same = rng.binomial(10, 0.5, n).astype(float)
+    assert randomization_p(np.stack([same, prop]), np.stack([same, prop]), _sum_ratio_difference) == 1.0
+
+
+def test_holm_gives_the_textbook_adjusted_p_values():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04 -> running max 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = holm([0.2, np.nan, 0.6])  # NaN is not a test: m = 2
+    assert adjusted[0] == pytest.approx(0.4) and np.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.6)
+    assert holm([0.5, 0.9]).max() <= 1.0
+    assert holm_verdict(0.1, 0.01) == "better" and holm_verdict(-0.1, 0.01) == "worse"
+    assert holm_verdict(0.1, 0.06) == "no difference shown" and holm_verdict(np.nan, 0.01) == "unknown"
+
+
 def test_mean_interval_of_bounded_scores_is_the_bootstrap():
     rng = np.random.default_rng(2)
     rouge = np.where(rng.random(40) < 0.4, 0.0, rng.beta(2, 8, 40))  # skewed, a spike at 0
@@ -194,6 +294,11 @@ def test_paired_difference_and_non_inferiority():
     noisy = base.assign(score=base["score"] + rng.normal(0, 0.3, 200))
     r = paired(noisy, base)
     assert r["low"] < 0 < r["high"]
+    # with its randomisation test: a clear shift is significant, noise is not, the interval is unchanged
+    assert paired(better, base, p_value=True)["p"] < 0.001
+    assert paired(better, base, "acceptance_rate", p_value=True)["p"] < 0.001
+    noisy_p = paired(noisy, base, p_value=True)
+    assert noisy_p["p"] > 0.05 and noisy_p["low"] == r["low"]
     # non-inferiority: a small loss within a wide margin holds; the same loss with no margin does not
     worse = base.assign(score=base["score"] - 0.01 + rng.normal(0, 0.05, 200))
     assert non_inferior(worse, base, 0.05)["holds"] and not non_inferior(worse, base, 0.0)["holds"]

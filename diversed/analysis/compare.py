@@ -11,15 +11,23 @@ and an interval covers both what the prompts were and how decoding fell (a clust
 
 Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixed generator, so a
 report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
-quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ.
+quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ. A score whose every
+per-record value is 0 or 1 (accuracy, pass@1) is a proportion instead: Wilson's interval, at the
+effective sample size of the cluster sample where several seeds score each example (`binary_interval`:
+n_eff = n·m / deff, Kish's design effect deff = max(1, var_cluster / var_binomial)).
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
 back to a Student-t interval over the per-seed values (`times.t_interval`, clipped to [0, 1]), and to
 the record's own interval with one seed. That one, the interval of a record's score over its examples,
 is `mean_interval` (evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
 
+Many paired differences in one table are tested together: each gets the p-value of a paired
+randomisation test (`randomization_p`: A and B swapped within examples), and `holm` adjusts a table's
+p-values so that "better" / "worse" (`holm_verdict`) hold at a family-wise error rate of 5 %.
+
 `mean_over_seeds` gives one row per setting (the tables' and figures' input); `paired` one
-difference; `verdict` the word a table may print. It reads per-example rows through
-`results.read_examples` and writes nothing; which setting a table shows is `fronts`' business.
+difference; `verdict` the word an interval alone allows, `holm_verdict` the one a table of many tests
+prints. It reads per-example rows through `results.read_examples` and writes nothing; which setting a
+table shows is `fronts`' business.
 """
 
 from __future__ import annotations
@@ -149,27 +157,73 @@ def bootstrap_interval(
     return estimate, math.nan, math.nan
 
 
+def wilson(p: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval of a proportion p observed on n trials; n may be fractional (an
+    effective sample size). For whole n and n·p it is scipy's
+    `binomtest(k, n).proportion_ci(method="wilson")` (without continuity correction):
+
+        (p + z²/2n ± z·sqrt(p(1 − p)/n + z²/4n²)) / (1 + z²/n),   z = Φ⁻¹(1 − (1 − confidence)/2)
+    """
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def binary_interval(
+    means: Sequence[float], runs: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """(p, low, high) of 0/1 scores on n examples, example e scored m_e times (seeds) with mean s̄_e:
+    p = mean_e s̄_e with Wilson's interval at the cluster sample's effective size (Kish's design effect,
+    the examples are clusters of m seeds):
+
+        n_eff = n·m / deff,   deff = max(1, var_cluster / var_binomial)
+        var_cluster  = s²(s̄_e) / n          (the sample variance of the per-example means, over n)
+        var_binomial = p(1 − p) / (n·m)      (as if all n·m scores were independent)
+
+    m = Σ m_e / n. One run per example (m = 1): plain Wilson on k of n (scipy's `binomtest`), nothing to
+    cluster. Seeds that agree within examples make deff > 1 and the interval wider than Wilson's on n·m;
+    seeds that vary as much as independent draws leave deff ≈ 1. Where p is 0 or 1 (or n < 2) nothing
+    measures how much seeds agree: deff = m, each example counted once (Wilson on n)."""
+    s = np.asarray(means, dtype=float)
+    m_e = np.asarray(runs, dtype=float)
+    n, total = len(s), float(m_e.sum())
+    p = float(s.mean())
+    if np.all(m_e == 1):
+        ci = stats.binomtest(int(round(p * n)), n).proportion_ci(confidence, method="wilson")
+        return p, float(ci.low), float(ci.high)
+    var_binomial = p * (1 - p) / total
+    if n < 2 or var_binomial == 0:
+        n_eff = float(n)
+    else:
+        var_cluster = float(s.var(ddof=1)) / n
+        n_eff = total / max(1.0, var_cluster / var_binomial)
+    return p, *wilson(p, n_eff, confidence)
+
+
 def mean_interval(
     scores: Sequence[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] = SCORE_RANGE
 ) -> tuple[float, float, float]:
     """(mean, low, high) of independent per-example scores: the interval of a record's score.
 
     Scores all at the `bounds` (0/1: right or wrong, passed or not) are a proportion: the Wilson score
-    interval of k successes in n (`scipy.stats.binomtest(k, n).proportion_ci(method="wilson")`), rescaled
-    to the bounds. It stays within them and has a width even when every score is 0 (0 of 20: [0, 0.16]),
-    where a Student-t interval crosses the bounds near them and has none at them. Other scores (ROUGE's
-    F-measure, in [0, 1], skewed, with a spike at 0): the BCa bootstrap of the mean (`bootstrap_interval`,
-    fixed generator), the interval the report gives the same rows (`cell_intervals`). It needs no normal
-    approximation and stays within the scores' own [min, max], so within any range they have; a t clipped
-    to the range would stay symmetric about the mean where the scores are skewed. Constant scores that are
-    not at the bounds: zero width (nothing varies to resample); one such score: NaN bounds. Raises on none."""
+    interval of k successes in n (`scipy.stats.binomtest(k, n).proportion_ci(method="wilson")`, as
+    `binary_interval` with one run per example), rescaled to the bounds. It stays within them and has a
+    width even when every score is 0 (0 of 20: [0, 0.16]), where a Student-t interval crosses the bounds
+    near them and has none at them. Other scores (ROUGE's F-measure, in [0, 1], skewed, with a spike at
+    0): the BCa bootstrap of the mean (`bootstrap_interval`, fixed generator), the interval the report
+    gives the same rows (`cell_intervals`). It needs no normal approximation and stays within the scores'
+    own [min, max], so within any range they have; a t clipped to the range would stay symmetric about
+    the mean where the scores are skewed. Constant scores that are not at the bounds: zero width (nothing
+    varies to resample); one such score: NaN bounds. Raises on none."""
     x = np.asarray(scores, dtype=float)
     if x.size == 0:
         raise ValueError("mean_interval of no scores")
     low, high = bounds
     if np.isin(x, bounds).all():
-        ci = stats.binomtest(int(np.sum(x == high)), x.size).proportion_ci(confidence, method="wilson")
-        return float(x.mean()), low + (high - low) * float(ci.low), low + (high - low) * float(ci.high)
+        _, lo, hi = binary_interval((x == high).astype(float), np.ones(x.size), confidence)
+        return float(x.mean()), low + (high - low) * lo, low + (high - low) * hi
     return bootstrap_interval(_mean, [x], confidence=confidence)
 
 
@@ -177,9 +231,10 @@ def mean_interval(
 
 
 def per_example(records: pd.DataFrame) -> pd.DataFrame | None:
-    """One row per example of a setting's records (one per seed): its score averaged over the seeds and
-    its accepted / proposed / verified drafts summed over them, indexed by example id. None where a
-    record lacks rows (no `run_dir`, a missing examples file, fewer rows than `n_examples`)."""
+    """One row per example of a setting's records (one per seed): its score averaged over the seeds,
+    how many scores that mean is of (`runs`) and whether each was 0 or 1 (`binary`), and its accepted /
+    proposed / verified drafts summed over them, indexed by example id. None where a record lacks rows
+    (no `run_dir`, a missing examples file, fewer rows than `n_examples`)."""
     frames = []
     for _, r in records.iterrows():
         run_dir = r.get("run_dir")
@@ -196,10 +251,13 @@ def per_example(records: pd.DataFrame) -> pd.DataFrame | None:
     d = pd.concat(frames, ignore_index=True)
     for f in ("accepted_drafts", "proposed_drafts", "verified_drafts"):
         d[f] = pd.to_numeric(d[f], errors="coerce") if f in d else np.nan
+    d["binary"] = d["score"].isin(SCORE_RANGE)
     g = d.groupby(d["example_id"].astype(str), sort=True)
     return pd.DataFrame(
         {
             "score": g["score"].mean(),
+            "runs": g["score"].count(),
+            "binary": g["binary"].all(),
             "accepted": g["accepted_drafts"].sum(min_count=1),
             "proposed": g["proposed_drafts"].sum(min_count=1),
             "verified": g["verified_drafts"].sum(min_count=1),
@@ -208,14 +266,18 @@ def per_example(records: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[str, float]:
-    """Score, acceptance rate and α of one setting with their intervals, from `per_example` rows (the
-    cluster bootstrap over examples; a score of 0 or 1 on every example: `mean_interval`'s Wilson)."""
+    """Score, acceptance rate and α of one setting with their intervals, from `per_example` rows: the
+    cluster bootstrap over examples, except for 0/1 scores (every run of every example 0 or 1, `binary`):
+    Wilson's interval at the design effect's effective size (`binary_interval`; one seed: plain Wilson).
+    Rows without `runs` / `binary` count one run per example, binary where every mean is 0 or 1."""
     out: dict[str, float] = {}
     s = ex["score"].to_numpy(dtype=float)
-    # every example right (or every one wrong) leaves nothing to resample: Wilson's interval over the examples
-    constant = len(s) > 1 and np.ptp(s) == 0 and np.isin(s, SCORE_RANGE).all()
+    runs = ex["runs"].to_numpy(dtype=float) if "runs" in ex else np.ones(len(s))
+    binary = bool(ex["binary"].all()) if "binary" in ex else bool(np.isin(s, SCORE_RANGE).all())
     score = (
-        mean_interval(s, confidence) if constant else bootstrap_interval(_mean, [s], confidence=confidence)
+        binary_interval(s, runs, confidence)
+        if binary and len(s)
+        else bootstrap_interval(_mean, [s], confidence=confidence)
     )
     out.update(zip(("score", *INTERVALS["score"]), score, strict=True))
     for field, denominator in (("acceptance_rate", "proposed"), ("alpha", "verified")):
@@ -276,13 +338,16 @@ def paired(
     *,
     confidence: float = CONFIDENCE,
     alternative: str = "two-sided",
+    p_value: bool = False,
 ) -> dict[str, float]:
     """A − B on the examples both scored (`per_example` frames), paired by example: `what` is "score"
     (the mean), "acceptance_rate" (accepted / proposed) or "alpha" (accepted / verified). Returns
-    {diff, low, high, n}; NaN where the rows lack what is compared."""
+    {diff, low, high, n}, with `p_value` also p, the two-sided p-value of the paired randomisation test
+    (`randomization_p`); NaN where the rows lack what is compared."""
     common = a.index.intersection(b.index)
     a, b = a.loc[common], b.loc[common]
     if what == "score":
+        columns = [["score"], ["score"]]
         est = bootstrap_interval(
             _mean,
             [a["score"].to_numpy() - b["score"].to_numpy()],
@@ -291,11 +356,82 @@ def paired(
         )
     else:
         den = {"acceptance_rate": "proposed", "alpha": "verified"}[what]
+        columns = [["accepted", den], ["accepted", den]]
         cols = [a["accepted"], a[den], b["accepted"], b[den]]
         if len(common) == 0 or any(c.isna().any() for c in cols) or a[den].sum() == 0 or b[den].sum() == 0:
-            return {"diff": math.nan, "low": math.nan, "high": math.nan, "n": len(common)}
+            return {"diff": math.nan, "low": math.nan, "high": math.nan, "n": len(common)} | (
+                {"p": math.nan} if p_value else {}
+            )
         est = bootstrap_interval(_ratio_difference, cols, confidence=confidence, alternative=alternative)
-    return dict(zip(("diff", "low", "high"), est, strict=True)) | {"n": len(common)}
+    out = dict(zip(("diff", "low", "high"), est, strict=True)) | {"n": len(common)}
+    if p_value:
+        sides = [
+            np.stack([f[c].to_numpy(dtype=float) for c in cs]) for f, cs in zip((a, b), columns, strict=True)
+        ]
+        statistic = _sum_difference(len(common)) if what == "score" else _sum_ratio_difference
+        out["p"] = randomization_p(*sides, statistic) if len(common) else math.nan
+    return out
+
+
+# Paired randomisation test. Under H0 "A and B are exchangeable within each example" swapping an example's
+# A and B values changes nothing in law; the two-sided p-value over R random swap patterns S (each example
+# swapped with probability 1/2, fixed generator) is
+#     p = (1 + #{r : |T(S_r)| ≥ |T_obs|}) / (1 + R)
+# For a score T = mean_e (a_e − b_e): a swap flips the sign of d_e = a_e − b_e (the sign-flip test). For an
+# acceptance rate T = Σ acc_A / Σ prop_A − Σ acc_B / Σ prop_B: a swap exchanges an example's counts. Both
+# depend on the swapped sums only: Σ_e A'_e = Σ A + S·(B − A), Σ_e B'_e = Σ B − S·(B − A), one matrix
+# product per batch of patterns.
+N_FLIPS = 9999
+
+
+def _sum_difference(n: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    return lambda sa, sb: (sa[..., 0] - sb[..., 0]) / n  # mean(a) − mean(b) from the sums
+
+
+def _sum_ratio_difference(sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return sa[..., 0] / sa[..., 1] - sb[..., 0] / sb[..., 1]  # Σ acc / Σ prop of A minus B's
+
+
+def randomization_p(
+    a: np.ndarray,
+    b: np.ndarray,
+    statistic: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    *,
+    n_flips: int = N_FLIPS,
+    seed: int = 0,
+) -> float:
+    """Two-sided p-value of the paired randomisation test (formula above): `a` and `b` are [k, n], k
+    per-example quantities of A and of B on the same n examples; `statistic(ΣA, ΣB)` maps their sums
+    ([..., k] each) to T. Vectorised, in batches of 1000 swap patterns; a fixed generator (`seed`)."""
+    a, b = np.atleast_2d(np.asarray(a, dtype=float)), np.atleast_2d(np.asarray(b, dtype=float))
+    sa, sb, moved_by = a.sum(1), b.sum(1), (b - a).T  # [k], [k], [n, k]
+    t_obs = abs(float(statistic(sa, sb)))
+    if not math.isfinite(t_obs):
+        return math.nan
+    rng, extreme, done = np.random.default_rng(seed), 0, 0
+    tolerance = 1e-12 * max(1.0, t_obs)  # equal statistics computed in another order count as ties
+    while done < n_flips:
+        r = min(1000, n_flips - done)
+        moved = (rng.random((r, a.shape[1])) < 0.5).astype(float) @ moved_by  # [r, k]
+        t = np.abs(statistic(sa + moved, sb - moved))
+        extreme += int(np.sum(t >= t_obs - tolerance))
+        done += r
+    return (1 + extreme) / (1 + n_flips)
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values, in the given order (NaN stays NaN and is not counted among the
+    m tests). With the m p-values sorted, p_(1) ≤ ... ≤ p_(m):
+        p̃_(i) = min(1, max_{j ≤ i} (m − j + 1)·p_(j))
+    and rejecting where p̃ < α keeps the family-wise error rate at α whatever the tests' dependence."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out
 
 
 def verdict(low: float, high: float) -> str:
@@ -303,6 +439,16 @@ def verdict(low: float, high: float) -> str:
     if math.isnan(low) or math.isnan(high):
         return "unknown"
     return "better" if low > 0 else "worse" if high < 0 else "no difference shown"
+
+
+def holm_verdict(diff: float, p_adjusted: float, alpha: float = 0.05) -> str:
+    """What a difference A − B allows one to say of A against B among many tests: "better" / "worse" (by
+    the sign of `diff`) only where its Holm-adjusted p-value (`holm`) is below the family-wise `alpha`."""
+    if math.isnan(diff) or math.isnan(p_adjusted):
+        return "unknown"
+    if p_adjusted >= alpha or diff == 0:
+        return "no difference shown"
+    return "better" if diff > 0 else "worse"
 
 
 def non_inferior(
