@@ -20,6 +20,9 @@ from diversed.sweep.times import (
     baseline_key,
     ci_fields,
     estimate_seconds,
+    example_interval,
+    example_log_ratios,
+    log_interval,
     measured,
     median_interval,
     normalized,
@@ -237,8 +240,10 @@ def test_time_over_seeds():
         for s, v in enumerate((0.7, 0.8, 1.0))
     ]
     mean, low, high, n = time_over_seeds(three)
-    expected = stats.t.interval(0.95, 2, loc=np.mean([0.7, 0.8, 1.0]), scale=stats.sem([0.7, 0.8, 1.0]))
-    assert (mean, n) == (pytest.approx(2.5 / 3), 3) and (low, high) == pytest.approx(expected)
+    # the geometric mean, and the t-interval of the log ratios exponentiated
+    logs = np.log([0.7, 0.8, 1.0])
+    expected = np.exp(stats.t.interval(0.95, 2, loc=logs.mean(), scale=stats.sem(logs)))
+    assert (mean, n) == (pytest.approx(np.exp(logs.mean())), 3) and (low, high) == pytest.approx(expected)
     assert high - low > 0.1  # the seeds' spread, not the repeats'
     assert time_over_seeds([{"seed": 0, "normalized_time": None}])[3] == 0
     with pytest.raises(ValueError, match="one per seed"):
@@ -246,6 +251,82 @@ def test_time_over_seeds():
     d = pd.DataFrame([{**r, "method": "static", "weight": w} for w in (0.5, 1.0) for r in three])
     t = times_over_seeds(d, ["method", "weight"])
     assert len(t) == 2 and t["normalized_time_ci_low"].tolist() == pytest.approx([expected[0]] * 2)
+
+
+def test_a_ratio_interval_over_seeds_is_positive_and_holds_the_geometric_mean():
+    """Three per-seed ratios that gave "1.19 [-0.18, 2.55]" on the linear scale (t = 4.30): on the log
+    scale the interval is positive, asymmetric, and holds the geometric mean."""
+    x = [0.62, 1.29, 1.66]
+    linear = stats.t.interval(0.95, 2, loc=np.mean(x), scale=stats.sem(x))
+    assert linear[0] < 0  # what the report printed before
+    g, low, high = log_interval(x)
+    assert g == pytest.approx(np.exp(np.mean(np.log(x))))
+    assert 0 < low < g < high and high / g == pytest.approx(g / low)  # symmetric on the log scale
+    assert log_interval([1.2])[0] == 1.2 and math.isnan(log_interval([1.2])[1])
+    assert log_interval([0.9, 0.9]) == (pytest.approx(0.9), pytest.approx(0.9), pytest.approx(0.9))
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # any few ratios: positive bounds around the geometric mean
+        g, low, high = log_interval(np.exp(rng.normal(0, 1.5, rng.integers(2, 6))))
+        assert 0 < low <= g <= high
+
+
+def _timed(method: str, seed: int, seconds: list[float], tokens: list[int], scores=None) -> dict:
+    """A record with per-example latencies (as `time_point` writes them) and its normalised latency."""
+    return {
+        "pair": "p",
+        "task": "t",
+        "temperature": 1.0,
+        "n_examples": len(seconds),
+        "settings_group": "g",
+        "seed": seed,
+        "method": method,
+        "normalized_latency": 1.0,
+        "normalized_latency_per_token": 1.0,
+        "latency_example_ids": [f"e{i}" for i in range(len(seconds))],
+        "latency_example_s": seconds,
+        "latency_example_tokens": tokens,
+        "latency_example_scores": scores if scores is not None else [1.0] * len(seconds),
+    }
+
+
+def test_per_example_times_give_a_cluster_interval_on_log_ratios_paired_by_seed_and_example():
+    rng = np.random.default_rng(1)
+    n, records, truth = 40, [], []
+    for seed in (0, 1, 2):
+        ar = list(rng.uniform(0.5, 2.0, n))
+        tokens = list(rng.integers(5, 30, n))
+        ratio = np.exp(rng.normal(np.log(0.6), 0.2, n))  # about 0.6× per example
+        truth.append(np.log(ratio))
+        records += [
+            _timed("autoregressive", seed, ar, tokens),
+            _timed("lossless", seed, list(np.array(ar) * ratio), [2 * t for t in tokens], [0.0] * n),
+        ]
+    df = pd.DataFrame(records)
+    base = Baselines(records)
+    logs = [example_log_ratios(r, base.of(r)) for r in records if r["method"] == "lossless"]
+    assert np.allclose(np.concatenate([x.to_numpy() for x in logs]), np.concatenate(truth))
+    g, low, high, k = time_over_seeds(df[df["method"] == "lossless"], "normalized_latency", baselines=base)
+    assert k == 3 and g == pytest.approx(np.exp(np.mean(np.mean(truth, axis=0))))
+    assert 0 < low < g < high and 0.5 < low and high < 0.7
+    assert (g, low, high) == example_interval(logs)
+    # per token: twice the tokens in the same time ratio, so half of it
+    g_tok = time_over_seeds(df[df["method"] == "lossless"], "normalized_latency_per_token", baselines=base)[0]
+    assert g_tok == pytest.approx(g / 2)
+    # autoregressive decoding against itself: exactly 1
+    assert time_over_seeds(df[df["method"] == "autoregressive"], "normalized_latency", baselines=base)[
+        :3
+    ] == (
+        1.0,
+        1.0,
+        1.0,
+    )
+    # times_over_seeds finds the baselines among the records, and the timed samples' mean score
+    t = times_over_seeds(df, ["method"]).set_index("method")
+    assert t.loc["lossless", "normalized_latency"] == pytest.approx(g)
+    assert t.loc["lossless", "timed_score"] == 0.0 and t.loc["autoregressive", "timed_score"] == 1.0
+    # a record without per-example times: back to the per-seed values
+    old = df.drop(columns=["latency_example_s"])
+    assert time_over_seeds(old[old["method"] == "lossless"], "normalized_latency", baselines=base)[0] == 1.0
 
 
 def test_the_default_and_the_demo_time_with_repeats():

@@ -3,7 +3,8 @@ decoding.
 
 `sweep.point.time_point` measures: `wall_time_runs`, passes over all examples at the sweep's batch size
 (throughput), and `latency_runs`, the mean time per sample of passes that decode each example alone
-at batch 1 (the paper's time). Every time a record holds beyond those runs is computed here, once:
+at batch 1 (the paper's time), with each timed example's own time, new tokens and score (`EXAMPLE_TIMES`,
+`latency_example_scores`). Every time a record holds beyond those runs is computed here, once:
 
 - `measured`: the median of the runs (`wall_time_s`, `latency_s`), the time per generated token,
   and each time's 95 % interval over the repeats (`median_interval`);
@@ -18,10 +19,13 @@ at batch 1 (the paper's time). Every time a record holds beyond those runs is co
 - `fill_times`: the same for records written before these fields (`results.load_results`);
 - `shown_time`: which normalised time tables and figures show (per sample at batch 1 where there
   is one, the paper's time), and `PER_TOKEN` its per-token counterpart;
-- `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the one
-  interval over seeds, for times here and for scores in `compare.mean_over_seeds`;
-- `time_over_seeds`, `times_over_seeds`: the mean over seeds of one setting with an interval that
-  counts the seeds (for tables and figures);
+- `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the interval
+  over seeds of scores in `compare.mean_over_seeds`, and here of log time ratios (`log_interval`);
+- `time_over_seeds`, `times_over_seeds`: a normalised time of one setting over seeds, for tables and
+  figures, on the log scale (a ratio: its interval stays above 0): the geometric mean over examples ×
+  seeds of per-example ratios with a cluster bootstrap over examples (`example_log_ratios`,
+  `example_interval`) where the latency passes kept per-example times, else the geometric mean over
+  seeds with a t-interval on the log ratios;
 - `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
   records of the same run (a dry run's estimate; none without finished records).
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -345,18 +350,100 @@ def t_interval(
     return mean, low, high
 
 
+def log_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of a few positive ratios (a setting's per-seed normalised times): the
+    Student-t interval of the mean of their logs (`t_interval`), exponentiated. A ratio's interval is
+    then positive and asymmetric about it, as a ratio's uncertainty is (1.19 over three seeds: never a
+    negative time). Values ≤ 0 or missing are left out; one value: NaN bounds; none: all NaN."""
+    x = np.asarray([v for v in values if v is not None and not pd.isna(v) and v > 0], dtype=float)
+    return tuple(math.exp(v) if not math.isnan(v) else math.nan for v in t_interval(np.log(x), confidence))  # type: ignore[return-value]
+
+
+# The normalised times that per-example latencies measure too: -> whether per generated token
+PER_EXAMPLE = {"normalized_latency": False, "normalized_latency_per_token": True}
+# What `sweep.point.time_point` records per timed example (lists in the order of latency_example_ids)
+EXAMPLE_TIMES = ("latency_example_ids", "latency_example_s", "latency_example_tokens")
+
+
+def example_log_ratios(
+    record: Mapping[str, Any], baseline: Mapping[str, Any] | None, per_token: bool = False
+) -> pd.Series | None:
+    """log(t_e / t_e^AR) for each example timed alone in both `record` and its autoregressive `baseline`
+    (same seed: `baseline_key`), indexed by example id; per token, log((t_e / n_e) / (t_e^AR / n_e^AR))
+    with n_e its timed completion's new tokens (at least 1). None where either lacks per-example times."""
+
+    def times(r: Mapping[str, Any] | None) -> pd.DataFrame | None:
+        if r is None or any(not isinstance(r.get(f), list | tuple | np.ndarray) for f in EXAMPLE_TIMES):
+            return None
+        ids, t, n = (list(r[f]) for f in EXAMPLE_TIMES)
+        if not len(ids) == len(t) == len(n):
+            return None
+        return pd.DataFrame({"t": t, "n": n}, index=pd.Index([str(i) for i in ids], name="example_id"))
+
+    a, b = times(record), times(baseline)
+    if a is None or b is None:
+        return None
+    both = a.join(b, how="inner", lsuffix="", rsuffix="_ar")
+    both = both[(both["t"] > 0) & (both["t_ar"] > 0)]
+    ratio = both["t"] / both["t_ar"]
+    if per_token:
+        ratio = ratio * both["n_ar"].clip(lower=1) / both["n"].clip(lower=1)
+    return np.log(ratio.astype(float))
+
+
+def example_interval(
+    log_ratios: Sequence[pd.Series], confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """(geometric mean, low, high) of per-example time ratios over examples × seeds (`example_log_ratios`,
+    one Series per seed): each example's mean log ratio over the seeds that timed it, the mean of those
+    over examples, and its BCa bootstrap interval resampling examples (each with all its seeds: a
+    cluster bootstrap; percentile where BCa is undefined; fixed generator), all exponentiated. Fewer than
+    two examples: NaN bounds."""
+    per_example = pd.concat(list(log_ratios)).groupby(level=0).mean().to_numpy(dtype=float)
+    if per_example.size == 0:
+        return math.nan, math.nan, math.nan
+    estimate = float(per_example.mean())
+    if per_example.size < 2:
+        return math.exp(estimate), math.nan, math.nan
+    if np.ptp(per_example) == 0:
+        return (math.exp(estimate),) * 3  # type: ignore[return-value]
+    low = high = math.nan
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # BCa's degenerate-distribution warning: percentile follows
+            ci = stats.bootstrap(
+                (per_example,),
+                np.mean,
+                vectorized=True,
+                n_resamples=9999,
+                confidence_level=confidence,
+                method=method,
+                rng=np.random.default_rng(0),
+            ).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+        if not (math.isnan(low) or math.isnan(high)):
+            break
+    return math.exp(estimate), math.exp(low), math.exp(high)
+
+
 def time_over_seeds(
     records: pd.DataFrame | Sequence[Mapping[str, Any]],
     field: str = "normalized_time",
     confidence: float = CONFIDENCE,
+    *,
+    baselines: Baselines | None = None,
 ) -> tuple[float, float, float, int]:
-    """The mean of a normalised time over the per-seed records of ONE setting, its interval, and
-    the number of seeds with a value: (mean, low, high, n_seeds).
+    """The geometric mean of a normalised time over the per-seed records of ONE setting, its interval
+    on the log scale, and the number of seeds with a value: (mean, low, high, n_seeds). A ratio's
+    summary: its interval never reaches 0 and is as wide either way on the log scale.
 
-    Two seeds or more: the Student-t interval of the mean over the per-seed values (each a median
-    over repeats divided by its own seed's autoregressive time), which counts how much seeds move
-    outputs and so times (`t_interval`, which the report's scores over seeds use too). One seed: that
-    record's interval over its repeats (`ci_fields`). None: (nan, nan, nan, 0). Raises if two records
+    Per-example latencies in every record and in its autoregressive baseline (`baselines`, same seed;
+    `field` one of `PER_EXAMPLE`): the geometric mean of the per-example ratios over examples × seeds
+    and its cluster-bootstrap interval over examples on log ratios (`example_interval`). Otherwise, two
+    seeds or more: the geometric mean of the per-seed values (each a median over repeats divided by its
+    own seed's autoregressive time) and the Student-t interval of their logs, exponentiated
+    (`log_interval`): it counts how much seeds move outputs and so times. One seed: that record's value
+    and its interval over its repeats (`ci_fields`). None: (nan, nan, nan, 0). Raises if two records
     share a seed (they are not one setting)."""
     d = pd.DataFrame(list(records) if not isinstance(records, pd.DataFrame) else records)
     if "seed" in d and d["seed"].dropna().duplicated().any():
@@ -366,26 +453,37 @@ def time_over_seeds(
     x = pd.to_numeric(d[field]).astype(float).dropna()
     if x.empty:
         return math.nan, math.nan, math.nan, 0
+    if baselines is not None and field in PER_EXAMPLE:
+        rows = [d.loc[i].to_dict() for i in x.index]
+        ratios = [example_log_ratios(r, baselines.of(r), PER_EXAMPLE[field]) for r in rows]
+        if all(r is not None for r in ratios):
+            return (*example_interval(ratios, confidence), len(x))  # type: ignore[arg-type]
     if len(x) == 1:
         r = d.loc[x.index[0]]
         low, high = (float(r[f]) if f in r and not _missing(r[f]) else math.nan for f in ci_fields(field))
         return float(x.iloc[0]), low, high, 1
-    mean, low, high = t_interval(x, confidence)
+    mean, low, high = log_interval(x, confidence)
     return mean, low, high, len(x)
 
 
 def times_over_seeds(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     """One row per setting (the columns `by`, e.g. `compare.setting_fields()`, seeds apart): for each
-    normalised time F the records have, `time_over_seeds`' mean as F and its interval as F's `ci_fields`."""
+    normalised time F the records have, `time_over_seeds`' geometric mean as F and its interval as F's
+    `ci_fields` (per example where the records and their autoregressive baselines among `df` have
+    per-example latencies), and `timed_score`, the mean score of the completions the latency passes
+    timed (`latency_example_scores`, over examples × seeds; NaN where none were scored)."""
     fields = [f for f in NORMALIZED if f in df]
+    base = Baselines(df.to_dict("records"))
     rows = []
     for key, g in df.groupby(list(by), dropna=False, sort=False):
         row = dict(zip(by, key, strict=True))
         for f in fields:
-            mean, low, high, _ = time_over_seeds(g, f)
+            mean, low, high, _ = time_over_seeds(g, f, baselines=base)
             row.update({f: mean, **dict(zip(ci_fields(f), (low, high), strict=True))})
+        scored = [v for s in g.get("latency_example_scores", []) if isinstance(s, list | tuple) for v in s]
+        row["timed_score"] = float(np.mean(scored)) if scored else math.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=[*by, *(c for f in fields for c in (f, *ci_fields(f)))])
+    return pd.DataFrame(rows, columns=[*by, *(c for f in fields for c in (f, *ci_fields(f))), "timed_score"])
 
 
 # ----------------------------------------------------------------------------- before a sweep
