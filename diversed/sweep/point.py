@@ -272,47 +272,57 @@ def time_point(
     by_length: bool = False,
     prompt_cache: PromptCache | None = None,
 ) -> dict[str, Any]:
-    """Wall times of the point, apart from scoring (the same seeds: the same outputs as scored).
-    Throughput: `repeats` passes over all examples at `batch_size` (batched as `run_point` batches
-    them, `by_length` too, with the same seeds) after `warmup` passes over the first batch (none
-    when `repeats` is 0); latency:
-    `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1,
-    the mean per sample, and the tokens one such pass generates (alone, sampling draws other seeds).
-    With `progress`, a transient bar counts the examples decoded over all these passes. With
+    """Wall times of the point, apart from scoring. Throughput: `repeats` passes over all examples at
+    `batch_size` (batched as `run_point` batches them, `by_length` too, with the same seeds: the same
+    outputs as scored) after `warmup` passes over the first batch (none when `repeats` is 0); latency:
+    `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1, the
+    mean per sample, and the tokens one such pass generates. Alone, each example decodes with seed +
+    its position in `run_point`'s decoding order: at batch size 1 that is the seed the scored pass gave
+    it, so the timed completion is the scored one; at a larger batch size a row's draws depend on its
+    batch, so timed and scored samples differ. Either way each timed example keeps its own numbers,
+    lists in the task's order: `latency_example_ids`, `latency_example_s` (the median over the repeats
+    of its call's seconds), `latency_example_tokens` and `latency_example_scores` (its timed completion's
+    new tokens and task score, scored once after the timed passes), so times can be read of samples that
+    were scored. With `progress`, a transient bar counts the examples decoded over all these passes. With
     `prompt_cache` (the scored pass kept its prompt passes), every timed call reads its prompt in a pass
-    of its own as the scored one did, recomputed (`PromptCache(0)`): a time includes reading it."""
+    of its own as the scored one did, recomputed (`PromptCache(0)`): a time includes reading it.
+
+    The seconds are end to end (prompt pass included): the engine reads a prompt in its first round's
+    calls, so no moment separates reading it from decoding."""
     tok = pair.tokenizer
-    prompts = task.encode(tok, list(task))
+    examples = list(task)
+    prompts = task.encode(tok, examples)
     stop = task.stopper(tok)
     kwargs = {"max_new": task.max_new_tokens, "stop": stop, "engine": engine, "drafts": drafts}
     kwargs["prompt_cache"] = None if prompt_cache is None else PromptCache(0)
 
-    new_tokens = []  # generated in the last pass
+    last: list[tuple[int, Any]] = []  # the last pass's (prompt width, output) per call
 
-    def passes(batches: list[list[list[int]]], count: int) -> list[float]:
+    def passes(batches: list[list[list[int]]], seeds: list[int], count: int) -> list[list[float]]:
+        """`count` passes over `batches`, batch i decoded with `seeds[i]`: each pass's seconds per call."""
         times = []
         for _ in range(count):
-            start, outs = time.perf_counter(), []
-            first = 0  # the batch's first position in the decoding order: run_point's seed
-            for batch in batches:
+            calls, outs = [], []
+            for batch, batch_seed in zip(batches, seeds, strict=True):
+                start = time.perf_counter()
                 ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
-                outs.append(decode(pair, point, verifier, ids, mask, seed=seed + first, **kwargs))
-                first += len(batch)
+                outs.append(
+                    (ids.shape[1], decode(pair, point, verifier, ids, mask, seed=batch_seed, **kwargs))
+                )
+                calls.append(time.perf_counter() - start)
                 bar.update(len(batch))
-            times.append(time.perf_counter() - start)
-            new_tokens[:] = [int(o.stats.new_tokens.sum()) for o in outs]
+            times.append(calls)
+            last[:] = outs
         return times
 
     out: dict[str, Any] = {}
-    batches = [
-        [prompts[j] for j in index]
-        for index in batch_indices([len(p) for p in prompts], batch_size, by_length)
-    ]
-    alone = (
-        [[p] for p in prompts[: timing.get("latency_examples") or len(prompts)]]
-        if timing.get("latency")
-        else []
-    )
+    order = batch_indices([len(p) for p in prompts], batch_size, by_length)
+    batches = [[prompts[j] for j in index] for index in order]
+    firsts = [seed + sum(map(len, order[:i])) for i in range(len(order))]  # run_point's seeds
+    position = {j: k for k, j in enumerate(j for index in order for j in index)}  # in the decoding order
+    k = (timing.get("latency_examples") or len(prompts)) if timing.get("latency") else 0
+    alone = [[p] for p in prompts[:k]]
+    alone_seeds = [seed + position[j] for j in range(len(alone))]
     lat_repeats = timing.get("latency_repeats") or max(1, timing["repeats"])
     warmup = timing["warmup"] if timing["repeats"] else 0  # no timed pass at the batch size: none to warm
     total = warmup * sum(map(len, batches[:1])) + timing["repeats"] * len(prompts)
@@ -323,18 +333,28 @@ def time_point(
         leave=False,
         disable=not progress,
     )
-    passes(batches[:1], warmup)
-    runs = passes(batches, timing["repeats"])
+    passes(batches[:1], firsts[:1], warmup)
+    runs = [sum(calls) for calls in passes(batches, firsts, timing["repeats"])]
     if runs:
         out.update(wall_time_s=statistics.median(runs), wall_time_runs=runs)
     if alone:
-        passes(alone[:1], timing["warmup"])
-        lat = [t / len(alone) for t in passes(alone, lat_repeats)]
+        passes(alone[:1], alone_seeds[:1], timing["warmup"])
+        timed = passes(alone, alone_seeds, lat_repeats)
+        lat = [sum(calls) / len(alone) for calls in timed]
+        tokens = [int(o.stats.new_tokens.sum()) for _, o in last]
+        completions = [
+            decode_completions(tok, o.sequences, width, o.stats.new_tokens)[0] for width, o in last
+        ]
+        metrics = task.checked_metrics(examples[: len(alone)], completions)  # the timed samples, scored
         out.update(
             latency_s=statistics.median(lat),
             latency_runs=lat,
             latency_examples=len(alone),
-            latency_new_tokens=sum(new_tokens),
+            latency_new_tokens=sum(tokens),
+            latency_example_ids=[task.example_id(ex, j) for j, ex in enumerate(examples[: len(alone)])],
+            latency_example_s=[statistics.median(calls[i] for calls in timed) for i in range(len(alone))],
+            latency_example_tokens=tokens,
+            latency_example_scores=[m[task.metric] for m in metrics],
         )
     bar.close()
     return out
