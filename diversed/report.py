@@ -17,8 +17,9 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
     table_oracle_T<t>.*       the same with each knob family chosen on the reported scores (labelled oracle)
     fronts_T<t>.md/.csv       each speculative row against the static ensemble's front over w: Δ acceptance
                               at equal quality, Δ quality at equal acceptance (`fronts.front_gap`)
-    paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" only
-                              where the interval excludes 0
+    paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" /
+                              "worse" only where the paired randomisation test's p, Holm-adjusted over
+                              the table's tests, is below 0.05 (the caption gives their number)
     choices.csv               each knob family's choice on the validation run, with its non-inferiority test
     transfer_T<t>.md/.csv     Table 3: a head trained on task A evaluated on task B (the task a head was
                               trained on comes from its record, else from its head_config.json)
@@ -196,7 +197,8 @@ def write_report(
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
     how = (
         f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) "
-        "and the examples, [95 % interval: bootstrap over examples, each with all its seeds]"
+        "and the examples, [95 % interval: bootstrap over examples, each with all its seeds; 0/1 scores: "
+        "Wilson's at the effective sample size n·m/deff, deff the seeds' design effect]"
     )
     chosen = (
         f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
@@ -215,8 +217,10 @@ def write_report(
         caption = (
             f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
             f"(drafts up to a round's first rejection), quality ×100 per task; {how}; "
-            "time / AR: time relative to autoregressive decoding of the same seed, mean over seeds "
-            "[95 % interval], per sample at batch 1 where marked b1 (the paper's time), "
+            "time / AR: time relative to autoregressive decoding of the same seed, the geometric mean "
+            "(over examples × seeds where the timed passes kept per-example times, else over seeds) "
+            "[95 % interval on log ratios, exponentiated], per sample at batch 1 where marked b1 "
+            "(the paper's time), "
             f"else per pass at the sweep's batch size. {chosen}."
         )
         if paper:
@@ -239,8 +243,10 @@ def write_report(
                 f"**Times at batch 1 (T = {t:g})**: the same rows, each of the first `timed` examples "
                 "decoded alone at batch 1 (`timing.latency`); seconds and new tokens per sample, mean "
                 "over seeds; × AR: relative to autoregressive decoding of the same seed and examples, "
-                "per sample (the table's b1 time) and per generated token, mean over seeds [95 % "
-                "interval, as in the table]. Where the methods' outputs differ in length (sampling, "
+                "per sample (the table's b1 time) and per generated token, geometric mean [95 % "
+                "interval on log ratios, as in the table]; quality of the timed samples, where shown: "
+                "the timed completions scored (the scored ones at batch size 1, others above). "
+                "Where the methods' outputs differ in length (sampling, "
                 "lossy verification), per sample compares lengths as much as speed; per token compares "
                 "speed.",
             )
@@ -281,8 +287,11 @@ def write_report(
                 f"**DIVERSED against each row (T = {t:g})**, and against the static ensemble at DIVERSED's "
                 f"own mean w (read on the {select_split} rows where they have the head, else on the reported "
                 "ones: the row that says whether a context-dependent w beats its constant level): paired by "
-                f"example over {len(seeds)} seed(s), 95 % bootstrap interval of the difference; "
-                '"better" / "worse" only where the interval excludes 0.',
+                f"example over {len(seeds)} seed(s), 95 % bootstrap interval of the difference (unadjusted); "
+                f"{diffs.attrs['verdicts']}: p from a paired randomisation test (A and B swapped within "
+                'examples, 9999 draws), "better" / "worse" only where its Holm-adjusted p < 0.05. Rows '
+                "marked (target's law) decode exactly as the target does: their differences from each "
+                "other are sampling alone.",
             )
             written += paths
             sections += [md, ""]

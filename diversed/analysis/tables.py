@@ -5,7 +5,7 @@
 (columns per task: accepted/proposed %, α = accepted/verified %, quality ×100, time / AR, each with
 its interval); `times_table` gives the same rows' times at batch 1 (seconds and tokens per sample,
 relative to autoregressive decoding per sample and per token); `paired_table` puts DIVERSED against
-every other row (`compare.paired`);
+every other row (`compare.paired`, verdicts by Holm over the table's randomisation tests);
 `transfer_table` is Table 3; `with_times` adds the time intervals over seeds (`times.times_over_seeds`).
 Pure DataFrame functions apart from reading per-example rows: `report` writes the files.
 """
@@ -18,9 +18,17 @@ import numpy as np
 import pandas as pd
 
 from diversed.analysis import published
-from diversed.analysis.compare import INTERVALS, paired, per_example, setting_fields, verdict
+from diversed.analysis.compare import (
+    INTERVALS,
+    holm,
+    holm_verdict,
+    paired,
+    per_example,
+    setting_fields,
+    verdict,
+)
 from diversed.analysis.fronts import best_at_quality, choice_key, front_gap
-from diversed.sweep.methods import METHODS
+from diversed.sweep.methods import METHODS, exact_law
 from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 
 # ----------------------------------------------------------------------------- cells
@@ -35,16 +43,18 @@ QUANTITIES = (
 
 
 def _time_cell(r: pd.Series) -> str:
-    """Time relative to autoregressive decoding with its interval over seeds (`times.times_over_seeds`):
-    per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else per pass at
-    the sweep's batch size."""
+    """Time relative to autoregressive decoding, the geometric mean with its interval on log ratios
+    (`times.times_over_seeds`: over examples × seeds where the latency passes kept per-example times, else
+    over seeds): per sample at batch 1 where the latency mode ran (the paper's time, marked "b1"), else
+    per pass at the sweep's batch size."""
     field = shown_time(r)
     cell = _ratio_cell(r, field)
     return f"{cell}{' b1' if field == 'normalized_latency' and cell != '–' else ''}"
 
 
 def _ratio_cell(r: pd.Series, field: str) -> str:
-    """A normalised time `field` of `r` with its interval ("1.60 [1.41, 1.82]"); "–" where it has none."""
+    """A normalised time `field` of `r` with its interval ("1.60 [1.41, 1.82]", a geometric mean and an
+    interval on log ratios, exponentiated: both positive); "–" where it has none."""
     value = r.get(field)
     if value is None or pd.isna(value):
         return "–"
@@ -267,8 +277,10 @@ def paper_table(
 
 
 # A times table's columns per task: the examples timed, seconds and new tokens per sample, and the
-# time relative to autoregressive decoding per sample (the table's b1 time) and per generated token.
+# time relative to autoregressive decoding per sample (the table's b1 time) and per generated token;
+# where the latency passes scored their completions, also the timed samples' quality (`TIMED_QUALITY`).
 TIMES = ("timed", "s / sample b1", "tokens / sample", "× AR / sample", "× AR / token")
+TIMED_QUALITY = "quality ×100 of the timed samples"
 
 
 def times_table(
@@ -276,9 +288,11 @@ def times_table(
 ) -> pd.DataFrame | None:
     """The rows of `paper_table` at one temperature with their times at batch 1 (the latency passes,
     `timing.latency`): per task the columns `TIMES`, seconds and tokens means over seeds, the ratios
-    with their intervals over seeds (`with_times`). Per sample and per token differ where the methods'
-    outputs differ in length (sampling, lossy verification): per sample then compares lengths as much
-    as speed. None where no row has a latency pass."""
+    geometric means with their intervals on log ratios (`with_times`: over examples × seeds where the
+    records kept per-example times), and `TIMED_QUALITY` where they scored the timed completions
+    (`timed_score`: at a batch size above 1 the timed samples are not the scored ones). Per sample and
+    per token differ where the methods' outputs differ in length (sampling, lossy verification): per
+    sample then compares lengths as much as speed. None where no row has a latency pass."""
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if not pd.to_numeric(d.get("latency_s", pd.Series(dtype=float)), errors="coerce").notna().any():
         return None
@@ -296,7 +310,12 @@ def times_table(
             _ratio_cell(r, "normalized_latency_per_token"),
         )
         row.update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
-    return _per_task_frame(cells, keys, list(dict.fromkeys(d["task"])), TIMES)
+        timed_score = pd.to_numeric(r.get("timed_score"), errors="coerce")
+        row[(r["task"], TIMED_QUALITY)] = "–" if pd.isna(timed_score) else _num(100 * timed_score)
+    scored = pd.to_numeric(d.get("timed_score", pd.Series(dtype=float)), errors="coerce").notna().any()
+    return _per_task_frame(
+        cells, keys, list(dict.fromkeys(d["task"])), (*TIMES, TIMED_QUALITY) if scored else TIMES
+    )
 
 
 def _per_task_frame(
@@ -394,14 +413,20 @@ def paired_table(
     static ensemble at DIVERSED's own mean w (`_static_at_mean_w`: the comparison that says whether the
     weight's dependence on context is worth anything beyond its level), paired by example over the
     reported split's records (`compare.paired`): index (pair, N, baseline), columns (task,
-    "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict" (`compare.verdict`:
-    "better" only where the interval excludes 0). None without a DIVERSED row. `selection`: the
-    seed-averaged records of the split the knobs were chosen on, where DIVERSED's mean w is read."""
+    "Δ quality ×100" / "Δ accepted/proposed %"), cells "Δ [95 % interval] verdict (Holm p)": the interval
+    is the unadjusted bootstrap one; the verdict comes from the paired randomisation test's p-value
+    adjusted by Holm over every test in the table (one temperature), "better" / "worse" only where that
+    is below 0.05 (`compare.holm_verdict`: family-wise 5 %). `attrs["verdicts"]` says so with the number
+    of tests. A baseline whose outputs follow the target's law exactly (`methods.exact_law`:
+    autoregressive, lossless SD, static w = 1, ...) is labelled "(target's law)": such rows differ from
+    each other by sampling alone. None without a DIVERSED row. `selection`: the seed-averaged records of
+    the split the knobs were chosen on, where DIVERSED's mean w is read."""
     rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if "run_dir" not in records or not (rows["method"] == "dynamic").any():
         return None
     several = _several(rows)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []  # Holm adjusts them together
     for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
         mine = per_example(_records_of(records, dyn))
         if mine is None:
@@ -413,6 +438,7 @@ def paired_table(
             & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
         ]
         baselines = [(base, _row_label(base, set())) for _, base in same.iterrows()]
+        baselines = [(b, f"{label} (target's law)" if exact_law(b) else label) for b, label in baselines]
         at_mean = _static_at_mean_w(d, dyn, temperature, selection)
         if at_mean is not None:
             baselines.append(at_mean)
@@ -430,12 +456,16 @@ def paired_table(
                 if what != "score" and not METHODS[base["method"]].speculative:
                     cells.setdefault(key, {})[(dyn["task"], name)] = "–"
                     continue
-                r = paired(mine, theirs, what)
-                cells.setdefault(key, {})[(dyn["task"], name)] = (
-                    f"{_interval(r['diff'], r['low'], r['high'])} {verdict(r['low'], r['high'])}"
-                )
-    if not cells:
+                tests.append((key, (dyn["task"], name), paired(mine, theirs, what, p_value=True)))
+    if not cells and not tests:
         return None
+    adjusted = holm([r["p"] for _, _, r in tests])
+    for (key, column, r), p in zip(tests, adjusted, strict=True):
+        shown = "" if np.isnan(p) else f" (Holm p {p:.2g})"
+        cells.setdefault(key, {})[column] = (
+            f"{_interval(r['diff'], r['low'], r['high'])} {holm_verdict(r['diff'], p)}{shown}"
+        )
+    m = int(np.sum(~np.isnan(adjusted)))
     tasks = list(dict.fromkeys(rows["task"]))
     columns = pd.MultiIndex.from_tuples(
         [(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
@@ -443,7 +473,9 @@ def paired_table(
     )
     keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
-    return pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
+    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
+    table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
+    return table
 
 
 def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:

@@ -651,3 +651,21 @@ for _method in (
 ):
     register(_method)
 del _method
+
+
+def exact_law(record: Mapping[str, Any]) -> bool:
+    """Whether a record's outputs are drawn exactly from the target's law, as autoregressive decoding's
+    (sampling error apart, the same output distribution): the target alone (autoregressive, hf_generate),
+    lossless verification (lossless, a fine-tuned draft), the static ensemble at w = 1 (v = p), lossy SD
+    at l = 1 (accept min(1, p/q), residual max(0, p − q): `rules.LossySD`); greedy (T = 0) also lossy SD
+    and typical acceptance at any setting, whose greedy rules accept while x = argmax p and then emit
+    argmax p (`rules.py`). Cascades (w ∈ {0, 1} by a deferral rule) and DIVERSED are not; a method of
+    one's own: not known, False."""
+    name, greedy = record.get("method"), record.get("temperature") == 0
+    if name in ("autoregressive", "hf_generate", "lossless", "finetuned_draft"):
+        return True
+    if name == "static":
+        return record.get("weight") == 1
+    if name == "lossy":
+        return greedy or record.get("lenience") == 1
+    return bool(greedy and name in ("typical", "autoregressive_typical"))
