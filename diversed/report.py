@@ -353,10 +353,11 @@ def write_report(
         )
     )
     sections += ["## Figures", ""]
-    claims += ["Proposition 1 in the figures:", ""]
+    claims += ["Proposition 1 and what the heads learned, in the figures:", ""]
     for f in shown:
         sections.append(f"- {f.caption} " + ", ".join(f"[{p.name}]({_rel(p, out)})" for p in f.paths))
-        if all(p.name.startswith("acceptance_vs_w") for p in f.paths):  # Proposition 1: a claim with numbers
+        # captions with numbers a README may quote: Proposition 1's gaps, the heads' w distributions
+        if all(p.name.startswith(("acceptance_vs_w", "head_learned", "w_by_token_class")) for p in f.paths):
             claims.append(f"- {f.caption} ({', '.join(p.name for p in f.paths if p.suffix == '.png')})")
         written += f.paths
     sections += ["", "## Run directories", ""]

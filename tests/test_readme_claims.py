@@ -166,7 +166,36 @@ def test_two_builds_give_each_cell_the_hull_of_their_intervals():
     b += "| toy | Static | 5 | 80.00 [74.00, 86.00] (w=0.8) | 0.98 [0.60, 1.40] b1 |\n"
     text, counts, outside = demo.across_builds(a, b)
     assert "| toy | AR | – | 84.00 [78.00, 99.67] | 1.00 [1.00, 1.00] b1 |" in text  # A's estimate, the hull
-    assert "| toy | Static | 5 | 82.00 [74.00, 87.67] (w=1)* (build B: (w=0.8)) | 1.06 [0.53, 1.59] b1 |" in text
+    assert (
+        "| toy | Static | 5 | 82.00 [74.00, 87.67] (w=1)* (build B: (w=0.8)) | 1.06 [0.53, 1.59] b1 |" in text
+    )
     assert counts == {"cells": 4, "inside": 3, "differ_note": 1}
-    assert outside == ["Table (T = 1) | toy | AR | – | toy: q: A 84.00 [78.00, 89.00], B 99.00 [97.33, 99.67]"]
+    assert outside == [
+        "Table (T = 1) | toy | AR | – | toy: q: A 84.00 [78.00, 89.00], B 99.00 [97.33, 99.67]"
+    ]
     assert text.startswith("**Table (T = 1)**: caption")
+
+
+@pytest.mark.parametrize(
+    ("end", "claims"),
+    [
+        ("END", "demo_claims.md"),
+        ("END", "demo_real_claims.md"),
+        ("PAIR_END", "demo_real_qwen25coder_claims.md"),
+    ],
+    ids=["toy", "smollm2", "qwen25coder"],
+)
+def test_the_prose_after_a_demo_section_quotes_only_its_report(end, claims):
+    """What a demo's results "show", in the prose from its end marker to the next heading: every decimal
+    there is in the report's claims (code, commands and image names aside), never a number computed
+    beside the report."""
+    demo = _demo("demo" if claims == "demo_claims.md" else "demo_real")
+    marker = getattr(demo, end) if claims != "demo_real_claims.md" else demo.END
+    after = (ROOT / "README.md").read_text().split(marker, 1)[1]
+    prose = re.split(r"\n#{2,3} ", after, maxsplit=1)[0]
+    prose = re.sub(r"`[^`]*`|!\[[^\]]*\]\([^)]*\)", " ", prose)  # code spans and images
+    decimals = {n for n in _numbers(prose) if "." in n}
+    missing = decimals - _numbers((ROOT / "docs" / claims).read_text())
+    assert not missing, (
+        f"decimals in the prose after {claims}'s section that its report never wrote: {sorted(missing)}"
+    )

@@ -406,7 +406,8 @@ def head_learned(
     hist.title.set_fontsize(8)
     caption = (
         f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-        f"completions, and the distribution of w over those tokens (median {np.median(w):.2f}, "
+        f"completions, and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
+        f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], min {w.min():.2f}, "
         f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
         f"{page.name}."
     )
