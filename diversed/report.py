@@ -248,7 +248,9 @@ def write_report(
                 "the timed completions scored (the scored ones at batch size 1, others above). "
                 "Where the methods' outputs differ in length (sampling, "
                 "lossy verification), per sample compares lengths as much as speed; per token compares "
-                "speed.",
+                "speed. End to end includes reading the prompt in both models; where shown, s to first "
+                "token is the same calls stopped after one new token, and decode only the time per token "
+                "after the first, Σ (t − t_first) / Σ (n − 1), relative to autoregressive decoding's.",
             )
             written += paths
             sections += [md, ""]

@@ -445,6 +445,10 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     assert re.search(
         r"DIVERSED − Static w=0\.5 \(DIVERSED's mean w on reported rows: 0\.(4[5-9]|5[0-5])\d\)", paired
     )
+    # decode only beside end to end: the same calls timed to their first token
+    times = (out / "times_T1.md").read_text()
+    assert "s to first token" in times and "× AR / token, decode only" in times
+    assert re.search(r"\| Autoregressive \| – \| 2 \| [^|]+ \| [^|]+ \| 1\.00 \[1\.00, 1\.00\] \|", times)
     # DIVERSED against the static front over w (0.5 and 1): a gap at equal quality and at equal acceptance
     fronts = (out / "fronts_T1.md").read_text()
     assert "| DIVERSED − static front (2 w) |" in fronts and "at equal quality" in fronts

@@ -190,6 +190,9 @@ def test_records_carry_their_intervals(tmp_path):
     assert (r["wall_time_ci_low"], r["wall_time_ci_high"]) == median_interval([5.0, 6.0, 4.0, 5.3, 5.1])
     assert r["wall_time_ci_low"] <= r["wall_time_s"] <= r["wall_time_ci_high"]
     for name in NORMALIZED:
+        if name == "normalized_decode_per_token":  # needs times to the first token: these have none
+            assert r[name] is None
+            continue
         low, high = ci_fields(name)
         assert r[low] < r[name] < r[high], name
     assert r["latency_per_token_s"] == pytest.approx(0.5 * 4 / 90)
@@ -392,3 +395,21 @@ def test_a_dry_runs_estimate_rests_on_finished_points_of_the_same_kind():
     # nothing finished: no number
     seconds, basis = estimate_seconds([lossless3], [], n_examples=20, timing=timing, batch_size=4)
     assert seconds is None and "no finished points" in basis and "task.n_examples=8" in basis
+
+
+def test_decode_only_ratios_take_the_time_to_the_first_token_out():
+    from diversed.sweep.times import example_log_ratios
+
+    ar = {
+        "latency_example_ids": ["a", "b", "c"],
+        "latency_example_s": [1.0, 2.0, 1.0],
+        "latency_example_tokens": [11, 21, 1],
+        "latency_example_first_s": [0.5, 1.0, 1.0],
+    }
+    sd = {**ar, "latency_example_s": [0.75, 1.5, 0.9], "latency_example_first_s": [0.5, 1.0, 0.9]}
+    r = example_log_ratios(sd, ar, "decode")
+    # a: (0.25 / 10) / (0.5 / 10) = 0.5, b the same; c made one token: no decode-only time to compare
+    assert list(r.index) == ["a", "b"] and np.allclose(np.exp(r.to_numpy()), 0.5)
+    # end to end per token the prompt's reading is in: 0.75 and 0.9 of AR's time
+    assert np.allclose(np.exp(example_log_ratios(sd, ar, True).to_numpy()), [0.75, 0.75, 0.9])
+    assert example_log_ratios({**sd, "latency_example_first_s": None}, ar, "decode") is None

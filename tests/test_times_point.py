@@ -45,7 +45,8 @@ def test_at_batch_1_the_timed_samples_are_the_scored_ones(pair, reordered, monke
     prompts = task.encode(pair.tokenizer, list(task))
     for j, prompt in enumerate(prompts[: TIMING["latency_examples"]]):
         scored, *timed = seeds[tuple(prompt)]
-        assert timed == [scored] * TIMING["latency_repeats"] and scored == 3 + (5 - j if reordered else j)
+        # the timed passes, then as many timed to the first token: all with the scored seed
+        assert timed == [scored] * 2 * TIMING["latency_repeats"] and scored == 3 + (5 - j if reordered else j)
     k = TIMING["latency_examples"]
     assert out["latency_example_ids"] == [r["example_id"] for r in rows[:k]]
     # the same seed per example as the scored pass (its position in the decoding order): the same samples
@@ -53,6 +54,9 @@ def test_at_batch_1_the_timed_samples_are_the_scored_ones(pair, reordered, monke
     assert out["latency_example_scores"] == [r["score"] for r in rows[:k]]
     assert len(out["latency_example_s"]) == k and all(t > 0 for t in out["latency_example_s"])
     assert out["latency_new_tokens"] == sum(out["latency_example_tokens"])
+    # decode only: each example also timed to its first token, and the time per token after it
+    assert len(out["latency_example_first_s"]) == k and all(f > 0 for f in out["latency_example_first_s"])
+    assert out["latency_decode_per_token_s"] > 0
 
 
 def test_at_a_larger_batch_the_timed_samples_are_scored_themselves(pair):

@@ -76,6 +76,7 @@ VALUE_FIELDS = (
     "latency_per_token_s",
     "latency_new_tokens",  # one latency pass's new tokens (over its `latency_examples`)
     "latency_examples",
+    "latency_first_token_s",  # the timed examples' mean time to their first new token
     "wall_time_s",
     "time_per_token_s",
     "mean_w",

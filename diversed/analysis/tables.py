@@ -282,6 +282,9 @@ def paper_table(
 # where the latency passes scored their completions, also the timed samples' quality (`TIMED_QUALITY`).
 TIMES = ("timed", "s / sample b1", "tokens / sample", "× AR / sample", "× AR / token")
 TIMED_QUALITY = "quality ×100 of the timed samples"
+# Where the latency passes also timed each call to its first token: the time to it, and the time per
+# token after it relative to autoregressive decoding's (decode only: the prompt's reading taken out).
+DECODE = ("s to first token", "× AR / token, decode only")
 
 
 def times_table(
@@ -311,11 +314,18 @@ def times_table(
             _ratio_cell(r, "normalized_latency_per_token"),
         )
         row.update({(r["task"], name): v for name, v in zip(TIMES, values, strict=True)})
+        first = pd.to_numeric(r.get("latency_first_token_s"), errors="coerce")
+        row[(r["task"], DECODE[0])] = "–" if pd.isna(first) else _seconds(float(first))
+        row[(r["task"], DECODE[1])] = _ratio_cell(r, "normalized_decode_per_token")
         timed_score = pd.to_numeric(r.get("timed_score"), errors="coerce")
         row[(r["task"], TIMED_QUALITY)] = "–" if pd.isna(timed_score) else _num(100 * timed_score)
-    scored = pd.to_numeric(d.get("timed_score", pd.Series(dtype=float)), errors="coerce").notna().any()
+    has = lambda f: pd.to_numeric(d.get(f, pd.Series(dtype=float)), errors="coerce").notna().any()  # noqa: E731
+    columns = (*TIMES, *(DECODE if has("latency_first_token_s") else ()))
     return _per_task_frame(
-        cells, keys, list(dict.fromkeys(d["task"])), (*TIMES, TIMED_QUALITY) if scored else TIMES
+        cells,
+        keys,
+        list(dict.fromkeys(d["task"])),
+        (*columns, TIMED_QUALITY) if has("timed_score") else columns,
     )
 
 

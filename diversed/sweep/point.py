@@ -288,7 +288,11 @@ def time_point(
     of its own as the scored one did, recomputed (`PromptCache(0)`): a time includes reading it.
 
     The seconds are end to end (prompt pass included): the engine reads a prompt in its first round's
-    calls, so no moment separates reading it from decoding."""
+    calls, so no moment inside a call separates reading it from decoding. Decode-only time is measured
+    instead by the same calls stopped after their first new token, `latency_repeats` times more:
+    `latency_example_first_s` (each example's median time to its first token), `latency_first_token_s`
+    (their mean) and `latency_decode_per_token_s` = Σ_e (t_e − f_e) / Σ_e (n_e − 1), the time per new
+    token after the first over the examples that made two or more."""
     tok = pair.tokenizer
     examples = list(task)
     prompts = task.encode(tok, examples)
@@ -298,21 +302,24 @@ def time_point(
 
     last: list[tuple[int, Any]] = []  # the last pass's (prompt width, output) per call
 
-    def passes(batches: list[list[list[int]]], seeds: list[int], count: int) -> list[list[float]]:
-        """`count` passes over `batches`, batch i decoded with `seeds[i]`: each pass's seconds per call."""
+    def passes(
+        batches: list[list[list[int]]], seeds: list[int], count: int, *, first_token: bool = False
+    ) -> list[list[float]]:
+        """`count` passes over `batches`, batch i decoded with `seeds[i]`: each pass's seconds per call.
+        `first_token`: each call stops after its first new token (the prompt read, one token out)."""
         times = []
         for _ in range(count):
             calls, outs = [], []
             for batch, batch_seed in zip(batches, seeds, strict=True):
                 start = time.perf_counter()
                 ids, mask = left_pad(batch, tok.pad_token_id, pair.device)
-                outs.append(
-                    (ids.shape[1], decode(pair, point, verifier, ids, mask, seed=batch_seed, **kwargs))
-                )
+                args = {**kwargs, "max_new": 1} if first_token else kwargs
+                outs.append((ids.shape[1], decode(pair, point, verifier, ids, mask, seed=batch_seed, **args)))
                 calls.append(time.perf_counter() - start)
                 bar.update(len(batch))
             times.append(calls)
-            last[:] = outs
+            if not first_token:
+                last[:] = outs
         return times
 
     out: dict[str, Any] = {}
@@ -327,7 +334,7 @@ def time_point(
     warmup = timing["warmup"] if timing["repeats"] else 0  # no timed pass at the batch size: none to warm
     total = warmup * sum(map(len, batches[:1])) + timing["repeats"] * len(prompts)
     bar = tqdm(
-        total=total + bool(alone) * (timing["warmup"] + lat_repeats * len(alone)),
+        total=total + bool(alone) * (timing["warmup"] + 2 * lat_repeats * len(alone)),
         desc="timing",
         unit="example",
         leave=False,
@@ -346,15 +353,26 @@ def time_point(
             decode_completions(tok, o.sequences, width, o.stats.new_tokens)[0] for width, o in last
         ]
         metrics = task.checked_metrics(examples[: len(alone)], completions)  # the timed samples, scored
+        # time to the first token: the same calls stopped after one new token (the prompt read in both
+        # models, one token out); decode-only per token = Σ_e (t_e − f_e) / Σ_e (n_e − 1) over examples
+        # with two tokens or more (TTFT and time per output token, as serving benchmarks split them)
+        firsts = passes(alone, alone_seeds, lat_repeats, first_token=True)
+        first_s = [statistics.median(calls[i] for calls in firsts) for i in range(len(alone))]
+        end_s = [statistics.median(calls[i] for calls in timed) for i in range(len(alone))]
+        later = [i for i in range(len(alone)) if tokens[i] >= 2]
+        decode_s = sum(max(end_s[i] - first_s[i], 0.0) for i in later)
         out.update(
             latency_s=statistics.median(lat),
             latency_runs=lat,
             latency_examples=len(alone),
             latency_new_tokens=sum(tokens),
             latency_example_ids=[task.example_id(ex, j) for j, ex in enumerate(examples[: len(alone)])],
-            latency_example_s=[statistics.median(calls[i] for calls in timed) for i in range(len(alone))],
+            latency_example_s=end_s,
             latency_example_tokens=tokens,
             latency_example_scores=[m[task.metric] for m in metrics],
+            latency_example_first_s=first_s,
+            latency_first_token_s=statistics.mean(first_s),
+            latency_decode_per_token_s=(decode_s / sum(tokens[i] - 1 for i in later) if later else None),
         )
     bar.close()
     return out

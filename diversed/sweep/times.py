@@ -57,6 +57,9 @@ NORMALIZED = {
     "normalized_time_per_token_s": "time_per_token_s",
     "normalized_latency": "latency_s",  # per sample, each example alone at batch 1 (the paper's time)
     "normalized_latency_per_token": "latency_per_token_s",
+    # per generated token after the first, each example alone at batch 1: decode only, the prompt's
+    # reading (time to the first token) taken out (`point.time_point`)
+    "normalized_decode_per_token": "latency_decode_per_token_s",
 }
 # a normalised time per sample -> the same per generated token
 PER_TOKEN = {
@@ -81,6 +84,9 @@ TIME_FIELDS = (
     # time_per_token_s / the autoregressive point's (per-token panel of the figures)
     "normalized_time_per_token_s",
     "normalized_latency_per_token",  # latency_per_token_s / the autoregressive point's
+    "latency_first_token_s",  # mean over the timed examples of their time to the first new token
+    "latency_decode_per_token_s",  # Σ (t_e − first_e) / Σ (n_e − 1): per token after the first
+    "normalized_decode_per_token",  # latency_decode_per_token_s / the autoregressive point's
     "normalized_time_batch_size",  # the batch size of the autoregressive time normalized_time divides by
     *ci_fields("wall_time_s"),
     *ci_fields("latency_s"),  # 95 % intervals over the repeats (median_interval)
@@ -180,6 +186,8 @@ def _ratio(num: Mapping[str, Any], field: str, den: Mapping[str, Any], den_field
     a, b = num.get(field), den.get(den_field)
     if _missing(a) or _missing(b) or not b or _missing(scale):
         return None, math.nan, math.nan
+    if field not in RUNS:  # a time without runs of its own (decode only): no interval over repeats
+        return scale * a / b, math.nan, math.nan
     return (
         scale * a / b,
         *median_interval(_runs(num.get(RUNS[field])), _runs(den.get(RUNS[den_field])), scale=scale),
@@ -236,6 +244,9 @@ def normalized(
         found["normalized_latency"] = _ratio(record, "latency_s", baseline, "latency_s", 1.0)
         found["normalized_latency_per_token"] = _ratio(
             record, "latency_s", baseline, "latency_s", per(b_lat_tokens, get(record, "latency_new_tokens"))
+        )
+        found["normalized_decode_per_token"] = _ratio(
+            record, "latency_decode_per_token_s", baseline, "latency_decode_per_token_s", 1.0
         )
     same = record.get("method") == BASELINE
     for name, (value, low, high) in found.items():
@@ -360,30 +371,46 @@ def log_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tup
 
 
 # The normalised times that per-example latencies measure too: -> whether per generated token
-PER_EXAMPLE = {"normalized_latency": False, "normalized_latency_per_token": True}
+PER_EXAMPLE = {
+    "normalized_latency": False,
+    "normalized_latency_per_token": True,
+    "normalized_decode_per_token": "decode",
+}
 # What `sweep.point.time_point` records per timed example (lists in the order of latency_example_ids)
 EXAMPLE_TIMES = ("latency_example_ids", "latency_example_s", "latency_example_tokens")
 
 
 def example_log_ratios(
-    record: Mapping[str, Any], baseline: Mapping[str, Any] | None, per_token: bool = False
+    record: Mapping[str, Any], baseline: Mapping[str, Any] | None, per_token: bool | str = False
 ) -> pd.Series | None:
     """log(t_e / t_e^AR) for each example timed alone in both `record` and its autoregressive `baseline`
     (same seed: `baseline_key`), indexed by example id; per token, log((t_e / n_e) / (t_e^AR / n_e^AR))
-    with n_e its timed completion's new tokens (at least 1). None where either lacks per-example times."""
+    with n_e its timed completion's new tokens (at least 1); "decode", per token after the first,
+    log(((t_e − f_e) / (n_e − 1)) / ((t_e^AR − f_e^AR) / (n_e^AR − 1))) with f_e the time to its first
+    token (`latency_example_first_s`), over the examples with two tokens or more in both. None where
+    either lacks per-example times."""
+    fields = (*EXAMPLE_TIMES, "latency_example_first_s") if per_token == "decode" else EXAMPLE_TIMES
 
     def times(r: Mapping[str, Any] | None) -> pd.DataFrame | None:
-        if r is None or any(not isinstance(r.get(f), list | tuple | np.ndarray) for f in EXAMPLE_TIMES):
+        if r is None or any(not isinstance(r.get(f), list | tuple | np.ndarray) for f in fields):
             return None
-        ids, t, n = (list(r[f]) for f in EXAMPLE_TIMES)
-        if not len(ids) == len(t) == len(n):
+        ids, t, n, *f = (list(r[x]) for x in fields)
+        if not all(len(x) == len(ids) for x in (t, n, *f)):
             return None
-        return pd.DataFrame({"t": t, "n": n}, index=pd.Index([str(i) for i in ids], name="example_id"))
+        frame = {"t": t, "n": n, **({"f": f[0]} if f else {})}
+        return pd.DataFrame(frame, index=pd.Index([str(i) for i in ids], name="example_id"))
 
     a, b = times(record), times(baseline)
     if a is None or b is None:
         return None
     both = a.join(b, how="inner", lsuffix="", rsuffix="_ar")
+    if per_token == "decode":
+        d, d_ar = both["t"] - both["f"], both["t_ar"] - both["f_ar"]
+        both = both[(both["n"] >= 2) & (both["n_ar"] >= 2) & (d > 0) & (d_ar > 0)]
+        ratio = ((both["t"] - both["f"]) / (both["n"] - 1)) / (
+            (both["t_ar"] - both["f_ar"]) / (both["n_ar"] - 1)
+        )
+        return np.log(ratio.astype(float))
     both = both[(both["t"] > 0) & (both["t_ar"] > 0)]
     ratio = both["t"] / both["t_ar"]
     if per_token:
