@@ -203,7 +203,8 @@ def write_report(
     chosen = (
         f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
         f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
-        "paired one-sided 95 % bootstrap; * none was: the best-scoring one), then shown on the reported split"
+        "paired one-sided 95 % bootstrap; * a fallback: none was, the best-scoring one), then shown on the "
+        "reported split"
         if choices is not None and len(choices)
         else (
             f"Knob families: none swept on the {select_split} split"

@@ -1,6 +1,6 @@
 """`make demo`: the paper's whole pipeline on the toy pair, on CPU, ending in its report.
 
-1. build (or reuse) the toy pair and decode a few toy prompts speculatively, printing each
+1. load the shipped toy pair and decode a few toy prompts speculatively, printing each
    completion with its score and the acceptance statistics (lossless, and static w = 0.5);
 2. `python -m diversed.train` trains one weight head per toy task (addition, counting);
 3. `python -m diversed.distill` fine-tunes the draft per task (the "SD with a fine-tuned draft" row);
@@ -151,9 +151,10 @@ def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
     """Two builds' claims (the same report from two machines or builds: same tables, rows and columns) as
     one: each cell with an interval keeps build A's estimate with the HULL of both builds' 95 % intervals
     ("the interval that holds across builds"); where the text after the interval differs (another knob
-    chosen, another verdict) the cell says both. Returns the text, counts {cells, inside, differ_note}
-    (inside: cells whose build-B estimate lies within build A's own interval) and the cells where it
-    does not, as "table | row | column: A v [l, h], B v'". Prose lines are A's."""
+    chosen, another verdict) the cell says both. Returns the text, counts {cells, inside, identical,
+    time_cells, time_inside, differ_note} (inside: cells whose build-B estimate lies within build A's own
+    interval; identical: the same text in both; time_*: the same among time ratios) and the cells where
+    it does not lie inside, as "table | row | column: A v [l, h], B v'". Prose lines are A's."""
     b_cells: dict[tuple[str, str, str], str] = {}
     title, header = None, []
     for line in b.splitlines():
@@ -168,7 +169,8 @@ def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
                 continue
             for col, cell in zip(header[3:], cells[3:], strict=True):
                 b_cells[(title, " | ".join(cells[:3]), col)] = cell
-    out, counts, outside = [], {"cells": 0, "inside": 0, "differ_note": 0}, []
+    out, outside = [], []
+    counts = {"cells": 0, "inside": 0, "identical": 0, "time_cells": 0, "time_inside": 0, "differ_note": 0}
     title, header = None, []
     for line in a.splitlines():
         if m := re.match(r"\*\*(.+?)\*\*", line):
@@ -193,10 +195,14 @@ def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
             _ = float(ma[1]), float(ma[2]), float(ma[3]), ma[4]
             vb, lb, hb, rest_b = float(mb[1]), float(mb[2]), float(mb[3]), mb[4]
             digits = len(ma[1].split(".")[1]) if "." in ma[1] else 0
+            timing = "time" in col or "× AR" in col  # a time ratio: the machine's as much as the method's
+            inside = la <= vb <= ha
             counts["cells"] += 1
-            if la <= vb <= ha:
-                counts["inside"] += 1
-            else:
+            counts["inside"] += inside
+            counts["identical"] += cell == other
+            counts["time_cells"] += timing
+            counts["time_inside"] += timing and inside
+            if not inside:
                 outside.append(f"{title} | {row} | {col}: A {cell}, B {other}")
             note = rest_a if rest_a == rest_b else f"{rest_a} (build B:{rest_b or ' –'})"
             counts["differ_note"] += rest_a != rest_b
@@ -214,6 +220,7 @@ def build_record(args: argparse.Namespace, took: dict[str, float], seconds: floa
         "minutes": seconds / 60,
         "took": took,
         "cpu_cores": os.cpu_count(),
+        "cores_used": len(os.sched_getaffinity(0)),  # the cores this process may run on (taskset)
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -225,7 +232,8 @@ def _run_line(record: dict, name: str) -> str:
     took = record["took"]
     return (
         f"{name}: {record['seeds']} seeds × {record['n_examples']} prompts per task and split, "
-        f"{record['minutes']:.1f} min on {record['cpu_cores']} CPU cores ({record['torch_threads']} torch "
+        f"{record['minutes']:.1f} min on {record.get('cores_used', record['cpu_cores'])} of "
+        f"{record['cpu_cores']} CPU cores ({record['torch_threads']} torch "
         f"thread{'s' * (record['torch_threads'] != 1)}, kernels for {record['cpu_capability']}, torch "
         f"{record['torch']}) for steps 1-5: " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()) + "."
     )
@@ -253,13 +261,17 @@ def docs(args: argparse.Namespace, out: Path) -> None:
         (where / "demo_claims_build_a.md").write_text(claims + "\n" + _run_line(a, "Build A") + "\n")
         (where / "demo_claims_build_b.md").write_text(claims_b + "\n" + _run_line(b, "Build B") + "\n")
         merged, counts, outside = across_builds(claims, claims_b)
+        other_cells = counts["cells"] - counts["time_cells"]
+        untimed = [o for o in outside if not ("time" in o.split(": A ")[0] or "× AR" in o.split(": A ")[0])]
         text = (
             "The same run on two builds; every interval below is the hull of both builds' 95 % intervals "
             "(the interval that holds across them), every estimate build A's; a cell whose knob or verdict "
             "differs says build B's. Build B's estimate lay inside build A's own interval in "
-            f"{counts['inside']} of {counts['cells']} cells"
-            + (f" (outside: {'; '.join(outside)})" if outside else "")
-            + ".\n\n"
+            f"{counts['inside']} of {counts['cells']} cells with an interval: "
+            f"{other_cells - len(untimed)} of the {other_cells} quality, acceptance and difference cells"
+            + (f" (outside: {'; '.join(untimed)})" if untimed else "")
+            + f", and {counts['time_inside']} of the {counts['time_cells']} time ratios; "
+            f"{counts['identical']} cells read the same in both.\n\n"
             + merged
             + "\n"
             + _run_line(a, "Build A")

@@ -169,7 +169,14 @@ def test_two_builds_give_each_cell_the_hull_of_their_intervals():
     assert (
         "| toy | Static | 5 | 82.00 [74.00, 87.67] (w=1)* (build B: (w=0.8)) | 1.06 [0.53, 1.59] b1 |" in text
     )
-    assert counts == {"cells": 4, "inside": 3, "differ_note": 1}
+    assert counts == {
+        "cells": 4,
+        "inside": 3,
+        "identical": 1,
+        "time_cells": 2,
+        "time_inside": 2,
+        "differ_note": 1,
+    }
     assert outside == [
         "Table (T = 1) | toy | AR | – | toy: q: A 84.00 [78.00, 89.00], B 99.00 [97.33, 99.67]"
     ]

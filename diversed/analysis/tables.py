@@ -118,11 +118,10 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
         if k.field != m.family
     )
     on = r.get("chosen_on")
-    fallback = r.get("at_quality") is False or r.get("at_quality") == False  # noqa: E712 (numpy bools)
-    chosen = (
+    chosen = (  # a fallback (none non-inferior: the best-scoring) is starred in its cell, per task
         "the only setting run"
         if on == "only"
-        else (f"fallback on {on}: none non-inferior, the best-scoring" if fallback else f"chosen on {on}")
+        else f"chosen on {on}"
         if isinstance(on, str) and on != "test"
         else "oracle (chosen on test)"
     )
