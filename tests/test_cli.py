@@ -217,6 +217,7 @@ def test_hydra_help_describes_the_program_and_its_own_groups():
     assert "powered by Hydra" not in out and "hydra/launcher" not in out and "paper_sampling" not in out
 
 
+@pytest.mark.slow
 def test_a_bad_setting_is_its_message_alone_with_status_2():
     done = shell("evaluate", "+experiment=toy", "sweep.draft_lengths=[0]", "hydra.run.dir=/nonexistent/never")
     assert done.returncode == 2, done.stderr[-3000:]

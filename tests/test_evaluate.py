@@ -259,10 +259,11 @@ def test_no_warm_up_at_the_batch_size_without_a_timed_pass_there(tmp_path, toy_t
     point = {"method": "autoregressive", "temperature": 1.0}
     timing = {"warmup": 1, "repeats": 0, "latency": True, "latency_examples": 2, "latency_repeats": 1}
     out = point_module.time_point(pair, task, point, None, batch_size=4, seed=0, timing=timing)
-    assert rows == [1, 1, 1] and "wall_time_s" not in out and out["latency_examples"] == 2
+    # the latency warm-up, its pass over 2 examples, and the same 2 timed to their first token
+    assert rows == [1, 1, 1, 1, 1] and "wall_time_s" not in out and out["latency_examples"] == 2
     rows[:] = []
     point_module.time_point(pair, task, point, None, batch_size=4, seed=0, timing={**timing, "repeats": 1})
-    assert rows == [4, 4, 2, 1, 1, 1]  # the warm-up batch, one pass, then the latency pass
+    assert rows == [4, 4, 2, 1, 1, 1, 1, 1]  # the warm-up batch, one pass, then the latency passes
 
 
 def test_batch_by_length_is_in_the_settings_fingerprint(tmp_path, toy_tiny_dir):
@@ -580,6 +581,7 @@ def test_resuming_skips_bad_lines_redoes_their_points_and_rewrites_a_torn_settin
     assert len(df) == 3 and df.score.between(0, 1).all()
 
 
+@pytest.mark.slow
 def test_a_finished_sweep_reruns_on_a_read_only_directory(tmp_path, toy_tiny_dir, monkeypatch):
     """In-process (the runner), then as a user runs it, where a read-only mount can be made (Hydra's own
     log file and config copy)."""
@@ -862,9 +864,10 @@ def test_inside_a_point_a_bar_counts_the_examples_decoded_and_timed(tmp_path, to
         )
     )
     err = capsys.readouterr().err
-    # decode: 6 examples; timing: a warm-up batch of 4, 1 pass of 6, a warm-up of 1 and 2 passes of 2 alone
+    # decode: 6 examples; timing: a warm-up batch of 4, 1 pass of 6, a warm-up of 1 and 2 passes of 2 alone,
+    # and 2 more of 2 alone timed to their first token
     assert re.search(r"decode: +\d+%\|[^|]*\| \d+/6 \[", err) and re.search(
-        r"timing: +\d+%\|[^|]*\| \d+/15 \[", err
+        r"timing: +\d+%\|[^|]*\| \d+/19 \[", err
     )
     assert "point" in err  # the bar over points is still there
     ev.evaluate(small_eval(tmp_path / "off", toy_tiny_dir, "sweep.methods=[autoregressive]", *timing))

@@ -127,6 +127,7 @@ def test_the_pair_defaults_to_llama_and_stop_early_can_come_back():
 
 
 @pytest.mark.parametrize("entry", ["train", "evaluate"])
+@pytest.mark.slow
 def test_cfg_job_on_the_command_line(entry, tmp_path):
     """What a researcher types to see a preset: `--cfg job` prints it without running."""
     out = subprocess.run(

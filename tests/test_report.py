@@ -245,7 +245,8 @@ def test_times_table_gives_seconds_and_tokens_per_sample_and_both_ratios(report_
 
 def test_the_report_writes_every_table_and_figure(report_dir):
     out = report_dir / "report"
-    paths = run([str(report_dir / "run"), "--out", str(out), "--paper"])
+    # PNG only: a PDF of each figure doubles the test's time (the end-to-end test writes both formats)
+    paths = run([str(report_dir / "run"), "--out", str(out), "--paper", "--formats", "png"])
     assert paths[0] == out / "README.md"
     for name in ("table_T1", "table_T0.1", "times_T1", "times_T0.1", "transfer_T1", "transfer_T0.1"):
         assert (out / f"{name}.md").is_file() and (out / f"{name}.csv").is_file(), name
@@ -257,8 +258,7 @@ def test_the_report_writes_every_table_and_figure(report_dir):
         "time_vs_acceptance_beta_task_T0.1",
         "pareto_p1_alpha_task_T1",
     ):
-        for fmt in ("png", "pdf"):
-            assert (figs / f"{stem}.{fmt}").stat().st_size > 1000, stem
+        assert (figs / f"{stem}.png").stat().st_size > 1000, stem
     pages = sorted(figs.glob("head_learned_*.html"))
     assert len(pages) == 2 * 2 * 2 * 2  # per pair, task, temperature and head
     html = pages[0].read_text()

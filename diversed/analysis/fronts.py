@@ -266,17 +266,19 @@ def front_gap(
     A = np.stack([f["accepted"].to_numpy(float) for f in frames])
     P = np.stack([f["proposed"].to_numpy(float) for f in frames])
 
-    def gaps(idx: np.ndarray) -> tuple[float, float]:
-        q, acc = S[:, idx].mean(1), A[:, idx].sum(1) / P[:, idx].sum(1)
+    def gaps(q: np.ndarray, acc: np.ndarray) -> tuple[float, float]:
         return (
             acc[0] - front_acceptance_at(acc[1:], q[1:], q[0]),
             q[0] - front_quality_at(acc[1:], q[1:], acc[0]),
         )
 
     n = len(common)
-    est = gaps(np.arange(n))
-    rng = np.random.default_rng(seed)
-    draws = np.array([gaps(rng.integers(0, n, n)) for _ in range(n_resamples)])
+    est = gaps(S.mean(1), A.sum(1) / P.sum(1))
+    # every resample at once: how often each example is drawn (resamples x examples), then per setting
+    # the resampled means and ratios as matrix products; only the front's interpolation loops
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+    q_all, acc_all = counts @ S.T / n, (counts @ A.T) / (counts @ P.T)
+    draws = np.array([gaps(q, a) for q, a in zip(q_all, acc_all, strict=True)])
     out = {"n": n}
     tail = (1 - confidence) / 2
     for j, name in enumerate(("d_acceptance", "d_quality")):
