@@ -214,6 +214,15 @@ def write_report(
         + ", so each family's ORACLE setting (chosen on the "
         "reported scores themselves: the most acceptance within AR's 95 % half-width; * none was)"
     )
+
+    def add(table: pd.DataFrame, name: str, caption: str, *, claim: bool = True) -> None:
+        """Write one table (Markdown + CSV) and put it in the report's index and, with `claim`, its claims."""
+        paths, md = _write_table(table, out, name, caption)
+        written.extend(paths)
+        sections.extend([md, ""])
+        if claim:
+            claims.extend([md, ""])
+
     for t in sorted(d["temperature"].unique(), reverse=True):
         caption = (
             f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
@@ -229,17 +238,11 @@ def write_report(
                 " Published rows: the paper does not define its acceptance; its values look like accepted/"
                 "proposed, so they sit in that column, unconfirmed."
             )
-        paths, md = _write_table(
-            paper_table(d, t, paper=paper, choices=choices), out, f"table_T{t:g}", caption
-        )
-        written += paths
-        sections += [md, ""]
-        claims += [md, ""]
+        add(paper_table(d, t, paper=paper, choices=choices), f"table_T{t:g}", caption)
         times = times_table(d, t, choices)
         if times is not None:
-            paths, md = _write_table(
+            add(
                 times,
-                out,
                 f"times_T{t:g}",
                 f"**Times at batch 1 (T = {t:g})**: the same rows, each of the first `timed` examples "
                 "decoded alone at batch 1 (`timing.latency`); seconds and new tokens per sample, mean "
@@ -253,39 +256,29 @@ def write_report(
                 "token is the same calls stopped after one new token, and decode only the time per token "
                 "after the first, Σ (t − t_first) / Σ (n − 1), relative to autoregressive decoding's.",
             )
-            written += paths
-            sections += [md, ""]
-            claims += [md, ""]
         outputs = outputs_table(d, t, choices)
         if outputs is not None:
-            paths, md = _write_table(
+            add(
                 outputs,
-                out,
                 f"outputs_T{t:g}",
                 f"**Outputs (T = {t:g})**: the same rows; empty %: completions with nothing to score once "
                 "cut at the task's stop sequences (×100), tokens / example: new tokens per example; "
                 "means over seeds.",
             )
-            written += paths
-            sections += [md, ""]
-            claims += [md, ""]
         if choices is not None and len(choices):
-            paths, md = _write_table(
+            add(
                 paper_table(d, t),
-                out,
                 f"table_oracle_T{t:g}",
                 f"**Oracle view (T = {t:g})**: the same, each knob family at its setting chosen on "
                 "the reported (test) scores themselves: an upper bound, not a claim.",
+                claim=False,
             )
-            written += paths
-            sections += [md, ""]
         diffs = paired_table(
             test, d, t, choices, selection=mean_over_seeds(val, examples=False) if len(val) else None
         )
         if diffs is not None:
-            paths, md = _write_table(
+            add(
                 diffs,
-                out,
                 f"paired_T{t:g}",
                 f"**DIVERSED against each row (T = {t:g})**, and against the static ensemble at DIVERSED's "
                 f"own mean w (read on the {select_split} rows where they have the head, else on the reported "
@@ -296,14 +289,10 @@ def write_report(
                 "marked (target's law) decode exactly as the target does: their differences from each "
                 "other are sampling alone.",
             )
-            written += paths
-            sections += [md, ""]
-            claims += [md, ""]
         front = front_table(test, d, t, choices)
         if front is not None:
-            paths, md = _write_table(
+            add(
                 front,
-                out,
                 f"fronts_T{t:g}",
                 f"**Against the static front (T = {t:g})**: each speculative row against the static "
                 "ensemble's front over every w run (same pair, task, N), paired by example: Δ acceptance = "
@@ -314,22 +303,15 @@ def write_report(
                 'the row). "above" / "below" only where the interval excludes 0; where the row lies beyond '
                 "the front's range (better quality or more acceptance than any w) there is no gap to give.",
             )
-            written += paths
-            sections += [md, ""]
-            claims += [md, ""]
         transfer = transfer_table(d, t, paper=paper)
         if transfer is not None:
-            paths, md = _write_table(
+            add(
                 transfer,
-                out,
                 f"transfer_T{t:g}",
                 f"**Cross-task transfer (T = {t:g})**: rows the task "
                 "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
                 f"quality ×100, {how}.",
             )
-            written += paths
-            sections += [md, ""]
-            claims += [md, ""]
     figs = out / "figures"
     own = d[
         (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
