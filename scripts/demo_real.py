@@ -278,7 +278,7 @@ def chosen_grid(validation: Path, g: dict[str, list]) -> dict[str, list]:
     out = {k: list(v) for k, v in g.items()}
     for _, c in choices.iterrows():
         knob = next(k for k in METHODS[c["method"]].knobs if k.field == c["family"])
-        if knob.sweep in out:
+        if knob.sweep in out and not isinstance(c["value"], str):  # a head or a draft is not a grid value
             out[knob.sweep] = [float(c["value"])]
     return out
 

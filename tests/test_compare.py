@@ -343,7 +343,7 @@ def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
             )
     records = load_runs([tmp_path])
     choices = choose_on(records[records["split"] == "validation"], margin=0.05)
-    (c,) = choices.to_dict("records")
+    (c,) = choices[choices["method"] == "static"].to_dict("records")
     assert c["value"] == 0.5 and c["non_inferior"] and c["family"] == "weight" and c["diff"] == 0.0
     assert c["delta"] == pytest.approx(0.05 * ar["validation"].mean())
 
@@ -422,3 +422,38 @@ def test_a_family_run_at_one_setting_is_not_labelled_chosen_on_test(tmp_path):
             assert "Static, the only setting run" in table and "oracle" not in table
         else:
             assert "Static, oracle (chosen on test)" in table and "only setting" not in table
+
+
+def test_diversed_s_head_is_chosen_on_validation_by_the_same_rule(tmp_path):
+    """Two heads: /h1 keeps autoregressive quality and accepts 3 of 4, /h2 accepts all but scores 0.3 on
+    validation (and flatters itself on test). The rule every family follows takes /h1; the table shows
+    that head alone, labelled as chosen."""
+    rng = np.random.default_rng(1)
+    store = ResultStore(tmp_path)
+    ar = {split: (rng.random(N) < 0.8).astype(float) for split in ("validation", "test")}
+    for split in ("validation", "test"):
+        for seed in (0, 1):
+            _write(store, method="autoregressive", split=split, seed=seed, scores=ar[split])
+            for head, acc in (("/h1", 3), ("/h2", 4)):
+                scores = ar[split] if head == "/h1" else (rng.random(N) < 0.3).astype(float)
+                if split == "test" and head == "/h2":
+                    scores = np.ones(N)
+                _write(
+                    store,
+                    method="dynamic",
+                    split=split,
+                    seed=seed,
+                    scores=scores,
+                    accepted=np.full(N, acc),
+                    proposed=np.full(N, 4),
+                    head=head,
+                )
+    records = load_runs([tmp_path])
+    choices = choose_on(records[records["split"] == "validation"], margin=0.05)
+    (c,) = choices.to_dict("records")
+    assert c["method"] == "dynamic" and c["family"] == "head" and c["value"] == "/h1" and c["non_inferior"]
+    out = tmp_path / "report"
+    write_report([tmp_path], out, formats=("png",))
+    table = (out / "table_T1.md").read_text()
+    rows = [x for x in table.splitlines() if "DIVERSED" in x]
+    assert len(rows) == 1 and "DIVERSED, chosen on validation" in rows[0] and "| 75.00 [" in rows[0]

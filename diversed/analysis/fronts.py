@@ -10,7 +10,9 @@ of two ways:
   tested paired and one-sided (`compare.non_inferior`); the choice is then reported on the test run of
   the same protocol (`comparison_group`). Test scores never choose. A family without acceptance (an
   autoregressive baseline's truncation, e.g. `autoregressive_typical`'s ε) has none to maximise: its
-  best-scoring non-inferior setting is taken (every acceptance missing, the score decides).
+  best-scoring non-inferior setting is taken (every acceptance missing, the score decides). The same
+  rule chooses what a method without a family runs where a validation run has several (`choice_field`:
+  DIVERSED's head among those trained on the task, the fine-tuned draft's draft).
 - `best_at_quality` (the "oracle" view, labelled so): on the reported run itself, the most acceptance
   among settings whose score is within the AR run's 95 % half-width.
 
@@ -94,12 +96,24 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
 _CHOICE_KEYS = ["pair", "task", "temperature", "comparison_group", "num_draft_tokens"]
 
 
+def choice_field(method: str) -> str | None:
+    """The knob a table chooses for `method` on validation: its family, or for a method without one whose
+    only knob names what it runs (DIVERSED's head, the fine-tuned draft's draft), that knob; None where
+    nothing is chosen (autoregressive decoding, lossless SD)."""
+    from diversed.sweep.methods import METHODS
+
+    m = METHODS.get(method)
+    if m is None:
+        return None
+    return m.family or (m.fields[0] if len(m.fields) == 1 else None)
+
+
 def choice_key(r: pd.Series | dict) -> tuple:
     """Which knob choice a row (a record, or a row of `choose_on`) belongs to: `_CHOICE_KEYS`, the
     method and its knobs other than the family's, missing values alike however they are stored."""
     from diversed.sweep.methods import METHODS
 
-    m = METHODS[r["method"]]
+    m, chosen = METHODS[r["method"]], choice_field(r["method"])
     cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
     return (
         r["pair"],
@@ -108,7 +122,7 @@ def choice_key(r: pd.Series | dict) -> tuple:
         "" if cg is None or pd.isna(cg) else cg,
         None if pd.isna(n) else int(n),
         r["method"],
-        *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != m.family),
+        *(None if pd.isna(r.get(k)) else r.get(k) for k in m.fields if k != chosen),
     )
 
 
@@ -134,15 +148,17 @@ def choose_on(
     }
     out = []
     for name, rows in d.groupby("method", sort=False):
-        m = METHODS.get(name)
-        if m is None or m.family is None:
+        m, field = METHODS.get(name), choice_field(name)
+        if m is None or field is None:
             continue
-        others = [k for k in m.fields if k != m.family]
+        if "head_task" in rows:  # a head is chosen among those trained on the task it is reported on
+            rows = rows[rows["head_task"].isna() | (rows["head_task"] == rows["task"])]
+        others = [k for k in m.fields if k != field]
         for key, g in rows.groupby(_CHOICE_KEYS + others, dropna=False, sort=False):
             ref_ex, ref_score = refs.get(tuple(g.iloc[0][ref_keys]), (None, np.nan))
             delta = margin * ref_score
             candidates = []
-            for value, c in g.groupby(m.family, sort=True):
+            for value, c in g.groupby(field, sort=True):
                 ex = per_example(c)
                 if ex is None or ref_ex is None:
                     continue
@@ -171,7 +187,7 @@ def choose_on(
                 {
                     **dict(zip(_CHOICE_KEYS + others, key, strict=True)),
                     "method": name,
-                    "family": m.family,
+                    "family": field,
                     **pick.to_dict(),
                     "delta": delta,
                     "margin": margin,

@@ -27,7 +27,7 @@ from diversed.analysis.compare import (
     setting_fields,
     verdict,
 )
-from diversed.analysis.fronts import best_at_quality, choice_key, front_gap
+from diversed.analysis.fronts import best_at_quality, choice_field, choice_key, front_gap
 from diversed.sweep.methods import METHODS, exact_law
 from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 
@@ -94,9 +94,9 @@ def _interval(
 def _knob_note(r: pd.Series) -> str:
     """ " (w=0.5)": the family knob's symbol and the value a table shows (* where none was at quality)."""
     m = METHODS.get(r["method"])
-    if m is None or m.family is None:
-        return ""
     star = "" if r.get("at_quality") in (True, None) or pd.isna(r.get("at_quality")) else "*"
+    if m is None or m.family is None:
+        return star if r.get("chosen_on") not in (None, "test", "only") else ""  # e.g. DIVERSED's head
     knob = m.knob(m.family)
     return f" ({knob.symbol}={knob.show(r[m.family])}){star}"
 
@@ -109,15 +109,16 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
     m = METHODS.get(r["method"])
     if m is None:
         return str(r["method"])
+    on = r.get("chosen_on")
     if m.family is None:
         named = " ".join(k.show(r[k.field]) for k in m.knobs) if m.name in several else ""
-        return m.row_name + (f" ({named})" if named else "")
+        chosen = f", chosen on {on}" if isinstance(on, str) and on not in ("test", "only") else ""
+        return m.row_name + (f" ({named})" if named else "") + chosen
     others = "".join(
         f" {k.show(r[k.field])}" if k.type is str else f" {k.symbol}={k.show(r[k.field])}"
         for k in m.knobs
         if k.field != m.family
     )
-    on = r.get("chosen_on")
     chosen = (  # a fallback (none non-inferior: the best-scoring) is starred in its cell, per task
         "the only setting run"
         if on == "only"
@@ -205,11 +206,15 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
         return oracle
     picked, chosen_keys = [], set()
     for _, c in choices.iterrows():
-        key, family = choice_key(c), METHODS[c["method"]].family
-        rows = d[
-            (d["method"] == c["method"])
-            & np.isclose(pd.to_numeric(d[family], errors="coerce"), float(c["value"]))
-        ]
+        key, field = choice_key(c), choice_field(c["method"])
+        if field is None or field not in d:
+            continue
+        same = (
+            d[field] == c["value"]  # a head or a draft: by name
+            if isinstance(c["value"], str)
+            else np.isclose(pd.to_numeric(d[field], errors="coerce"), float(c["value"]))
+        )
+        rows = d[(d["method"] == c["method"]) & same]
         rows = rows[[choice_key(r) == key for _, r in rows.iterrows()]]
         if len(rows):
             chosen_keys.add(key)
@@ -220,7 +225,7 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
                     margin=c["margin"],
                 )
             )
-    family = oracle["method"].map(lambda m: METHODS[m].family is not None if m in METHODS else False)
+    family = oracle["method"].map(lambda m: choice_field(m) is not None)
     keep = [
         not f or choice_key(r) not in chosen_keys for f, (_, r) in zip(family, oracle.iterrows(), strict=True)
     ]
