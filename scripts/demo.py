@@ -147,40 +147,46 @@ def _row_cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def _table_lines(text: str):
+    """Each line of a report's Markdown with the title of the table it is in (its caption's bold start),
+    that table's header, and its cells where it is a row of values (None for prose, a header, a rule)."""
+    title, header = None, []
+    for line in text.splitlines():
+        if m := re.match(r"\*\*(.+?)\*\*", line):
+            title, header = m.group(1), []
+        if not line.startswith("|") or line.startswith("|---"):
+            yield line, title, header, None
+        elif not header:
+            header = _row_cells(line)
+            yield line, title, header, None
+        else:
+            yield line, title, header, _row_cells(line)
+
+
+def _is_time(column: str) -> bool:
+    """A time ratio's column ("toy: time / AR", "toy: × AR / token"): the machine's as much as the
+    method's."""
+    return "time" in column or "× AR" in column
+
+
 def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
     """Two builds' claims (the same report from two machines or builds: same tables, rows and columns) as
     one: each cell with an interval keeps build A's estimate with the HULL of both builds' 95 % intervals
     ("the interval that holds across builds"); where the text after the interval differs (another knob
     chosen, another verdict) the cell says both. Returns the text, counts {cells, inside, identical,
     time_cells, time_inside, differ_note} (inside: cells whose build-B estimate lies within build A's own
-    interval; identical: the same text in both; time_*: the same among time ratios) and the cells where
-    it does not lie inside, as "table | row | column: A v [l, h], B v'". Prose lines are A's."""
-    b_cells: dict[tuple[str, str, str], str] = {}
-    title, header = None, []
-    for line in b.splitlines():
-        if m := re.match(r"\*\*(.+?)\*\*", line):
-            title, header = m.group(1), []
-        elif line.startswith("|---"):
-            continue
-        elif line.startswith("|"):
-            cells = _row_cells(line)
-            if not header:
-                header = cells
-                continue
-            for col, cell in zip(header[3:], cells[3:], strict=True):
-                b_cells[(title, " | ".join(cells[:3]), col)] = cell
+    interval; identical: the same text in both; time_*: the same among time ratios, `_is_time`) and the
+    cells where it does not lie inside, as "table | row | column: A v [l, h], B v'". Prose lines are A's."""
+    b_cells = {
+        (title, " | ".join(cells[:3]), col): cell
+        for _, title, header, cells in _table_lines(b)
+        if cells is not None
+        for col, cell in zip(header[3:], cells[3:], strict=True)
+    }
     out, outside = [], []
     counts = {"cells": 0, "inside": 0, "identical": 0, "time_cells": 0, "time_inside": 0, "differ_note": 0}
-    title, header = None, []
-    for line in a.splitlines():
-        if m := re.match(r"\*\*(.+?)\*\*", line):
-            title, header = m.group(1), []
-        if not line.startswith("|") or line.startswith("|---"):
-            out.append(line)
-            continue
-        cells = _row_cells(line)
-        if not header:
-            header = cells
+    for line, title, header, cells in _table_lines(a):
+        if cells is None:
             out.append(line)
             continue
         row = " | ".join(cells[:3])
@@ -192,11 +198,9 @@ def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
                 merged.append(cell if other in (None, cell) else f"{cell} (build B: {other})")
                 continue
             la, ha, rest_a = float(ma[2]), float(ma[3]), ma[4]
-            _ = float(ma[1]), float(ma[2]), float(ma[3]), ma[4]
             vb, lb, hb, rest_b = float(mb[1]), float(mb[2]), float(mb[3]), mb[4]
             digits = len(ma[1].split(".")[1]) if "." in ma[1] else 0
-            timing = "time" in col or "× AR" in col  # a time ratio: the machine's as much as the method's
-            inside = la <= vb <= ha
+            timing, inside = _is_time(col), la <= vb <= ha
             counts["cells"] += 1
             counts["inside"] += inside
             counts["identical"] += cell == other
@@ -262,7 +266,8 @@ def docs(args: argparse.Namespace, out: Path) -> None:
         (where / "demo_claims_build_b.md").write_text(claims_b + "\n" + _run_line(b, "Build B") + "\n")
         merged, counts, outside = across_builds(claims, claims_b)
         other_cells = counts["cells"] - counts["time_cells"]
-        untimed = [o for o in outside if not ("time" in o.split(": A ")[0] or "× AR" in o.split(": A ")[0])]
+        # the column of "table | pair | method | N | column: A ..." (across_builds' form)
+        untimed = [o for o in outside if not _is_time(o.split(": A ")[0].rsplit(" | ", 1)[1])]
         text = (
             "The same run on two builds; every interval below is the hull of both builds' 95 % intervals "
             "(the interval that holds across them), every estimate build A's; a cell whose knob or verdict "

@@ -266,6 +266,19 @@ def common_args(task: str, out: Path, args, temperature: float = 1.0) -> list[st
     ]
 
 
+def report_argv(sweeps: list[Path], out: Path) -> tuple[str, ...]:
+    """The report over the demo's run directories, knobs chosen on their validation records."""
+    return (
+        "-m",
+        "diversed.report",
+        *map(str, sweeps),
+        "--out",
+        str(out / "report"),
+        "--select-split",
+        "validation",
+    )
+
+
 def chosen_grid(validation: Path, g: dict[str, list]) -> dict[str, list]:
     """Each knob family's setting as the report chooses it on the validation run (`fronts.choose_on`:
     the most acceptance among settings non-inferior to AR there, else the best-scoring), one value per
@@ -541,16 +554,7 @@ def pair_demo(args) -> None:
         )
     took.add(
         "report",
-        run(
-            "5. the report",
-            "-m",
-            "diversed.report",
-            *map(str, sweeps),
-            "--out",
-            str(out / "report"),
-            "--select-split",
-            "validation",
-        ),
+        run("5. the report", *report_argv(sweeps, out)),
     )
     minutes = sum(took.values()) / 60  # every invocation's steps (a resumed run's own are short)
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
@@ -817,16 +821,7 @@ def main() -> None:
             *sweep_args(run_dir, task, head, finetuned, chosen, extra, temperature, args.extra_examples),
             limit_s=left() - 60,
         )
-    took["report"] = run(
-        "4. the report",
-        "-m",
-        "diversed.report",
-        *map(str, sweeps),
-        "--out",
-        str(out / "report"),
-        "--select-split",
-        "validation",
-    )
+    took["report"] = run("4. the report", *report_argv(sweeps, out))
     minutes = (time.perf_counter() - start) / 60
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")

@@ -78,6 +78,17 @@ def _tied_to_cells(section: str, claims: str, what: str) -> None:
     assert not missing, f"{what}: numbers in its prose that no report wrote: {sorted(missing)}"
 
 
+def _section_tied(markers: tuple[str, str], claims_name: str, what: str, command: str) -> tuple[str, str]:
+    """The README's section between `markers` and its report's claims (docs/`claims_name`), the section
+    not empty and tied to the claims' cells (`_tied_to_cells`)."""
+    begin, end = markers
+    section = (ROOT / "README.md").read_text().split(begin, 1)[1].split(end, 1)[0]
+    claims = (ROOT / "docs" / claims_name).read_text()
+    assert section.strip(), f"the README's {what} section is empty: run {command}"
+    _tied_to_cells(section, claims, f"the README's {what} section")
+    return section, claims
+
+
 def test_tables_are_tied_to_cells_not_to_a_set_of_numbers():
     claims = "**Table (T = 1)**: caption 3 seeds\n\n| pair | method | N | toy: q |\n|---|---|---|---|\n"
     claims += "| toy | AR | – | 84.00 |\n| toy | SD | 3 | 85.00 |\n"
@@ -94,11 +105,9 @@ def test_tables_are_tied_to_cells_not_to_a_set_of_numbers():
 
 def test_every_number_in_the_readme_demo_section_comes_from_the_report():
     demo = _demo()
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(demo.BEGIN, 1)[1].split(demo.END, 1)[0]
-    claims = (ROOT / "docs" / "demo_claims.md").read_text()
-    assert section.strip(), "the README's demo section is empty: run python scripts/demo.py --docs docs"
-    _tied_to_cells(section, claims, "the README's demo section")
+    section, claims = _section_tied(
+        (demo.BEGIN, demo.END), "demo_claims.md", "demo", "python scripts/demo.py --docs docs"
+    )
     build_a, build_b = (ROOT / "docs" / f"demo_claims_build_{x}.md" for x in "ab")
     if build_a.is_file():  # two builds: every cell is the hull of the two reports' cells
         merged, _, _ = demo.across_builds(build_a.read_text(), build_b.read_text())
@@ -109,13 +118,9 @@ def test_every_number_in_the_readme_demo_section_comes_from_the_report():
 def test_every_number_in_the_readme_real_demo_section_comes_from_its_report():
     """The same for the real demo (scripts/demo_real.py --docs: docs/demo_real_claims.md)."""
     demo = _demo("demo_real")
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(demo.BEGIN, 1)[1].split(demo.END, 1)[0]
-    claims = (ROOT / "docs" / "demo_real_claims.md").read_text()
-    assert section.strip(), (
-        "the README's real-demo section is empty: run python scripts/demo_real.py --docs docs"
+    section, _ = _section_tied(
+        (demo.BEGIN, demo.END), "demo_real_claims.md", "real-demo", "python scripts/demo_real.py --docs docs"
     )
-    _tied_to_cells(section, claims, "the README's real-demo section")
     assert "XSum test articles" in section and "accepted/proposed" in section
 
 
@@ -123,13 +128,12 @@ def test_every_number_in_the_readme_pair_demo_section_comes_from_its_report():
     """The same for the Qwen pair's demo (scripts/demo_real.py --pair qwen25coder --docs:
     docs/demo_real_qwen25coder_claims.md), and the prose below it quotes that section's numbers."""
     demo = _demo("demo_real")
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(demo.PAIR_BEGIN, 1)[1].split(demo.PAIR_END, 1)[0]
-    claims = (ROOT / "docs" / "demo_real_qwen25coder_claims.md").read_text()
-    assert section.strip(), (
-        "the README's pair-demo section is empty: run scripts/demo_real.py --pair qwen25coder --docs docs"
+    section, _ = _section_tied(
+        (demo.PAIR_BEGIN, demo.PAIR_END),
+        "demo_real_qwen25coder_claims.md",
+        "pair-demo",
+        "scripts/demo_real.py --pair qwen25coder --docs docs",
     )
-    _tied_to_cells(section, claims, "the README's pair-demo section")
     assert "qwen25coder" in section and "Static w=0.84 (DIVERSED's mean w on validation rows" in section
 
 

@@ -493,15 +493,21 @@ def paired_table(
     return table
 
 
+def _same(d: pd.DataFrame, field: str, value) -> pd.Series:
+    """Rows of `d` whose `field` equals `value`, a missing value matching a missing one."""
+    if field not in d:
+        return pd.Series(True, index=d.index)
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return d[field].isna()
+    return d[field] == value
+
+
 def _records_of(records: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
     """The raw records (every seed) of one seed-averaged row: equal on every setting field."""
     mask = pd.Series(True, index=records.index)
     for f in setting_fields():
-        if f not in records or f not in row:
-            continue
-        v = row[f]
-        col = records[f]
-        mask &= col.isna() if v is None or (not isinstance(v, str) and pd.isna(v)) else (col == v)
+        if f in row:
+            mask &= _same(records, f, row[f])
     return records[mask]
 
 
@@ -572,13 +578,8 @@ def _gap_cell(value: float, low: float, high: float, undefined: float) -> str:
     return f"{_interval(value, low, high)} {where}" + (f" ({share})" if undefined > 0.005 else "")
 
 
-def _same(d: pd.DataFrame, field: str, value) -> pd.Series:
-    """Rows of `d` whose `field` equals `value`, a missing value matching a missing one."""
-    if field not in d:
-        return pd.Series(True, index=d.index)
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return d[field].isna()
-    return d[field] == value
+# What a row shares with the static front it is put against (besides the temperature).
+_FRONT_OF = ("pair", "task", "num_draft_tokens", "comparison_group", "settings_group")
 
 
 def front_table(
@@ -601,26 +602,14 @@ def front_table(
         m = METHODS.get(r["method"])
         if m is None or not m.speculative or r["method"] == "static" or pd.isna(r["num_draft_tokens"]):
             continue
-        key = (
-            r["pair"],
-            r["task"],
-            r["num_draft_tokens"],
-            r.get("comparison_group"),
-            r.get("settings_group"),
-        )
+        key = tuple(r.get(f) for f in _FRONT_OF)
         if key not in fronts:
-            static = d[
-                (d["method"] == "static")
-                & (d["pair"] == r["pair"])
-                & (d["task"] == r["task"])
-                & (d["num_draft_tokens"] == r["num_draft_tokens"])
-                & _same(d, "comparison_group", r.get("comparison_group"))
-                & _same(d, "settings_group", r.get("settings_group"))
+            same = np.logical_and.reduce([_same(d, f, r.get(f)) for f in _FRONT_OF])
+            ex = [
+                per_example(_records_of(records, s))
+                for _, s in d[(d["method"] == "static") & same].iterrows()
             ]
-            ex = [per_example(_records_of(records, s)) for _, s in static.iterrows()]
-            fronts[key] = (
-                [e for e in ex if e is not None] if len(ex) >= 2 and all(e is not None for e in ex) else None
-            )
+            fronts[key] = ex if len(ex) >= 2 and all(e is not None for e in ex) else None
         front = fronts[key]
         mine = per_example(_records_of(records, r)) if front else None
         if mine is None:

@@ -405,11 +405,9 @@ def example_log_ratios(
         return None
     both = a.join(b, how="inner", lsuffix="", rsuffix="_ar")
     if per_token == "decode":
-        d, d_ar = both["t"] - both["f"], both["t_ar"] - both["f_ar"]
-        both = both[(both["n"] >= 2) & (both["n_ar"] >= 2) & (d > 0) & (d_ar > 0)]
-        ratio = ((both["t"] - both["f"]) / (both["n"] - 1)) / (
-            (both["t_ar"] - both["f_ar"]) / (both["n_ar"] - 1)
-        )
+        d, d_ar = both["t"] - both["f"], both["t_ar"] - both["f_ar"]  # after the first token
+        ok = (both["n"] >= 2) & (both["n_ar"] >= 2) & (d > 0) & (d_ar > 0)
+        ratio = (d[ok] / (both["n"][ok] - 1)) / (d_ar[ok] / (both["n_ar"][ok] - 1))
         return np.log(ratio.astype(float))
     both = both[(both["t"] > 0) & (both["t_ar"] > 0)]
     ratio = both["t"] / both["t_ar"]
