@@ -113,7 +113,13 @@ class PairSettings(_Model):
     device: str = "auto"
     forward: Literal["auto", "hf", "direct"] = "auto"
     draft_quantize: Literal["none", "int8"] = Field(
-        "none", description="int8: the draft's linear layers in int8 (CPU, float32; models/quantize.py)"
+        "none",
+        description="int8: the draft's linear layers in int8 (CPU, float32 or bf16; models/quantize.py)",
+    )
+    cpu_kernels: Literal["auto", "blas"] = Field(
+        "auto",
+        description="auto: a large model's linear layers on oneDNN's packed layout on CPU (float32, or bf16 "
+        "where the CPU has bf16 instructions); blas: torch's F.linear (models/packed.py)",
     )
 
     @field_validator("device")

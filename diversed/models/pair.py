@@ -44,6 +44,7 @@ class Pair:
     forward: str = "auto"  # the engine's forward path asked for both models (forward.use_forward)
     identity: dict[str, Any] = field(default_factory=dict)  # who the models are (its card's), where described
     draft_quantize: str = "none"  # the draft's linear layers: "none" or "int8" (quantize.py)
+    cpu_kernels: str = "auto"  # float linear layers on CPU: "auto" (oneDNN packed) or "blas" (packed.py)
 
     @property
     def device(self) -> torch.device:
@@ -223,6 +224,7 @@ def load_pair(
     revision: str | None = None,
     forward: str = "auto",
     draft_quantize: str = "none",
+    cpu_kernels: str = "auto",
     probe=None,
 ) -> Pair:
     """Load target and draft (Hub ids or local paths), frozen, on `device`, with one tokenizer.
@@ -231,17 +233,22 @@ def load_pair(
     instructions, fp32 on others: `native_dtype`), "config" (the checkpoint's), or a torch dtype
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
     `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
-    `draft_quantize`: "int8" makes the draft's linear layers and head int8 (CPU, float32; see quantize.py).
+    `draft_quantize`: "int8" makes the draft's linear layers and head int8 (CPU, float32 or bf16; see
+    quantize.py). `cpu_kernels`: "auto" runs the other linear layers of a large model on CPU (float32,
+    or bf16 where the CPU has bf16 instructions) on oneDNN's packed layout, "blas" on torch's
+    `F.linear` (see packed.py).
     """
     from transformers import AutoModelForCausalLM
 
     from diversed.decoding.forward import FORWARD_PATHS, use_forward
+    from diversed.models.packed import check_kernels, pack_linears
     from diversed.models.quantize import check_quantize, quantize_draft
 
     if forward not in FORWARD_PATHS:
         raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
     dev = _device(device)
     check_quantize(draft_quantize, dev, _dtype(dtype, dev))  # before anything is read
+    check_kernels(cpu_kernels)
 
     probe_result: list[str | None] = []
 
@@ -282,6 +289,7 @@ def load_pair(
         model.eval().requires_grad_(False)
         if role == "draft":
             quantize_draft(model, draft_quantize, tok)
+        pack_linears(model, cpu_kernels)  # (after int8: what is left float)
         use_forward(model, forward)
         models[role] = model
 
@@ -294,6 +302,7 @@ def load_pair(
         draft_name=given["draft"],
         forward=forward,
         draft_quantize=draft_quantize,
+        cpu_kernels=cpu_kernels,
     )
 
 
@@ -492,12 +501,14 @@ def random_pair(
     forward: str = "auto",
     name: str | None = None,
     draft_quantize: str = "none",
+    cpu_kernels: str = "auto",
 ) -> Pair:
     """A pair of `RANDOM_PAIRS` shapes, random-initialised (seeded) directly on `device` in `dtype`,
     with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from diversed.decoding.forward import FORWARD_PATHS, use_forward
+    from diversed.models.packed import check_kernels, pack_linears
     from diversed.models.quantize import check_quantize, quantize_draft
     from diversed.models.toy_corpus import build_tokenizer
 
@@ -510,6 +521,7 @@ def random_pair(
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
     check_quantize(draft_quantize, dev, torch_dtype)
+    check_kernels(cpu_kernels)
     tokenizer = _prepare_tokenizer(build_tokenizer())
     special = dict(
         bos_token_id=tokenizer.bos_token_id,
@@ -538,6 +550,7 @@ def random_pair(
         generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
         if models:  # the draft
             quantize_draft(model, draft_quantize, tokenizer)
+        pack_linears(model, cpu_kernels)
         use_forward(model, forward)
         models.append(model)
     target, draft = RANDOM_PAIRS[pair]
@@ -550,6 +563,7 @@ def random_pair(
         f"random:{draft}",
         forward,
         draft_quantize=draft_quantize,
+        cpu_kernels=cpu_kernels,
     )
 
 

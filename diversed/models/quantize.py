@@ -48,7 +48,9 @@ as `scheme("int8")`, which names the smoothing): q itself at decoding steps (a r
 depend on the other rows of its batch, padding included). Verification stays exact whatever q is:
 lossless decoding still reproduces the target's law. It does not quantize a target, train a
 quantized draft (distill refuses the option: it trains the float draft, which is quantized when
-loaded for decoding), or run on a GPU (there, bf16 is the cheap dtype).
+loaded for decoding), or run on a GPU (there, bf16 is the cheap dtype). A bf16 model (`dtype: native` on
+a CPU with bf16 instructions) keeps its bf16 float weights for long calls; its int8 products take
+their rows cast to float32 and give them back in bf16.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -110,11 +113,12 @@ class Int8Linear(nn.Linear):
         nn.Module.__init__(self)  # nn.Linear's own would allocate new weights
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias, self.short = linear.weight, linear.bias, int(short)
+        self.long_product = None  # longer calls' float product: F.linear, or what models/packed.py sets
         w = linear.weight.detach().float()
         self.inv_smooth = None  # s = 1
         if x_max is not None:
             smooth = smoothing(x_max.to(w.device), w)
-            self.inv_smooth = (1 / smooth).to(linear.weight.dtype)
+            self.inv_smooth = 1 / smooth  # float32: the int8 product's input is (bf16 models: cast to it)
             w = w * smooth  # W diag(s)
         scale = (w.abs().amax(1) / 127).clamp_min(1e-12).double()
         with warnings.catch_warnings():  # torch's deprecation notice for its quantized tensors
@@ -125,7 +129,9 @@ class Int8Linear(nn.Linear):
             self.w_sum = w8.dequantize().sum(1)  # Σ_i Ŵ_oi, [out]: a row's middle through the weights
 
     def forward(self, x: Tensor) -> Tensor:
-        return int8_linear(x, self.packed, self.weight, self.bias, self.short, self.w_sum, self.inv_smooth)
+        return int8_linear(
+            x, self.packed, self.weight, self.bias, self.short, self.w_sum, self.inv_smooth, self.long_product
+        )
 
     def direct_projection(self):
         """The call itself as a function of x (what the direct forward path applies)."""
@@ -137,6 +143,7 @@ class Int8Linear(nn.Linear):
             short=self.short,
             w_sum=self.w_sum,
             inv_smooth=self.inv_smooth,
+            long=self.long_product,
         )
 
     def extra_repr(self) -> str:
@@ -164,6 +171,7 @@ def int8_linear(
     short: int,
     w_sum: Tensor,
     inv_smooth: Tensor | None = None,
+    long: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     """`Int8Linear`'s call. Where x holds at most `short` rows, x / s (`inv_smooth`, the smoothing;
     None: s = 1) through torch's int8 kernel on the packed (smoothed) weights: one row (a decoding
@@ -172,10 +180,12 @@ def int8_linear(
     x_r = c_r + h_r·x'_r mapped onto [−1, 1] first (c_r, h_r its range's middle and half-width), so
         y_r = h_r · kernel(x'_r) + c_r · Σ_i Ŵ_oi  (+ b),   Ŵ the int8 weights dequantized (`w_sum`),
     which is Ŵ applied to x_r rounded to 127 levels over its own [min, max] (no other row's range in
-    it). Longer calls (a prompt pass): x Wᵀ (+ b) with the float weights."""
+    it). Longer calls (a prompt pass): x Wᵀ (+ b) with the float weights, by `long` where given (the
+    same product on oneDNN's packed copy, models/packed.py), else `F.linear`."""
     rows = x.numel() // x.shape[-1]
     if rows > short:
-        return F.linear(x, weight, bias)
+        return F.linear(x, weight, bias) if long is None else long(x)
+    dtype, x = x.dtype, x.float()  # the kernel takes float32 (a bf16 model's rows cast to it and back)
     if inv_smooth is not None:
         x = x * inv_smooth
     if rows == 1:
@@ -184,7 +194,7 @@ def int8_linear(
         lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
         c, h = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(torch.finfo(x.dtype).tiny)
         y = torch.ops.quantized.linear_dynamic((x - c) / h, packed, True).mul_(h).addcmul_(c, w_sum)
-    return y if bias is None else y.add_(bias)
+    return (y if bias is None else y.add_(bias)).to(dtype)
 
 
 def quantized(model: nn.Module) -> str:
@@ -206,11 +216,11 @@ def check_quantize(
             f"{setting}{how} runs on CPU only (torch's dynamic int8 kernels), the pair is on "
             f"{device}: set {setting}none (on a GPU the cheap dtype is pair.dtype=bfloat16)"
         )
-    if dtype != torch.float32:
+    if dtype not in (torch.float32, torch.bfloat16):
         name = str(dtype).removeprefix("torch.")
         raise ConfigError(
-            f"{setting}{how} takes float32 activations, the pair's dtype is {name}: set "
-            "pair.dtype=float32 (auto is float32 on CPU)"
+            f"{setting}{how} takes float32 or bfloat16 models, the pair's dtype is {name}: set "
+            "pair.dtype=float32 (auto is float32 on CPU) or native"
         )
     if torch.backends.quantized.engine == "none":
         raise ConfigError(

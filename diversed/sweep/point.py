@@ -46,12 +46,14 @@ def load_heads(paths: list[str], pair: Any) -> dict[str, WeightHead]:
 
 def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
     """Each fine-tuned draft (a `save_pretrained` directory) in the pair's dtype, on its device,
-    frozen, on the pair's forward path, int8 where the pair's draft is (`pair.draft_quantize`: the
-    baseline's draft costs what the pair's does); keyed by its path."""
+    frozen, on the pair's forward path, int8 where the pair's draft is (`pair.draft_quantize`) and on
+    the pair's CPU kernels (`pair.cpu_kernels`): the baseline's draft costs what the pair's does;
+    keyed by its path."""
     from transformers import AutoModelForCausalLM
 
     from diversed.decoding import draft_vocab
     from diversed.decoding.forward import use_forward
+    from diversed.models.packed import pack_linears
     from diversed.models.quantize import quantize_draft
 
     drafts = {}
@@ -60,6 +62,7 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
         model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
         model.eval().requires_grad_(False)
         quantize_draft(model, getattr(pair, "draft_quantize", "none"), getattr(pair, "tokenizer", None))
+        pack_linears(model, getattr(pair, "cpu_kernels", "auto"))
         use_forward(model, pair.forward)
         drafts[str(path)] = model
     return drafts
