@@ -14,15 +14,26 @@ so that load from other processes slows every setting alike:
   `num_assistant_tokens` = N and `assistant_confidence_threshold` = 0;
 - our engine, lossless, static and dynamic, at every batch size (and, at batch 1, static with
   transformers' bonus token, the same algorithm as transformers' static ensemble); `--first-token
-  target` takes our first new token from the target alone (`speculative_generate(first_token=...)`).
+  target` takes our first new token from the target alone (`speculative_generate(first_token=...)`);
+- with `--llama-cpp GGUF` (or `auto`: the file the target was converted from), llama.cpp decoding that
+  file autoregressively at batch 1 on the same threads (`LlamaCpp`; the optional extra
+  `diversed[llamacpp]`): the anchor for what this CPU does with the model, not a quality baseline.
+
+Greedy and `--temperature` are timed, or exactly `--temperatures` (0: greedy). Torch runs on its own
+default threads (one per core) unless `--threads` says otherwise; the pair's dtype (`--dtype native`:
+bf16 where the CPU has bf16 instructions, else float32) and its CPU kernels (`--cpu-kernels`,
+models/packed.py) are logged and recorded.
 
 Per setting it reports the median tokens/s over the repeats (new tokens up to and including EOS
-over wall time, prompt processing included), our ratio to transformers on the same setting, the
+over wall time, prompt processing included), our ratio to transformers on the same setting and to
+llama.cpp at the same temperature, the
 α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its
 bound, and the speedup over autoregressive decoding with the same forward path (same batch size
 and temperature), also with every prompt pass left out of both times (`decode_speedup`: the
-decoding the theory prices), against the theoretical speedup (`stats.theoretical_speedup`:
-bound / (N·c + 1)).
+decoding the theory prices); speedups and ratios are pooled (all new tokens over all seconds, every
+repeat) with a 95 % paired bootstrap interval over the decode calls (`speedup_interval`: the same
+batches of the same prompts in every setting of a batch size); against the theoretical speedup
+(`stats.theoretical_speedup`: bound / (N·c + 1)).
 Forward times come from hooks on the embeddings and the LM head of both models. Within each decode
 call the first forward of each model is its prompt pass (prefill), reported apart (`*_prefill_ms`,
 `prefill_time_share`); every later forward is a decoding step (`*_forward_ms`). c is Leviathan et
@@ -56,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -64,6 +76,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -78,7 +91,8 @@ from diversed.decoding.verify import DynamicEnsemble, Lossless, StaticEnsemble, 
 from diversed.errors import ConfigError, cli
 from diversed.files.provenance import machine
 from diversed.models.heads import WeightHead
-from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size
+from diversed.models.packed import kernels
+from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size, numerics
 from diversed.models.quantize import quantized, scheme
 
 # ----------------------------------------------------------------------------- settings
@@ -86,7 +100,7 @@ from diversed.models.quantize import quantized, scheme
 
 @dataclass(frozen=True)
 class Setting:
-    engine: str  # "diversed", "transformers" or "autoregressive"
+    engine: str  # "diversed", "transformers", "autoregressive" or "llama.cpp"
     verifier: str | None  # "lossless", "static", "dynamic", or None (the target alone)
     batch_size: int
     temperature: float  # 0 = greedy
@@ -99,7 +113,9 @@ class Setting:
     @property
     def label(self) -> str:
         mode = "greedy" if self.temperature == 0 else f"T={self.temperature:g}"
-        if self.engine == "autoregressive":
+        if self.engine == "llama.cpp":
+            what = "target (GGUF)"
+        elif self.engine == "autoregressive":
             what = (
                 f"target ({self.implementation})"
                 if self.verifier is None
@@ -112,6 +128,7 @@ class Setting:
             if self.engine == "diversed" and self.first_token == "target":
                 what += " target-first"
         name = {
+            "llama.cpp": "llama.cpp",
             "diversed": "diversed",
             "transformers": "transformers assisted",
             "autoregressive": "autoregressive",
@@ -120,11 +137,21 @@ class Setting:
 
 
 def settings(
-    n: int, batch_sizes: Sequence[int], temperature: float, weight: float, bonus: str, first: str = "ensemble"
+    n: int,
+    batch_sizes: Sequence[int],
+    temperature: float,
+    weight: float,
+    bonus: str,
+    first: str = "ensemble",
+    llama_cpp: bool = False,
+    temperatures: Sequence[float] = (),
 ) -> list[Setting]:
-    """Every setting the benchmark times (transformers' assisted generation is batch-1 only)."""
+    """Every setting the benchmark times (transformers' assisted generation and llama.cpp at batch 1
+    only), at each of `temperatures` (0: greedy; default: greedy and `temperature`)."""
     out: list[Setting] = []
-    for t in (0.0, temperature):
+    for t in temperatures or (0.0, temperature):
+        if llama_cpp and 1 in batch_sizes:
+            out.append(Setting("llama.cpp", None, 1, t, implementation="gguf"))
         for b in batch_sizes:
             out.append(Setting("autoregressive", None, b, t, implementation="generate"))
             out.append(Setting("autoregressive", None, b, t, implementation="loop"))
@@ -136,8 +163,9 @@ def settings(
         for b in batch_sizes:
             for verifier, w in (("lossless", 1.0), ("static", weight), ("dynamic", None)):
                 out.append(Setting("diversed", verifier, b, t, w, n, bonus_token=bonus, first_token=first))
-    for b in batch_sizes:  # training rollouts: sampling from v with the dynamic verifier
-        out.append(Setting("autoregressive", "dynamic", b, temperature, implementation="loop"))
+    for t in [t for t in temperatures if t > 0] or (temperature,):
+        for b in batch_sizes:  # training rollouts: sampling from v with the dynamic verifier
+            out.append(Setting("autoregressive", "dynamic", b, t, implementation="loop"))
     return out
 
 
@@ -159,6 +187,9 @@ class Run:
     # the prompt passes among them: each model's first forward in each decode call
     prefill_calls: dict[str, int] = field(default_factory=_per_model(0))
     prefill_s: dict[str, float] = field(default_factory=_per_model(0.0))
+    # per decode call (one batch of prompts), in order: new tokens, seconds, seconds in prompt passes;
+    # the units the speedups' intervals resample (the same calls in every setting of a batch size)
+    units: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 class CallMeter:
@@ -250,6 +281,9 @@ class BenchConfig:
     num_draft_tokens: int = 5
     batch_sizes: tuple[int, ...] = (1, 8)
     temperature: float = 1.0  # of the sampled settings (the others are greedy)
+    temperatures: tuple[
+        float, ...
+    ] = ()  # the temperatures timed instead of greedy and `temperature` (0: greedy)
     weight: float = 0.5  # static target weight w (transformers needs 0 < w < 1)
     head: str | None = None  # saved WeightHead for the dynamic verifier (default: untrained, w = 0.5)
     num_prompts: int = 32
@@ -257,7 +291,7 @@ class BenchConfig:
     ignore_eos: bool = False  # generate exactly max_new_tokens per row (steady-state decoding)
     repeats: int = 5
     warmup: int = 1
-    threads: int = 1  # torch threads; 0 leaves the default
+    threads: int = 0  # torch threads; 0 leaves torch's default (one per core)
     malloc: str = "keep"  # config/runtime.keep_freed_memory: "keep" (freed memory reused) or "system"
     seed: int = 0
     bonus_token: str = "ensemble"
@@ -271,6 +305,10 @@ class BenchConfig:
     # "int8": the draft's linear layers and head int8 at decoding steps (CPU; models/quantize.py); None: the
     # pair config's own setting (none for --target/--draft, toy and random pairs)
     draft_quantize: str | None = None
+    # linear layers of float32 models on CPU: "auto" (oneDNN packed, models/packed.py) or "blas"; None:
+    # the pair config's own (auto for --target/--draft and random pairs; the toy pair is never packed)
+    cpu_kernels: str | None = None
+    llama_cpp: str | None = None  # a GGUF file (or "auto": the target's own) decoded by llama.cpp alongside
     task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
     data_files: tuple[str, ...] = ()  # the task's local rows: a path, or split=path pairs
     num_few_shot: int = 0  # few-shot examples in each task prompt (needs the train split)
@@ -294,20 +332,27 @@ def check_config(config: BenchConfig) -> None:
         raise ConfigError(
             f"--weight is the static target weight w, in (0, 1) (transformers' too), got {config.weight}"
         )
+    if any(t < 0 for t in config.temperatures):
+        raise ConfigError(f"--temperatures must be 0 (greedy) or positive, got {list(config.temperatures)}")
+    if config.cpu_kernels is not None:
+        from diversed.models.packed import check_kernels
+
+        check_kernels(config.cpu_kernels, "--cpu-kernels ")
     try:
-        check_decoding(config.max_new_tokens, config.temperature, config.top_k, config.top_p)
+        for t in config.temperatures or (0.0, config.temperature):
+            check_decoding(config.max_new_tokens, t, config.top_k, config.top_p)
     except ValueError as e:  # "top_k must be ..." -> "--top-k must be ..."
         name, rest = str(e).split(" ", 1)
         raise ConfigError(f"--{name.replace('_', '-')} {rest}") from None
-    if not isinstance(getattr(torch, config.dtype, None), torch.dtype):
+    if config.dtype != "native" and not isinstance(getattr(torch, config.dtype, None), torch.dtype):
         raise ConfigError(
-            f"--dtype must be a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
+            f"--dtype must be native or a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
         )
     if config.draft_quantize not in (None, "none"):
         from diversed.models.quantize import check_quantize
 
-        device, dtype = torch.device(config.device), getattr(torch, config.dtype)
-        check_quantize(config.draft_quantize, device, dtype, "--draft-quantize ")
+        device = torch.device(config.device)
+        check_quantize(config.draft_quantize, device, bench_dtype(config), "--draft-quantize ")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
@@ -319,19 +364,31 @@ def check_config(config: BenchConfig) -> None:
         )
 
 
+def bench_dtype(config: BenchConfig) -> torch.dtype:
+    """`--dtype` as a torch dtype: "native" is bf16 on accelerators and on CPUs with bf16
+    instructions, float32 on other CPUs (`pair.native_dtype`, what `dtype: native` pairs choose)."""
+    from diversed.models.pair import native_dtype
+
+    if config.dtype == "native":
+        return native_dtype(torch.device(config.device))
+    return getattr(torch, config.dtype)
+
+
 def load_bench_pair(config: BenchConfig) -> Pair:
     """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on
     `config.device`."""
     from diversed.models import pair
 
     quantize = {"draft_quantize": config.draft_quantize or "none"}
+    kernels = {"cpu_kernels": config.cpu_kernels or "auto"}
+    dtype = str(bench_dtype(config)).removeprefix("torch.")  # ("native" chosen here, as the log says)
     if config.target:
         return pair.load_pair(
-            config.target, config.draft, dtype=config.dtype, device=config.device, **quantize
+            config.target, config.draft, dtype=dtype, device=config.device, **quantize, **kernels
         )
     if config.pair in RANDOM_PAIRS:
         return pair.random_pair(
-            config.pair, dtype=config.dtype, device=config.device, seed=config.seed, **quantize
+            config.pair, dtype=dtype, device=config.device, seed=config.seed, **quantize, **kernels
         )
     if config.pair in configured_pairs():  # configs/pair/<name>.yaml, e.g. smollm2 (real weights)
         import hydra
@@ -341,16 +398,18 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         from diversed.models.gguf import check_member
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
-        cfg.dtype, cfg.device = config.dtype, config.device
+        cfg.dtype, cfg.device = dtype, config.device
         if config.draft_quantize is not None:
             cfg.draft_quantize = config.draft_quantize
+        if config.cpu_kernels is not None:
+            cfg.cpu_kernels = config.cpu_kernels
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)
     from diversed.models.toy import ToyBuildConfig, load_toy_pair
 
     build = ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None
-    return load_toy_pair(config=build, dtype=config.dtype, device=config.device, **quantize)
+    return load_toy_pair(config=build, dtype=dtype, device=config.device, **quantize)
 
 
 def configured_pairs() -> tuple[str, ...]:
@@ -424,6 +483,14 @@ class Bench:
             "dynamic": DynamicEnsemble(head.eval().requires_grad_(False)),
         }
         self.meter = CallMeter({"target": target, "draft": draft})
+        self.llama_cpp = None
+        if config.llama_cpp:
+            longest = max(len(p) for p in prompts)
+            self.llama_cpp = LlamaCpp(
+                llama_cpp_gguf(config.llama_cpp, target),
+                torch.get_num_threads(),
+                longest + config.max_new_tokens + 8,
+            )
         # Each model's forward path is planned now, with the meter's hooks on (they are part of the
         # plan's key): choosing the direct path runs two check forwards, which the meter would
         # otherwise count inside the first decode call, the first of them as its prompt pass.
@@ -449,8 +516,13 @@ class Bench:
         try:
             for ids, mask in self.chunks[chunk][s.batch_size]:
                 self.meter.start_decode()  # each model's next forward reads this batch's prompts
+                before = sum(run.prefill_s.values())
                 t0 = _clock(self.device)
-                if s.engine == "diversed":
+                if s.engine == "llama.cpp":
+                    out = self.llama_cpp.generate(
+                        ids, mask, s.temperature, c.max_new_tokens, self.eos, gen, run
+                    )
+                elif s.engine == "diversed":
                     out = speculative_generate(
                         self.target,
                         self.draft,
@@ -485,12 +557,110 @@ class Bench:
                         ensemble_weight=s.weight if s.verifier == "static" else None,
                         **common,
                     )
-                run.seconds += _clock(self.device) - t0
+                seconds = _clock(self.device) - t0
+                self.meter.flush(run)  # (GPU: the forward times of this call, read after the sync)
+                run.seconds += seconds
                 run.totals.add(out.stats)
+                prompt_s = sum(run.prefill_s.values()) - before
+                run.units.append((int(out.stats.new_tokens.sum()), seconds, prompt_s))
         finally:
             self.meter.run = None
             _clock(self.device)
             self.meter.flush(run)
+
+
+# ----------------------------------------------------------------------------- llama.cpp, the anchor
+
+
+class LlamaCpp:
+    """Autoregressive decoding of a GGUF target with llama.cpp (`llama-cpp-python`, the bench's
+    optional extra `pip install 'diversed[llamacpp]'`, built from its source package for this CPU):
+    what a laptop user's engine does with the same file, on the same threads, as the reference for
+    what this CPU can do. Batch 1; each prompt read in one `eval`, then one token per `eval`, sampled
+    by llama.cpp's own sampler at the setting's temperature with no top-k, top-p or min-p (greedy at
+    T = 0), seeded per call. It decodes the GGUF's own weights in its own kernels (a Q4_K_M target
+    is read as 4–6-bit blocks, its activations rounded to 8 bits), so its law is not exactly the
+    law of the float model converted from the same file: a speed anchor, not a quality baseline."""
+
+    def __init__(self, path: str, threads: int, context: int) -> None:
+        try:
+            import llama_cpp
+        except ImportError:
+            raise ConfigError(
+                "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its "
+                "source package for this CPU, several minutes)"
+            ) from None
+        self.path = path
+        self.llm = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=context,
+            n_batch=context,
+            n_threads=threads,
+            n_threads_batch=threads,
+            verbose=False,
+        )
+        self.version = llama_cpp.__version__
+
+    def generate(
+        self, ids: Tensor, mask: Tensor, temperature: float, max_new: int, eos: list[int], gen, run: Run
+    ):
+        """Decode each row of `ids` (left-padded, `mask` its text) and count its forwards into `run` as the
+        meter counts ours (the prompt's `eval` a prompt pass); returns an object with `.stats`."""
+        from diversed.decoding.stats import SpeculativeStats
+
+        new = []
+        for row, text in zip(ids, mask, strict=True):
+            prompt = row[text.bool()].tolist()
+            self.llm.reset()
+            self.llm.set_seed(int(torch.randint(2**31 - 1, (), generator=gen)))
+            t0 = time.perf_counter()
+            self.llm.eval(prompt)
+            prompt_s = time.perf_counter() - t0
+            n, t1 = 0, time.perf_counter()
+            while n < max_new:
+                token = self.llm.sample(top_k=0, top_p=1.0, min_p=0.0, temp=temperature)
+                n += 1
+                if token in eos or n == max_new:
+                    break
+                self.llm.eval([token])
+            steps_s = time.perf_counter() - t1
+            run.calls["target"] += n  # the prompt's eval, then one per token after the first
+            run.prefill_calls["target"] += 1
+            run.forward_s["target"] += prompt_s + steps_s
+            run.prefill_s["target"] += prompt_s
+            new.append(n)
+        new_tokens = torch.tensor(new)
+        zeros = torch.zeros_like(new_tokens)
+        stats = SpeculativeStats(
+            proposed=zeros,
+            accepted=zeros,
+            rounds=new_tokens.clone(),
+            new_tokens=new_tokens,
+            accepted_hist=new_tokens.view(-1, 1).clone(),
+            w_sum=torch.zeros(len(new)),
+            w_count=zeros,
+            target_calls=int(new_tokens.sum()),
+            verifier="llama.cpp",
+        )
+        return type("Output", (), {"stats": stats})()
+
+
+def llama_cpp_gguf(option: str, target: nn.Module) -> str:
+    """The GGUF file `--llama-cpp` names: a path, or "auto": the file the target was converted from
+    (its directory's source.json, `models.gguf`)."""
+    from diversed.models.gguf import gguf_source
+
+    if option != "auto":
+        if not Path(option).expanduser().is_file():
+            raise ConfigError(f"--llama-cpp {option!r}: no such GGUF file")
+        return str(Path(option).expanduser())
+    source = gguf_source(getattr(target.config, "name_or_path", "") or "")
+    if source is None or not Path(source["gguf"]).is_file():
+        raise ConfigError(
+            "--llama-cpp auto decodes the GGUF file the target was converted from, and this target was "
+            "not converted from one (or the file is gone): give the GGUF file's path"
+        )
+    return source["gguf"]
 
 
 def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
@@ -543,7 +713,31 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         "seconds": seconds / len(runs),
         "repeats": len(runs),
         "label": s.label,
+        "units": [u for r in runs for u in r.units],  # (new tokens, seconds, prompt-pass seconds) per call
     }
+
+
+def _throughput_ratio(ta, sa, tb, sb, axis: int = -1):
+    """(Σ tokens_a / Σ seconds_a) / (Σ tokens_b / Σ seconds_b) over paired calls (vectorised)."""
+    return (np.sum(ta, axis) / np.sum(sa, axis)) / (np.sum(tb, axis) / np.sum(sb, axis))
+
+
+def speedup_interval(
+    units: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]], decode: bool = False
+) -> tuple[float, float, float]:
+    """(ratio, low, high): the tokens per second of one setting over another's, pooled over their
+    decode calls (`Run.units`: the same batches of the same prompts, call by call, in every setting
+    of a batch size), and its 95 % interval: a paired BCa bootstrap resampling calls
+    (`analysis.compare.bootstrap_interval`), so prompt-to-prompt variation and the machine's noise
+    during each call are in it. `decode`: each call's prompt-pass seconds taken out of its time.
+    NaNs where the two did not make the same number of calls."""
+    from diversed.analysis.compare import bootstrap_interval
+
+    a, b = np.asarray(units, dtype=float).reshape(-1, 3), np.asarray(baseline, dtype=float).reshape(-1, 3)
+    if len(a) != len(b) or not len(a):
+        return math.nan, math.nan, math.nan
+    sa, sb = (a[:, 1] - a[:, 2], b[:, 1] - b[:, 2]) if decode else (a[:, 1], b[:, 1])
+    return bootstrap_interval(_throughput_ratio, [a[:, 0], sa, b[:, 0], sb])
 
 
 def compare(records: list[dict[str, Any]]) -> None:
@@ -567,16 +761,25 @@ def compare(records: list[dict[str, Any]]) -> None:
         step = own["target_forward_ms"] if own else None  # the target's one-token decoding step
         if step and r["draft_forward_ms"]:
             r["draft_target_time_ratio"] = r["draft_forward_ms"] / step
-        if r["engine"] == "autoregressive":
+        anchor = find(engine="llama.cpp", **same)
+        if anchor and r["engine"] != "llama.cpp":  # ours (and transformers') over llama.cpp's AR
+            r["ratio_to_llama_cpp"], r["ratio_to_llama_cpp_low"], r["ratio_to_llama_cpp_high"] = (
+                speedup_interval(r["units"], anchor["units"])
+            )
+        if r["engine"] in ("autoregressive", "llama.cpp"):
             continue
         c, n, bound = r["draft_target_time_ratio"], r["num_draft_tokens"], r["tokens_per_target_call_bound"]
         if bound is not None and c is not None:  # speculative with a known α: bound / (N·c + 1)
             r["theoretical_speedup"] = theoretical_speedup(r["alpha"], n, c)
         if own and r["theoretical_speedup"]:
-            r["speedup"] = r["tokens_per_s"] / own["tokens_per_s"]
+            # tokens per second over the autoregressive setting's, pooled over every call of every
+            # repeat, with a paired bootstrap interval over the calls (`speedup_interval`)
+            r["speedup"], r["speedup_low"], r["speedup_high"] = speedup_interval(r["units"], own["units"])
             # prompt passes left out of both: on long prompts (XSum) they are most of the wall time,
             # which the speedup above includes and the theory does not
-            r["decode_speedup"] = r["decode_tokens_per_s"] / own["decode_tokens_per_s"]
+            r["decode_speedup"], r["decode_speedup_low"], r["decode_speedup_high"] = speedup_interval(
+                r["units"], own["units"], decode=True
+            )
             r["speedup_fraction_of_theory"] = r["speedup"] / r["theoretical_speedup"]
         if r.get("speedup") and r["target_forward_ms"]:
             # The theory prices a verification forward (N + 1 tokens, right after the draft's calls)
@@ -657,6 +860,8 @@ def run_bench(
             config.weight,
             config.bonus_token,
             config.first_token,
+            llama_cpp=bool(config.llama_cpp),
+            temperatures=config.temperatures,
         )
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
@@ -665,7 +870,12 @@ def run_bench(
         weight = next(target.parameters())
         how = quantized(draft)  # what the draft is, however it was loaded
         said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
-        log(f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')}{said}")
+        log(
+            f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
+            f"({numerics(config.dtype, config.device).get('numerics', 'as asked')}){said}; linear "
+            f"layers on {kernels(target)} (target) / {kernels(draft)} (draft); torch threads: "
+            f"{torch.get_num_threads()}"
+        )
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
         mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
         log(
@@ -696,6 +906,12 @@ def run_bench(
                 dtype=str(weight.dtype).removeprefix("torch."),
                 draft_quantize=how,
                 quantize_scheme=scheme(how),  # what int8 computes (its smoothing)
+                cpu_kernels={"target": kernels(target), "draft": kernels(draft)},
+                numerics=numerics(config.dtype, config.device).get("numerics", config.dtype),
+                threads=torch.get_num_threads(),
+                llama_cpp=None
+                if bench.llama_cpp is None
+                else {"gguf": bench.llama_cpp.path, "version": bench.llama_cpp.version},
                 malloc=malloc,
                 top_k=config.top_k,
                 top_p=config.top_p,
@@ -716,28 +932,42 @@ LEGEND = """\
 c: the draft's mean decoding step over the target's one-token decoding step in the autoregressive setting
    with the same forward path, batch size and temperature (prompt passes excluded from both; `-`: no
    draft, or that setting did not run); theory: bound / (N·c + 1); frac: speedup / theory
-speedup: tokens/s over the autoregressive setting's, wall time with prompt passes; dec: the same with every
-   prompt pass left out of both times, the decoding the theory prices (long prompts: pre% large)
+speedup: tokens/s over the autoregressive setting's, wall time with prompt passes, pooled over every call of
+   every repeat [95 % paired bootstrap interval over the calls]; dec: the same with every prompt pass left
+   out of both times, the decoding the theory prices (long prompts: pre% large)
+vs llama.cpp: tokens/s over llama.cpp's autoregressive decoding of the GGUF target at the same temperature
+   (--llama-cpp), pooled and with its interval as speedup
 v/d: our target's mean decoding forward (N + 1 tokens) over that one-token step; frac@v: speedup over
    the bound at that cost, bound / (N·c + v)
 fwd%: share of wall time in forwards, prompt passes included; pre%: in prompt passes (each model's first
    forward per decode call; mean times per pass in --output: target_prefill_ms, draft_prefill_ms)"""
 
 
+def _ci(r: dict[str, Any], key: str) -> str:
+    """ "x [low, high]" of a ratio and its interval (`speedup_interval`), "-" where not measured."""
+    x, low, high = r.get(key), r.get(f"{key}_low"), r.get(f"{key}_high")
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if low is None or math.isnan(low) or math.isnan(high):
+        return f"{x:.2f}"
+    return f"{x:.2f} [{low:.2f}, {high:.2f}]"
+
+
 def table(records: list[dict[str, Any]]) -> str:
     """The records as a fixed-width text table, then its legend."""
     head = (
-        f"{'setting':<56} {'tok/s':>8} {'vs HF':>6} {'alpha':>5} {'tok/call':>8} {'bound':>5} {'c':>5} "
-        f"{'speedup':>7} {'dec':>5} {'theory':>6} {'frac':>5} {'vs v-AR':>7} {'v/d':>5} {'frac@v':>6} "
-        f"{'fwd%':>4} {'pre%':>4}"
+        f"{'setting':<56} {'tok/s':>8} {'vs HF':>6} {'vs llama.cpp':>18} {'alpha':>5} {'tok/call':>8} "
+        f"{'bound':>5} {'c':>5} {'speedup':>18} {'dec':>18} {'theory':>6} {'frac':>5} {'vs v-AR':>7} "
+        f"{'v/d':>5} {'frac@v':>6} {'fwd%':>4} {'pre%':>4}"
     )
     lines = [head, "-" * len(head)]
     for r in records:
         lines.append(
             f"{r['label']:<56} {r['tokens_per_s']:>8.1f} {_f(r.get('ratio_to_transformers')):>6} "
+            f"{_ci(r, 'ratio_to_llama_cpp'):>18} "
             f"{_f(r.get('alpha')):>5} {_f(r['tokens_per_target_call']):>8} "
             f"{_f(r['tokens_per_target_call_bound']):>5} {_f(r['draft_target_time_ratio']):>5} "
-            f"{_f(r.get('speedup')):>7} {_f(r.get('decode_speedup')):>5} "
+            f"{_ci(r, 'speedup'):>18} {_ci(r, 'decode_speedup'):>18} "
             f"{_f(r.get('theoretical_speedup')):>6} "
             f"{_f(r.get('speedup_fraction_of_theory')):>5} {_f(r.get('speedup_over_v_sampling')):>7} "
             f"{_f(r.get('verify_decode_time_ratio')):>5} {_f(r.get('speedup_fraction_at_verify_cost')):>6} "
@@ -765,6 +995,13 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     add("-N", "--num-draft-tokens", type=int, default=d.num_draft_tokens)
     add("--batch-sizes", type=int, nargs="+", default=list(d.batch_sizes))
     add("--temperature", type=float, default=d.temperature, help="of the sampled settings")
+    add(
+        "--temperatures",
+        type=float,
+        nargs="+",
+        default=[],
+        help="the temperatures timed, 0 for greedy (instead of greedy and --temperature)",
+    )
     add("--weight", type=float, default=d.weight, help="static target weight w, in (0, 1)")
     add("--head", default=None, help="saved WeightHead directory (default: untrained, w = 0.5)")
     add("--num-prompts", type=int, default=d.num_prompts)
@@ -798,13 +1035,33 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "for ours, 'target (generate)' for transformers'), else they are left out",
     )
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
-    add("--dtype", default=d.dtype, help="the pair's dtype: float32, bfloat16, float16")
+    add(
+        "--dtype",
+        default=d.dtype,
+        help="the pair's dtype: float32, bfloat16, float16, or native (bf16 on GPUs and on CPUs with bf16 "
+        "instructions, float32 on other CPUs; the choice is logged and recorded)",
+    )
     add(
         "--draft-quantize",
         choices=("none", "int8"),
         default=d.draft_quantize,
-        help="int8: the draft's linear layers and head int8 at decoding steps (CPU, float32; as "
+        help="int8: the draft's linear layers and head int8 at decoding steps (CPU, float32 or bf16; as "
         "pair.draft_quantize); default: the pair config's own (none for --target/--draft)",
+    )
+    add(
+        "--cpu-kernels",
+        choices=("auto", "blas"),
+        default=d.cpu_kernels,
+        help="auto: a large model's linear layers on oneDNN's packed layout (CPU; float32, or bf16 with bf16 "
+        "instructions); blas: torch's "
+        "F.linear; default: the pair config's own (auto)",
+    )
+    add(
+        "--llama-cpp",
+        default=None,
+        metavar="GGUF",
+        help="also time llama.cpp decoding this GGUF file autoregressively at batch 1 ('auto': the file "
+        "the target was converted from); needs pip install 'diversed[llamacpp]'",
     )
     add(
         "--task",

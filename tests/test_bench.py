@@ -9,9 +9,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import time
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
@@ -21,6 +24,7 @@ from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
 from diversed.decoding.stopping import generated_lengths
 from diversed.decoding.verify import Lossless
+from diversed.errors import ConfigError
 from diversed.models.pair import RANDOM_PAIRS, RANDOM_SHAPES
 
 _spec = importlib.util.spec_from_file_location(
@@ -144,10 +148,15 @@ def test_records_on_the_tiny_pair(pair):
             assert r["acceptance_rate"] <= a <= 1.0
             assert bound == pytest.approx((1 - a ** (n + 1)) / (1 - a) if a < 1 else n + 1)
             assert r["theoretical_speedup"] == pytest.approx(bound / (n * c + 1))
-            assert r["speedup"] == pytest.approx(r["tokens_per_s"] / own["tokens_per_s"])
+            # pooled over every call of both repeats, paired call by call, with its interval
+            assert len(r["units"]) == len(own["units"]) == 2 * decode_calls
+            pooled = lambda u, i: sum(x[0] for x in u) / sum(x[1] - i * x[2] for x in u)  # noqa: E731
+            for name, i in (("speedup", 0), ("decode_speedup", 1)):
+                assert r[name] == pytest.approx(pooled(r["units"], i) / pooled(own["units"], i))
+                assert r[f"{name}_low"] <= r[name] <= r[f"{name}_high"]
+            assert sum(u[0] for u in r["units"]) == 2 * r["new_tokens"]
             decode_s = r["seconds"] * (1 - r["prefill_time_share"])  # per repeat, prompt passes out
             assert r["decode_tokens_per_s"] == pytest.approx(r["new_tokens"] / decode_s)
-            assert r["decode_speedup"] == pytest.approx(r["decode_tokens_per_s"] / own["decode_tokens_per_s"])
             assert r["speedup_fraction_of_theory"] == pytest.approx(r["speedup"] / r["theoretical_speedup"])
             # v: our target's decoding forward (N + 1 tokens) over the same one-token step; a round costs
             # N·c + v such steps
@@ -388,7 +397,9 @@ def test_cli_loads_the_pair_in_the_asked_dtype(toy_tiny_dir, tmp_path, capsys):
     assert {r["engine"] for r in records} == {"diversed", "autoregressive"}
     assert all(r["tokens_per_s"] > 0 for r in records)
     assert {(r["dtype"], r["draft_quantize"]) for r in records} == {("bfloat16", "none")}
-    assert "# pair on cpu in bfloat16\n" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "# pair on cpu in bfloat16 (as asked); linear layers on blas (target) / blas (draft)" in said
+    assert all(r["cpu_kernels"] == {"target": "blas", "draft": "blas"} for r in records)  # too small to pack
 
 
 @pytest.mark.parametrize(
@@ -533,3 +544,119 @@ def test_a_random_pair_too_large_for_memory_is_refused_before_allocating(monkeyp
     monkeypatch.setattr("diversed.models.pair.free_memory", lambda device: 8 * 2**30)
     with pytest.raises(ValueError, match=r"needs 17\.3 GiB in bfloat16 on cpu, 8\.0 GiB free.*--device cuda"):
         run(["--pair", "random-llama-8b-1b", "--dtype", "bfloat16"])
+
+
+def test_a_speedup_is_pooled_over_paired_calls_with_an_interval():
+    from diversed.bench import speedup_interval
+
+    rng = np.random.default_rng(0)
+    base = [
+        (int(n), float(s), float(p))
+        for n, s, p in zip(
+            rng.integers(20, 40, 30), rng.uniform(2, 4, 30), rng.uniform(0.2, 0.5, 30), strict=True
+        )
+    ]
+    same = speedup_interval(base, base)
+    assert same == (pytest.approx(1.0), pytest.approx(1.0), pytest.approx(1.0))
+    # twice the tokens per second in every call, up to noise in the time
+    fast = [(n, (s / 2) * f, p / 2) for (n, s, p), f in zip(base, rng.uniform(0.9, 1.1, 30), strict=True)]
+    ratio, low, high = speedup_interval(fast, base)
+    pooled = (
+        sum(u[0] for u in fast)
+        / sum(u[1] for u in fast)
+        / (sum(u[0] for u in base) / sum(u[1] for u in base))
+    )
+    assert (
+        ratio == pytest.approx(pooled)
+        and low < ratio < high
+        and 1.8 < low
+        and high < 2.2
+        and high - low < 0.2
+    )
+    decode, low, high = speedup_interval(fast, base, decode=True)
+    assert low < decode < high and decode != pytest.approx(ratio)
+    assert all(np.isnan(speedup_interval(fast[:-1], base)))  # not the same calls: nothing to pair
+
+
+def test_the_temperatures_timed_and_llama_cpp_at_batch_1(tmp_path):
+    labels = [
+        s.label for s in settings(3, (1, 8), 1.0, 0.5, "ensemble", temperatures=(0.1, 1.0), llama_cpp=True)
+    ]
+    assert not any("greedy" in label for label in labels)  # the temperatures given, and only those
+    assert {re.search(r"(greedy|T=[^,]+), batch", label).group(1) for label in labels} == {"T=0.1", "T=1"}
+    assert [label for label in labels if label.startswith("llama.cpp")] == [
+        "llama.cpp target (GGUF), T=0.1, batch 1",
+        "llama.cpp target (GGUF), T=1, batch 1",
+    ]
+    default = [s.label for s in settings(3, (1,), 1.0, 0.5, "ensemble")]
+    assert any("greedy" in label for label in default) and not any("llama" in label for label in default)
+
+
+def test_llama_cpp_is_refused_with_its_fix(tmp_path, monkeypatch):
+    import builtins
+
+    from diversed.bench import LlamaCpp, llama_cpp_gguf
+
+    model = types.SimpleNamespace(config=types.SimpleNamespace(name_or_path=str(tmp_path)))
+    with pytest.raises(ConfigError, match="not converted from one"):
+        llama_cpp_gguf("auto", model)  # no source.json: not from a GGUF file
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    (tmp_path / "source.json").write_text(json.dumps({"gguf": str(gguf)}))
+    assert llama_cpp_gguf("auto", model) == str(gguf)
+    assert llama_cpp_gguf(str(gguf), None) == str(gguf)
+    with pytest.raises(ConfigError, match="no such GGUF file"):
+        llama_cpp_gguf(str(tmp_path / "missing.gguf"), model)
+    real_import = builtins.__import__
+
+    def no_llama(name, *args, **kwargs):
+        if name == "llama_cpp":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_llama)
+    with pytest.raises(ConfigError, match=r"pip install 'diversed\[llamacpp\]'"):
+        LlamaCpp(str(gguf), 1, 64)
+
+
+def test_the_cpu_floors_judge_by_the_interval():
+    def record(verifier, speedup, low, v=1.2, **extra):
+        return {
+            "engine": "diversed",
+            "batch_size": 1,
+            "verifier": verifier,
+            "bonus_token": "ensemble",
+            "label": f"diversed {verifier}, T=1, batch 1",
+            "speedup": speedup,
+            "speedup_low": low,
+            "speedup_high": speedup + 0.1,
+            "decode_speedup": speedup + 0.5,
+            "decode_speedup_low": low + 0.5,
+            "decode_speedup_high": speedup + 0.6,
+            "theoretical_speedup": 2.0,
+            "verify_decode_time_ratio": v,
+            **extra,
+        }
+
+    records = [
+        record("lossless", 1.2, 1.05),  # holds: the interval clears 1.0
+        record("static", 1.55, 1.4, v=1.6),  # the estimate clears 1.5, its interval does not; v/d too high
+        record("static", 1.3, 1.2, batch_size=8),  # batch 8: no floor
+        {"engine": "autoregressive", "batch_size": 1, "verifier": None},
+    ]
+    lines = bench_goals.cpu_floors(records).splitlines()
+
+    def verdict(what: str, verifier: str) -> str:
+        return next(line.split()[0] for line in lines if what in line and f"diversed {verifier}," in line)
+
+    assert verdict("speedup, end to end", "lossless") == "holds"
+    assert verdict("speedup, end to end", "static") == "point"
+    assert verdict("v/d", "lossless") == "holds" and verdict("v/d", "static") == "MISS"
+    # of the bound (2.0): end to end 0.6 and 0.78 miss 0.8, decode only 0.85 and 1.03 hold
+    assert (
+        verdict("of the bound, end to end", "lossless")
+        == verdict("of the bound, end to end", "static")
+        == "MISS"
+    )
+    assert verdict("of the bound, decode", "lossless") == verdict("of the bound, decode", "static") == "holds"
+    assert not any("batch 8" in line for line in lines)  # batch 8: no floor
