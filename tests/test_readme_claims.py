@@ -210,3 +210,16 @@ def test_the_prose_after_a_demo_section_quotes_only_its_report(end, claims):
     assert not missing, (
         f"decimals in the prose after {claims}'s section that its report never wrote: {sorted(missing)}"
     )
+
+
+def test_the_readme_speed_headline_quotes_the_bench_run_in_benchmarks_md():
+    """Every number in the README's CPU speed bullet is in BENCHMARKS.md's section of the run that
+    measured it (its tables are the bench's printed output)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("- **Speed on 2 CPU cores**")
+    bullet = readme[start : readme.index("\n- **", start + 1)]
+    bench = (ROOT / "BENCHMARKS.md").read_text()
+    head = "## The Qwen pair on 2 CPU cores"
+    section = bench[bench.index(head) : bench.index("\n## ", bench.index(head) + 1)]
+    missing = _numbers(bullet) - _numbers(section) - {"2", "1", "8"}  # cores, batch sizes
+    assert not missing, f"README speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
