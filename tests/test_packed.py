@@ -84,14 +84,14 @@ def test_an_int8_draft_keeps_int8_steps_and_packs_its_long_calls(pack_small):
 def test_nothing_is_packed_where_it_would_not_pay(monkeypatch):
     cpu, big = torch.device("cpu"), 2**30
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
-    monkeypatch.setattr("diversed.models.pair.cpu_has_bf16", lambda: False)
+    monkeypatch.setattr("diversed.models.packed.cpu_has_bf16", lambda: False)
     assert packs("auto", cpu, torch.float32, big)
     assert not packs("blas", cpu, torch.float32, big)  # asked not to
     assert not packs("auto", cpu, torch.float32, 1000)  # a small model: the direct path's copies
     assert not packs("auto", torch.device("cuda"), torch.float32, big)
     assert not packs("auto", cpu, torch.bfloat16, big)  # bf16 emulated by this CPU
     assert not packs("auto", cpu, torch.float16, big)
-    monkeypatch.setattr("diversed.models.pair.cpu_has_bf16", lambda: True)
+    monkeypatch.setattr("diversed.models.packed.cpu_has_bf16", lambda: True)
     assert packs("auto", cpu, torch.bfloat16, big)  # bf16 instructions: bf16 packed
     model = tiny(transformers.LlamaConfig, 1, 0)  # the real threshold: a tiny model stays as it is
     assert pack_linears(model) is model and kernels(model) == "blas"

@@ -26,6 +26,7 @@ import torch
 from diversed.decoding import draft_vocab
 from diversed.errors import ConfigError, MissingFile, UserError
 from diversed.models import hub
+from diversed.models.packed import cpu_has_bf16  # (its home: the CPU kernels)
 from diversed.moved import current_name
 
 # ----------------------------------------------------------------------------- the pair
@@ -171,15 +172,6 @@ def _device(device: str) -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     return torch.device(device)
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bf16 in hardware (x86 AVX512-BF16 or AMX tiles, as torch reads
-    them). Without them torch emulates bf16 through fp32: measured on an AVX2 machine, a bf16 forward
-    over 6 tokens cost 5 one-token steps and sampling ran 4.5x slower than on a machine with them."""
-    cpu = getattr(torch, "cpu", None)
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(cpu, name, lambda: False)()) for name in probes)
 
 
 def native_dtype(device: torch.device) -> torch.dtype:
