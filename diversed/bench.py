@@ -281,9 +281,8 @@ class BenchConfig:
     num_draft_tokens: int = 5
     batch_sizes: tuple[int, ...] = (1, 8)
     temperature: float = 1.0  # of the sampled settings (the others are greedy)
-    temperatures: tuple[
-        float, ...
-    ] = ()  # the temperatures timed instead of greedy and `temperature` (0: greedy)
+    # the temperatures timed instead of greedy and `temperature` (0: greedy)
+    temperatures: tuple[float, ...] = ()
     weight: float = 0.5  # static target weight w (transformers needs 0 < w < 1)
     head: str | None = None  # saved WeightHead for the dynamic verifier (default: untrained, w = 0.5)
     num_prompts: int = 32
@@ -334,6 +333,18 @@ def check_config(config: BenchConfig) -> None:
         )
     if any(t < 0 for t in config.temperatures):
         raise ConfigError(f"--temperatures must be 0 (greedy) or positive, got {list(config.temperatures)}")
+    if config.llama_cpp:  # before any weights load: the package, and a named file
+        import importlib.util
+
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ConfigError(
+                "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its "
+                "source package for this CPU, several minutes)"
+            )
+        if config.llama_cpp != "auto" and not Path(config.llama_cpp).expanduser().is_file():
+            raise ConfigError(
+                f"--llama-cpp {config.llama_cpp!r}: no such GGUF file (or 'auto': the target's own)"
+            )
     if config.cpu_kernels is not None:
         from diversed.models.packed import check_kernels
 

@@ -660,3 +660,16 @@ def test_the_cpu_floors_judge_by_the_interval():
     )
     assert verdict("of the bound, decode", "lossless") == verdict("of the bound, decode", "static") == "holds"
     assert not any("batch 8" in line for line in lines)  # batch 8: no floor
+
+
+def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypatch):
+    from diversed.bench import check_config
+
+    installed = {"llama_cpp": True}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: installed.get(name, True) or None)
+    with pytest.raises(ConfigError, match="no such GGUF file"):
+        check_config(BenchConfig(llama_cpp=str(tmp_path / "missing.gguf")))
+    check_config(BenchConfig(llama_cpp="auto"))  # the target's own file: known once it is loaded
+    installed["llama_cpp"] = False
+    with pytest.raises(ConfigError, match=r"pip install 'diversed\[llamacpp\]'"):
+        check_config(BenchConfig(llama_cpp="auto"))
