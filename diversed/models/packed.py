@@ -71,7 +71,8 @@ class PackedLinear(nn.Linear):
         return self.packed
 
     def forward(self, x: Tensor) -> Tensor:
-        if torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad):
+        training = torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)
+        if training or x.device.type != "cpu":  # (a packed model moved to a GPU: torch's own product)
             return F.linear(x, self.weight, self.bias)
         return packed_linear(x, self.current(), self.bias)
 
