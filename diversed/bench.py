@@ -91,7 +91,7 @@ from diversed.decoding.verify import DynamicEnsemble, Lossless, StaticEnsemble, 
 from diversed.errors import ConfigError, cli
 from diversed.files.provenance import machine
 from diversed.models.heads import WeightHead
-from diversed.models.packed import kernels
+from diversed.models.packed import CPU_KERNELS, kernels
 from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size, numerics
 from diversed.models.quantize import quantized, scheme
 
@@ -337,10 +337,7 @@ def check_config(config: BenchConfig) -> None:
         import importlib.util
 
         if importlib.util.find_spec("llama_cpp") is None:
-            raise ConfigError(
-                "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its "
-                "source package for this CPU, several minutes)"
-            )
+            raise ConfigError(LLAMA_CPP_MISSING)
         if config.llama_cpp != "auto" and not Path(config.llama_cpp).expanduser().is_file():
             raise ConfigError(
                 f"--llama-cpp {config.llama_cpp!r}: no such GGUF file (or 'auto': the target's own)"
@@ -582,6 +579,11 @@ class Bench:
 
 # ----------------------------------------------------------------------------- llama.cpp, the anchor
 
+LLAMA_CPP_MISSING = (
+    "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its source package "
+    "for this CPU, several minutes)"
+)
+
 
 class LlamaCpp:
     """Autoregressive decoding of a GGUF target with llama.cpp (`llama-cpp-python`, the bench's
@@ -597,10 +599,7 @@ class LlamaCpp:
         try:
             import llama_cpp
         except ImportError:
-            raise ConfigError(
-                "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its "
-                "source package for this CPU, several minutes)"
-            ) from None
+            raise ConfigError(LLAMA_CPP_MISSING) from None
         self.path = path
         self.llm = llama_cpp.Llama(
             model_path=path,
@@ -880,11 +879,13 @@ def run_bench(
         log(f"# {env}")
         weight = next(target.parameters())
         how = quantized(draft)  # what the draft is, however it was loaded
+        on = {"target": kernels(target), "draft": kernels(draft)}  # its CPU kernels, likewise
+        chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
         said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
         log(
             f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
-            f"({numerics(config.dtype, config.device).get('numerics', 'as asked')}){said}; linear "
-            f"layers on {kernels(target)} (target) / {kernels(draft)} (draft); torch threads: "
+            f"({chosen or 'as asked'}){said}; linear "
+            f"layers on {on['target']} (target) / {on['draft']} (draft); torch threads: "
             f"{torch.get_num_threads()}"
         )
         stop = "exactly" if config.ignore_eos else "up to EOS, at most"
@@ -917,8 +918,8 @@ def run_bench(
                 dtype=str(weight.dtype).removeprefix("torch."),
                 draft_quantize=how,
                 quantize_scheme=scheme(how),  # what int8 computes (its smoothing)
-                cpu_kernels={"target": kernels(target), "draft": kernels(draft)},
-                numerics=numerics(config.dtype, config.device).get("numerics", config.dtype),
+                cpu_kernels=on,
+                numerics=chosen or config.dtype,
                 threads=torch.get_num_threads(),
                 llama_cpp=None
                 if bench.llama_cpp is None
@@ -1061,7 +1062,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     add(
         "--cpu-kernels",
-        choices=("auto", "blas"),
+        choices=CPU_KERNELS,
         default=d.cpu_kernels,
         help="auto: a large model's linear layers on oneDNN's packed layout (CPU; float32, or bf16 with bf16 "
         "instructions); blas: torch's "

@@ -66,8 +66,7 @@ class PackedLinear(nn.Linear):
         except RuntimeError:  # an inference tensor keeps no version counter (and cannot change)
             version = None
         if version != self._version:
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
-            self._version = version
+            self.packed, self._version = pack_weight(self.weight), version
         return self.packed
 
     def forward(self, x: Tensor) -> Tensor:
@@ -83,6 +82,11 @@ class PackedLinear(nn.Linear):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN packed"
+
+
+def pack_weight(weight: Tensor) -> Tensor:
+    """W [out, in] reordered once into oneDNN's blocked layout (what `packed_linear` multiplies by)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
 def packed_linear(x: Tensor, packed: Tensor, bias: Tensor | None) -> Tensor:
@@ -151,7 +155,7 @@ def pack_linears(model: nn.Module, how: str = "auto") -> nn.Module:
         setattr(parent, name, PackedLinear(child))
     int8 = [m for m in model.modules() if isinstance(m, Int8Linear)]
     for m in int8:  # an int8 layer's float product for long calls (a draft's prompt pass), packed too
-        m.long_product = functools.partial(packed_linear, packed=PackedLinear(m).packed, bias=m.bias)
+        m.long_product = functools.partial(packed_linear, packed=pack_weight(m.weight), bias=m.bias)
     log.info(
         "%d linear layers on oneDNN's packed layout (and the float product of %d int8 ones)",
         len(found),
