@@ -190,16 +190,38 @@ def test_probes_say_why_a_layer_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_
     )
 
 
+def _verdict(prog: list[tuple[int, int, int, int]], arch: int, nr: int, args: tuple[int, ...] = ()) -> int:
+    """Run a seccomp BPF program (the instructions _seccomp_filter uses) on one system call."""
+    data = {0: nr, 4: arch} | {16 + 8 * i: a & 0xFFFFFFFF for i, a in enumerate(args)}
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == 0x20:  # ld word at offset k of seccomp_data
+            acc = data.get(k, 0)
+        elif code in (0x15, 0x35, 0x45):  # jeq, jge, jset
+            hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += jt if hit else jf
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unknown instruction {code:#x}")
+        pc += 1
+
+
 @pytest.mark.parametrize("machine", sorted(confine.SECCOMP_ARCHES))
-def test_seccomp_filter_is_well_formed(machine: str) -> None:
+def test_seccomp_filter_allows_threads_and_denies_the_rest(machine: str) -> None:
+    allow, eperm, enosys = 0x7FFF0000, 0x00050001, 0x00050026
+    arch, column = confine.SECCOMP_ARCHES[machine]
+    numbers = confine._syscalls(confine._DENY, column)
+    clone, ioctl, fcntl = (
+        confine._CLONE[column],
+        confine._CHECKED["ioctl"][column],
+        confine._CHECKED["fcntl"][column],
+    )
+    thread = 0x3D0F00  # glibc's pthread_create: CLONE_VM|FS|FILES|SIGHAND|THREAD|SYSVSEM|SETTLS|*TID
     for allow_delete in (False, True):
         prog = confine._seccomp_filter(machine, allow_delete)
         assert all(0 <= jt < 256 and 0 <= jf < 256 for _, jt, jf, _ in prog)
-        assert prog[-2:] == [(0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050001)]  # allow, deny EPERM
-        deny = len(prog) - 1  # the calls whose equality test jumps straight to it
-        denied = {k for i, (code, jt, _, k) in enumerate(prog) if code == 0x15 and jt and i + jt + 1 == deny}
-        column = confine.SECCOMP_ARCHES[machine][1]
-        numbers = confine._syscalls(confine._DENY, column)
         for name in (
             "execve",
             "setsid",
@@ -207,11 +229,25 @@ def test_seccomp_filter_is_well_formed(machine: str) -> None:
             "mount",
             "ptrace",
             "socket",
-            "clone3",
             "kill",
             "fchmodat",
             "memfd_create",
             "inotify_add_watch",
         ):
-            assert numbers[name] in denied, name
-        assert (confine._syscalls(confine._DELETE, column)["unlinkat"] in denied) != allow_delete
+            assert _verdict(prog, arch, numbers[name]) == eperm, name
+        if machine == "x86_64":
+            assert _verdict(prog, arch, 0x40000000 + numbers["execve"]) == eperm  # x32 calls
+        assert _verdict(prog, arch ^ 1, 0) == eperm  # another architecture's calls
+        assert _verdict(prog, arch, clone, (thread,)) == allow  # a thread
+        assert _verdict(prog, arch, clone, (17,)) == eperm  # fork: SIGCHLD, no CLONE_THREAD
+        assert _verdict(prog, arch, clone, (thread | 0x40000000,)) == eperm  # with CLONE_NEWNET
+        assert _verdict(prog, arch, confine._CLONE3, (0,)) == enosys  # glibc falls back on clone
+        assert _verdict(prog, arch, ioctl, (3, 0x40086602)) == eperm  # FS_IOC_SETFLAGS
+        assert _verdict(prog, arch, ioctl, (3, 0x40087602)) == eperm  # FS_IOC_SETVERSION
+        assert _verdict(prog, arch, ioctl, (3, 0x541B)) == allow  # FIONREAD
+        assert _verdict(prog, arch, fcntl, (3, 1024)) == eperm  # F_SETLEASE
+        assert _verdict(prog, arch, fcntl, (3, 1026)) == eperm  # F_NOTIFY
+        assert _verdict(prog, arch, fcntl, (3, 3)) == allow  # F_GETFL
+        unlinkat = confine._syscalls(confine._DELETE, column)["unlinkat"]
+        assert (_verdict(prog, arch, unlinkat) == eperm) != allow_delete
+        assert _verdict(prog, arch, numbers["execve"] + 1000) == allow  # a call nobody lists

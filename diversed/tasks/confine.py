@@ -25,6 +25,12 @@ from collections.abc import Callable
 
 PROGRAM_FILE = "program.py"
 LOCKDOWN_FAILED = 125  # exit status of a child that could not apply a layer
+RESULT_BYTES = 16 << 20  # the most of the test values a program sends back that the judge reads
+VERDICT_BYTES = 48 << 10  # the judge's verdicts, at most: they fit the status pipe without a reader
+THREADS = 16  # threads a program may run beside its main thread (the Python guard counts them)
+_OVER = b"\n[-1]\n"  # appended when the values went over RESULT_BYTES
+_TAG_DEPTH = 100  # nesting of a value sent back, at most
+_ITEMS = 1 << 21  # items (container elements, characters / 64) in all values sent back, at most
 _LINUX = sys.platform.startswith("linux")
 _DEVICES = {"/dev/null": "rw", "/dev/zero": "rw", "/dev/full": "rw", "/dev/random": "r", "/dev/urandom": "r"}
 
@@ -61,25 +67,44 @@ def main() -> None:
             prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the caller, even if already gone
             if os.getppid() != config["caller"]:
                 os._exit(1)
-    sentinel = sys.stdin.readline().strip()
+    given = marshal.loads(_read_all(0))  # {"sentinel": str or None, "tests": checks.Plan's config or None}
+    tests = given["tests"]
+    results_r, results_w = os.pipe() if tests is not None else (-1, -1)
     pid = os.fork()
     if pid == 0:
         os.close(status_fd)
-        _run_child(sentinel, config)
-    ended = _watch(pid, config["timeout"], config["files"])
+        if tests is not None:
+            os.close(results_r)
+        _run_child(given, config, results_w)
+    if tests is not None:
+        os.close(results_w)
+    ended, values = _watch(pid, config["timeout"], config["files"], results_r)
     _, status = os.waitpid(pid, 0)
     if _LINUX and not config["seccomp"]:  # (with seccomp, the program cannot start processes)
         _kill_descendants()
-    os.write(status_fd, f"{ended}\n".encode())
+    verdicts = b""
+    if tests is not None and ended == "done":
+        verdicts = _judge_apart(values, tests, config)
+    os.write(status_fd, f"{ended}\n".encode() + verdicts)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
 
 
-def _watch(pid: int, timeout: float, files: tuple[list[str], int] | None) -> str:
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _watch(
+    pid: int, timeout: float, files: tuple[list[str], int] | None, results: int = -1
+) -> tuple[str, bytes]:
     """Wait for the child, killing it at the timeout or, if `files` = (paths, most), once the file
     systems at those paths (the sandbox's own tmpfs) hold more than `most` inodes, checked every
-    20 ms: tmpfs has no inode limit bwrap can set, and each one is kernel memory. Returns "done",
-    "timeout" or "files"; the child is not reaped yet."""
+    20 ms: tmpfs has no inode limit bwrap can set, and each one is kernel memory. Meanwhile read the
+    pipe `results` (if not -1) to its end, keeping its first RESULT_BYTES (more: the judge is told).
+    Returns ("done", "timeout" or "files", what was read); the child is not reaped yet."""
     import time
 
     deadline, ended = time.monotonic() + timeout, ["done"]
@@ -92,12 +117,44 @@ def _watch(pid: int, timeout: float, files: tuple[list[str], int] | None) -> str
             os.write(2, f"\ndiversed sandbox: the program made more than {files[1]} files.\n".encode())
         if ended[0] != "done":
             os.kill(pid, signal.SIGKILL)
+            if results >= 0:  # a process the program left could hold the pipe open: stop reading
+                try:
+                    os.close(results)
+                except OSError:
+                    pass
+
+    def on_child(*_: object) -> None:  # the child ended: read what it wrote, not what it left running
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                os.set_blocking(results, False)
+        except OSError:
+            pass
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, min(timeout, 0.02) if files else timeout, 0.02 if files else 0)
+    if results >= 0:
+        signal.signal(signal.SIGCHLD, on_child)
+        on_child()  # (it may have ended already)
+    chunks, size = [], 0
+    while results >= 0:
+        try:
+            chunk = os.read(results, 1 << 16)
+        except OSError:  # closed at the timeout, or nothing more once the child ended
+            break
+        if not chunk:
+            break
+        if size < RESULT_BYTES:
+            chunks.append(chunk[: RESULT_BYTES - size])
+        size += len(chunk)
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # not reaped yet: the alarm cannot hit another pid
     signal.setitimer(signal.ITIMER_REAL, 0)
-    return ended[0]
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if results >= 0:
+        try:
+            os.close(results)
+        except OSError:
+            pass
+    return ended[0], b"".join(chunks) + (_OVER if size > RESULT_BYTES else b"")
 
 
 def _inodes(path: str) -> int:
@@ -130,8 +187,9 @@ def _kill_descendants() -> None:
 # ---------------------------------------------------------------- sandbox side: the child
 
 
-def _run_child(sentinel: str, config: dict) -> None:
-    """In the forked child: lock down, run the program, write the sentinel if it ran to its end."""
+def _run_child(given: dict, config: dict, results: int) -> None:
+    """In the forked child: lock down, run the program. Then, without tests, write the sentinel if
+    it ran to its end; with tests, evaluate their parts and send each value on `results`."""
     import types
 
     write, exit_ = os.write, os._exit  # kept before the guard and the program can touch them
@@ -142,8 +200,12 @@ def _run_child(sentinel: str, config: dict) -> None:
         exit_(LOCKDOWN_FAILED)
     with open(PROGRAM_FILE, encoding="utf-8") as f:
         source = f.read()
+    if given["tests"] is not None:
+        import json  # (before the program runs: it finds the module as it was)
+
+        dumps = json.dumps
     sys.argv = [PROGRAM_FILE]
-    _guard(allow_delete=config["contained"])
+    _guard(allow_delete=config["contained"], threads=config["threads"])
     try:
         code = compile(source, PROGRAM_FILE, "exec")
         # A fresh __main__ module, as if the program were run as a script (pickle, dataclasses and
@@ -152,9 +214,14 @@ def _run_child(sentinel: str, config: dict) -> None:
         main.__file__ = PROGRAM_FILE
         sys.modules["__main__"] = main
         exec(code, main.__dict__)
+        if given["tests"] is not None:
+            send = lambda frame: _write_all(results, dumps(frame) + "\n")  # noqa: E731
+            _send_parts(given["tests"], main.__dict__, send)
+            send([-1, "end", None])  # the program and every test's steps ran to their end
         sys.stdout.flush()
         sys.stderr.flush()
-        write(1, f"\n{sentinel}\n".encode())
+        if given["sentinel"] is not None:
+            write(1, f"\n{given['sentinel']}\n".encode())
     except BaseException:  # SystemExit too: exiting early is not passing
         try:  # (the interpreter's own printer: importing traceback needs a file, and it may have none left)
             sys.stdout.flush()
@@ -165,6 +232,287 @@ def _run_child(sentinel: str, config: dict) -> None:
     exit_(0)
 
 
+def _write_all(fd: int, text: str) -> None:
+    view = memoryview(text.encode("utf-8", "backslashreplace"))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# ---------------------------------------------------------------- tests: parts sent back, judged apart
+
+
+class _Unsent(Exception):
+    """A test value that is not sent back: not Python's own data, too deep or too big."""
+
+
+def _send_parts(tests: dict, namespace: dict, send: Callable[[list], None]) -> None:
+    """Run each test line's steps after the program (checks.Plan): its statements in the program's
+    namespace, its parts evaluated there and sent as [k, "ok", value as plain data] or
+    [k, "error", why]. A failing step ends its line: its other parts are sent as errors."""
+    budget = [_ITEMS]
+    for i, steps in enumerate(tests["steps"]):
+        failed = None
+        for step in steps:
+            if failed is not None:
+                if step[0] == "part":
+                    send([step[1], "error", failed])
+                continue
+            try:
+                if step[0] == "exec":
+                    exec(compile(step[1], f"<test {i + 1}>", "exec"), namespace)
+                    continue
+                value = eval(compile(step[2], f"<test {i + 1}>", "eval"), namespace)
+                send([step[1], "ok", _plain(value, budget, 0)])
+            except _Unsent as e:
+                send([step[1], "error", f"{step[2]} gave {e}"])
+            except BaseException as e:  # SystemExit and KeyboardInterrupt too: the test fails
+                sys.__excepthook__(type(e), e, e.__traceback__)
+                try:
+                    why = f"{type(e).__name__}: {e}"[:300]
+                except BaseException:
+                    why = "an exception"
+                failed = f"{step[1] if step[0] == 'exec' else step[2]} raised {why}"
+                if step[0] == "part":
+                    send([step[1], "error", failed])
+
+
+def _plain(value: object, budget: list[int], depth: int) -> object:
+    """`value` as JSON-ready plain data, tagged: [tag, payload] for all but None, bool, str, float
+    and small ints. Python's own types only (a subclass is sent as its base: its methods never
+    reach the judge); iterators are drained. Raises _Unsent for anything else, or past the limits."""
+    budget[0] -= 1
+    if depth > _TAG_DEPTH or budget[0] < 0:
+        raise _Unsent(f"a value nested deeper than {_TAG_DEPTH} or bigger than {_ITEMS} items")
+    kind = type(value)
+    if value is None or kind is bool:
+        return value
+    if isinstance(value, int):
+        value = int.__int__(value)
+        return value if -(1 << 53) < value < (1 << 53) else ["int", hex(value)]
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        value = str.__str__(value)
+        budget[0] -= len(value) // 64
+        return value
+    if isinstance(value, complex):
+        return ["complex", [complex.__complex__(value).real, complex.__complex__(value).imag]]
+    if isinstance(value, (bytes, bytearray)):
+        budget[0] -= len(value) // 32
+        return ["bytearray" if isinstance(value, bytearray) else "bytes", bytes(value).hex()]
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    tag = _STDLIB.get(name)  # (a class that takes such a name is only read as that type: no harm)
+    items = lambda xs: [_plain(x, budget, depth + 1) for x in xs]  # noqa: E731
+    pairs = lambda xs: [[_plain(k, budget, depth + 1), _plain(v, budget, depth + 1)] for k, v in xs]  # noqa: E731
+    if tag in ("OrderedDict", "Counter", "defaultdict"):
+        return [tag, pairs(dict.items(value))]
+    if tag == "deque":
+        return [tag, [items(value), value.maxlen]]
+    if tag == "Fraction":
+        return [
+            tag,
+            [_plain(value.numerator, budget, depth + 1), _plain(value.denominator, budget, depth + 1)],
+        ]
+    if tag == "Decimal":
+        return [tag, type(value).__str__(value)]
+    if tag in ("keys", "values", "iter"):
+        return [tag, items(value)]
+    if tag == "items":
+        return [tag, pairs(value)]
+    if kind is range:
+        return ["range", [value.start, value.stop, value.step]]
+    if kind is type and value.__module__ == "builtins":  # int, str, ...: the judge's own
+        return ["builtin", value.__qualname__]
+    for base in (list, tuple, set, frozenset):
+        if isinstance(value, base):
+            return [base.__name__, items(base.__iter__(value))]
+    if isinstance(value, dict):
+        return ["dict", pairs(dict.items(value))]
+    if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):  # generators, map, zip, ...
+        return ["iter", items(value)]
+    # Anything else: only what it is and its truth (which the program decides anyway: it could
+    # return True), so `assert f(x)` and `f(x) is not None` hold as they would; it equals nothing.
+    return ["object", [name[:200], bool(value)]]
+
+
+class _Opaque:
+    """In the judge, a program's value of a type it does not rebuild: true or false as it was in
+    the program, equal only to itself."""
+
+    __slots__ = ("name", "truth")
+
+    def __init__(self, name: str, truth: bool) -> None:
+        self.name, self.truth = name, truth
+
+    def __bool__(self) -> bool:
+        return self.truth
+
+    def __repr__(self) -> str:
+        return f"<a {self.name} object>"
+
+
+_STDLIB = {
+    "collections.OrderedDict": "OrderedDict",
+    "collections.Counter": "Counter",
+    "collections.defaultdict": "defaultdict",
+    "collections.deque": "deque",
+    "fractions.Fraction": "Fraction",
+    "decimal.Decimal": "Decimal",
+    "builtins.dict_keys": "keys",
+    "builtins.dict_values": "values",
+    "builtins.dict_items": "items",
+}
+
+
+def _rebuild(data: object, depth: int = 0) -> object:
+    """The value _plain encoded, rebuilt from the JSON the program's process sent (in the judge)."""
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if depth > _TAG_DEPTH or type(data) is not list or len(data) != 2 or type(data[0]) is not str:
+        raise ValueError("not a value the sandbox sends")
+    tag, payload = data
+    items = lambda: [_rebuild(x, depth + 1) for x in payload]  # noqa: E731
+    pairs = lambda: [(_rebuild(k, depth + 1), _rebuild(v, depth + 1)) for k, v in payload]  # noqa: E731
+    if tag == "int":
+        return int(payload, 16)
+    if tag == "complex":
+        return complex(*(float(x) for x in payload))
+    if tag in ("bytes", "bytearray"):
+        return (bytes if tag == "bytes" else bytearray).fromhex(payload)
+    if tag in ("list", "tuple", "set", "frozenset"):
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[tag](items())
+    if tag == "iter":
+        return iter(items())
+    if tag == "keys":
+        return dict.fromkeys(items()).keys()
+    if tag == "values":
+        return dict(enumerate(items())).values()
+    if tag in ("dict", "items"):
+        return dict(pairs()) if tag == "dict" else dict(pairs()).items()
+    if tag == "range":
+        return range(*(int.__index__(x) for x in payload))
+    import collections
+
+    if tag in ("OrderedDict", "Counter"):
+        return getattr(collections, tag)(dict(pairs()) if tag == "Counter" else pairs())
+    if tag == "defaultdict":
+        return collections.defaultdict(None, pairs())
+    if tag == "deque":
+        values, maxlen = payload
+        return collections.deque([_rebuild(x, depth + 1) for x in values], maxlen)
+    if tag == "Fraction":
+        import fractions
+
+        return fractions.Fraction(_rebuild(payload[0], depth + 1), _rebuild(payload[1], depth + 1))
+    if tag == "Decimal":
+        import decimal
+
+        return decimal.Decimal(str(payload))
+    if tag == "object":
+        return _Opaque(str(payload[0]), payload[1] is True)
+    if tag == "builtin":
+        import builtins
+
+        found = getattr(builtins, str(payload), None)
+        if isinstance(found, type):
+            return found
+    raise ValueError(f"not a value the sandbox sends (tag {tag[:40]!r})")
+
+
+def _short(value: object) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        return "a value"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _judge_apart(values: bytes, tests: dict, config: dict) -> bytes:
+    """Judge the tests in a child of the monitor that never ran the program: locked down like the
+    program, with its own builtins and imports. Returns its verdicts (JSON, at most VERDICT_BYTES)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            lock_down(config)
+            verdicts = _judge(values, tests)
+        except BaseException as e:  # one JSON string: every test failed for this reason
+            verdicts = f'"the judge failed ({type(e).__name__})"'
+        os.write(write, verdicts.encode()[:VERDICT_BYTES])  # fits the pipe: no reader needed yet
+        os._exit(0)
+    os.close(write)
+    ended, _ = _watch(pid, config["timeout"], None)
+    os.waitpid(pid, 0)
+    os.set_blocking(read, False)
+    try:
+        out = os.read(read, VERDICT_BYTES)
+    except BlockingIOError:
+        out = b""
+    os.close(read)
+    return out if ended == "done" else b'"the judge timed out"'
+
+
+def _judge(values: bytes, tests: dict) -> str:
+    """As JSON, {"ran": whether the program said it ran to its end (the last thing it sends after
+    its tests' steps: an early exit is not a pass), "tests": per test line "passed", "failed" or
+    "error: why"}: each check evaluated over the rebuilt values of its parts (the first value sent
+    for each part counts)."""
+    import builtins
+    import json
+
+    sent: dict[int, tuple[str, object]] = {}
+    over, ran = values.endswith(_OVER), False
+    for line in values.split(b"\n"):
+        try:
+            k, kind, payload = json.loads(line)
+        except Exception:
+            continue
+        ran = ran or (k == -1 and kind == "end")
+        if type(k) is not int or k in sent or not 0 <= k < tests["parts"]:
+            continue
+        try:
+            sent[k] = ("ok", _rebuild(payload)) if kind == "ok" else ("error", str(payload)[:300])
+        except Exception as e:
+            sent[k] = ("error", f"its value could not be read back ({type(e).__name__})")
+    base: dict = {"__builtins__": builtins}
+    problems = []
+    for source in tests["imports"]:
+        try:
+            exec(source, base)
+        except Exception as e:
+            problems.append(f"{source} raised {type(e).__name__}: {e}"[:300])
+    verdicts, budget = [], VERDICT_BYTES - 64 * (len(tests["checks"]) + 1)
+    for steps, checks in zip(tests["steps"], tests["checks"], strict=True):
+        parts = [step[1] for step in steps if step[0] == "part"]
+        errors = [sent[k][1] for k in parts if k in sent and sent[k][0] == "error"]
+        missing = [k for k in parts if k not in sent]
+        verdict = "failed"
+        if errors:
+            verdict = f"error: {errors[0]}"
+        elif missing:
+            verdict = "error: the program ended before this test's values were sent"
+            verdict += f" (more than {RESULT_BYTES} bytes of values)" if over else ""
+        else:
+            namespace = dict(base)
+            namespace.update({f"__dv_{k}__": sent[k][1] for k in parts})
+            try:
+                if all(eval(check, namespace) for check in checks):
+                    verdict = "passed"
+                else:
+                    gave = [f"{s[2]} gave {_short(sent[s[1]][1])}" for s in steps if s[0] == "part"]
+                    verdict = "failed" + (": " + "; ".join(gave) if gave else "")
+            except Exception as e:
+                verdict = f"error: the check raised {type(e).__name__}: {e}"
+                verdict += f" ({problems[0]})" if problems else ""
+        verdict = json.dumps(verdict[:300])
+        if len(verdict) > budget:  # many long messages: the verdict without its reason
+            verdict = json.dumps(json.loads(verdict).split(":")[0])
+        budget -= len(verdict)
+        verdicts.append(verdict)
+    return '{"ran": ' + ("true" if ran else "false") + ', "tests": [' + ",".join(verdicts) + "]}"
+
+
 def lock_down(config: dict) -> None:
     try:  # the first the kernel's OOM killer picks: before the monitor, the caller or anything else
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -173,7 +521,8 @@ def lock_down(config: dict) -> None:
         pass
     cpu = int(config["timeout"]) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    if not config["seccomp"]:  # no new process, and for a non-root user no thread either
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (config["open_files"], config["open_files"]))
     # no real-time scheduling, no higher priority, no POSIX message queue (they outlive the program)
     for name in ("RLIMIT_RTPRIO", "RLIMIT_NICE", "RLIMIT_MSGQUEUE"):
@@ -261,7 +610,7 @@ def _install_landlock(read: list[str], write: str) -> None:
 
 # seccomp: "name x86_64 aarch64" from <asm/unistd.h> ("-": no such call on that CPU).
 _DENY = """
-clone 56 220 fork 57 - vfork 58 - clone3 435 435 execve 59 221 execveat 322 281 setsid 112 157
+fork 57 - vfork 58 - execve 59 221 execveat 322 281 setsid 112 157
 setpgid 109 154 kill 62 129 tkill 200 130 tgkill 234 131 rt_sigqueueinfo 129 138 rt_tgsigqueueinfo 297 240
 pidfd_send_signal 424 424 pidfd_open 434 434 pidfd_getfd 438 438 ptrace 101 117 process_vm_readv 310 270
 process_vm_writev 311 271 kcmp 312 272 process_madvise 440 440 process_mrelease 448 448 unshare 272 97
@@ -299,13 +648,23 @@ _CHECKED = {  # name: (x86_64, aarch64, checks)
     "sched_setparam": (142, 118, [(0, 0, "==")]),
     "sched_setattr": (314, 274, [(0, 0, "==")]),
     "ioprio_set": (251, 30, [(0, 1, "=="), (1, 0, "==")]),  # IOPRIO_WHO_PROCESS, who 0
-    "fcntl": (72, 25, [(1, 8, "!="), (1, 10, "!="), (1, 15, "!=")]),  # F_SETOWN, F_SETSIG, F_SETOWN_EX
+    # F_SETOWN, F_SETSIG, F_SETOWN_EX; F_SETLEASE (a lease stalls the caller's open), F_NOTIFY
+    "fcntl": (72, 25, [(1, 8, "!="), (1, 10, "!="), (1, 15, "!="), (1, 1024, "!="), (1, 1026, "!=")]),
     "ioctl": (
         16,
         29,
-        [(1, 0x8901, "!="), (1, 0x8902, "!="), (1, 0x5412, "!=")],
-    ),  # FIOSETOWN, SIOCSPGRP, TIOCSTI
+        [(1, 0x8901, "!="), (1, 0x8902, "!="), (1, 0x5412, "!=")]  # FIOSETOWN, SIOCSPGRP, TIOCSTI
+        # inode flags and version (FS_IOC_SETFLAGS, FS_IOC_SETVERSION, their 32-bit forms),
+        # FS_IOC_FSSETXATTR: a file's owner may set them on files it can only read
+        + [(1, nr, "!=") for nr in (0x40086602, 0x40046602, 0x40087602, 0x40047602, 0x401C5820)],
+    ),
 }
+# Threads, not processes: clone only with CLONE_THREAD and no namespace flag; clone3 answers ENOSYS
+# (glibc then uses clone). CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET.
+_CLONE = (56, 220)
+_CLONE3 = 435
+_CLONE_THREAD = 0x10000
+_CLONE_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 SECCOMP_ARCHES = {"x86_64": (0xC000003E, 0), "aarch64": (0xC00000B7, 1)}  # AUDIT_ARCH_*, column
 
 
@@ -321,12 +680,17 @@ def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, in
     arch, column = SECCOMP_ARCHES[machine]
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    enosys = 0x00050000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
     # (code, jt, jf, k); "deny" and "allow" as jump targets are resolved at the end.
     prog: list[tuple] = [(ld, 0, 0, 4), (jeq, 0, "deny", arch), (ld, 0, 0, 0)]  # .arch, then .nr
     if machine == "x86_64":
         prog.append((jge, "deny", 0, 0x40000000))  # x32 system calls: another way in
     denied = _syscalls(_DENY, column) | ({} if allow_delete else _syscalls(_DELETE, column))
     prog += [(jeq, "deny", 0, nr) for nr in denied.values()]
+    prog += [(jeq, "enosys", 0, _CLONE3)]
+    jset = 0x45  # BPF_JMP|JSET|K: jump if A & k
+    prog += [(jeq, 0, 4, _CLONE[column]), (ld, 0, 0, 16), (jset, 0, "deny", _CLONE_THREAD)]
+    prog += [(jset, "deny", 0, _CLONE_NAMESPACES), (ret, 0, 0, allow)]
     for numbers_and_checks in _CHECKED.values():
         body = []
         for arg, value, op in numbers_and_checks[2]:  # seccomp_data.args[arg], low half (little-endian)
@@ -335,8 +699,8 @@ def _seccomp_filter(machine: str, allow_delete: bool) -> list[tuple[int, int, in
                 (jeq, 0, "deny", value) if op == "==" else (jeq, "deny", 0, value),
             ]
         prog += [(jeq, 0, len(body) + 1, numbers_and_checks[column]), *body, (ret, 0, 0, allow)]
-    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    labels = {"allow": len(prog) - 2, "deny": len(prog) - 1}
+    prog += [(ret, 0, 0, allow), (ret, 0, 0, deny), (ret, 0, 0, enosys)]
+    labels = {"allow": len(prog) - 3, "deny": len(prog) - 2, "enosys": len(prog) - 1}
 
     def target(j: int | str, i: int) -> int:
         offset = labels[j] - i - 1 if isinstance(j, str) else j
@@ -366,11 +730,31 @@ def _install_seccomp(allow_delete: bool) -> None:
         raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP failed")  # (SECCOMP_MODE_FILTER)
 
 
-def _guard(allow_delete: bool) -> None:
-    """Replace the usual ways of escaping or doing damage with functions that raise."""
+def _guard(allow_delete: bool, threads: int = THREADS) -> None:
+    """Replace the usual ways of escaping or doing damage with functions that raise, and refuse a
+    thread past `threads` running beside the main one (the kernel bounds what ctypes starts:
+    RLIMIT_AS holds each thread's stack, the memory cgroup its kernel memory)."""
     import _socket
+    import _thread
     import shutil
     import socket
+
+    count = _thread._count
+
+    def limited(start: Callable[..., object]) -> Callable[..., object]:
+        def start_thread(*args: object, **kwargs: object) -> object:
+            if count() >= threads:
+                raise RuntimeError(f"can't start a new thread: the diversed sandbox allows {threads} at once")
+            return start(*args, **kwargs)
+
+        return start_thread
+
+    for name in ("start_new_thread", "start_joinable_thread"):  # (the second: Python 3.13 on)
+        if hasattr(_thread, name):
+            setattr(_thread, name, limited(getattr(_thread, name)))
+            threading = sys.modules.get("threading")
+            if threading is not None and hasattr(threading, "_" + name):
+                setattr(threading, "_" + name, getattr(_thread, name))
 
     def refuse(name: str) -> Callable[..., None]:
         def disabled(*args: object, **kwargs: object) -> None:

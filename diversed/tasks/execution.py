@@ -2,12 +2,21 @@
 
 `run_program` writes the program into a fresh scratch directory and starts `confine.py` as a script
 (`python -I -B -S`, site-packages on the path but no .pth file run), inside bubblewrap where it
-can. That process, the *monitor*, forks once: the
-child locks itself down, runs the program and, only if its last line ran, writes a random sentinel
-to stdout. A program passes when it exits 0 *and* its output ends with the sentinel, so exiting
-early with status 0 does not pass. The monitor enforces the timeout: it kills and reaps the child,
+can. That process, the *monitor*, forks a child that locks itself down and runs the program.
+- With tests (`tests=checks.plan(...)`, what MBPP uses): after the program the child evaluates each
+  test's *parts* (the calls of the program's functions, `checks.py`) and sends their values back as
+  plain data on a pipe, then a last word that it ran to its end. Once it is gone, the monitor forks
+  a *judge* that never ran the program, locks it down the same way, rebuilds the values as Python's
+  own types and evaluates each test's check with its own builtins and imports. A program passes
+  when every test holds, it ran to its end and exited 0. No secret exists for a program to find,
+  and an object it returns cannot answer a comparison: the judge never holds one.
+- Without tests: only if the program's last line ran does the child write a random sentinel to
+  stdout; it passes when it exits 0 *and* its output ends with the sentinel. That stops early exits,
+  not forgery (the sentinel is in the child's memory): use tests for a score.
+The monitor enforces the timeout (the program's, then the judge's): it kills and reaps the child,
 and whatever the child left behind, before it exits, and tells the caller on a pipe the program
-never holds whether it timed out; so when `run_program` returns, nothing the program started runs.
+never holds whether it timed out and what the judge found; so when `run_program` returns, nothing
+the program started runs.
 
 Three kernel layers stack, each where the machine has it (DIVERSED_SANDBOX=`bwrap,landlock,seccomp`
 by default, any subset, or `none`; or the `layers` argument):
@@ -21,17 +30,23 @@ by default, any subset, or `none`; or the `layers` argument):
   ptrace outside itself, so the /proc/<pid>/mem, environ, maps, fd of the caller, the monitor and
   other programs stay closed, for root too. ABI >= 3 also stops truncation, >= 4 TCP, >= 6 signals
   to and abstract unix sockets of processes outside.
-- seccomp (Linux x86_64 and aarch64): EPERM for the calls in confine.py's _DENY (new processes and
-  threads, exec, setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts,
-  sockets, SysV and POSIX IPC, memfd, inotify, fanotify, io_uring, bpf, keyrings, modules, clocks,
+- seccomp (Linux x86_64 and aarch64): EPERM for the calls in confine.py's _DENY (new processes:
+  clone only with CLONE_THREAD and no namespace flag, clone3 ENOSYS so that glibc uses clone; exec,
+  setsid/setpgid, every signal, ptrace, process_vm_*, pidfd_*, namespaces, mounts, sockets,
+  SysV and POSIX IPC, memfd, inotify, fanotify, io_uring, bpf, keyrings, modules, clocks,
   link, mknod, truncate by path, the chmod, chown, utime and xattr families; unlink and rename unless
   bwrap or Landlock keeps writes in scratch); prlimit, setpriority, sched_set*, ioprio_set on any
-  process but itself; F_SETOWN, F_SETSIG, FIOSETOWN (signals sent through a file) and TIOCSTI.
+  process but itself; F_SETOWN, F_SETSIG, FIOSETOWN (signals sent through a file), TIOCSTI; F_SETLEASE
+  and F_NOTIFY (a lease stalls whoever opens the file); the inode-flag, inode-version and fsxattr
+  ioctls (FS_IOC_SETFLAGS, FS_IOC_SETVERSION, FS_IOC_FSSETXATTR: a file's owner, root included, could
+  set them on files it may only read).
 
 Always on: the monitor's timeout; RLIMIT_AS 2 GiB, RLIMIT_FSIZE 16 MiB (stdout too), RLIMIT_NOFILE 32
-(hard limit too), RLIMIT_CPU, RLIMIT_CORE/NPROC/RTPRIO/NICE/MSGQUEUE 0; 64 KiB of output read back; a
-minimal environment; a Python guard that makes os.kill, os.fork, posix.execv, subprocess.Popen,
-socket.socket, ... raise (clear messages; ctypes gets round it). On Linux also: no_new_privs; no
+(hard limit too), RLIMIT_CPU, RLIMIT_CORE/RTPRIO/NICE/MSGQUEUE 0, and RLIMIT_NPROC 0 where seccomp is
+not enforced (there it also stops a non-root program's threads); 64 KiB of output and 16 MiB of test
+values read back; a minimal environment; a Python guard that makes os.kill, os.fork, posix.execv,
+subprocess.Popen, socket.socket, ... raise and refuses a 17th thread (clear messages; ctypes gets
+round it: then RLIMIT_AS, which holds every thread's stack, bounds them). On Linux also: no_new_privs; no
 capability in the child (root cannot mount, override permissions or ptrace a non-dumpable process);
 the monitor non-dumpable, a subreaper that kills what the program leaves, and the program dying with
 it (PR_SET_PDEATHSIG); the program first for the kernel's OOM killer (oom_score_adj 1000). Where this
@@ -55,6 +70,9 @@ Which layer closes an escape on its own:
     fill the disk                              yes       no          no
     watch file names (inotify, fanotify)       yes       no          yes
     hold memory RLIMIT_AS misses (memfd) [5]   no        no          yes
+    inode flags of files it may read           yes       no          yes
+    a lease on a file it may read              no        no          yes
+    forge a test's verdict                     [6]       [6]         [6]
 [1] Without bwrap and Landlock the caller makes itself non-dumpable at its first run (it warns):
     with no capability in the child, that closes its memory and environ for root and non-root.
 [2] Closed in every configuration: the child has no capability.
@@ -62,10 +80,12 @@ Which layer closes an escape on its own:
 [4] Signals from ABI 6 on (kernel 6.12); ptrace (and so /proc/<pid>/mem) from ABI 1.
 [5] Closed in every configuration where there is a memory cgroup. Without one, RLIMIT_NOFILE bounds
     what open files hold: 16 pipes of 1 MiB (pipe-max-size), without seccomp 32 memfds of 16 MiB.
+[6] With tests, closed in every configuration by the judge (within what checks.py says).
 
-Left open: the verdict is decided inside the program's process, so a program written to cheat can find
-the sentinel (in the calling frame or its own memory) and print it: the sentinel stops early exits,
-not forgery. Kernel exploits and side channels; contention for CPU and memory. Reading the Python
+Left open: with tests, what `checks.py` says it does not close (a comparison inside a test's own
+comprehension); a program that knows the expected values may return them or send them itself (the
+prompt shows the tests). Without tests, the sentinel can be found in the child's memory.
+Kernel exploits and side channels; contention for CPU and memory. Reading the Python
 installation, /usr and the /etc files in _ETC. Without bwrap: metadata (stat) of any path, other
 processes and their command lines in /proc, and a scratch directory whose files are bounded one by one
 (RLIMIT_FSIZE), not in number: on disk that can fill the disk, on tmpfs (TMPDIR on one) it is memory,
@@ -98,7 +118,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from diversed.errors import UserError
-from diversed.tasks import confine, memcg
+from diversed.tasks import checks, confine, memcg
 
 ALLOW_ENV = "DIVERSED_ALLOW_CODE_EXECUTION"
 LAYERS_ENV = "DIVERSED_SANDBOX"
@@ -149,8 +169,9 @@ class ExecutionResult:
     passed: bool
     status: str  # "passed", "failed" or "timeout"
     returncode: int | None
-    output: str  # the first OUTPUT_BYTES of stdout + stderr
+    output: str  # the first OUTPUT_BYTES of stdout + stderr, then the judge's reasons for failed tests
     seconds: float
+    tests: tuple[str, ...] = ()  # with tests: per test line "passed", "failed" or "error: why"
 
 
 # ---------------------------------------------------------------- the layers this machine has
@@ -280,13 +301,16 @@ def _protect_caller() -> None:
 def run_program(
     program: str,
     *,
+    tests: checks.Plan | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     memory_bytes: int = MEMORY_BYTES,
     file_bytes: int = FILE_BYTES,
     output_bytes: int = OUTPUT_BYTES,
     layers: Iterable[str] | None = None,
 ) -> ExecutionResult:
-    """Run one program in the sandbox; it passes if it runs to its end and exits 0."""
+    """Run one program in the sandbox. Without `tests` it passes if it runs to its end and exits 0
+    (the sentinel: it stops early exits, not forgery). With `tests` (`checks.plan`), their parts run
+    after the program and it passes if the judge, apart from it, finds every test line true."""
     import tempfile  # (the caller's side only: the monitor starts faster without it)
 
     use = {name for name, why in sandbox_layers(layers).items() if why is None}
@@ -297,8 +321,10 @@ def run_program(
     except UnicodeEncodeError as e:  # a lone surrogate, say: this program fails, not the batch it is in
         why = f"diversed sandbox: the program did not run: it is not text UTF-8 can encode ({e.reason}: "
         why += f"{program[e.start : e.end]!r} at {e.start})."
-        return ExecutionResult(False, "failed", None, why, 0.0)
-    sentinel = os.urandom(16).hex()
+        return ExecutionResult(
+            False, "failed", None, why, 0.0, ("failed",) * len(tests.checks) if tests else ()
+        )
+    sentinel = os.urandom(16).hex() if tests is None else None
     with (
         memcg.MemoryGroup.for_program(memory_bytes) as group,
         tempfile.TemporaryDirectory(prefix="diversed-exec-", ignore_cleanup_errors=True) as workdir,
@@ -317,6 +343,7 @@ def run_program(
             "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
             "path": _site_packages(),
             "open_files": OPEN_FILES,
+            "threads": confine.THREADS,
             "files": ([workdir, "/tmp"], FILES) if "bwrap" in use else None,  # the sandbox's own tmpfs
         }
         # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
@@ -350,11 +377,13 @@ def run_program(
             backstop.set()
             _kill_group(proc.pid)
 
-        timer = threading.Timer(timeout + BACKSTOP_S, on_backstop)
+        # The program's time, then the judge's: at most as long again.
+        timer = threading.Timer(timeout * (1 if tests is None else 2) + BACKSTOP_S, on_backstop)
         timer.start()
         try:
-            try:
-                proc.stdin.write(f"{sentinel}\n".encode())
+            try:  # (on stdin, not the command line: /proc shows command lines to other processes)
+                given = {"sentinel": sentinel, "tests": None if tests is None else tests.to_config()}
+                proc.stdin.write(marshal.dumps(given))
                 proc.stdin.close()
             except OSError:
                 pass  # it died before reading: the exit status tells
@@ -366,42 +395,79 @@ def run_program(
             timer.join()  # a kill already under way finishes before the pid can be reaped
             _kill_group(proc.pid)
             proc.wait()
-            os.set_blocking(status_r, False)
-            try:
-                said = os.read(status_r, 64)
-            except BlockingIOError:
-                said = b""
-            os.close(status_r)
+            said = _read_status(status_r)
         seconds = time.monotonic() - start
 
         size = out.seek(0, os.SEEK_END)
         out.seek(max(0, size - 256))
-        finished = out.read().endswith(f"\n{sentinel}\n".encode())
+        finished = sentinel is not None and out.read().endswith(f"\n{sentinel}\n".encode())
         out.seek(0)
-        output = out.read(output_bytes).decode("utf-8", "replace").replace(f"\n{sentinel}\n", "")
+        output = out.read(output_bytes).decode("utf-8", "replace")
+        output = output if sentinel is None else output.replace(f"\n{sentinel}\n", "")
         if group is not None and group.oom_kills():
             output += f"\ndiversed sandbox: the program went over its memory limit ({memory_bytes} bytes).\n"
-    timed_out = backstop.is_set() or said.startswith(b"timeout")
+    ended, _, judged = said.partition(b"\n")
+    timed_out = backstop.is_set() or ended == b"timeout"
     returncode = -signal.SIGKILL if timed_out else proc.returncode  # killed, as the caller sees it
-    passed = finished and returncode == 0 and not timed_out
+    verdicts: tuple[str, ...] = ()
+    if tests is not None:
+        ran, verdicts = _verdicts(judged, len(tests.checks), ended.decode(errors="replace") or "no word")
+        finished = ran and all(v == "passed" for v in verdicts)
+        output += "".join(
+            f"\ndiversed judge: test {i + 1}: {v}" for i, v in enumerate(verdicts) if v != "passed"
+        )
+        output += "" if ran or not judged else "\ndiversed judge: the program did not run to its end"
+    passed = finished and returncode == 0 and not timed_out  # exit 0: the program and the parts ran
     status = "timeout" if timed_out else "passed" if passed else "failed"
-    return ExecutionResult(passed, status, returncode, output, seconds)
+    return ExecutionResult(passed, status, returncode, output, seconds, verdicts)
+
+
+def _read_status(fd: int) -> bytes:
+    """What the monitor said on the status pipe (every writer is gone once the program is reaped)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _verdicts(judged: bytes, lines: int, ended: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether the program ran to its end, and the judge's verdict per test line (a test the judge
+    said nothing about failed)."""
+    import json
+
+    try:
+        said = json.loads(judged) if judged else f"the tests were not judged (the program's end: {ended})"
+    except ValueError:
+        said = "the judge's verdicts could not be read"
+    if isinstance(said, str):
+        return False, (f"error: {said}",) * lines
+    tests = said.get("tests") if isinstance(said, dict) else None
+    if not isinstance(tests, list) or len(tests) != lines or not all(isinstance(v, str) for v in tests):
+        return False, ("error: the judge's verdicts could not be read",) * lines
+    return said.get("ran") is True, tuple(tests)
 
 
 def run_programs(
-    programs: Iterable[str], *, workers: int | None = None, **limits: object
+    programs: Iterable[str | tuple[str, checks.Plan]], *, workers: int | None = None, **limits: object
 ) -> list[ExecutionResult]:
-    """Run many programs, at most `workers` (default: the core count) at a time; results in order."""
+    """Run many programs (each a text, or a text and its tests' plan), at most `workers` (default:
+    the core count) at a time; results in order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    programs = list(programs)
-    if not programs:
+    jobs = [(p, None) if isinstance(p, str) else p for p in programs]
+    if not jobs:
         return []
     sandbox_layers(limits.get("layers"))  # warn once, from the caller's thread, before starting
     memcg.available()
-    workers = max(1, min(len(programs), workers or os.cpu_count() or 1))
+    workers = max(1, min(len(jobs), workers or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda p: run_program(p, **limits), programs))
+        return list(pool.map(lambda job: run_program(job[0], tests=job[1], **limits), jobs))
 
 
 def _environment(workdir: str) -> dict[str, str]:

@@ -12,8 +12,10 @@ The prompt is the paper's zero-shot format, the tests one per line (option `test
 printed as a Python list (`"list"`, what the released evaluation script's prompt shows). The completion is the
 program: cut at the stop sequences, then, if it holds a markdown ``` fence, the first fenced
 block (the completion ends once that block is closed: an instruct model's explanation after it is
-not generated). It passes when `program + test_setup_code + tests` (each test an `assert` line, as given)
-runs to its end in the sandbox of `diversed/tasks/execution.py`, which needs an explicit opt-in
+not generated). It passes when every test (an `assert` line, as given) holds after `program +
+test_setup_code` in the sandbox of `diversed/tasks/execution.py`: the tests' calls of the program run
+after it, in its process, and a separate judge that never ran it compares their values
+(`checks.py`), so a program cannot pass by faking a result. The sandbox needs an explicit opt-in
 (`allow_code_execution=True` or DIVERSED_ALLOW_CODE_EXECUTION=1), checked when the task is built.
 `challenge_test_list` is not used.
 """
@@ -26,7 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import Ge, Gt
 
-from diversed.tasks import execution
+from diversed.tasks import checks, execution
 from diversed.tasks.base import Option, Task
 
 # The first fenced block: an opening ``` with an optional language tag, up to the closing fence
@@ -95,6 +97,9 @@ class MBPP(Task):
 
     def __init__(self, examples: Sequence[dict[str, Any]], **kwargs: Any) -> None:
         execution.require_code_execution(kwargs.get("allow_code_execution", False), "The mbpp task")
+        for i, example in enumerate(examples):  # before any decoding: a test the judge cannot check
+            where = f"MBPP problem {example.get('task_id', f'at row {i}')}: test"
+            checks.validate([t.replace("\r\n", "\n") for t in example.get("test_list") or ()], where)
         super().__init__(examples, **kwargs)
         self.allow_code_execution = True  # (or the environment's opt-in)
 
@@ -144,17 +149,27 @@ class MBPP(Task):
         return extract_code(self.truncate(completion))
 
     def program(self, example: dict[str, Any], completion: str) -> str:
-        """What runs: the extracted code, the setup code, then the tests."""
+        """What runs, as one text: the extracted code, the setup code, then the tests (for reading;
+        `execute` runs the tests' parts after the code and setup, and judges them apart)."""
+        return "\n".join([self._code(example, completion), *self._tests(example)]) + "\n"
+
+    def _code(self, example: dict[str, Any], completion: str) -> str:
         code = extract_code(self.truncate(completion))
-        parts = [code, _setup(example), *example["test_list"]]
-        return "\n".join(p.replace("\r\n", "\n") for p in parts) + "\n"
+        return "\n".join(p.replace("\r\n", "\n") for p in (code, _setup(example)))
+
+    def _tests(self, example: dict[str, Any]) -> list[str]:
+        return [t.replace("\r\n", "\n") for t in example["test_list"]]
 
     def execute(
         self, examples: Sequence[dict[str, Any]], completions: Sequence[str]
     ) -> list[execution.ExecutionResult]:
-        """Run the programs in parallel; each result has the output, for looking at failures."""
-        programs = [self.program(e, c) for e, c in zip(examples, completions, strict=True)]
-        return execution.run_programs(programs, workers=self.workers, timeout=self.timeout)
+        """Run the programs in parallel, each test judged apart from the program
+        (`diversed/tasks/checks.py`); each result has the output and the verdict per test."""
+        jobs = []
+        for example, completion in zip(examples, completions, strict=True):
+            code = self._code(example, completion)
+            jobs.append((code, checks.plan(code, "", self._tests(example))))
+        return execution.run_programs(jobs, workers=self.workers, timeout=self.timeout)
 
     def score(self, example: dict[str, Any], completion: str) -> float:
         return self.score_batch([example], [completion])[0]

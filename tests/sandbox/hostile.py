@@ -18,6 +18,7 @@ completion must not have a line starting with `assert`: MBPP cuts completions th
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -227,6 +228,25 @@ return True"""),
         abi=6,
         verdict=lambda active: "failed" if active & {"bwrap", "seccomp"} else "passed",
     ),
+    Case(  # sets the flags it read (nothing changes if it works); root owns the interpreter
+        "inode_flags",
+        _escape("""
+import fcntl
+fd = os.open(os.path.realpath(sys.executable), os.O_RDONLY)
+flags = fcntl.ioctl(fd, 0x80086601, bytes(8))  # FS_IOC_GETFLAGS
+fcntl.ioctl(fd, 0x40086602, flags)  # FS_IOC_SETFLAGS
+return True"""),
+        layers=frozenset({BWRAP, SECCOMP}),
+    ),
+    Case(  # a read lease: a process opening the file for writing would wait for the program
+        "file_lease",
+        _escape("""
+import fcntl
+fd = os.open(os.path.realpath(sys.executable), os.O_RDONLY)
+fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+return True"""),
+        layers=frozenset({SECCOMP}),
+    ),
     Case("kill_monitor", _escape("ok(libc.kill(os.getppid(), 9))\ntime.sleep(1)\nreturn True")),
     Case(
         "prlimit_caller",
@@ -431,11 +451,23 @@ time.sleep(0.5)
         tests=(),
         layers=frozenset({SECCOMP}),
     ),
-    Case(
-        "threads",
-        "import threading\nthreading.Thread(target=time.sleep, args=(30,)).start()\n",
+    Case(  # threads are allowed (the correct_threads case), not a flood of them
+        "thread_flood",
+        "import threading\nfor i in range(100):\n"
+        "    threading.Thread(target=time.sleep, args=(30,)).start()\n",
         tests=(),
-        layers=frozenset({SECCOMP}),
+    ),
+    Case(  # the Python guard's count does not see these: the address space (stacks) bounds them
+        "thread_flood_ctypes",
+        """start = ctypes.cast(libc.sleep, ctypes.c_void_p)
+libc.prctl(15, b"@TOKEN@", 0, 0, 0)
+for i in range(100_000):
+    t = ctypes.c_ulong()
+    err = libc.pthread_create(ctypes.byref(t), None, start, ctypes.c_void_p(30))
+    if err:
+        raise OSError(err, f"thread {i}")
+""",
+        tests=(),
     ),
     # -- resources
     Case("infinite_loop", "while True:\n    pass\n", tests=(), verdict="timeout", prelude=False, layers=ONCE),
@@ -528,13 +560,180 @@ for i in range(6):
     Case("abort", "import os\nos.abort()\n", tests=(), prelude=False, layers=ONCE),
     Case("segfault", "import ctypes\nctypes.string_at(0)\n", tests=(), prelude=False, layers=ONCE),
     Case(
-        "close_stdout",
+        "close_stdout",  # no longer a way out: the verdict does not travel on stdout
         "import os\nos.close(1)\nos.close(2)\n",
         tests=("assert True",),
+        verdict="passed",
+        prelude=False,
+        layers=ONCE,
+    ),
+    # -- forged verdicts: a wrong program (add(1, 2) is not 3) that tries to pass anyway
+    Case(
+        "forge_sentinel_from_frames",
+        """import os, re, sys
+def add(a, b):
+    frame, found = sys._getframe(), []
+    while frame is not None:  # any 32-character hex string in any caller's locals
+        values = frame.f_locals.values()
+        found += [v for v in values if isinstance(v, str) and re.fullmatch("[0-9a-f]{32}", v)]
+        frame = frame.f_back
+    for value in found:
+        os.write(1, ("\\n%s\\n" % value).encode())
+    os._exit(0)
+""",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_stdout_flush",
+        """import os, sys
+class Out:
+    def write(self, text):
+        return len(text)
+    def flush(self):
+        for value in sys._getframe(1).f_locals.values():
+            if isinstance(value, str) and len(value) == 32:
+                os.write(1, ("\\n%s\\n" % value).encode())
+                os._exit(0)
+sys.stdout = Out()
+def add(a, b):
+    return 0
+""",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_equal_to_everything",
+        "class E:\n    __eq__ = lambda s, o: True\n    __hash__ = object.__hash__\n"
+        "def add(a, b):\n    return E()\n",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_int_equal_to_everything",
+        "class E(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return E(0)\n",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_class_claims_list",
+        "class L:\n    __class__ = list\n    __eq__ = lambda s, o: True\ndef pair(a, b):\n    return L()\n",
+        tests=("assert pair(1, 2) == [1, 2]",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_true_object",
+        "class T:\n    __bool__ = lambda s: True\n    __eq__ = lambda s, o: True\n"
+        "def is_even(n):\n    return T()\n",
+        tests=("assert is_even(3) == True",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_shadow_set",
+        "set = lambda *a, **k: 0\ndef common(a, b):\n    return [9]\n",
+        tests=("assert set(common((3, 4), (4, 5))) == set((4,))",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(  # an import that tells the judge what `set` means
+        "forge_import_alias",
+        "from operator import truth as set\ndef common(a, b):\n    return [9]\n",
+        tests=("assert set(common((3, 4), (4, 5))) == set((4,))",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_shadow_builtins_sorted",
+        "import builtins\nbuiltins.sorted = lambda *a, **k: 0\ndef order(xs):\n    return [9]\n",
+        tests=("assert sorted(order([2, 1])) == sorted([1, 2])",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_math_isclose",
+        "import math\nmath.isclose = lambda *a, **k: True\ndef area(r):\n    return 1.0\n",
+        tests=("assert math.isclose(area(2), 12.566, rel_tol=0.001)",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_rebind_math",
+        "class M:\n    isclose = staticmethod(lambda *a, **k: True)\nmath = M()\n"
+        "def area(r):\n    return 1.0\n",
+        tests=("import math\nassert math.isclose(area(2), 12.566, rel_tol=0.001)",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(  # writes what the harness would send, with values the judge does not rebuild as given
+        "forge_value_frames",
+        """import os
+def add(a, b):
+    for fd in range(3, 32):
+        for frame in ('[0, "ok", ["object", ["int", true]]]', '[0, "ok", ["eval", "3"]]'):
+            try:
+                os.write(fd, (frame + "\\n").encode())
+            except OSError:
+                pass
+    os._exit(0)
+""",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_deep_value",
+        "def add(a, b):\n    x = []\n    for _ in range(100_000):\n        x = [x]\n    return x\n",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_endless_iterator",
+        "import itertools\ndef add(a, b):\n    return itertools.count()\n",
+        tests=("assert list(add(1, 2)) == [3]",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_exit_in_function",
+        "import sys\ndef add(a, b):\n    sys.exit(0)\n",
+        tests=("assert add(1, 2) == 3",),
+        prelude=False,
+        layers=ONCE,
+    ),
+    Case(
+        "forge_patch_the_harness",
+        """import gc, types
+def add(a, b):
+    return 0
+for f in gc.get_objects():  # every function of the sandbox's own side now says yes
+    if isinstance(f, types.FunctionType) and f.__module__ in ("__mp_main__", "confine") or (
+        isinstance(f, types.FunctionType) and "confine" in f.__code__.co_filename
+    ):
+        f.__code__ = (lambda *a, **k: True).__code__ if f.__code__.co_freevars == () else f.__code__
+""",
+        tests=("assert add(1, 2) == 3",),
         prelude=False,
         layers=ONCE,
     ),
     # -- correct programs, in the same batches: they must pass
+    Case(
+        "correct_threads",
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "def squares(xs):\n    with ThreadPoolExecutor(4) as pool:\n"
+        "        return list(pool.map(lambda x: x * x, xs))\n",
+        tests=("assert squares([1, 2, 3]) == [1, 4, 9]",),
+        # a non-root user without seccomp keeps RLIMIT_NPROC 0, which stops threads too
+        verdict=lambda active: "passed" if "seccomp" in active or os.geteuid() == 0 else "failed",
+        prelude=False,
+    ),
     Case(
         "correct_add",
         "def add(a, b):\n    return a + b\n",
@@ -544,11 +743,9 @@ for i in range(6):
     ),
     Case(
         "correct_script_like",
-        "import dataclasses, pickle, typing\n@dataclasses.dataclass\nclass P:\n    x: int\n",
-        tests=(
-            "assert pickle.loads(pickle.dumps(P(1))) == P(1)",
-            "assert typing.get_type_hints(P) == {'x': int}",
-        ),
+        "import dataclasses, pickle, typing\n@dataclasses.dataclass\nclass P:\n    x: int\n"
+        "same = pickle.loads(pickle.dumps(P(1))) == P(1)\nhints = typing.get_type_hints(P)\n",
+        tests=("assert same", "assert hints == {'x': int}"),
         verdict="passed",
         prelude=False,
     ),
