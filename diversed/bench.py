@@ -89,6 +89,7 @@ from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
 from diversed.decoding.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
 from diversed.errors import ConfigError, cli
+from diversed.files.atomic import write_file
 from diversed.files.provenance import machine
 from diversed.models.heads import WeightHead
 from diversed.models.packed import CPU_KERNELS, kernels
@@ -1095,7 +1096,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     records = run_bench(config)
     print(table(records))
     if output:
-        Path(output).write_text(json.dumps(records, indent=1) + "\n")
+        write_file(output, json.dumps(records, indent=1) + "\n")  # whole, and never through a link
     return records
 
 

@@ -37,6 +37,9 @@ on the column's task.
 `--paper` adds the published numbers (`published.py`) as rows of their own, in the accepted/proposed
 column with a note: the paper does not define its acceptance.
 
+Run directories without one readable record (every line skipped, each named in a warning) are a user
+error, one line and exit status 2, not a report of nothing.
+
 It reads results and heads only: nothing is decoded, rescored or retrained.
 """
 
@@ -71,7 +74,7 @@ from diversed.analysis.tables import (
     transfer_table,
     with_times,
 )
-from diversed.errors import cli
+from diversed.errors import MissingFile, cli
 from diversed.files.atomic import write_file
 from diversed.files.rundir import read_json
 from diversed.models.heads import head_metadata
@@ -84,8 +87,15 @@ from diversed.sweep.results import read_examples
 
 def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Every record of the run dirs with `run_dir` (`results.load_runs`), and `head_task` filled from the
-    head's head_config.json where the record lacks it."""
+    head's head_config.json where the record lacks it. MissingFile where no line of their results files
+    is a record (the warnings name each line skipped)."""
     df = results_of_runs(*run_dirs)
+    if not len(df):
+        raise MissingFile(
+            f"{', '.join(map(str, run_dirs))}: no readable run records (the results.jsonl there are empty "
+            "or every line was skipped: the warnings above name each); give run directories of "
+            "python -m diversed.evaluate with finished grid points"
+        )
     if "head_task" not in df:
         df["head_task"] = None
     missing = df["head"].notna() & df["head_task"].isna()

@@ -10,7 +10,17 @@ Reads a run directory's records and per-example rows (`results.py`). For each ch
 prints the prompt's end and the reference once, then one line per grid point: the method with its
 knob, the score, what the task extracted (the number, the program) and the completion. By default
 it picks the first examples on which the points disagree in score or extraction (`--all`: the
-first ones whatever they say), at the temperature and N with the most points.
+first ones whatever they say), at the temperature and N with the most points. Each point's rows are
+read twice, one file at a time: once to choose the examples (keeping what each first said), once to
+keep the chosen examples' rows; the others are never held (and points without rows are found by
+listing the examples directory once, `results.with_examples`).
+
+What it prints comes from files anyone may have written: every character that would act on a
+terminal rather than show (ANSI escapes and other C0/C1 controls such as ESC, BEL and \r, bidi
+overrides and isolates, line and paragraph separators, lone surrogates) is printed as a visible
+escape (`\x1b`, `\u202e`), in completions, prompts, references, labels, ids and paths alike
+(`visible`). A completion's newlines show as ⏎ on its one line; tabs stay. The escapes are for the
+eye, not reversible: a backslash in the text is printed as it is.
 
 `export` writes two tables in the format the file's extension names (.parquet, .csv, .jsonl): the
 records (`results.load_runs`: one row per grid point, with `run_dir`; nested fields such as `timing`
@@ -24,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +48,7 @@ import pyarrow as pa
 from diversed.errors import ConfigError, MissingFile, cli
 from diversed.files.atomic import write_file
 from diversed.sweep.methods import METHODS, add_plugin_option, check_known, load_plugins
-from diversed.sweep.results import load_runs, read_examples, read_records
+from diversed.sweep.results import load_runs, read_examples, read_records, with_examples
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 
@@ -48,14 +60,35 @@ def _label(record: dict[str, Any]) -> str:
     return text + (f", N={n}" if n is not None else "")
 
 
+# What a terminal acts on instead of showing: C0 controls but tab and newline, DEL and C1 controls; the
+# Arabic letter mark, LRM/RLM, LRE..RLO, LRI..PDI (bidi: text shown reordered); line and paragraph
+# separators; lone surrogates (no UTF-8 terminal can take them: print would fail)
+_HIDDEN = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """`text` with each character a terminal would act on (see `_HIDDEN`: ESC, BEL, \\r, bidi overrides,
+    ...) written as a visible escape, `\\x1b`, `\\u202e`; tabs and newlines kept. It does not escape
+    backslashes (so it is not reversible) or touch printable text."""
+    return _HIDDEN.sub(_escape, text) if _HIDDEN.search(text) else text
+
+
 def _clip(text: Any, width: int) -> str:
-    text = "∅" if text is None else str(text).replace("\n", "⏎")
+    text = "∅" if text is None else visible(str(text).replace("\n", "⏎"))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _most(values: list[Any]) -> Any:
-    values = [v for v in values if v is not None]
-    return max(set(values), key=lambda v: (values.count(v), -v)) if values else None
+def _most(values: Sequence[Any]) -> Any:
+    """The most common value but None (the smallest of those tied), or None."""
+    counts = Counter(v for v in values if v is not None)
+    return max(counts, key=lambda v: (counts[v], -v)) if counts else None
 
 
 def choose(
@@ -113,18 +146,16 @@ def show(
             f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
             "--num-draft-tokens, --methods)"
         )
-    rows = {r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"])} for r in records}
-    ids = list(dict.fromkeys(i for r in records for i in rows[r["key"]]))
-    if examples:
-        ids = [str(i) for i in examples]
-    elif not everything:
-
-        def differs(i: str) -> bool:
-            seen = {(e.get("score"), str(e.get("extracted"))) for k in rows if (e := rows[k].get(i))}
-            return len(seen) > 1
-
-        ids = [i for i in ids if differs(i)] or ids
-    ids = ids[:count] if not examples else ids
+    have = with_examples(run_dir, (r["key"] for r in records))
+    keys = [r["key"] for r in records if r["key"] in have]  # (in the records' order)
+    ids = [str(i) for i in examples] if examples else _pick(run_dir, keys, count, everything)
+    wanted = set(ids)
+    rows = {
+        r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"]) if e["example_id"] in wanted}
+        if r["key"] in have
+        else {}
+        for r in records
+    }
     labels = [_label(r) for r in records]
     pad = max(map(len, labels), default=10)
     out = [
@@ -155,7 +186,24 @@ def show(
                 f"extracted {_clip(e.get('extracted'), 24)}"
             )
             out.append(textwrap.indent(_clip(e.get("completion"), width), " " * (pad + 4)))
-    return "\n".join(out)
+    return visible("\n".join(out))  # labels, ids and the path too
+
+
+def _pick(run_dir: str | Path, keys: Sequence[str], count: int, everything: bool) -> list[Any]:
+    """The first `count` example ids of the rows of the points `keys` (in the order the points first name
+    them) on which the points disagree in score or extraction, else (or with `everything`) the first
+    ones. Reads one point's rows at a time and keeps, per example, only what the first point said."""
+    first: dict[Any, tuple[Any, str]] = {}
+    differing: set[Any] = set()
+    for key in keys:
+        for i, e in {e["example_id"]: e for e in read_examples(run_dir, key)}.items():
+            said = (e.get("score"), str(e.get("extracted")))
+            if first.setdefault(i, said) != said:
+                differing.add(i)
+    ids = list(first)
+    if not everything:
+        ids = [i for i in ids if i in differing] or ids
+    return ids[:count]
 
 
 # ----------------------------------------------------------------------------- export
@@ -284,6 +332,7 @@ def run(argv: list[str] | None = None) -> str:
             everything=args.all,
             width=args.width,
         )
+    text = visible(text)  # (the export's message names the paths given)
     print(text)
     return text
 

@@ -14,7 +14,11 @@
   the whole past 120 characters, path separators replaced.
 - `LogFile`: Hydra's job log file handler, which a read-only run directory does not stop (the
   console alone then shows the log); `config_subdir` likewise saves Hydra's copy of the config
-  nowhere when given a run directory that cannot be written.
+  nowhere when given a run directory that cannot be written. Neither writes through a symbolic
+  link: a log file that is one is not opened, and where Hydra's config copies (`.hydra`, its
+  config.yaml, hydra.yaml, overrides.yaml) are links none is saved; each says so once on stderr,
+  naming the link and the fix (remove it), and the job goes on (Hydra set both up before the job's
+  own code runs, so neither can stop it with a user error).
 - `sweep_job()`: this job's number and its sweep's directory inside a multirun, else None.
 - `parallel_launcher()`: the launcher running this job beside others (joblib with n_jobs != 1),
   or None: times measured side by side are not comparable.
@@ -63,6 +67,13 @@ def config_subdir(ckpt_path: Any, now: str, output_dir: Any = None) -> str | Non
     sub = f".hydra/resumed_{now}" if run_dir(ckpt_path, "") else ".hydra"
     if output_dir is not None:
         path = Path(str(output_dir)) / sub
+        linked = [p for p in (path, *(path / f for f in HYDRA_FILES)) if p.is_symlink()]
+        if linked:  # Hydra's open() would write through it
+            _say_once(
+                f"warning: {linked[0]} is a symbolic link; Hydra's copy of the config is not saved "
+                f"(it would write through the link): remove it (rm {linked[0]}) to have it saved"
+            )
+            return None
         while not path.exists() and path != path.parent:  # what would be written: the nearest existing part
             path = path.parent
         if not os.access(path, os.W_OK):
@@ -70,20 +81,39 @@ def config_subdir(ckpt_path: Any, now: str, output_dir: Any = None) -> str | Non
     return sub
 
 
+HYDRA_FILES = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra saves in the config subdir
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """`message` on stderr, once per process (Hydra resolves the config subdir more than once)."""
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr)
+
+
 class LogFile(logging.FileHandler):
-    """The job's log file (evaluate's `hydra/job_logging: diversed`): where it cannot be opened (a
-    read-only run directory), one warning on stderr, and the console handler alone shows the log."""
+    """The job's log file (evaluate's `hydra/job_logging: diversed`), opened without following a
+    symbolic link: where it cannot be opened (a read-only run directory) or is a link, one warning on
+    stderr, and the console handler alone shows the log."""
 
     def _open(self):  # noqa: ANN202 (logging.FileHandler's)
+        path = self.baseFilename
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in self.mode else os.O_TRUNC)
         try:
-            return super()._open()
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as e:
+            why = (
+                f"it is a symbolic link, which would be written through: remove it (rm {path}) to have it"
+                if os.path.islink(path)
+                else e.strerror
+            )
             print(
-                f"warning: cannot write the log file {self.baseFilename} ({e.strerror}): the log goes to the "
-                "console only",
+                f"warning: cannot write the log file {path} ({why}): the log goes to the console only",
                 file=sys.stderr,
             )
             return open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 (the handler closes it)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)  # noqa: SIM115 (as above)
 
 
 class NameJobsBySweep(Callback):

@@ -311,13 +311,21 @@ def names() -> tuple[str, ...]:
     return tuple(METHODS)
 
 
+_knobs_of: tuple[tuple[Method, ...], dict[str, Knob]] = ((), {})  # knobs() of the registry as it was
+
+
 def knobs() -> dict[str, Knob]:
-    """Every registered knob by its record field, in the order the methods first name them."""
-    out: dict[str, Knob] = {}
-    for m in METHODS.values():
-        for k in m.knobs:
-            out.setdefault(k.field, k)
-    return out
+    """Every registered knob by its record field, in the order the methods first name them (made again
+    only when the registry changed: readers ask once per record)."""
+    global _knobs_of
+    registry = tuple(METHODS.values())
+    if registry != _knobs_of[0]:
+        out: dict[str, Knob] = {}
+        for m in registry:
+            for k in m.knobs:
+                out.setdefault(k.field, k)
+        _knobs_of = (registry, out)
+    return dict(_knobs_of[1])
 
 
 _FIX = (

@@ -11,11 +11,16 @@ per-example rows (`EXAMPLE_FIELDS`, plus extras) go to a separate file. A run di
 `ResultStore.write` makes the examples file durable first (`atomic.write_file`), then appends
 the record as one complete line (fsync). A grid point therefore counts as done only once its
 record line is whole, and a killed process leaves at most a torn last line (truncated when the
-store is next opened) and a stale temp file (deleted then); the point is simply redone.
+store is next opened, found by reading the file backwards from its end) and a stale temp file
+(deleted then); the point is simply redone. The store opens results.jsonl without following a
+symbolic link: one there (a dangling one too) is refused (`atomic.NotAPlainFile`, naming it and the
+fix) before anything is cut or appended.
 
-Readers keep the last record of each key and skip, naming each in one warning per file (file,
-line, why), every line that is not one: a torn last line (silently: a kill leaves it), a line
-that is not UTF-8 or not JSON, a JSON value that is not a record (`as_record`: an object with
+Readers (`rundir.iter_jsonl`: line by line, never the whole file) keep the last record of each key
+and skip, naming each in one warning per file (file, line, why), every line that is not one: a torn
+last line (silently: a kill leaves it), a line that is not UTF-8, not JSON (whatever the parser
+fails on: a 5,000-digit integer, 100,000 nested brackets), longer than `rundir.MAX_LINE_BYTES`, a
+JSON value that is not a record (`as_record`: an object with
 pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0,
 scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100;
 a score interval from an older writer's Student t, which could cross the range, is read clipped to
@@ -45,7 +50,7 @@ import pandas as pd
 from diversed.decoding.stats import RECORD_FIELDS, RECORD_FLOATS, RECORD_FRACTIONS
 from diversed.errors import ConfigError, MissingFile
 from diversed.files import atomic, rundir
-from diversed.files.rundir import json_line, read_jsonl
+from diversed.files.rundir import iter_jsonl, json_line, read_jsonl
 from diversed.sweep.methods import check_known, check_record_fields, knobs
 from diversed.sweep.methods import method as find
 from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times
@@ -146,7 +151,8 @@ _NUMBERS = (
     "empty_rate",
     *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS),
 )
-_FRACTIONS = ("score", "score_ci_low", "score_ci_high", "empty_rate", *RECORD_FRACTIONS)
+_NUMBER_SET = frozenset(_NUMBERS)
+_FRACTIONS = frozenset(("score", "score_ci_low", "score_ci_high", "empty_rate", *RECORD_FRACTIONS))
 _COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
 
@@ -225,14 +231,28 @@ def key_digest(key: str) -> str:
 # ---------------------------------------------------------------------------- what readers take
 
 
+def _number(value: Any) -> float | None:
+    """`value` as a float where it is a real number (not a bool; ±inf: an int no float holds), else None."""
+    kind = type(value)
+    if kind is float:  # (the JSON numbers first: readers ask for every field of every record)
+        return value
+    if kind is not int and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
 def _problem(name: str, value: Any, fraction: bool = False) -> str | None:
     """Why `value` cannot be the number `name` holds (None: it can, or it is missing). NaN is not missing
     here: JSON's null is, and the writer never writes NaN."""
     if value is None or value is pd.NA:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    number = _number(value)
+    if number is None:
         return f"{name} is {value!r}, not a number"
-    if not (math.isfinite(value) and 0 <= value <= (1 if fraction else math.inf)):
+    if not (math.isfinite(number) and 0 <= number <= (1 if fraction else math.inf)):
         return f"{name} is {value!r}, not {'in [0, 1]' if fraction else 'a finite number >= 0'}"
     return None
 
@@ -249,18 +269,21 @@ def as_record(row: Any) -> dict[str, Any]:
         if not isinstance(row[f], str):
             raise ValueError(f"{f} is {row[f]!r}, not a string")
     for f in ("score_ci_low", "score_ci_high"):  # older writers' Student-t interval could cross [0, 1]
-        value = row.get(f)
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
-            row[f] = min(max(float(value), 0.0), 1.0)  # the interval clipped to the scores' range
-    for f in _NUMBERS:
-        if why := _problem(f, row.get(f), f in _FRACTIONS):
+        number = _number(row.get(f))
+        if number is not None and math.isfinite(number):  # (a bool, NaN, inf: _problem names them below)
+            row[f] = min(max(number, 0.0), 1.0)  # the interval clipped to the scores' range
+    for f, value in [(f, v) for f, v in row.items() if v is not None and f in _NUMBER_SET]:  # (most are null)
+        if why := _problem(f, value, f in _FRACTIONS):
             raise ValueError(why)
     for f, knob in knobs().items():
-        if not _missing(row.get(f)) and (why := knob.problem(row[f])):
-            raise ValueError(f"{f} {row[f]!r} {why}")
+        value = row.get(f)
+        if value is not None and not _missing(value) and (why := knob.problem(value)):
+            raise ValueError(f"{f} {value!r} {why}")
     for f in RUNS.values():
         value = row.get(f)
-        if not _missing(value) and not (isinstance(value, list) and not any(_problem(f, v) for v in value)):
+        if value is None or _missing(value):
+            continue
+        if not (isinstance(value, list) and not any(_problem(f, v) for v in value)):
             raise ValueError(f"{f} is {value!r}, not a list of times")
     if _missing(row.get("key")):
         row["key"] = grid_key(**row)  # (a method not registered: ConfigError, a ValueError, naming the fix)
@@ -319,13 +342,18 @@ class ResultStore:
         self._done = {r["key"] for r in self.found}
 
     def _repair(self) -> None:
-        """Undo what a killed writer left: cut a torn last record line, delete temp files."""
-        if self.results_path.exists():
-            data = self.results_path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with open(self.results_path, "r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
-                    os.fsync(f.fileno())
+        """Undo what a killed writer left: cut a torn last record line (the file read backwards from its
+        end, a chunk at a time), delete temp files. NotAPlainFile where results.jsonl is a link."""
+        if os.path.lexists(self.results_path):
+            fd = atomic.open_plain(self.results_path, os.O_RDWR)
+            try:
+                size = os.fstat(fd).st_size
+                end = _whole_lines_end(fd, size)
+                if end < size:
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
         for sub in (self.run_dir, self.examples_dir, self.run_dir / "settings", self.run_dir / "configs"):
             atomic.remove_stale(sub)
 
@@ -354,8 +382,8 @@ class ResultStore:
         atomic.write_file(self.examples_path(key), b"".join(json_line(r) for r in rows))
 
         # 2. the record: one complete line appended; a crash here leaves a torn last line.
-        new_file = not self.results_path.exists()
-        fd = os.open(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        new_file = not os.path.lexists(self.results_path)
+        fd = atomic.open_plain(self.results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             atomic.write_all(fd, json_line(record))
             os.fsync(fd)
@@ -375,6 +403,19 @@ class ResultStore:
         return read_examples(self.run_dir, key)
 
 
+def _whole_lines_end(fd: int, size: int, chunk: int = 2**20) -> int:
+    """The offset just past the last newline of the file `fd` (`size` bytes; 0: none), read backwards
+    `chunk` bytes at a time."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        block = os.pread(fd, end - start, start)
+        if (i := block.rfind(b"\n")) >= 0:
+            return start + i + 1
+        end = start
+    return 0
+
+
 # Readers of a run directory that change nothing in it (a sweep may be writing it: only its writer,
 # `ResultStore`, repairs what a killed run left).
 
@@ -383,11 +424,21 @@ def examples_path(run_dir: str | Path, key: str) -> Path:
     return Path(run_dir) / "examples" / f"{key_digest(key)}.jsonl"
 
 
+def with_examples(run_dir: str | Path, keys: Iterable[str]) -> set[str]:
+    """The keys among `keys` whose grid point has a per-example file in `run_dir` (the directory listed
+    once, not a file looked up per key: a run of a million points may have rows for few)."""
+    try:
+        names = set(os.listdir(Path(run_dir) / "examples"))
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    return {k for k in keys if f"{key_digest(k)}.jsonl" in names}
+
+
 def read_records(run_dir: str | Path) -> list[dict[str, Any]]:
     """The run records of `run_dir`, the last one of each key; lines that are not records are skipped
     (a torn last line silently, the others named in a warning)."""
     path = Path(run_dir) / _RESULTS_NAME
-    return _last_per_key(read_jsonl(path, as_record)) if path.exists() else []
+    return _last_per_key(iter_jsonl(path, as_record)) if path.exists() else []
 
 
 def read_examples(run_dir: str | Path, key: str) -> list[dict[str, Any]]:
@@ -439,7 +490,7 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
                 frame = pd.read_parquet(f).astype(object)
                 rows.extend(_take(frame.where(frame.notna(), None).to_dict("records"), f))
             else:
-                rows.extend(read_jsonl(f, as_record))
+                rows.extend(iter_jsonl(f, as_record))
     check_known((r["method"] for r in rows), ", ".join(map(str, paths)))
     df = pd.DataFrame(_last_per_key(rows))
     names = run_fields()
