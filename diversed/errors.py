@@ -11,8 +11,8 @@ fix, is printed alone on stderr with exit status 2; anything else is a bug and k
 - `MissingPackage(UserError, ImportError)`: a feature asked for needs an optional package.
 
 The data, Hub, fetch and sandbox errors of `tasks/data.py`, `pair.py`, `weights.py` and
-`execution.py`, and a full disk (`atomic.py`), are user errors too (they derive from `UserError`
-where they are defined).
+`execution.py`, a head whose weights are NaN or ±inf (`heads.NonFiniteHead`), and a full disk
+(`atomic.py`), are user errors too (they derive from `UserError` where they are defined).
 
 - `cli(run, argv)`: an argparse entry point's `main` (its console script): 0 once `run(argv)`
   returns, 2 with a user error's message (as argparse does for a bad flag).

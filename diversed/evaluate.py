@@ -2,8 +2,9 @@
 
 `python -m diversed.evaluate +experiment=toy` imports the config's `plugins` (modules that register
 methods of one's own, `methods.py`), checks every setting, then loads the task's
-examples and describes the pair from its files (`preflight.py`: prompts fit the context, heads fit
-the pair) before any weights are read. Each grid point is keyed by a fingerprint of everything
+examples and describes the pair from its files (`preflight.py`: prompts fit the context, no N is
+more than the task's new tokens let a round draft, heads are finite and fit the pair) before any
+weights are read. Each grid point is keyed by a fingerprint of everything
 that determines its output (task settings and prompt texts, the pair's identity, engine options,
 batch size, seed, a head's files): re-running the same command skips finished points without even
 loading the pair, and a changed setting gives new points. Records from before fingerprints are
@@ -65,7 +66,7 @@ from diversed.models.pair import describe_pair
 from diversed.sweep.grid import comparison_group, grid, make_verifier, settings_fingerprint
 from diversed.sweep.methods import METHODS
 from diversed.sweep.point import load_drafts, load_heads, run_point, time_point
-from diversed.sweep.preflight import check_context, check_drafts, check_heads
+from diversed.sweep.preflight import check_context, check_draft_lengths, check_drafts, check_heads
 from diversed.sweep.results import ResultStore, grid_key, read_records, run_fields
 from diversed.sweep.times import Baselines, estimate_seconds, measured
 
@@ -98,6 +99,10 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
     task = instantiate(cfg.task)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
+    if any(METHODS[m].speculative for m in sweep.methods):  # N is recorded as given: it must run as given
+        check_draft_lengths(
+            list(sweep.draft_lengths), task.max_new_tokens, engine.get("first_token", "ensemble")
+        )
     head_digests = check_heads(
         card,
         list(sweep.heads) if "dynamic" in sweep.methods else [],

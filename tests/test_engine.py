@@ -543,6 +543,46 @@ def test_bad_weight_head_and_padding_raise(pair, prompts):
         speculative_generate(Exploding(target), Exploding(draft), ids, mask.flip(1))
 
 
+def test_an_empty_prompt_is_refused_by_both_loops_naming_the_row(pair, prompts):
+    """A prompt without a token has nothing to decode from: a clear error, before any model call,
+    from the engine and from the autoregressive loop alike."""
+    from diversed.decoding.autoregressive import autoregressive_generate
+    from diversed.decoding.inputs import left_pad
+
+    target, draft = (Exploding(m) for m in pair)
+    none = torch.zeros((2, 0), dtype=torch.long)
+    ragged = left_pad([[5, 6, 7], [], [8]], PAD, "cpu")  # the second row is empty: all padding
+    for ids, mask, message in ((none, None, "no token"), (*ragged, r"rows \[1\] of input_ids are empty")):
+        with pytest.raises(ValueError, match=message):
+            speculative_generate(target, draft, ids, mask)
+        with pytest.raises(ValueError, match=message):
+            autoregressive_generate(target, ids, mask)
+
+
+@pytest.mark.parametrize("first_token", ["ensemble", "target"])
+def test_most_drafts_is_what_the_first_round_proposes_whatever_n_asks(pair, prompts, first_token):
+    """w = 0 accepts every draft, so the first round drafts as many as the budget lets it: an N above
+    `most_drafts` runs as `most_drafts` (what the sweep refuses to record as N)."""
+    from diversed.decoding.engine import most_drafts
+
+    target, draft = pair
+    ids, mask = prompts
+    for n in (100, most_drafts(6, first_token)):
+        out = speculative_generate(
+            target,
+            draft,
+            ids,
+            mask,
+            verifier=StaticEnsemble(0.0),
+            num_draft_tokens=n,
+            max_new_tokens=6,
+            eos_token_id=[],
+            first_token=first_token,
+        )
+        assert (out.stats.proposed == most_drafts(6, first_token)).all()
+        assert (out.stats.new_tokens == 6).all()
+
+
 def test_models_on_different_devices_raise(pair, prompts):
     target, draft = pair
 

@@ -941,3 +941,102 @@ def test_a_prompt_cache_reuses_prompt_passes_changes_no_output_and_times_apart(t
     spent = dict(zip(df.method, df.prompt_pass_s, strict=True))
     assert spent["autoregressive"] > 0 and spent["lossless"] > 0 and spent["static"] == 0
     assert load_results(tmp_path / "alone").prompt_pass_s.iloc[0] > 0
+
+
+# ----------------------------------------------------------------------- numbers checked where they enter
+
+
+def refuse_weights(monkeypatch):
+    from transformers import PreTrainedModel
+
+    monkeypatch.setattr(
+        PreTrainedModel, "from_pretrained", classmethod(lambda *a, **k: pytest.fail("weights loaded"))
+    )
+
+
+def test_a_tiny_temperature_is_recorded_as_given_and_is_not_greedy(tmp_path, toy_tiny_dir):
+    """T = 1e-8 samples, T = 0 is greedy: two points each, in one folder, each timed against the
+    autoregressive point of its own T (keyed as 0.0, the second run was "already done")."""
+    from diversed.sweep.times import baseline_key
+
+    grid = ["sweep.methods=[autoregressive,static]", "sweep.draft_lengths=[2]", "sweep.weights=[0.5]"]
+    ev.evaluate(compose_eval(tmp_path, toy_tiny_dir, *grid, "sweep.temperatures=[0.0]"))
+    ev.evaluate(compose_eval(tmp_path, toy_tiny_dir, *grid, "sweep.temperatures=[1e-8]"))
+    df = load_results(tmp_path)
+    assert sorted(df.temperature) == [0.0, 0.0, 1e-8, 1e-8] and df.key.nunique() == 4
+    assert df.key.str.contains(r"\|temperature=1e-08\|").sum() == 2
+    for t in (0.0, 1e-8):
+        at = df[df.temperature == t].set_index("method")
+        ratio = at.wall_time_s["static"] / at.wall_time_s["autoregressive"]
+        assert at.normalized_time["static"] == pytest.approx(ratio)
+    greedy, tiny = (df[(df.temperature == t) & (df.method == "autoregressive")].iloc[0] for t in (0.0, 1e-8))
+    assert baseline_key(greedy) != baseline_key(tiny)  # two baselines, not one
+
+
+@pytest.mark.parametrize("t", [0.0, 0.1, 0.7, 1.0, 2.5, 0.05, 1e-6, 0.123456789, 1.23456789, 0.50000000001])
+def test_keys_of_numbers_written_with_six_decimals_or_of_0_1_and_more_are_unchanged(t):
+    """What older keys held (6 decimals) is what a key holds now for these: their records resume."""
+    from diversed.sweep.results import grid_key
+
+    key = grid_key(pair="p", task="toy", method="static", weight=t if t <= 1 else 0.5, temperature=t)
+    assert f"|temperature={json.dumps(round(t, 6) + 0.0)}|" in key
+    assert t > 1 or f"|weight={json.dumps(round(t, 6) + 0.0)}|" in key
+
+
+def test_a_draft_length_a_round_cannot_draft_is_refused_before_the_pair_loads(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
+    """With 6 new tokens a round drafts at most 5 (4 after a first token from the target): a larger N
+    would run as that and be recorded as given."""
+    refuse_weights(monkeypatch)
+    with pytest.raises(
+        ConfigError,
+        match=r"N=1000 is more than the engine drafts in a round with task\.max_new_tokens=6: at most 5 "
+        r".*Set sweep\.draft_lengths to values up to 5, or raise task\.max_new_tokens above 1000",
+    ):
+        ev.evaluate(compose_eval(tmp_path, toy_tiny_dir, "sweep.draft_lengths=[2,1000]"))
+    with pytest.raises(ConfigError, match=r"N=5 is .*engine\.first_token=target.*at most 4"):
+        ev.evaluate(
+            compose_eval(tmp_path, toy_tiny_dir, "sweep.draft_lengths=[5]", "engine.first_token=target")
+        )
+    for fine in (  # the cap itself; and an N no method uses
+        ["sweep.draft_lengths=[5]"],
+        ["sweep.draft_lengths=[1000]", "sweep.methods=[autoregressive]"],
+    ):
+        assert ev.evaluate(compose_eval(tmp_path, toy_tiny_dir, *fine, "sweep.dry_run=true")) == tmp_path
+
+
+def test_empty_prompts_are_named_in_the_log_before_the_pair_loads_and_still_run(
+    tmp_path, toy_tiny_dir, caplog
+):
+    rows = [
+        {"id": "fine", "prompt": "Q: 1+2=", "answer": "3"},
+        {"id": "blank", "prompt": "  \n", "answer": "1"},
+        {"id": "nothing", "prompt": "", "answer": "2"},
+    ]
+    data = tmp_path / "toy.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = compose_eval(
+        tmp_path / "run",
+        toy_tiny_dir,
+        f"task.data_files={data}",
+        "task.n_examples=null",
+        "sweep.methods=[autoregressive]",
+        "sweep.temperatures=[0.0]",
+        "timing.repeats=0",
+    )
+    with caplog.at_level("INFO"):
+        ev.evaluate(cfg)
+    said = [i for i, m in enumerate(caplog.messages) if "prompts are empty" in m]
+    assert len(said) == 1  # once per task, not per point or pass
+    message = caplog.messages[said[0]]
+    assert message.startswith("toy: 2 of 3 prompts are empty (examples blank, nothing)")
+    assert "none holds any text of its example" in message
+    loading = next(i for i, m in enumerate(caplog.messages) if m.startswith("Loading pair"))
+    assert said[0] < loading
+    (record,) = load_results(tmp_path / "run").to_dict("records")
+    assert [r["example_id"] for r in read_examples(tmp_path / "run", record["key"])] == [
+        "fine",
+        "blank",
+        "nothing",
+    ]

@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 from tiny_models import compose_run
 
@@ -155,6 +156,46 @@ def test_a_damaged_head_config_or_draft_file_is_named_before_the_pair_loads(
         ValueError, match=rf"sweep\.draft_models entry {draft}: {weights} cannot be read .*distil it again"
     ):
         ev.evaluate(cfg)
+
+
+def test_a_head_with_a_nan_or_an_inf_is_refused_naming_the_tensor_before_the_pair_loads(
+    tmp_path, toy_tiny_dir, no_weights
+):
+    from diversed.models.heads import NonFiniteHead
+
+    card = card_of(tmp_path, toy_tiny_dir)
+    head = save_head(tmp_path / "run1" / "head", card, pair_identity=pair_record(card.identity))
+    weights = head / "head.safetensors"
+    state = load_file(weights)
+    assert set(state) == {"net.0.weight", "net.0.bias"}  # the paper's head: one linear layer
+    state["net.0.weight"][1, 3] = float("nan")
+    state["net.0.bias"][0] = float("-inf")
+    save_file(state, weights, metadata={"format": "pt"})
+    named = (
+        f"{weights} holds non-finite weights (net.0.bias: 1 ±inf of its 2 values; net.0.weight: 1 NaN of "
+        f"its {state['net.0.weight'].numel()} values): its training diverged or the file is damaged"
+    )
+    cfg = compose_run("evaluate", tmp_path / "out", toy_tiny_dir, SMALL, [f"sweep.heads=[{head}]"])
+    with pytest.raises(NonFiniteHead) as err:  # a UserError: exit status 2, the message alone
+        ev.evaluate(cfg)
+    assert str(err.value).startswith(f"sweep.heads entry {head}: {named}")
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+    with pytest.raises(NonFiniteHead) as err:  # loading it directly says the same
+        WeightHead.from_pretrained(head)
+    assert str(err.value).startswith(named)
+
+
+def test_a_head_with_non_finite_weights_is_never_saved(tmp_path):
+    from diversed.models.heads import NonFiniteHead
+
+    head = WeightHead(4, 6)
+    with torch.no_grad():
+        head.net[0].weight[0, 0] = float("inf")
+    with pytest.raises(
+        NonFiniteHead, match=r"saved .*\(net\.0\.weight: 1 ±inf of its 20 values\): nothing was written"
+    ):
+        head.save_pretrained(tmp_path / "head")
+    assert not (tmp_path / "head").exists() or not any((tmp_path / "head").iterdir())
 
 
 def test_same_pair_by_weights_hub_commit_and_random_shape():

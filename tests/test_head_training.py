@@ -224,3 +224,54 @@ def test_an_empty_reward_and_bad_bounds_are_refused_before_anything_loads(tmp_pa
         )
     for key in ("model.reward", "head.w_bounds", "model.teacher_forced_steps"):
         assert key in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "loss, overrides, when",
+    [
+        ("regularised_loss", [], "training step 1"),
+        ("teacher_forced_loss", ["model.teacher_forced_steps=2"], "teacher-forced step 1"),
+    ],
+)
+def test_a_head_that_diverges_stops_the_run_before_a_checkpoint_or_the_export_holds_it(
+    tmp_path, toy_tiny_dir, monkeypatch, loss, overrides, when
+):
+    """A NaN loss makes the optimizer write NaN into the head: the run stops at that step, naming it
+    and the head's tensors, and nothing it wrote holds the NaN head."""
+    import diversed.training.head_module as head_module
+    from diversed.models.heads import NonFiniteHead
+
+    real = getattr(head_module, loss)
+
+    def diverging(*args, **kwargs):
+        first, *rest = real(*args, **kwargs)
+        return (first * float("nan"), *rest)
+
+    monkeypatch.setattr(head_module, loss, diverging)
+    run = tmp_path / "run"
+    with pytest.raises(
+        NonFiniteHead,
+        match=rf"the head after {when} holds non-finite weights \(net\.\d+\.weight: \d+ NaN of its \d+ values"
+        r".*Lower the learning rate \(optimizer\.lr\)",
+    ):
+        train(compose_small(run, toy_tiny_dir, *overrides, "trainer.val_check_interval=1"))
+    assert not (run / "head").exists()
+    for ckpt in run.rglob("*.ckpt"):  # (none is written before a step's end)
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+        assert all(torch.isfinite(v).all() for k, v in state.items() if k.startswith("head."))
+
+
+def test_a_checkpoint_of_a_non_finite_head_is_refused():
+    """However the head got there (a step the module did not see end), no checkpoint holds it."""
+    from diversed.models.heads import NonFiniteHead
+    from diversed.training.head_module import DiversedModule
+
+    head = WeightHead(D, T)
+    module = DiversedModule(head, torch.optim.Adam)
+    checkpoint: dict = {}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint["teacher_forced_steps_done"] == 0
+    with torch.no_grad():
+        head.net[0].bias[1] = float("nan")
+    with pytest.raises(NonFiniteHead, match=r"after training step 0 .*\(net\.0\.bias: 1 NaN of its 2"):
+        module.on_save_checkpoint({})

@@ -755,3 +755,40 @@ def test_a_task_declares_its_options_once() -> None:
         "strict": True,
         "stop_early": True,
     }.items() <= task.settings().items() and "note" not in task.settings()
+
+
+class ByteTokenizer:
+    """Bytes as ids: no start token, no chat template (as a tokenizer without BOS would have)."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens: bool = True):
+        if isinstance(text, list):
+            return {"input_ids": [list(t.encode()) for t in text]}
+        return {"input_ids": list(text.encode())}
+
+
+def test_empty_prompts_are_named_once_and_a_prompt_of_no_token_is_refused(caplog) -> None:
+    """An example with no text of its own (blank, or the template alone) is warned of once, naming it;
+    one that encodes to no token at all cannot be decoded and is refused, naming it."""
+    from diversed.tasks.data import DataFileError
+
+    rows = [dict(GSM8K_ROWS[0], id="full"), {"id": "blank", "question": " \t", "answer": "#### 1"}]
+    task = GSM8K(rows)
+    tok = ByteTokenizer()
+    assert task.empty_prompts(tok) == [1]  # "Question: \t\n\nAnswer:" is the template alone
+    with caplog.at_level("WARNING"):
+        first = task.encode(tok, task.examples)
+        assert task.encode(tok, task.examples) == first
+    said = [m for m in caplog.messages if "prompts are empty" in m]
+    assert said == [
+        "gsm8k: 1 of 2 prompts are empty (examples blank): none holds any text of its example, so each "
+        "is decoded from the template or the start token alone and its score says nothing of the task. "
+        "Fix or remove those rows of the data (task.data_files)"
+    ]
+    toy = TASKS["toy"](
+        [{"id": "ok", "prompt": "Q: 1+1=", "answer": "2"}, {"id": "gone", "prompt": "", "answer": "1"}]
+    )
+    assert toy.empty_prompts(tok) == [1]
+    with pytest.raises(DataFileError, match=r"toy: the prompts of examples gone have no token at all"):
+        toy.encode(tok, toy.examples)

@@ -111,14 +111,14 @@ def choice_field(method: str) -> str | None:
 def choice_key(r: pd.Series | dict) -> tuple:
     """Which knob choice a row (a record, or a row of `choose_on`) belongs to: `_CHOICE_KEYS`, the
     method and its knobs other than the family's, missing values alike however they are stored."""
-    from diversed.sweep.methods import METHODS
+    from diversed.sweep.methods import METHODS, canonical_float
 
     m, chosen = METHODS[r["method"]], choice_field(r["method"])
     cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
     return (
         r["pair"],
         r["task"],
-        round(float(r["temperature"]), 6),
+        canonical_float(r["temperature"]),
         "" if cg is None or pd.isna(cg) else cg,
         None if pd.isna(n) else int(n),
         r["method"],

@@ -62,7 +62,7 @@ from diversed.decoding.stats import RowCounter, SpeculativeStats, first_true
 from diversed.decoding.stopping import HostStopCheck
 from diversed.decoding.verify import Lossless, Verifier, probs_from_logits, sample
 
-__all__ = ["SpeculativeOutput", "SpeculativeStats", "speculative_generate"]
+__all__ = ["SpeculativeOutput", "SpeculativeStats", "most_drafts", "speculative_generate"]
 
 
 class SpeculativeOutput(NamedTuple):
@@ -85,6 +85,14 @@ class SpeculativeOutput(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- inputs
+
+
+def most_drafts(max_new_tokens: int, first_token: str = "ensemble") -> int:
+    """The most drafts a round proposes within `max_new_tokens`, whatever `num_draft_tokens` asks
+    (the loop's cap: with r new tokens left, r − 1 drafts and the token after them; with
+    `first_token="target"` the first token comes before any round, so one fewer). A larger N runs
+    as this one (`preflight.check_draft_lengths` refuses it in a sweep)."""
+    return max(0, int(max_new_tokens) - 1 - (first_token == "target"))
 
 
 def _check_inputs(

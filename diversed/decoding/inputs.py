@@ -2,7 +2,8 @@
 the EOS and pad ids, each checked before any model is called.
 
 The engine (`engine.py`) and the autoregressive loop (`autoregressive.py`) both read their inputs
-through here, so they pad, count vocabularies and resolve special tokens the same way. It does
+through here, so they pad, count vocabularies and resolve special tokens the same way, and refuse an
+empty prompt (a row without a token: nothing to decode from) alike. It does
 not tokenize text (the tasks do) and does not call models.
 """
 
@@ -71,9 +72,15 @@ def special_tokens(model: nn.Module, eos_token_id: Any, pad_token_id: int | None
 
 
 def check_prompts(input_ids: Any, attention_mask: Any, device: torch.device) -> None:
-    """ValueError unless the prompts are a left-padded [batch, length] batch on `device`."""
-    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] < 1:
+    """ValueError unless the prompts are a left-padded [batch, length] batch on `device` with a token
+    in every row: an empty prompt has nothing to decode from (give it its start token at least)."""
+    if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         raise ValueError("input_ids must be a [batch, length] tensor with at least one token per row")
+    if input_ids.shape[1] < 1:
+        raise ValueError(
+            "input_ids has no token (an empty prompt): there is nothing to decode from; give each row "
+            "at least one token (its start token, e.g. tokenizer.bos_token_id)"
+        )
     if input_ids.device != device:
         raise ValueError(
             f"input_ids are on {input_ids.device} but the models on {device}: move them with .to()"
@@ -85,6 +92,12 @@ def check_prompts(input_ids: Any, attention_mask: Any, device: torch.device) -> 
             )
         m = attention_mask.bool()
         if not bool(m[:, -1].all()) or bool((m[:, 1:] < m[:, :-1]).any()):
+            if rows := (~m.any(1)).nonzero().flatten().tolist():  # (an empty row ends in padding too)
+                raise ValueError(
+                    f"rows {rows} of input_ids are empty prompts (attention_mask 0 everywhere): there is "
+                    "nothing to decode from; give each row at least one token (its start token, e.g. "
+                    "tokenizer.bos_token_id)"
+                )
             raise ValueError("prompts must be left-padded (tokenizer.padding_side = 'left')")
 
 

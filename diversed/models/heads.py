@@ -16,8 +16,12 @@ pair a head was trained on (`pair_record`: its models' identity), and `same_pair
 that is the pair at hand. `check_head` is the one check of a head against a pair (hidden sizes,
 and the models it records): before weights load from the pair's files (`preflight.check_heads`),
 when a head is loaded for a loaded pair (`WeightHead.from_pretrained`), and when the engine starts
-(`WeightHead.check_pair`). This module does not train heads (see `train.py`) and does not run
-models.
+(`WeightHead.check_pair`). A head's weights are finite where they enter and where they leave
+(`check_finite`, `NonFiniteHead` naming the file, each tensor and how many of its values are NaN or
+±inf): `preflight.check_heads` reads them before the pair's weights load, `from_pretrained` on
+loading, `save_pretrained` before writing, and the training module after each step (a head that
+went non-finite stops the run instead of being saved). This module does not train heads (see
+`train.py`) and does not run models.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from diversed.decoding.verify import total_variation
-from diversed.errors import ConfigError, MissingFile
+from diversed.errors import ConfigError, MissingFile, UserError
 from diversed.files.atomic import write_file
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,37 @@ log = logging.getLogger(__name__)
 CONFIG_NAME = "head_config.json"
 WEIGHTS_NAME = "head.safetensors"
 FEATURES = ("entropy_p", "entropy_q", "tv")
+# what to do with a saved head whose weights are not finite
+NON_FINITE_FIX = (
+    "its training diverged or the file is damaged; copy the head again, or train it again "
+    "(python -m diversed.train, with a lower learning rate if it diverged)"
+)
+
+
+class NonFiniteHead(UserError, ValueError):
+    """A head's weights hold NaN or ±inf (a training run that diverged, a damaged copy): each such
+    w is NaN, and every draft it judges is rejected."""
+
+
+def nonfinite(state: Mapping[str, Tensor]) -> list[str]:
+    """One line per floating-point tensor of `state` holding NaN or ±inf: its name and how many of
+    its values are NaN and how many ±inf ("net.0.weight: 1 NaN of its 96 values")."""
+    lines = []
+    for name, tensor in state.items():
+        if not tensor.is_floating_point():
+            continue
+        nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+        if nan or inf:
+            counts = " and ".join(f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "±inf")) if n)
+            lines.append(f"{name}: {counts} of its {tensor.numel()} values")
+    return lines
+
+
+def check_finite(state: Mapping[str, Tensor], what: str, fix: str) -> None:
+    """NonFiniteHead, naming `what` (the file or the run), each tensor of `state` holding NaN or ±inf
+    (`nonfinite`) and `fix`, unless every value is finite."""
+    if lines := nonfinite(state):
+        raise NonFiniteHead(f"{what} holds non-finite weights ({'; '.join(lines)}): {fix}")
 
 
 def pair_record(identity: dict[str, Any]) -> dict[str, Any]:
@@ -293,10 +328,17 @@ class WeightHead(nn.Module):
 
     def save_pretrained(self, directory: str | Path, **metadata: Any) -> Path:
         """Write `head.safetensors` and `head_config.json` (hidden sizes, pair, task, ...), each whole
-        or not at all (`atomic.write_file`)."""
+        or not at all (`atomic.write_file`); NonFiniteHead, writing nothing, where a weight is NaN or
+        ±inf."""
         directory = Path(directory)
-        self.metadata.update(metadata)
         state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in self.state_dict().items()}
+        check_finite(
+            state,
+            f"the head to be saved to {directory}",
+            "nothing was written; a head that diverged in training is trained again (a lower learning "
+            "rate, optimizer.lr), from its last finite checkpoint or afresh",
+        )
+        self.metadata.update(metadata)
         write_file(directory / WEIGHTS_NAME, save(state))
         write_file(
             directory / CONFIG_NAME, (json.dumps(self.config(), indent=2, default=str) + "\n").encode()
@@ -313,7 +355,7 @@ class WeightHead(nn.Module):
         map_location: str | torch.device = "cpu",
     ) -> WeightHead:
         """Load a saved head; with the pair's hidden sizes given, a mismatch is a clear error
-        (`check_head`)."""
+        (`check_head`), and so are weights that are NaN or ±inf (`check_finite`)."""
         directory = Path(directory)
         config = read_config(directory)
         check_head(
@@ -332,5 +374,6 @@ class WeightHead(nn.Module):
             raise MissingFile(
                 f"{directory / WEIGHTS_NAME} cannot be read ({e}): copy the head again, or train it again"
             ) from None
+        check_finite(state, str(directory / WEIGHTS_NAME), NON_FINITE_FIX)
         head.load_state_dict(state)
         return head

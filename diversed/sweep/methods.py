@@ -3,11 +3,13 @@
 A `Knob` is one setting a method is swept over: the record field that holds it (`weight`), the
 `sweep.<key>` that lists its values (`sweep.weights`), its symbol in labels, legends and tables
 (w), its type and range (w in [0, 1]; a cascade's rule one of chow, diff, opt), what it is in words,
-and its default grid. A `Method` has a name (the `method` field of a results record), a label for
-tables and legends, whether it is speculative (it has a draft length N and an acceptance rate),
-which decoding loop runs it (the engine, our autoregressive loop, or transformers' own), its
-knobs, the knob drawn as a line (its family), and how to build its verifier for a grid point (on
-our autoregressive loop, a verifier without a draft gives the law each token is drawn from).
+and its default grid; `canonical_float` is the one form in which a number setting (a knob's value,
+the temperature) is keyed and compared. A `Method` has a name (the `method` field of a results
+record), a label for tables and legends, whether it is speculative (it has a draft length N and an
+acceptance rate), which decoding loop runs it (the engine, our autoregressive loop, or transformers'
+own), its knobs, the knob drawn as a line (its family), and how to build its verifier for a grid
+point (on our autoregressive loop, a verifier without a draft gives the law each token is drawn
+from).
 
 Everything else derives from the registered methods: the settings schema validates each knob's
 `sweep.<key>` (`schema.py`), `evaluate` expands its grid from the knobs' lists, `results` writes,
@@ -146,6 +148,17 @@ class Knob:
         if self.path:
             return head_label(value)
         return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def canonical_float(value: Any) -> float:
+    """A number setting (T, w, another knob's) as keys, records and pairings compare it: to 6
+    decimals (0.5 is 0.50000000001), and to 6 significant digits below 0.1, so that T = 1e-8 (which
+    samples) is not T = 0 (greedy); -0.0 is 0.0. A value written with 6 decimals or fewer, and any
+    value of 0.1 or more, is what rounding to 6 decimals made of it, as older keys hold."""
+    value = float(value)
+    if value == 0 or not math.isfinite(value):
+        return value + 0.0
+    return round(value, max(6, 5 - math.floor(math.log10(abs(value))))) + 0.0
 
 
 # ----------------------------------------------------------------------------- methods

@@ -2,11 +2,13 @@
 
 The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
 pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
-models' context, and each head is readable and was trained for this pair (its hidden sizes, and the
-models it records), each fine-tuned draft is readable and has the pair's vocabulary, and a training
-run's `ckpt_path` is a readable checkpoint that fits the pair (a damaged one is named with the run's
-other whole checkpoints). Each failure says what to set instead. (Data files, their lines and
-fields, and empty data are checked where they are read, in `tasks/data.py`.)
+models' context, no draft length N exceeds what the new tokens let the engine draft in a round
+(`check_draft_lengths`), and each head is readable, finite and was trained for this pair (its
+hidden sizes, and the models it records), each fine-tuned draft is readable and has the pair's
+vocabulary, and a training run's `ckpt_path` is a readable checkpoint that fits the pair (a damaged
+one is named with the run's other whole checkpoints). Each failure says what to set instead. (Data
+files, their lines and fields, and empty data are checked where they are read, in `tasks/data.py`;
+empty prompts where they are encoded, `Task.encode_cut`.)
 """
 
 from __future__ import annotations
@@ -45,13 +47,39 @@ def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task")
     return longest
 
 
+def check_draft_lengths(
+    draft_lengths: Sequence[int], max_new_tokens: int, first_token: str = "ensemble", what: str = "task"
+) -> None:
+    """ConfigError if a draft length N is more than the engine drafts in a round within
+    `max_new_tokens` (`engine.most_drafts`): such an N would run as that cap and be recorded as
+    given. N = 1, the least there is, always passes."""
+    from diversed.decoding.engine import most_drafts
+
+    cap = most_drafts(max_new_tokens, first_token)
+    over = [int(n) for n in draft_lengths if int(n) > max(cap, 1)]
+    if not over:
+        return
+    target = " and engine.first_token=target (the first token comes before any draft)"
+    raise ConfigError(
+        f"sweep.draft_lengths={[int(n) for n in draft_lengths]}: N={', '.join(map(str, over))} is more "
+        f"than the engine drafts in a round with {what}.max_new_tokens={max_new_tokens}"
+        f"{target if first_token == 'target' else ''}: at most {cap} (with r new tokens left it drafts "
+        f"r − 1 and the token after them), so N={over[0]} would run as N={cap} and be recorded as "
+        f"N={over[0]}. Set sweep.draft_lengths to values up to {max(cap, 1)}, or raise "
+        f"{what}.max_new_tokens above {max(over) + (first_token == 'target')}"
+    )
+
+
 def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False) -> dict[str, Any]:
     """Each head directory's digest, after checking it is a saved head (its config and a readable
-    head.safetensors) that fits this pair (`heads.check_head`: its hidden sizes, and the pair it
+    head.safetensors whose weights are finite: `heads.check_finite`, which names each tensor holding
+    NaN or ±inf) that fits this pair (`heads.check_head`: its hidden sizes, and the pair it
     records it was trained on). A head of another pair is refused unless `allow_other_pairs`; then its
     digest comes with the pair it was trained on (part of its points' settings). A head saved
     without its pair's identity (older diversed) is let through with a warning."""
-    from diversed.models.heads import WEIGHTS_NAME, check_head, read_config
+    from safetensors.torch import load_file
+
+    from diversed.models.heads import NON_FINITE_FIX, WEIGHTS_NAME, check_finite, check_head, read_config
 
     digests: dict[str, Any] = {}
     for head in heads:
@@ -67,6 +95,8 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
                 f"sweep.heads entry {head}: {weights} cannot be read ({problem}): copy the head again, "
                 "or train it again"
             )
+        # a head is small: its values are read here, before any of the pair's weights
+        check_finite(load_file(str(weights)), f"sweep.heads entry {head}: {weights}", NON_FINITE_FIX)
         digests[str(head)] = directory_digest(head)
         if card is None:
             continue

@@ -51,7 +51,7 @@ from diversed.decoding.stats import RECORD_FIELDS, RECORD_FLOATS, RECORD_FRACTIO
 from diversed.errors import ConfigError, MissingFile
 from diversed.files import atomic, rundir
 from diversed.files.rundir import iter_jsonl, json_line, read_jsonl
-from diversed.sweep.methods import check_known, check_record_fields, knobs
+from diversed.sweep.methods import canonical_float, check_known, check_record_fields, knobs
 from diversed.sweep.methods import method as find
 from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times
 
@@ -174,7 +174,7 @@ def _norm(name: str, value: Any) -> Any:
     if kind is int:
         return int(value)
     if kind is float:
-        return round(float(value), 6) + 0.0  # + 0.0 turns -0.0 into 0.0
+        return canonical_float(value)  # (T = 1e-8 is not T = 0)
     return str(value)
 
 
@@ -195,7 +195,7 @@ def grid_key(**fields: Any) -> str:
     Uses the fields of `key_fields(method)` (pair, task and method are required, the others default
     to None; the method's knobs beyond w and the head only where set), then `settings` where it is set
     (`|settings=<digest>`), and ignores any others, so `grid_key(**record)` works. Values are normalised
-    (ints; floats rounded to 6 decimals; strings) and written as JSON, strings without quotes
+    (ints; floats by `methods.canonical_float`; strings) and written as JSON, strings without quotes
     where they hold no `|`, space or quote and are not "null"; so the key is injective:
     different grid points never share a key.
     """

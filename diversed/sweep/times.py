@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from diversed.sweep.methods import METHODS
+from diversed.sweep.methods import METHODS, canonical_float
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def baseline_key(record: Mapping[str, Any]) -> tuple:
         if _missing(v):
             return None
         if f == "temperature":
-            return round(float(v), 6) + 0.0
+            return canonical_float(v)  # as the records' keys: T = 1e-8 is not paired with T = 0
         return int(v) if f in ("n_examples", "seed") else str(v)
 
     return tuple(canon(f, record.get(f)) for f in PAIRED_BY)

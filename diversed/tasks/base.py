@@ -17,7 +17,10 @@ constructor or `load` parameter that is neither shared nor declared is refused w
 defined.
 
 `Task.load` reads the examples through `tasks/data.py` (local files or the Hugging Face Hub, a
-seed-stable subset); stopping at a stop sequence is `diversed/decoding/stopping.py`'s.
+seed-stable subset); stopping at a stop sequence is `diversed/decoding/stopping.py`'s. An example
+whose prompt is empty (no text of its own: `empty_prompts`) is a dataset row, not a setting: the
+first encoding warns once, naming each, and the run goes on (each is decoded from the template or
+the start token alone); a prompt of no token at all cannot be decoded and is refused there.
 """
 
 from __future__ import annotations
@@ -360,13 +363,56 @@ class Task:
                 keep -= len(fitted) - limit
         return ids[len(ids) - limit :], len(ids) - limit, False
 
+    def empty_prompts(self, tokenizer: Any) -> list[int]:
+        """The positions of the examples whose prompt has no text of its own: `prompt(example)` (the
+        few-shot examples before it aside) is empty or blank, tokenizes to no token before a chat
+        template or start token is added, or is the task's template alone (the same words as with
+        the example's text fields emptied: a GSM8K row with a blank question)."""
+        texts = [self.prompt(e) for e in self.examples]
+        kept = [j for j, text in enumerate(texts) if text.strip()]
+        ids = tokenizer([texts[j] for j in kept], add_special_tokens=False)["input_ids"] if kept else []
+        tokens = dict(zip(kept, ids, strict=True))
+        return [
+            j
+            for j, (example, text) in enumerate(zip(self.examples, texts, strict=True))
+            if not tokens.get(j) or self._template_only(example, text)
+        ]
+
+    def _template_only(self, example: dict[str, Any], text: str) -> bool:
+        blank = {k: "" if isinstance(v, str) else v for k, v in example.items()}
+        try:
+            template = self.prompt(blank)
+        except Exception:  # a prompt that cannot be built from empty fields: the example's text is there
+            return False
+        return text.split() == template.split()
+
+    def _say_empty(self, tokenizer: Any) -> None:
+        """Warn once per task, naming them, of the examples whose prompt is empty (`empty_prompts`):
+        each is decoded from the template or the start token alone."""
+        if getattr(self, "_empty_said", False):
+            return
+        self._empty_said = True
+        empty = self.empty_prompts(tokenizer)
+        if empty:
+            ids = [self.example_id(self.examples[j], j) for j in empty]
+            more = f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            log.warning(
+                f"{self.name}: {len(empty)} of {len(self)} prompts are empty (examples "
+                f"{', '.join(ids[:10])}{more}): none holds any text of its example, so each is decoded "
+                "from the template or the start token alone and its score says nothing of the task. "
+                "Fix or remove those rows of the data (task.data_files)"
+            )
+
     def encode_cut(
         self, tokenizer: Any, examples: Sequence[dict[str, Any]]
     ) -> tuple[list[list[int]], list[int]]:
         """`encode`'s ids and how many tokens each prompt lost to `max_prompt_tokens`. A prompt too
         long loses the end of its document (`cut_field`), or, for a task without one (or a document
         that cannot shrink enough), its start. A task that cuts prompts says so once (a warning with
-        the count, the longest length and what was lost)."""
+        the count, the longest length and what was lost). The first call warns of the task's empty
+        prompts (`empty_prompts`, one warning naming them: each is decoded from the template or the
+        start token alone), and a prompt of no token at all (no template, no start token) is a
+        DataFileError naming its example: there is nothing to decode from."""
         out, cut, lost_start = [], [], 0
         for example in examples:
             ids = self._prompt_ids(tokenizer, example)
@@ -376,6 +422,15 @@ class Task:
                 lost_start += not kept
             out.append(ids)
             cut.append(n)
+        if none := [j for j, ids in enumerate(out) if not ids]:
+            position = {id(e): i for i, e in enumerate(self.examples)}
+            named = [self.example_id(examples[j], position.get(id(examples[j]), j)) for j in none]
+            raise DataFileError(
+                f"{self.name}: the prompts of examples {', '.join(named)} have no token at all (no text, "
+                "no chat template, and a tokenizer that adds no start token): there is nothing to decode "
+                "from. Fix or remove those rows of the data (task.data_files)"
+            )
+        self._say_empty(tokenizer)
         if any(cut) and not getattr(self, "_cut_said", False):
             self._cut_said = True
             longest = max(len(ids) + n for ids, n in zip(out, cut, strict=True))

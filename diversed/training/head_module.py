@@ -17,7 +17,10 @@ Per batch of prompts (each repeated K times):
 `DiversedModule` is a `pair_module.PairModule`: the frozen pair is held outside its parameters and
 state dict (checkpoints hold the head, the baseline and the optimizer only), and validation decodes
 held-out prompts with the current head and logs the task score, acceptance and
-`val/objective` = score + λ·acceptance. The settings are checked once, by `schema.check_train`,
+`val/objective` = score + λ·acceptance. A head whose weights go NaN or ±inf (a diverged step) stops
+the run with `heads.NonFiniteHead`, naming the step and each such tensor, before any checkpoint or
+the export holds it (`check_finite_head`: after every step, the teacher-forced stage's too, and
+before every checkpoint). The settings are checked once, by `schema.check_train`,
 before anything loads; the module does not check them again, except `reward`, a metric's name,
 which only the task knows: a name the task does not compute fails at the first batch, naming the
 ones it does. Distribution, precision and devices are Lightning's; nothing here launches processes
@@ -55,7 +58,7 @@ from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
 from diversed.decoding.verify import DynamicEnsemble, probs_from_logits, run_head, total_variation
 from diversed.errors import ConfigError
-from diversed.models.heads import pair_record
+from diversed.models.heads import check_finite, pair_record
 from diversed.models.pair import hidden_size
 from diversed.training.pair_module import OBJECTIVE, PairModule, shared_logits, teacher_forced
 from diversed.training.reinforce import advantage, regularised_loss, teacher_forced_loss
@@ -160,7 +163,23 @@ class DiversedModule(PairModule):
             "w_bounds": [float(b) for b in getattr(self.head, "w_bounds", (0.0, 1.0))],
         }
 
+    def check_finite_head(self, when: str) -> None:
+        """NonFiniteHead, naming each tensor of the head that holds NaN or ±inf, where one does after
+        `when`: the run stops there, before a checkpoint or the export holds such weights."""
+        check_finite(
+            self.head.state_dict(),
+            f"the head after {when}",
+            "its training diverged, and the run stops before a checkpoint or the export holds it (the "
+            "checkpoints written before are finite). Lower the learning rate (optimizer.lr) or "
+            "model.reg_scale, then resume from the run's last checkpoint "
+            "(ckpt_path=<run dir>/checkpoints/last.ckpt) or start afresh (ckpt_path=null)",
+        )
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.check_finite_head(f"training step {self.global_step}")
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_finite_head(f"training step {self.global_step}")  # a checkpoint never holds it
         checkpoint[TEACHER_FORCED_KEY] = self.teacher_forced_done
         checkpoint[HEAD_FORM_KEY] = self.head_form()
 
@@ -255,6 +274,7 @@ class DiversedModule(PairModule):
                 p.grad = g
             opt.step()
             opt.zero_grad(set_to_none=True)
+            self.check_finite_head(f"teacher-forced step {step + 1}")
             loss, nll, reg = float(loss.detach()), float(nll.detach()), float(reg.detach())
             mean_w = float((w.detach() * mask).sum() / mask.sum())
             metrics = {
