@@ -16,7 +16,8 @@ at batch 1 (the paper's time), with each timed example's own time, new tokens an
   examples), never at the sweep's batch size; `normalized_time_batch_size` says which was used;
   `Baselines` holds the autoregressive records a run has and normalises a record by its own
   (evaluate as points finish, `fill_times` over records read back);
-- `fill_times`: the same for records written before these fields (`results.load_results`);
+- `fill_times`: the same for records written before these fields (`results.load_results`; only those
+  records and the baselines become dicts, a chunk at a time);
 - `shown_time`: which normalised time tables and figures show (per sample at batch 1 where there
   is one, the paper's time), and `PER_TOKEN` its per-token counterpart;
 - `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the interval
@@ -37,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -289,22 +290,38 @@ def shown_time(records: pd.DataFrame | Mapping[str, Any]) -> str:
     return "normalized_latency" if has else "normalized_time"
 
 
+def _records_at(df: pd.DataFrame, positions: list[int], size: int = 20_000) -> Iterator[tuple[int, dict]]:
+    """(position, record as a dict) for the rows of `df` at `positions`, `size` dicts made at a time."""
+    for start in range(0, len(positions), size):
+        part = positions[start : start + size]
+        yield from zip(part, df.iloc[part].to_dict("records"), strict=True)
+
+
 def fill_times(df: pd.DataFrame) -> pd.DataFrame:
     """Records as `results.load_results` reads them, with every field `measured` and `normalized`
     give filled where it is missing (records written before them), by the same rules as evaluate;
     values already set are kept, except a `batch_one` method's normalized_time written before
     `normalized_time_batch_size` existed (it was against the sweep's batch size)."""
-    rows = df.to_dict("records")
-    base = Baselines(rows)
-    updates, unpaired = [], 0
-    for r in rows:
-        # written with these fields: a baseline batch size and an interval for each time with runs
-        # (skipped: bootstraps cost)
-        if not _missing(r.get("normalized_time_batch_size")) and not any(
-            len(_runs(r.get(runs))) > 1 and _missing(r.get(ci_fields(f)[0])) for f, runs in RUNS.items()
-        ):
-            updates.append({})
-            continue
+    # Only the baselines and the records that lack a field become dicts (a million records as dicts
+    # would take gigabytes): written with these fields means a baseline batch size and an interval
+    # for each time with runs (skipped: bootstraps cost).
+    checked = ["normalized_time_batch_size", *RUNS.values(), *(ci_fields(f)[0] for f in RUNS)]
+    view = df.reindex(columns=checked)
+    n = len(RUNS)
+    need = [
+        _missing(row[0])
+        or any(
+            len(_runs(runs)) > 1 and _missing(low)
+            for runs, low in zip(row[1 : 1 + n], row[1 + n :], strict=True)
+        )
+        for row in view.itertuples(index=False, name=None)
+    ]
+    del view
+    base = Baselines(df[df["method"] == BASELINE].to_dict("records") if "method" in df else ())
+    positions = [i for i, n in enumerate(need) if n]
+    columns: dict[str, list] = {}  # the columns an update touches, as lists (None in one is a value)
+    unpaired = 0
+    for i, r in _records_at(df, positions):
         new = {k: v for k, v in measured(r).items() if _missing(r.get(k))}
         merged = {**r, **new}
         norm = base.normalized(merged, warn=False)
@@ -315,7 +332,10 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
         )
         new.update({k: v for k, v in norm.items() if redo or _missing(r.get(k))})
         unpaired += bool(redo and norm["normalized_time"] is None)
-        updates.append(new)
+        for k, v in new.items():
+            if k not in columns:
+                columns[k] = df[k].tolist() if k in df else [None] * len(df)
+            columns[k][i] = v
     if unpaired:
         log.warning(
             f"{unpaired} records of methods decoded at batch 1 have no autoregressive time at batch 1 "
@@ -323,11 +343,8 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
             "is empty"
         )
     df = df.copy()
-    for col in dict.fromkeys(
-        k for u in updates for k in u
-    ):  # None in an update is a value (redone), not "keep"
-        old = df[col].tolist() if col in df else [None] * len(df)
-        df[col] = [u[col] if col in u else o for u, o in zip(updates, old, strict=True)]
+    for col, values in columns.items():
+        df[col] = values
     for col in (*NORMALIZED, *TIME_FIELDS, "tokens_per_s", "time_per_token_s", "wall_time_s"):
         if col in df:
             df[col] = pd.to_numeric(df[col]).astype("Int64" if col == "normalized_time_batch_size" else float)
