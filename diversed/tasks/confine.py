@@ -1,15 +1,21 @@
-"""The sandbox's own side: the monitor and the child's lock-down, run as a script.
+"""The sandbox's own side: the monitor, the child's lock-down and the judge, run as a script.
 
 `execution.run_program` starts this file as `python -I -B -S confine.py <config>` (inside bubblewrap
-where it can), so it must stay runnable with the standard library only and import nothing from
+where it can) and writes on its stdin what the program must not see on a command line (the sentinel,
+or the tests' plan), so it must stay runnable with the standard library only and import nothing from
 `diversed` (`-I` does not put the package on the path). `main` is the *monitor*: it forks once,
 enforces the timeout (and under bwrap the most files), kills and reaps whatever the program left,
 reports on a pipe the program never holds and exits with the program's status. The child locks itself
 down (resource limits, no_new_privs, no capability, Landlock, seccomp: `lock_down`), installs the
-Python guard and runs the program, writing the sentinel only if its last line ran.
+Python guard and runs the program. Then, without tests, it writes the sentinel only if its last line
+ran; with tests, it evaluates their parts and sends each value as plain data (`_send_parts`,
+`_plain`). The monitor reads them while it waits, and once the child is gone forks the *judge*, which
+never ran the program: locked down the same way, it rebuilds the values (`_rebuild`) and evaluates
+each test's check (`_judge`); its verdicts go to the caller with the monitor's word.
 
-`execution.py` says which layer closes which escape and what stays open; this file only applies
-them. It does not choose the layers (the caller probes the machine and passes its choice).
+`execution.py` says which layer closes which escape and what stays open, `checks.py` how tests are
+cut into parts and checks; this file only applies them. It does not choose the layers (the caller
+probes the machine and passes its choice).
 """
 
 from __future__ import annotations
@@ -434,6 +440,7 @@ def _judge_apart(values: bytes, tests: dict, config: dict) -> bytes:
     pid = os.fork()
     if pid == 0:
         os.close(read)
+        os.close(config["status_fd"])  # (the monitor's word to the caller: not the judge's to write)
         try:
             lock_down(config)
             verdicts = _judge(values, tests)
