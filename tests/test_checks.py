@@ -173,3 +173,20 @@ def test_verdicts_through_the_sandbox() -> None:
     assert "diversed judge: test 2: failed" in r.output
     # Exiting before the tests ran is not a pass, with any exit status.
     assert not results[1].passed and "did not run to its end" in results[1].output
+
+
+def test_the_setup_codes_imports_are_the_judges_in_mbpp() -> None:
+    # The program patches math.isclose before the setup imports it under another name: the test's
+    # `close` is still the judge's own import, so the wrong area fails.
+    row = {
+        "task_id": 1,
+        "text": "area",
+        "code": "",
+        "test_list": ["assert close(area(2), 12.566, rel_tol=0.001)"],
+        "test_setup_code": "from math import isclose as close",
+    }
+    task = MBPP([row], allow_code_execution=True, timeout=TIMEOUT)
+    wrong = "import math\nmath.isclose = lambda *a, **k: True\ndef area(r):\n    return 1.0\n"
+    right = "def area(r):\n    return 3.14159 * r * r\n"
+    results = task.execute([row, row], [wrong, right])
+    assert results[0].tests == ("failed: area(2) gave 1.0",) and results[1].passed

@@ -192,6 +192,7 @@ def plan(program: str, setup: str, tests: Sequence[str]) -> Plan:
     program_modules = {k: v for k, v in prog_imports.items() if k not in prog_defined | _BUILTINS}
     imports = {**program_modules, **setup_imports, **test_imports}
     steps, checks, parts = [], [], []
+    used: set[str] = set()  # the names the checks read: the imports the judge needs
     for tree in trees:
         if tree is None:
             steps.append(())
@@ -212,11 +213,8 @@ def plan(program: str, setup: str, tests: Sequence[str]) -> Plan:
             check = _Split(clean, parts).cut(statement.test)
             line_steps += [("part", k, parts[k]) for k in range(first, len(parts))]
             line_checks.append(ast.unparse(check))
+            used |= {n.id for n in ast.walk(check) if isinstance(n, ast.Name)}
         steps.append(tuple(line_steps))
         checks.append(tuple(line_checks) or ("True",))
-    used = set()
-    for line in checks:
-        for check in line:
-            used |= {n.id for n in ast.walk(ast.parse(check, mode="eval")) if isinstance(n, ast.Name)}
     judge_imports = tuple(source for name, source in imports.items() if name in used)
     return Plan(tuple(steps), tuple(checks), judge_imports, len(parts))

@@ -302,7 +302,8 @@ def _plain(value: object, budget: list[int], depth: int) -> object:
         budget[0] -= len(value) // 64
         return value
     if isinstance(value, complex):
-        return ["complex", [complex.__complex__(value).real, complex.__complex__(value).imag]]
+        value = complex.__complex__(value)
+        return ["complex", [value.real, value.imag]]
     if isinstance(value, (bytes, bytearray)):
         budget[0] -= len(value) // 32
         return ["bytearray" if isinstance(value, bytearray) else "bytes", bytes(value).hex()]

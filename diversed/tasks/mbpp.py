@@ -154,8 +154,12 @@ class MBPP(Task):
         return "\n".join([self._code(example, completion), *self._tests(example)]) + "\n"
 
     def _code(self, example: dict[str, Any], completion: str) -> str:
+        return "\n".join(self._parts(example, completion))
+
+    def _parts(self, example: dict[str, Any], completion: str) -> tuple[str, str]:
+        """(the extracted code, the setup code): the setup's imports are the tests' own (`checks.plan`)."""
         code = extract_code(self.truncate(completion))
-        return "\n".join(p.replace("\r\n", "\n") for p in (code, _setup(example)))
+        return code.replace("\r\n", "\n"), _setup(example).replace("\r\n", "\n")
 
     def _tests(self, example: dict[str, Any]) -> list[str]:
         return [t.replace("\r\n", "\n") for t in example["test_list"]]
@@ -167,8 +171,8 @@ class MBPP(Task):
         (`diversed/tasks/checks.py`); each result has the output and the verdict per test."""
         jobs = []
         for example, completion in zip(examples, completions, strict=True):
-            code = self._code(example, completion)
-            jobs.append((code, checks.plan(code, "", self._tests(example))))
+            code, setup = self._parts(example, completion)
+            jobs.append(("\n".join((code, setup)), checks.plan(code, setup, self._tests(example))))
         return execution.run_programs(jobs, workers=self.workers, timeout=self.timeout)
 
     def score(self, example: dict[str, Any], completion: str) -> float:
