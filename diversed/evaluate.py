@@ -28,13 +28,17 @@ and seed (`times.normalized`: the one rule, which `results.load_results` applies
 Records go to `<run dir>/results.jsonl` through `results.ResultStore` (a killed run leaves nothing
 partial), their per-example rows (dataset id, prompt as the model saw it, tokens cut from its start
 by task.max_prompt_tokens, reference, completion, what the task extracted, score) beside them, and
-to the configured loggers. Coarse axes (task, experiment, cluster fan-out) are Hydra multirun's job,
-not this module's.
+to the configured loggers. Hydra multirun fans out over any axis, the grid's too: `-m
+sweep.weights=0.3,0.7 sweep.draft_lengths=3,5` gives each job one value of each (`schema.py` takes a
+value for a list of it), and a point a sibling job has decoded (the autoregressive baseline, lossless SD
+at one N) is copied from it, not decoded again (`siblings.py`; `sweep.reuse_siblings=false`: every job
+decodes all of its points).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +49,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from diversed import CONFIG_DIR
-from diversed.config.jobs import parallel_launcher
+from diversed.config.jobs import parallel_launcher, sweep_job
 from diversed.config.runtime import (
     PointLog,
     finish,
@@ -68,6 +72,7 @@ from diversed.sweep.methods import METHODS
 from diversed.sweep.point import load_drafts, load_heads, run_point, time_point
 from diversed.sweep.preflight import check_context, check_draft_lengths, check_drafts, check_heads
 from diversed.sweep.results import ResultStore, grid_key, read_records, run_fields
+from diversed.sweep.siblings import REUSED_FROM, Siblings
 from diversed.sweep.times import Baselines, estimate_seconds, measured
 
 log = logging.getLogger(__name__)
@@ -163,13 +168,32 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             keep_settings(
                 run_dir, p["settings"], settings_of(p), lambda: OmegaConf.to_yaml(cfg, resolve=True)
             )
+    siblings = Siblings(
+        run_dir,
+        (sweep_job() or (0, None))[1] if sweep.get("reuse_siblings", True) else None,
+        timing,
+        token_w=bool(sweep.get("token_w", False)),
+    )
     if sweep.get("dry_run", False):  # the plan, then out: no weights are read
+        threads = torch.get_num_threads()
+        shared = [p for p in todo if siblings.find(grid_key(**meta, **p), threads)]
         print(
             plan(
-                points, todo, finished, n_examples=len(task), timing=timing, batch_size=int(sweep.batch_size)
+                points,
+                todo,
+                finished,
+                n_examples=len(task),
+                timing=timing,
+                batch_size=int(sweep.batch_size),
+                shared=shared,
             )
         )
         return run_dir
+    copied = []  # what a sibling job of this multirun has decoded already: copied, not decoded
+    for p in list(todo) if store is not None else []:
+        if (record := _reuse(siblings, store, grid_key(**meta, **p))) is not None:
+            copied.append(record)
+            todo.remove(p)
     if not todo:
         log.info(f"Every grid point is done ({run_dir}): nothing to run")
         return run_dir
@@ -194,7 +218,7 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             "(each job slows the others). Time with hydra/launcher=basic, or score with timing.repeats=0 "
             "and time later; the records say parallel_launcher"
         )
-    base = Baselines(finished)  # the time baselines: autoregressive points, as they finish too
+    base = Baselines([*finished, *copied])  # the time baselines: autoregressive points, as they finish too
     gb = float(sweep.get("prompt_cache_gb", 0) or 0)
     # each batch's prompt pass, computed once per model and read by the later points
     prompt_cache = PromptCache(gb * 2**30) if gb > 0 else None
@@ -208,52 +232,71 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
         cfg.get("runtime", {}).get("progress", True)
     )  # the points' bar, and each point's examples
     bar = tqdm(todo, desc=f"{name} · {task.name}", unit="point", disable=not progress)
+
+    def decode(point: dict[str, Any]) -> dict[str, Any]:  # one grid point decoded, timed and written
+        verifier = make_verifier(point, heads)
+        batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
+        args = {
+            "batch_size": batch,
+            "by_length": bool(sweep.get("batch_by_length", False)),
+            "seed": point["seed"],
+            "engine": engine,
+            "drafts": drafts,
+            "progress": progress,
+            "prompt_cache": prompt_cache,
+        }
+        fields, rows = run_point(
+            pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False))
+        )
+        fields |= time_point(pair, task, point, verifier, timing=timing, **args)
+        fields |= measured(fields)
+        fields["timing"] = {
+            **timing,
+            "batch_size": batch,
+            "threads": torch.get_num_threads(),
+            "device": str(pair.device),
+        } | ({"parallel_launcher": beside} if beside else {})
+        if point.get("head"):
+            fields["head_task"] = head_tasks[point["head"]]
+            if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
+                fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
+        record = {
+            **meta,
+            **point,
+            **fields,
+            **options,
+            "settings_group": group,
+            "comparison_group": comparison,
+        }
+        base.add(record)
+        record |= base.normalized(record)
+        return store.write(record, rows)
+
     with logging_redirect_tqdm():
         for index, point in enumerate(bar):
             bar.set_postfix_str(f"{len(task)} examples, {point['method']}")
-            verifier = make_verifier(point, heads)
-            batch = 1 if METHODS[point["method"]].batch_one else int(sweep.batch_size)
-            args = {
-                "batch_size": batch,
-                "by_length": bool(sweep.get("batch_by_length", False)),
-                "seed": point["seed"],
-                "engine": engine,
-                "drafts": drafts,
-                "progress": progress,
-                "prompt_cache": prompt_cache,
-            }
-            fields, rows = run_point(
-                pair, task, point, verifier, **args, token_w=bool(sweep.get("token_w", False))
-            )
-            fields |= time_point(pair, task, point, verifier, timing=timing, **args)
-            fields |= measured(fields)
-            fields["timing"] = {
-                **timing,
-                "batch_size": batch,
-                "threads": torch.get_num_threads(),
-                "device": str(pair.device),
-            } | ({"parallel_launcher": beside} if beside else {})
-            if point.get("head"):
-                fields["head_task"] = head_tasks[point["head"]]
-                if isinstance(head_digests[point["head"]], dict):  # sweep.allow_other_pair_heads: say so
-                    fields["head_trained_on_pair"] = head_digests[point["head"]]["trained_on_pair"]
-            record = {
-                **meta,
-                **point,
-                **fields,
-                **options,
-                "settings_group": group,
-                "comparison_group": comparison,
-            }
-            base.add(record)
-            record |= base.normalized(record)
-            record = store.write(record, rows)
+            with siblings.claim(key := grid_key(**meta, **point)):  # a job beside this one may decode it
+                record = _reuse(siblings, store, key)
+                if record is None:
+                    record = decode(point)
+                else:
+                    base.add(record)
             points_log.add(record, index)
             log.info(_line(record))
     if prompt_cache is not None:
         log.info(f"prompt cache: {prompt_cache.summary()}")
     finish(loggers)
     return run_dir
+
+
+def _reuse(siblings: Siblings, store: ResultStore, key: str) -> dict[str, Any] | None:
+    """The point `key` copied from the sibling job that decoded it (`siblings.py`), or None."""
+    found = siblings.find(key, torch.get_num_threads())
+    if found is None:
+        return None
+    record = store.write(found.record, found.rows)
+    log.info(f"{_line(record)} (decoded by the job {found.record[REUSED_FROM]} of this multirun: copied)")
+    return record
 
 
 def plan(
@@ -264,13 +307,17 @@ def plan(
     n_examples: int,
     timing: dict[str, Any],
     batch_size: int,
+    shared: Sequence[dict[str, Any]] = (),
 ) -> str:
-    """A dry run's text: each grid point (method and knobs, N, T, seed), done or to run, and how long those
-    to run will take by `times.estimate_seconds` from the run's finished records, with what that rests on."""
-    lines, waiting = [], {id(q) for q in todo}
+    """A dry run's text: each grid point (method and knobs, N, T, seed), done, to copy (a sibling job of
+    the multirun has it) or to run, and how long those to run will take by `times.estimate_seconds` from
+    the run's finished records, with what that rests on."""
+    lines, copied = [], {id(q) for q in shared}
+    waiting = {id(q) for q in todo} - copied
+    todo = [q for q in todo if id(q) in waiting]
     for p in points:
         n = f"  N={p['num_draft_tokens']}" if p.get("num_draft_tokens") is not None else ""
-        state = "to run" if id(p) in waiting else "done"
+        state = "to run" if id(p) in waiting else "copy" if id(p) in copied else "done"
         lines.append(
             f"{state:>6}  {METHODS[p['method']].describe(p)}{n}  T={p['temperature']:g}  seed={p['seed']}"
         )
@@ -289,9 +336,10 @@ def plan(
             else f"{seconds:.2g} s"
         )
     )
+    copies = f", {len(copied)} to copy from sibling jobs" if copied else ""
     lines.append(
-        f"{len(points)} grid points, {len(points) - len(todo)} done, {len(todo)} to run on "
-        f"{n_examples} examples each: {took} ({basis})"
+        f"{len(points)} grid points, {len(points) - len(todo) - len(copied)} done{copies}, {len(todo)} to "
+        f"run on {n_examples} examples each: {took} ({basis})"
     )
     return "\n".join(lines)
 

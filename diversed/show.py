@@ -1,12 +1,13 @@
 """Completions side by side across methods: what a lossy setting changed, example by example; and
 every record and per-example row of runs as tables for pandas and other tools.
 
-    python -m diversed.show RUN_DIR [--examples ID ...] [--n 3] [--temperature 1.0]
+    python -m diversed.show RUN_DIR [RUN_DIR ...] [--examples ID ...] [--n 3] [--temperature 1.0]
                                     [--num-draft-tokens 5] [--methods lossless static] [--all]
     python -m diversed.show RUN_DIR [RUN_DIR ...] --export out.parquet   # or out.csv, out.jsonl
     (--plugin my_pkg.my_method: the module that registers a method of one's own the records name)
 
-Reads a run directory's records and per-example rows (`results.py`). For each chosen example it
+Reads the records and per-example rows of run directories (`results.load_runs`: a multirun's folder
+holds its jobs' directories; a point in several is read once). For each chosen example it
 prints the prompt's end and the reference once, then one line per grid point: the method with its
 knob, the score, what the task extracted (the number, the program) and the completion. By default
 it picks the first examples on which the points disagree in score or extraction (`--all`: the
@@ -47,8 +48,8 @@ import pyarrow as pa
 
 from diversed.errors import ConfigError, MissingFile, cli
 from diversed.files.atomic import write_file
-from diversed.sweep.methods import METHODS, add_plugin_option, check_known, load_plugins
-from diversed.sweep.results import load_runs, read_examples, read_records, with_examples
+from diversed.sweep.methods import METHODS, add_plugin_option, load_plugins
+from diversed.sweep.results import load_runs, read_examples, with_examples
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
 
@@ -122,7 +123,7 @@ def _order(record: dict[str, Any]) -> tuple:
 
 
 def show(
-    run_dir: str | Path,
+    run_dirs: str | Path | Sequence[str | Path],
     *,
     examples: Sequence[str] = (),
     count: int = 3,
@@ -132,37 +133,45 @@ def show(
     everything: bool = False,
     width: int = 100,
 ) -> str:
-    """The side-by-side text (see the module docstring)."""
-    found = read_records(run_dir)
-    if not found:
+    """The side-by-side text (see the module docstring) of the records of one run directory or several
+    (a multirun's folder: its jobs' points side by side, a point two jobs share shown once)."""
+    dirs = [run_dirs] if isinstance(run_dirs, str | Path) else list(run_dirs)
+    where = ", ".join(map(str, dirs))
+    try:
+        frame = load_runs(*dirs)
+    except MissingFile:
+        frame = pd.DataFrame()
+    if frame.empty:
         raise MissingFile(
-            f"{run_dir}: no run records (results.jsonl) there; give a run directory of "
-            "python -m diversed.evaluate"
+            f"{where}: no run records (results.jsonl) there; give a run directory of "
+            "python -m diversed.evaluate (or a multirun's folder)"
         )
-    check_known((r["method"] for r in found), str(run_dir))
+    found = frame.astype(object).where(frame.notna(), None).to_dict("records")
     records, temperature, n = choose(found, temperature, num_draft_tokens, methods)
     if not records:
         raise ConfigError(
-            f"{run_dir}: no records to show at temperature {temperature}, N {n} (of --temperature, "
+            f"{where}: no records to show at temperature {temperature}, N {n} (of --temperature, "
             "--num-draft-tokens, --methods)"
         )
-    have = with_examples(run_dir, (r["key"] for r in records))
-    keys = [r["key"] for r in records if r["key"] in have]  # (in the records' order)
-    ids = [str(i) for i in examples] if examples else _pick(run_dir, keys, count, everything)
+    have: set[tuple[str, str]] = set()
+    for d in dict.fromkeys(r["run_dir"] for r in records):
+        have |= {(d, k) for k in with_examples(d, (r["key"] for r in records if r["run_dir"] == d))}
+    points = [(r["run_dir"], r["key"]) for r in records if (r["run_dir"], r["key"]) in have]
+    ids = [str(i) for i in examples] if examples else _pick(points, count, everything)
     wanted = set(ids)
     rows = {
-        r["key"]: {e["example_id"]: e for e in read_examples(run_dir, r["key"]) if e["example_id"] in wanted}
-        if r["key"] in have
+        (r["run_dir"], r["key"]): {
+            e["example_id"]: e for e in read_examples(r["run_dir"], r["key"]) if e["example_id"] in wanted
+        }
+        if (r["run_dir"], r["key"]) in have
         else {}
         for r in records
     }
     labels = [_label(r) for r in records]
     pad = max(map(len, labels), default=10)
-    out = [
-        f"{Path(run_dir)}: {len(records)} points at temperature {temperature:g}" + (f", N = {n}" if n else "")
-    ]
+    out = [f"{where}: {len(records)} points at temperature {temperature:g}" + (f", N = {n}" if n else "")]
     for i in ids:
-        first = next((rows[r["key"]][i] for r in records if i in rows[r["key"]]), None)
+        first = next((rows[_at(r)][i] for r in records if i in rows[_at(r)]), None)
         if first is None:
             out.append(f"\n== example {i}: not in these records")
             continue
@@ -177,7 +186,7 @@ def show(
             )
         out.append("reference " + _clip(first.get("reference"), width))
         for label, r in zip(labels, records, strict=True):
-            e = rows[r["key"]].get(i)
+            e = rows[_at(r)].get(i)
             if e is None:
                 out.append(f"  {label:<{pad}}  (no row)")
                 continue
@@ -189,13 +198,17 @@ def show(
     return visible("\n".join(out))  # labels, ids and the path too
 
 
-def _pick(run_dir: str | Path, keys: Sequence[str], count: int, everything: bool) -> list[Any]:
-    """The first `count` example ids of the rows of the points `keys` (in the order the points first name
-    them) on which the points disagree in score or extraction, else (or with `everything`) the first
-    ones. Reads one point's rows at a time and keeps, per example, only what the first point said."""
+def _at(record: dict[str, Any]) -> tuple[str, str]:
+    return record["run_dir"], record["key"]
+
+
+def _pick(points: Sequence[tuple[str, str]], count: int, everything: bool) -> list[Any]:
+    """The first `count` example ids of the rows of `points` (run directory, key; in the order the points
+    first name them) on which the points disagree in score or extraction, else (or with `everything`) the
+    first ones. Reads one point's rows at a time and keeps, per example, only what the first point said."""
     first: dict[Any, tuple[Any, str]] = {}
     differing: set[Any] = set()
-    for key in keys:
+    for run_dir, key in points:
         for i, e in {e["example_id"]: e for e in read_examples(run_dir, key)}.items():
             said = (e.get("score"), str(e.get("extracted")))
             if first.setdefault(i, said) != said:
@@ -285,7 +298,7 @@ def run(argv: list[str] | None = None) -> str:
         "run_dirs",
         nargs="+",
         metavar="run_dir",
-        help="a run directory of python -m diversed.evaluate (several with --export)",
+        help="run directories of python -m diversed.evaluate, or a multirun's folder",
     )
     parser.add_argument(
         "--export",
@@ -318,12 +331,8 @@ def run(argv: list[str] | None = None) -> str:
             f"{examples_file(args.export)}"
         )
     else:
-        if len(args.run_dirs) > 1:
-            parser.error(
-                f"give one run directory to show ({len(args.run_dirs)} given; several only with --export)"
-            )
         text = show(
-            args.run_dirs[0],
+            args.run_dirs,
             examples=args.examples,
             count=args.n,
             temperature=args.temperature,

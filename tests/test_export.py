@@ -102,5 +102,5 @@ def test_export_refuses_an_unknown_format_and_missing_runs(tmp_path, capsys):
         export([tmp_path / "a"], tmp_path / "out.txt")
     with pytest.raises(FileNotFoundError):
         export([tmp_path / "nowhere"], tmp_path / "out.csv")
-    with pytest.raises(SystemExit):  # several run dirs are for --export only
-        run([str(tmp_path / "a"), str(tmp_path / "a")])
+    text = run([str(tmp_path / "a"), str(tmp_path / "a")])  # one folder given twice: its points once
+    assert text.count("Static w=0, N=3  score 0") == 1

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from diversed.analysis.fronts import pareto_front
+from diversed.errors import ConfigError
 from diversed.files import atomic
 from diversed.sweep import results as R
 from diversed.sweep.results import (
@@ -286,6 +287,11 @@ def test_load_results_from_nested_dirs_and_parquet(tmp_path):
     multirun = tmp_path / "multirun" / "2025-01-01"
     ResultStore(multirun / "0").write(point(), examples())
     ResultStore(multirun / "1" / "nested").write({**point(), "score": 0.99}, examples())  # same key, later
+    with pytest.raises(ConfigError, match=r"0/results.jsonl and .*nested/results.jsonl both hold") as e:
+        load_results(tmp_path / "multirun")  # one point, two results: neither is taken
+    assert "score 0.6666666666666666 against 0.99" in str(e.value)
+    ResultStore(multirun / "1" / "nested").write({**point(), "score": 0.99}, examples())  # rewritten
+    ResultStore(multirun / "0").write({**point(), "score": 0.99}, examples())  # ... in both: one point
     ResultStore(multirun / "1" / "nested").write(
         point(method="autoregressive", num_draft_tokens=None), examples()
     )
@@ -294,7 +300,7 @@ def test_load_results_from_nested_dirs_and_parquet(tmp_path):
     )
     df = load_results(tmp_path / "multirun")
     assert len(df) == 3
-    assert df.set_index("method").loc["static", "score"] == 0.99  # the last of a duplicated key wins
+    assert df.set_index("method").loc["static", "score"] == 0.99  # the last of a key in a file wins
     assert df.set_index("method").loc["lossless", "normalized_time"] == 0.5  # a set value is kept
 
     parquet = tmp_path / "extra.parquet"

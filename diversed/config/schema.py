@@ -18,6 +18,8 @@ Evaluate's sweep schema is built from the registered methods (`sweep_settings()`
 chow, diff, opt), by default the knob's default grid (which `config_keys.store_sweep_grids` also puts
 into the composed config, so that the command line overrides it). `check_evaluate` first imports the config's
 `plugins` (modules that register methods of one's own), so their knobs are checked as the built-in ones.
+A list given as one value, as a Hydra multirun over values gives each job (`-m sweep.weights=0.3,0.7`),
+is taken as the list of it, in the config the runner reads too.
 
 It checks settings only: data files, the pair's files and the context length are checked by
 `preflight.py`, still before any model weights are read. The names a setting chooses from are the
@@ -161,6 +163,7 @@ class SweepSettings(_Model):
     token_w: bool = False
     num_seeds: PositiveInt = 1
     dry_run: bool = False
+    reuse_siblings: bool = True  # a multirun job copies the points a sibling job decoded (sweep/siblings.py)
 
     @field_validator("methods")
     @classmethod
@@ -557,7 +560,22 @@ def check_evaluate(cfg: Any) -> EvaluateSettings:
         load_plugins(list(plugins or []))
     except ConfigError as e:
         raise ConfigError(f"bad settings for diversed.evaluate, nothing was loaded:\n  {e}") from None
+    _one_value_lists(cfg, evaluate_settings().model_fields["sweep"].annotation)
     return _check(evaluate_settings(), cfg, "diversed.evaluate")  # type: ignore[return-value]
+
+
+def _one_value_lists(cfg: Any, sweep: Any) -> None:
+    """Each of sweep's lists given as one value made a list of it, in `cfg` itself (which the runner
+    reads): a Hydra multirun over values, `-m sweep.weights=0.3,0.7 sweep.draft_lengths=3,5`, gives
+    each job one number where the grid takes a list, so each job sweeps `[0.3]` and `[3]`."""
+    section = cfg.get("sweep") if hasattr(cfg, "get") else None
+    if section is None or not hasattr(section, "keys"):
+        return
+    for name, field in sweep.model_fields.items():
+        value = section.get(name)
+        one = isinstance(value, (str, int, float)) and not isinstance(value, bool)  # true: refused, no list
+        if getattr(field.annotation, "__origin__", None) is list and one:
+            section[name] = [value]
 
 
 def check_distill(cfg: Any) -> DistillSettings:

@@ -17,10 +17,12 @@ symbolic link: one there (a dangling one too) is refused (`atomic.NotAPlainFile`
 fix) before anything is cut or appended.
 
 Readers (`rundir.iter_jsonl`: line by line, never the whole file) keep the last record of each key
-and skip, naming each in one warning per file (file, line, why), every line that is not one: a torn
-last line (silently: a kill leaves it), a line that is not UTF-8, not JSON (whatever the parser
-fails on: a 5,000-digit integer, 100,000 nested brackets), longer than `rundir.MAX_LINE_BYTES`, a
-JSON value that is not a record (`as_record`: an object with
+in a file; a key in several files (the jobs of a multirun share points, `siblings.py`; a folder given
+twice or inside another) is one point where they agree on all but times, and a ConfigError naming both
+files where they do not (`load_results`). They skip, naming each in one warning per file (file, line,
+why), every line that is not one: a torn last line (silently: a kill leaves it), a line that is not
+UTF-8, not JSON (whatever the parser fails on: a 5,000-digit integer, 100,000 nested brackets),
+longer than `rundir.MAX_LINE_BYTES`, a JSON value that is not a record (`as_record`: an object with
 pair, task, method and temperature, grid fields of their types, every number finite and ≥ 0,
 scores and rates within [0, 1] (every task's metric is a fraction, and the report shows it ×100;
 a score interval from an older writer's Student t, which could cross the range, is read clipped to
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import numbers
 import os
@@ -53,7 +56,9 @@ from diversed.files import atomic, rundir
 from diversed.files.rundir import iter_jsonl, json_line, read_jsonl
 from diversed.sweep.methods import canonical_float, check_known, check_record_fields, knobs
 from diversed.sweep.methods import method as find
-from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times
+from diversed.sweep.times import RUNS, TIME_FIELDS, fill_times, is_time_field
+
+log = logging.getLogger(__name__)
 
 # Fields that identify a grid point, in key order. `weight` and `head` are knobs (of the static ensembles and
 # DIVERSED) that every key names, null or not, as the first keys did; a method's other knobs follow
@@ -459,6 +464,10 @@ def _result_files(path: Path) -> list[Path]:
     raise ConfigError(f"{path}: expected a .jsonl or .parquet file or a directory")
 
 
+def _run_files(path: Path) -> list[Path]:
+    return sorted(path.rglob(_RESULTS_NAME))
+
+
 def _take(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
     """The rows of a table file that are records (`as_record`), the others named in one warning."""
     kept, bad = [], []
@@ -475,38 +484,120 @@ def load_results(*paths: str | Path) -> pd.DataFrame:
     """Run records from result files (.jsonl, .parquet) and/or directories (searched
     recursively for results.jsonl / results.parquet, so a Hydra multirun dir works).
 
-    Concatenated in the order given (files of a directory in sorted order), one row per key
-    (the last), every `run_fields()` column present, int fields as nullable Int64, and the times of
-    older records filled in by `times.fill_times` (evaluate's rules: normalised by the same seed).
-    Records of a method that is not registered: ConfigError naming the plugin option that loads it.
-    Records are read as a stream and typed `_CHUNK_ROWS` at a time (a million of them are never held
-    as dicts at once: 10^6 worst-case records load in 2.6 GB, 10^5 in 0.47 GB).
+    One row per grid point (key): in one file the last written (a resumed run rewrites a point); a point
+    in several files (the jobs of a multirun that share a baseline, a folder given twice or inside
+    another given) is read once, from the first file given, where the files agree on everything but the
+    times (`times.is_time_field`): one point decoded twice gives the same outputs. Where they differ, a
+    ConfigError names both files, the point and a field that differs. Every `run_fields()` column is
+    present, int fields as nullable Int64, and the times of older records filled in by
+    `times.fill_times` (evaluate's rules: normalised by the same seed). Records of a method that is not
+    registered: ConfigError naming the plugin option that loads it. Records are read as a stream and typed
+    `_CHUNK_ROWS` at a time (a million of them are never held as dicts at once: 10^6 worst-case records
+    load in 2.6 GB, 10^5 in 0.47 GB).
     """
-    frames = [_typed(chunk) for chunk in _chunks(_rows_of(paths), _CHUNK_ROWS)]
+    return _load(paths, _result_files).drop(columns=_SOURCE)
+
+
+_CHUNK_ROWS = 20_000  # records held as dicts at once: a chunk becomes typed columns before the next
+_SOURCE = "_file"  # while loading: the file a record was read from
+# fields that say where a record was read or copied from, not what it measured
+_WHERE = frozenset((_SOURCE, "run_dir", "reused_from", "key"))
+
+
+def _load(paths: Sequence[str | Path], files_of: Any, found: list[Path] | None = None) -> pd.DataFrame:
+    """The records of the files `files_of(path)` lists for each path (each file read once), typed, one
+    per key (`_one_per_key`), times filled; `_SOURCE` names each one's file; `found` gets the files."""
+    rows = _rows_of(paths, files_of, [] if found is None else found)
+    frames = [_typed(chunk) for chunk in _chunks(rows, _CHUNK_ROWS)]
     if not frames:
         frames = [_typed([])]
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     del frames
+    if _SOURCE not in df:
+        df[_SOURCE] = pd.Series(dtype=object)
     check_known(df["method"].dropna().unique(), ", ".join(map(str, paths)))
-    # one row per key, the last written, in the order of the last writes (as a re-inserted dict keeps)
-    df = df.drop_duplicates("key", keep="last").reset_index(drop=True)
-    return fill_times(df)
+    return fill_times(_one_per_key(df))
 
 
-_CHUNK_ROWS = 20_000  # records held as dicts at once: a chunk becomes typed columns before the next
-
-
-def _rows_of(paths: Sequence[str | Path]) -> Iterator[dict[str, Any]]:
+def _rows_of(paths: Sequence[str | Path], files_of: Any, found: list[Path]) -> Iterator[dict[str, Any]]:
+    seen: set[Path] = set()
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise MissingFile(f"{p} does not exist (give results.jsonl/.parquet files or run directories)")
-        for f in _result_files(p):
+        for f in files_of(p):
+            if (real := f.resolve()) in seen:  # a folder given twice, or inside another given
+                continue
+            seen.add(real)
+            found.append(f)
+            name = str(f)
             if f.suffix == ".parquet":
                 frame = pd.read_parquet(f).astype(object)
-                yield from _take(frame.where(frame.notna(), None).to_dict("records"), f)
+                rows: Iterable[dict[str, Any]] = _take(frame.where(frame.notna(), None).to_dict("records"), f)
             else:
-                yield from iter_jsonl(f, as_record)
+                rows = iter_jsonl(f, as_record)
+            for row in rows:
+                row[_SOURCE] = name
+                yield row
+
+
+def _one_per_key(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per key: in a file the last (in the order of the last writes, as a re-inserted dict
+    keeps), across files the first file's, once `_same_point` has checked that they agree."""
+    df = df.drop_duplicates(["key", _SOURCE], keep="last")
+    twice = df["key"].duplicated(keep=False)
+    if twice.any():
+        _same_point(df[twice])
+        df = df.drop_duplicates("key", keep="first")
+    return df.reset_index(drop=True)
+
+
+def _comparable(value: Any) -> Any:
+    """A field's value as `_same_point` compares it: missing as None, lists and dicts as JSON text."""
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value, sort_keys=True, default=str)
+    return None if _missing(value) else value
+
+
+def _shown(value: Any) -> str:
+    return repr(value.item() if hasattr(value, "item") else _comparable(value))
+
+
+def _same_point(d: pd.DataFrame) -> None:
+    """The records of points read from more than one file (one per file): ConfigError where two of one
+    key differ in anything but times and where they were read from; a warning where only times do."""
+    fields = [c for c in d.columns if c not in _WHERE and not is_time_field(c)]
+    clocks = [c for c in d.columns if c not in _WHERE and is_time_field(c)]
+    for cols, same in ((fields, False), (clocks, True)):
+        if not cols:
+            continue
+        values = d[cols].map(_comparable)
+        values["key"] = d["key"].to_numpy()
+        counts = values.groupby("key", sort=False).nunique(dropna=False)
+        differ = counts[(counts > 1).any(axis=1)]
+        if differ.empty:
+            continue
+        key = differ.index[0]
+        field = next(c for c in cols if differ.loc[key, c] > 1)
+        rows = d[d["key"] == key]
+        first = rows.iloc[0]
+        other = next(
+            r for _, r in rows.iloc[1:].iterrows() if _comparable(r[field]) != _comparable(first[field])
+        )
+        if same:
+            log.warning(
+                f"{len(differ)} grid point(s) are in more than one file with the same outputs but "
+                f"other times (e.g. {field} in {first[_SOURCE]} and {other[_SOURCE]}): each is read once, "
+                "its times from the first file given"
+            )
+            return
+        raise ConfigError(
+            f"{first[_SOURCE]} and {other[_SOURCE]} both hold the grid point {key} (the same settings and "
+            f"seed) with different results: {field} {_shown(first[field])} against {_shown(other[field])}. "
+            "One point "
+            "cannot have two results (were they decoded on other machines or code versions?): read them "
+            "apart, one report each, or re-run one of them into its own folder with other settings"
+        )
 
 
 def _chunks(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -539,21 +630,20 @@ def _typed(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
     """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
-    dir works), with `run_dir`, the directory holding the file: where the record's per-example rows are
-    (`read_examples(row.run_dir, row.key)`). Raises MissingFile (a FileNotFoundError) when there is none."""
-    frames = []
+    dir works; a point in several of them read once, as there), with `run_dir`, the directory holding
+    the file it was read from: where the record's per-example rows are (`read_examples(row.run_dir,
+    row.key)`). Raises MissingFile (a FileNotFoundError) when there is none."""
     for run in run_dirs:
         if not Path(run).exists():
             raise MissingFile(
                 f"{run}: no such run directory (give run directories of python -m diversed.evaluate)"
             )
-        for f in sorted(Path(run).rglob(_RESULTS_NAME)):
-            d = load_results(f)
-            d["run_dir"] = str(f.parent)
-            frames.append(d)
-    if not frames:
+    found: list[Path] = []
+    df = _load(run_dirs, _run_files, found)
+    if not found:
         raise MissingFile(
             f"no {_RESULTS_NAME} under {', '.join(map(str, run_dirs))}: give run directories of "
             "python -m diversed.evaluate"
         )
-    return pd.concat(frames, ignore_index=True)
+    df["run_dir"] = [str(Path(f).parent) for f in df[_SOURCE]]
+    return df.drop(columns=_SOURCE)

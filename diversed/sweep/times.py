@@ -27,6 +27,8 @@ at batch 1 (the paper's time), with each timed example's own time, new tokens an
   seeds of per-example ratios with a cluster bootstrap over examples (`example_log_ratios`,
   `example_interval`) where the latency passes kept per-example times, else the geometric mean over
   seeds with a t-interval on the log ratios;
+- `is_time_field`: which record fields measure the clock, not the outputs (two runs of one grid point
+  agree on all others: `results.load_results` checks that where a point is in several files);
 - `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
   records of the same run (a dry run's estimate; none without finished records).
 
@@ -93,6 +95,29 @@ TIME_FIELDS = (
     *ci_fields("latency_s"),  # 95 % intervals over the repeats (median_interval)
     *(f for n in NORMALIZED for f in ci_fields(n)),
 )
+
+
+# What a record measured of the clock rather than of the outputs: the same grid point decoded twice
+# (same settings and seed: the same tokens and scores) gives other values here (`is_time_field`).
+_CLOCK = frozenset(
+    (
+        *NORMALIZED,
+        *NORMALIZED.values(),
+        *RUNS,
+        *RUNS.values(),
+        *TIME_FIELDS,
+        "tokens_per_s",
+        "scored_wall_time_s",
+        "prompt_pass_s",
+        "timing",  # how it was timed (repeats, threads, the launcher beside it)
+    )
+)
+
+
+def is_time_field(field: str) -> bool:
+    """Whether a record field is a measurement of time (or says how time was measured): the fields
+    above, the latency passes' own (`latency_*`), and any `*_s`, `*_time*` field a newer writer adds."""
+    return field in _CLOCK or field.startswith("latency_") or field.endswith("_s") or "_time" in field
 
 
 def _missing(value: Any) -> bool:
