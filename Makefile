@@ -1,9 +1,11 @@
-# `make demo` and `make test` both set up the same idempotent .venv first.
+# `make demo` and `make test` both set up the same idempotent .venv first: the package and what it
+# runs on (`setup`, all a first look needs), and for tests and lint its dev extra too (`setup-dev`).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup demo demo-full test lint clean real-setup demo-real
+.PHONY: setup setup-dev demo demo-full test lint clean real-setup demo-real
 
 # bubblewrap is the code sandbox's strongest layer (diversed/tasks/execution.py): installed where apt-get
 # and root allow; without it the other layers run and say what is not enforced.
@@ -36,8 +38,13 @@ $(STAMP): pyproject.toml
 	  $(PY) -m pip install -q --timeout 10 --retries 0 --index-url $(TORCH_CPU_INDEX) $(TORCH) || \
 	    { echo "no wheel from $(TORCH_CPU_INDEX) (unreachable?): $(TORCH) from the default index"; $(PY) -m pip install -q $(TORCH); }; \
 	fi
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
+
+setup-dev: setup $(DEV_STAMP)
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(DEV_STAMP)
 
 # `make demo`: a first look in a few minutes (1 seed, 40 prompts, N = 5, T = 1); `make demo-full`: the
 # run the README quotes (3 seeds, 100 prompts, N = 3 and 5, T = 1 and 0.1, batch-1 timing).
@@ -57,6 +64,7 @@ REAL_ROWS := .cache/real-data
 REAL_PAIR ?= qwen25coder
 DEMO_REAL_ARGS ?=
 real-setup: setup
+	$(PY) -m pip install -q -e ".[gguf]"
 	$(PY) -m diversed.weights fetch $(REAL_PAIR)
 	@if [ -d "$(REAL_DATA)" ]; then $(PY) scripts/real_data.py $(REAL_DATA) $(REAL_ROWS); fi
 	@if [ "$(REAL_PAIR)" = smollm2 ]; then \
@@ -67,10 +75,10 @@ real-setup: setup
 demo-real: real-setup
 	$(PY) scripts/demo_real.py --pair $(REAL_PAIR) $$( [ -d "$(REAL_ROWS)" ] && echo --data $(REAL_ROWS) ) $(DEMO_REAL_ARGS)
 
-test: setup
+test: setup-dev
 	$(PY) -m pytest -q
 
-lint: setup
+lint: setup-dev
 	$(PY) -m ruff check diversed tests scripts
 
 clean:

@@ -425,9 +425,13 @@ def _choose(model: nn.Module) -> Plan:
         level = logging.WARNING if surprise else logging.INFO
     chosen = chosen or Plan(model, direct=False)
     chosen.reason = reason
-    if _told.get(model) != (said := f"{chosen.path}: {reason}"):  # once per model, and when it changes
-        _told[model] = said
-        log.log(level, "%s: %s forward path: %s", _name(model), chosen.path, reason)
+    # once per model at INFO, and again when the path or its level changes; a model checked again as its
+    # weights change (distill trains the draft) with the same outcome says so at DEBUG only
+    said = f"{chosen.path}: {logging.getLevelName(level)}"
+    if _told.get(model) == said and level == logging.INFO:
+        level = logging.DEBUG
+    _told[model] = said
+    log.log(level, "%s: %s forward path: %s", _name(model), chosen.path, reason)
     return chosen
 
 
