@@ -11,13 +11,15 @@
    (each on its own task and on the other: the transfer table), with per-token w and batch-1
    latency, every point once per seed (`--seeds`; resumable: re-running skips finished points);
 5. `python -m diversed.report` writes Tables 1-3 (intervals over examples and seeds, DIVERSED paired
-   against each baseline) and the figures; `--docs` copies the README's figures and writes the
-   README's demo results between its markers from the report's claims.md, so no number there is typed.
+   against each baseline) and the figures; `--docs` copies the figures the docs show, writes the demo
+   results of docs/results.md between its markers from the report's claims.md and the README's five-row
+   headline from the same claims (`headline`), so no number there is typed (`--fill-only`: those two
+   from the committed docs/demo_claims.md alone).
 Steps 2-5 run exactly the commands a user would type; everything goes under `--out`.
 
 `--quick` (`make demo`) is a first look in a few minutes: one seed, 40 prompts, N = 5 and T = 1, a
-smaller grid and no timing, so its report has no time column. The README quotes the full run
-(`make demo-full`, `--docs docs`), never a quick one.
+smaller grid and no timing, so its report has no time column. The README and docs/results.md quote the
+full run (`make demo-full`, `--docs docs`), never a quick one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -91,7 +94,7 @@ def run(title: str, *argv: str) -> float:
     return took
 
 
-# The figures the README shows, copied by --docs (names as the report writes them).
+# The figures the README and docs/results.md show, copied by --docs (names as the report writes them).
 DOCS = (
     "acceptance_vs_w_toy_toy_T1.png",
     "quality_vs_time_toy_T1.png",
@@ -121,14 +124,31 @@ GRID = (
     "sweep.typical_epsilons=[0.05,0.3]",
 )
 
+# docs/results.md's section: the report's claims whole (every table, caption and the run's times)
 BEGIN, END = (
     "<!-- demo results: written by scripts/demo.py --docs from the report; do not edit -->",
     "<!-- end of demo results -->",
 )
+# the README's headline: five rows of the same claims (`headline`)
+HEADLINE_BEGIN, HEADLINE_END = (
+    "<!-- demo headline: written by scripts/demo.py --docs from docs/demo_claims.md; do not edit -->",
+    "<!-- end of demo headline -->",
+)
+HEADLINE_TABLE = "Table (T = 1)"
+# its rows, by the report's labels: the first label of a tuple the claims have (the fine-tuned draft, else
+# lossy SD); the speculative rows at the table's largest N
+HEADLINE_ROWS = (
+    "Autoregressive",
+    "SD (lossless)",
+    "Static, chosen on validation",
+    ("SD, fine-tuned draft", "Lossy SD, chosen on validation"),
+    "DIVERSED",
+)
+HEADLINE_COLUMNS = ("accepted/proposed %", "quality ×100")  # per task
 
 
 def fill_readme(readme: Path, text: str, markers: tuple[str, str] = (BEGIN, END)) -> None:
-    """Replace what lies between the README's demo `markers` with `text` (the report's claims)."""
+    """Replace what lies between a page's demo `markers` with `text` (the report's claims)."""
     begin, end = markers
     body = readme.read_text()
     if begin not in body or end not in body:
@@ -215,6 +235,48 @@ def across_builds(a: str, b: str) -> tuple[str, dict[str, int], list[str]]:
     return "\n".join(out) + "\n", counts, outside
 
 
+def headline(claims: str, link: str = "docs/results.md") -> str:
+    """The README's headline from a report's claims (or `across_builds`' merge): `HEADLINE_ROWS` of
+    `HEADLINE_TABLE` (its first pair; the speculative rows at its largest N), the `HEADLINE_COLUMNS` of every
+    task, each cell as the claims wrote it, under a caption taken from theirs; `link` is the page with them
+    all."""
+    table = [
+        (head, cells) for _, title, head, cells in _table_lines(claims) if title == HEADLINE_TABLE and cells
+    ]
+    if not table:
+        raise SystemExit(f"the claims have no {HEADLINE_TABLE!r}: the headline is drawn from it")
+    header, pair = table[0][0], table[0][1][0]
+    rows = {(c[1], c[2]): dict(zip(header, c, strict=True)) for _, c in table if c[0] == pair}
+    caption = next((line for line in claims.splitlines() if line.startswith(f"**{HEADLINE_TABLE}**")), "")
+    n = str(max(int(n) for _, n in rows if n.isdigit()))
+    tasks = [h.split(": ")[0] for h in header[3:] if h.endswith(f": {HEADLINE_COLUMNS[1]}")]
+    columns = [f"{task}: {c}" for task in tasks for c in HEADLINE_COLUMNS]
+    lines = ["| method | N | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for labels in HEADLINE_ROWS:
+        labels = (labels,) if isinstance(labels, str) else labels
+        row = next((rows[k] for label in labels for k in ((label, n), (label, "–")) if k in rows), None)
+        if row is None:
+            raise SystemExit(f"{HEADLINE_TABLE!r} has no row {' or '.join(labels)} (N = {n} or –)")
+        lines.append("| " + " | ".join([row["method"], row["N"], *(row[c] for c in columns)]) + " |")
+    seeds = re.search(r"mean over \d+ seeds? \([^)]*\) and the examples", caption)
+    across = ", the hull of both builds' intervals" if claims.startswith("The same run on two builds") else ""
+    said = (
+        f"**{HEADLINE_TABLE}, N = {n}**: five of its rows; acceptance = accepted/proposed drafts %, quality "
+        f"×100 per task; {seeds[0] if seeds else 'mean over the examples'} [95 % interval{across}]. Every "
+        f"row, the times and the paired tests: [{link}]({link})."
+    )
+    said = textwrap.fill(said, 110, break_long_words=False, break_on_hyphens=False)  # a README's lines
+    return said + "\n\n" + "\n".join(lines) + "\n"
+
+
+def fill_docs(claims: str, page: Path, readme: Path) -> None:
+    """`claims` (docs/demo_claims.md's text) between `page`'s demo markers, and its `headline` between
+    `readme`'s headline markers (linking to `page`)."""
+    fill_readme(page, claims)
+    link = Path(os.path.relpath(page, readme.parent)).as_posix()
+    fill_readme(readme, headline(claims, link), (HEADLINE_BEGIN, HEADLINE_END))
+
+
 def build_record(args: argparse.Namespace, took: dict[str, float], seconds: float) -> dict:
     """What a run was and where it ran (out/demo_run.json): its size, its steps' times and the build."""
     return {
@@ -244,9 +306,10 @@ def _run_line(record: dict, name: str) -> str:
 
 
 def docs(args: argparse.Namespace, out: Path) -> None:
-    """--docs: copy the README's figures, write docs/demo_claims.md and fill the README's demo section:
-    one build's claims, or with --build-b the cells across both builds (`across_builds`), each build's own
-    claims kept beside them (demo_claims_build_a.md, _b.md)."""
+    """--docs: copy the figures the docs show, write docs/demo_claims.md and fill --page's demo section
+    and --readme's headline from it (`fill_docs`): one build's claims, or with --build-b the cells across
+    both builds (`across_builds`), each build's own claims kept beside them (demo_claims_build_a.md,
+    _b.md)."""
     where = Path(args.docs)
     where.mkdir(parents=True, exist_ok=True)
     for name in DOCS:
@@ -285,7 +348,7 @@ def docs(args: argparse.Namespace, out: Path) -> None:
             + "\n"
         )
     (where / "demo_claims.md").write_text(text)
-    fill_readme(Path(args.readme), text)
+    fill_docs(text, Path(args.page), Path(args.readme))
 
 
 def main() -> None:
@@ -301,9 +364,24 @@ def main() -> None:
         "--seeds", type=int, default=3, help="seeds per grid point (intervals over examples and seeds)"
     )
     parser.add_argument(
-        "--docs", default=None, help="copy the README's figures here (e.g. docs) and fill --readme"
+        "--docs",
+        default=None,
+        help="copy the docs' figures here (e.g. docs), write its demo_claims.md, fill --page and --readme",
     )
-    parser.add_argument("--readme", default="README.md", help="the README whose demo results --docs rewrites")
+    parser.add_argument(
+        "--page",
+        default="docs/results.md",
+        help="the page whose demo results --docs rewrites (the claims whole)",
+    )
+    parser.add_argument(
+        "--readme", default="README.md", help="the README whose headline table --docs rewrites"
+    )
+    parser.add_argument(
+        "--fill-only",
+        action="store_true",
+        help="with --docs: run nothing, rewrite --page's section and --readme's headline from the committed "
+        "<docs>/demo_claims.md",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -319,13 +397,19 @@ def main() -> None:
         "--build-b",
         default=None,
         help="with --docs: the --out of the same demo run on another build (other threads or instruction "
-        "set); the README then gives each cell's interval across both builds (`across_builds`)",
+        "set); the docs then give each cell's interval across both builds (`across_builds`)",
     )
     args = parser.parse_args()
     if args.build_b and not args.docs:
-        parser.error("--build-b goes with --docs (it merges two builds' reports into the README's numbers)")
+        parser.error("--build-b goes with --docs (it merges two builds' reports into the docs' numbers)")
     if args.quick and args.docs:
-        parser.error("--docs writes the README's numbers: they come from the full run, not --quick")
+        parser.error("--docs writes the docs' numbers: they come from the full run, not --quick")
+    if args.fill_only:
+        if not args.docs:
+            parser.error("--fill-only goes with --docs (the folder holding demo_claims.md)")
+        fill_docs((Path(args.docs) / "demo_claims.md").read_text(), Path(args.page), Path(args.readme))
+        print(f"filled {args.page} and {args.readme} from {Path(args.docs) / 'demo_claims.md'}")
+        return
     if args.quick:
         args.seeds, args.n_examples = min(args.seeds, 1), min(args.n_examples, 40)
     grid = QUICK if args.quick else GRID

