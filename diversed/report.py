@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from diversed.analysis.compare import mean_over_seeds
-from diversed.analysis.drawing import plot_pareto
+from diversed.analysis.drawing import has_interval, plot_pareto
 from diversed.analysis.figures import (
     Shown,
     acceptance_vs_w,
@@ -338,12 +338,20 @@ def write_report(
             formats=formats,
         )
     pareto = plot_pareto(test, figs, formats=formats, choices=choices)
+    quality_bars = has_interval(d, "score_ci_low", "score_ci_high").any()
     shown.append(
         Shown(
             pareto,
             "Pareto figures (plot.py): quality against acceptance and against time, every setting, "
-            "one per pair, task and temperature; each knob family drawn as its front, the setting the "
-            "tables show ringed where it was chosen on the validation split.",
+            "one per pair, task and temperature, a row per draft length N; each knob family drawn as its "
+            "front, the setting the tables show ringed where it was chosen on the validation split; "
+            "DIVERSED's heads named by the task each was trained on; "
+            + (
+                "faint horizontal bars: the quality's 95 % interval where the records hold one (none on "
+                "acceptance or time)."
+                if quality_bars
+                else "no error bars: the records hold no interval of the quality."
+            ),
             tuple(test["task"].unique()),
         )
     )

@@ -1,17 +1,14 @@
-"""Pareto figures, the summary table, the CLI and the notebook, on the synthetic fixture."""
+"""Pareto figures, the summary table and the CLI, on the synthetic fixture (the notebook:
+test_notebook.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
-from nbclient import NotebookClient
 
 from diversed.analysis.drawing import method_label, plot_pareto, summary_table, write_table
 from diversed.plot import run
@@ -160,37 +157,6 @@ def test_cli_end_to_end(tmp_path, capsys):
         run([str(run_dir / "examples"), "--out", str(out)])  # no run records there
 
 
-# ---------------------------------------------------------------------------- notebook
-
-
-def test_notebook_runs_on_the_fixture(tmp_path, monkeypatch):
-    # A kernelspec for this interpreter, so the test never depends on kernels installed by hand.
-    spec = tmp_path / "jupyter" / "kernels" / "diversed-test"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "test", "language": "python"})
-    )
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("DIVERSED_RESULTS", str(gsm8k_greedy(tmp_path)))
-    monkeypatch.setenv("DIVERSED_PLOTS", str(tmp_path / "plots"))
-
-    nb = nbformat.read(ROOT / "notebooks" / "pareto_fronts.ipynb", as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(not c.outputs and c.execution_count is None for c in code)  # committed without outputs
-    NotebookClient(
-        nb, kernel_name="diversed-test", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-
-    outputs = [o for c in code for o in c.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1  # one per (pair, task, temperature)
-    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
-    assert "DIVERSED (tiny-pair/head)" in html and "Static w=0.5" in html  # the summary table
-    assert [p.name for p in (tmp_path / "plots").iterdir()] == ["pareto_tiny-pair_gsm8k_T0.png"]
-
-
 # ---------------------------------------------------------------------------- method families
 
 
@@ -275,10 +241,10 @@ def test_each_family_is_a_front_and_the_table_keeps_its_best_setting_at_ar_quali
         ("cascade", ("opt",)),
         ("typical", (0.3,)),
     }
-    labels = [h.get_label() for h in _legend({3: "C0"}, {}, df)]
+    labels = [h.get_label() for h in _legend(df, {})]
     assert (
-        "static, w labelled" in labels
-        and "lossy, l labelled" in labels
-        and "cascade rule=chow, α labelled" in labels
-    )
-    assert "typical δ=0.3, ε labelled" in labels  # each knob named by its symbol (methods.Knob)
+        "Static, w labelled" in labels
+        and "Lossy SD, l labelled" in labels
+        and "Cascade rule=chow, α labelled" in labels
+    )  # each method by its display name (methods.Method.name_only)
+    assert "Typical δ=0.3, ε labelled" in labels  # each knob named by its symbol (methods.Knob)

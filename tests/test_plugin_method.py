@@ -132,8 +132,8 @@ def test_plot_draws_it_and_report_tabulates_it_with_its_knob_named(swept, tmp_pa
     table = summary_table(df)
     labels = [label for _, label in table.index]
     assert [x for x in labels if x.startswith("Power")] == ["Power β=1", "Power β=0.5", "Power β=0.2"]
-    legend = [h.get_label() for h in _legend({2: "C0"}, {}, mean_over_seeds(df, examples=False))]
-    assert "power, β labelled" in legend  # a line over β, the legend naming the knob by its symbol
+    legend = [h.get_label() for h in _legend(mean_over_seeds(df, examples=False), {})]
+    assert "Power, β labelled" in legend  # a line over β, the legend naming the knob by its symbol
     assert plot_pareto(df, tmp_path / "plots", formats=("png",))
 
     write_report([swept], tmp_path / "report", formats=("png",))

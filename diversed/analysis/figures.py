@@ -3,10 +3,13 @@ Proposition 1 beside it, quality against time per sample and per token, time aga
 and what a head learned.
 
 Each function takes seed-averaged records (`compare.mean_over_seeds`; the time figures draw the
-intervals of `times.times_over_seeds` where the records have them) or a dynamic point's example
-rows, writes PNG and PDF (HTML for coloured completions) under `out_dir` and returns a list of
-`Shown(paths, caption)` for the report to index. It draws only what the records hold: nothing is
-decoded or rescored. Figures are made on the Agg canvas without pyplot (the backend is left alone).
+intervals of `times.times_over_seeds` where the records have them, and no bar where they have none,
+their captions saying which) or a dynamic point's example rows, writes PNG and PDF (HTML for coloured
+completions) under `out_dir` and returns a list of `Shown(paths, caption)` for the report to index.
+They share the Pareto figures' look (`drawing.py`: one colour per method, display names, heads named
+by their task, markers that hide none, labels that overlap nothing), with each legend outside its
+axes. It draws only what the records hold: nothing is decoded or rescored. Figures are made on the Agg
+canvas without pyplot (the backend is left alone).
 """
 
 from __future__ import annotations
@@ -26,7 +29,19 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from diversed.analysis.drawing import safe_name
+from diversed.analysis.drawing import (
+    PointLabel,
+    display_name,
+    finish,
+    has_interval,
+    head_legend,
+    head_markers,
+    head_names,
+    method_colour,
+    point_style,
+    safe_name,
+    save_figure,
+)
 from diversed.analysis.fronts import pareto_front
 from diversed.files.atomic import write_file
 from diversed.sweep.methods import METHODS
@@ -39,23 +54,90 @@ class Shown(NamedTuple):
     tasks: tuple[str, ...] = ()  # the tasks whose records it draws
 
 
-def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=(width * n_axes, 4.4 * rows), layout="constrained")
+_LEGEND_WIDTH = 3.2  # inches beside the axes for a legend outside them (`_legend`)
+
+
+def _figure(n_axes: int = 1, width: float = 6.0, rows: int = 1, legend: bool = True) -> tuple[Figure, list]:
+    """A figure of `rows` x `n_axes` panels `width` inches wide, and room for a legend on the right."""
+    fig = Figure(figsize=(width * n_axes + _LEGEND_WIDTH * legend, 4.4 * rows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, n_axes, squeeze=False)
     return fig, list(axes.ravel())
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    """`fig` as `<out_dir>/<stem>.<format>` for each format, each file written whole (`atomic.write_file`)."""
+    """`fig` as `<out_dir>/<stem>.<format>` for each format (`drawing.save_figure`)."""
+    return save_figure(fig, out_dir, stem, formats)
+
+
+def _legend(fig: Figure, axes: Sequence) -> object:
+    """One legend for the figure, outside its axes on the right: each label once, in drawing order."""
+    handles = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    return fig.legend(
+        handles.values(), handles.keys(), loc="outside right upper", fontsize="small", frameon=False
+    )
+
+
+class Series(NamedTuple):
+    method: str
+    label: str  # its legend entry
+    rows: pd.DataFrame
+    marker: str | None  # a head's marker; None: the method's own
+
+
+def _series(d: pd.DataFrame) -> list[Series]:
+    """The records of `d` by what a legend names: a method, DIVERSED by head (named by its task)."""
+    out, names, markers = [], head_names(d), head_markers(d[d["method"] == "dynamic"])
+    for method, m in d.groupby("method", sort=False):
+        if method != "dynamic":
+            out.append(Series(method, display_name(method), m, None))
+            continue
+        for head, h in m.groupby(m["head"].astype(str), sort=True):
+            out.append(Series(method, head_legend(names.get(head, head)), h, markers.get(head)))
+    order = {name: i for i, name in enumerate(METHODS)}  # the registry's order, in every legend
+    return sorted(out, key=lambda s: (order.get(s.method, len(order)), s.label))
+
+
+def _bars(ax, m: pd.DataFrame, x: str, y: str, err_of: str, colour: str, zorder: float) -> bool:
+    """Error bars on `err_of` (x or y) for the rows of `m` whose interval was measured (`times.ci_fields`),
+    none on the others; returns whether any was drawn."""
+    low, high = ci_fields(err_of)
+    rows = m[has_interval(m, low, high)]
+    if rows.empty:
+        return False
+    err = np.vstack([rows[err_of] - rows[low], rows[high] - rows[err_of]]).astype(float).clip(min=0)
+    kw = {"xerr": err} if err_of == x else {"yerr": err}
+    ax.errorbar(rows[x], rows[y], fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, zorder=zorder, **kw)
+    return True
+
+
+def _points(ax, rows: pd.DataFrame, x: str, y: str, label: str, style: dict) -> list:
+    """One marker per row (so that `drawing.dodge` can move apart those on one spot), in the legend once;
+    returns them, in the rows' order."""
     return [
-        write_file(out_dir / f"{stem}.{fmt}", lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=150))
-        for fmt in formats
+        ax.plot([px], [py], ls="", label=label if i == 0 else "_", **style)[0]
+        for i, (px, py) in enumerate(zip(rows[x], rows[y], strict=True))
     ]
 
 
-def _label(method: str) -> str:
-    return METHODS[method].name_only if method in METHODS else method
+def bars_caption(drawn: bool, d: pd.DataFrame, what: str = "the times") -> str:
+    """What the bars of a time figure are, or why there are none."""
+    if drawn:
+        return (
+            f"bars: 95 % intervals of {what} (over seeds, or one seed's timing repeats), drawn where the "
+            "records hold one"
+        )
+    seeds = int(pd.to_numeric(d.get("n_seeds", pd.Series([1])), errors="coerce").max() or 1)
+    why = (
+        "one seed timed without repeats, timing.repeats=0: each time is a single measurement; set "
+        "timing.repeats or run more seeds for intervals"
+        if seeds <= 1
+        else "these records hold none"
+    )
+    return f"no error bars: no interval of {what} was measured ({why})"
 
 
 # ----------------------------------------------------------------------------- acceptance against w
@@ -74,12 +156,44 @@ def prop1_gaps(d: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
+_N_MARKERS = ("o", "s", "^", "D", "v", "P")  # the draft lengths of one figure, where colour is the method's
+
+
+def _acceptance_lines(ax, g: pd.DataFrame, static: pd.DataFrame, gaps: pd.DataFrame, y: str) -> None:
+    """The static ensemble's α against w per N (its colour, a marker per N), Proposition 1's prediction
+    dashed with hollow markers, and each head's α at its mean w (DIVERSED's colour, the head's marker)."""
+    names, markers = head_names(g), head_markers(g[g["method"] == "dynamic"])
+    colour, several = method_colour("static"), static["num_draft_tokens"].nunique() > 1
+    for i, (n, s) in enumerate(static.sort_values("weight").groupby("num_draft_tokens")):
+        at = f" (N={int(n)})" if several else ""
+        marker = _N_MARKERS[i % len(_N_MARKERS)]
+        ax.plot(
+            s["weight"],
+            s[y],
+            marker=marker,
+            ls="-",
+            color=colour,
+            label=f"{display_name('static')}, measured{at}",
+        )
+        p = gaps[gaps["num_draft_tokens"] == n].sort_values("weight")
+        if len(p):
+            ax.plot(
+                p["weight"], p["predicted"], marker=marker, mfc="none", ls="--", color=colour, alpha=0.8,
+                label=f"Proposition 1: 1 − w·mean TV{at}",
+            )  # fmt: skip
+        dyn = g[(g["method"] == "dynamic") & (g["num_draft_tokens"] == n)]
+        for head, h in dyn.groupby(dyn["head"].astype(str), sort=True):
+            style = point_style("dynamic", markers.get(head))
+            label = f"{head_legend(names.get(head, head))}, at its mean w{at}"
+            ax.plot(h["mean_w"], h[y], ls="", label=label, **style)
+
+
 def acceptance_vs_w(
     d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")
 ) -> list[Shown]:
     """Per (pair, task, temperature): the static ensemble's acceptance α (accepted over verified
-    drafts) against w, one line per N, Proposition 1's 1 − w·mean_tv dashed beside it (sampled
-    decoding), and each head's α at its mean w as a star."""
+    drafts) against w, a marker per N, Proposition 1's 1 − w·mean_tv dashed beside it (sampled
+    decoding), and each head's α at its mean w."""
     shown = []
     for (pair, task, temp), g in d.groupby(["pair", "task", "temperature"], sort=True):
         static = g[g["method"] == "static"]
@@ -88,31 +202,18 @@ def acceptance_vs_w(
         fig, (ax,) = _figure()
         y = "alpha" if static["alpha"].notna().any() else "acceptance_rate"
         gaps = prop1_gaps(g)
-        for i, (n, s) in enumerate(static.sort_values("weight").groupby("num_draft_tokens")):
-            ax.plot(s["weight"], s[y], "o-", color=f"C{i}", label=f"N={n} measured")
-            p = gaps[gaps["num_draft_tokens"] == n].sort_values("weight")
-            if len(p):
-                ax.plot(
-                    p["weight"], p["predicted"], "--", color=f"C{i}", alpha=0.8, label=f"N={n} 1 − w·mean TV"
-                )
-            dyn = g[(g["method"] == "dynamic") & (g["num_draft_tokens"] == n)]
-            ax.plot(
-                dyn["mean_w"],
-                dyn[y],
-                "*",
-                color=f"C{i}",
-                markersize=13,
-                label=f"N={n} DIVERSED (mean w)" if len(dyn) else None,
-            )
+        _acceptance_lines(ax, g, static, gaps, y)
+        ns = ", ".join(str(int(n)) for n in sorted(static["num_draft_tokens"].dropna().unique()))
         ax.set(
             xlabel="w, the weight on the target",
             ylabel="acceptance α (accepted / verified drafts)"
             if y == "alpha"
             else "acceptance (accepted / proposed drafts)",
             xlim=(-0.03, 1.03),
-            title=f"{pair} · {task} · T={temp:g}",
+            title=f"{pair} · {task} · T={temp:g} · N={ns}",
         )
-        ax.legend(fontsize=7, frameon=False)
+        ax.grid(alpha=0.3)
+        finish(fig, _legend(fig, [ax]), [])
         if len(gaps):
             worst = gaps.loc[gaps["gap"].abs().idxmax()]
             se = (
@@ -125,13 +226,13 @@ def acceptance_vs_w(
                 "(the tables' accepted/proposed is lower: drafts after a rejection count there). "
                 "Proposition 1 predicts α = 1 − w·mean TV(p, q) "
                 f"in sampled decoding; the largest gap over {len(gaps)} points is {worst['gap']:+.4f} (N="
-                f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se})."
+                f"{int(worst['num_draft_tokens'])}, w={worst['weight']:g}{se}). No error bars."
             )
         else:
             name = "α = accepted/verified drafts" if y == "alpha" else "accepted/proposed drafts"
             caption = (
                 f"Acceptance ({name}) against w, {pair} · {task} · T={temp:g} (no Proposition 1 prediction: "
-                "no mean TV, greedy decoding)."
+                "no mean TV, greedy decoding). No error bars."
             )
         shown.append(
             Shown(
@@ -163,13 +264,26 @@ def _time_axes(d: pd.DataFrame) -> list[tuple[str, str]]:
     ]
 
 
-def _err(m: pd.DataFrame, col: str) -> np.ndarray | None:
-    """Error bar lengths [below, above] of `col` from its interval (`times.ci_fields`), 0 where a row
-    has none; None where no row has one."""
-    low, high = ci_fields(col)
-    if low not in m or high not in m or m[[low, high]].isna().all().all():
-        return None
-    return np.nan_to_num(np.vstack([m[col] - m[low], m[high] - m[col]]).astype(float).clip(min=0))
+def _time_panel(ax, h: pd.DataFrame, x: str, several_n: bool) -> tuple[bool, list[PointLabel]]:
+    """One quality-against-time panel: each knob family as its faint points and its Pareto front (quality
+    up, time down), the other methods as points; bars where an interval was measured. Returns whether a
+    bar was drawn, and the points' N labels where the figure has several N."""
+    drawn, labels = False, []
+    for s in _series(h):
+        style, colour = point_style(s.method, s.marker), method_colour(s.method)
+        if METHODS.get(s.method) and METHODS[s.method].family:
+            front = pareto_front(s.rows, x, "score", maximize=(False, True))
+            ax.plot(s.rows[x], s.rows["score"], ls="", alpha=0.3, **style)
+            ax.plot(front[x], front["score"], ls="-", lw=1.2, label=f"{s.label} (front)", **style)
+            drawn |= _bars(ax, s.rows, x, "score", x, colour, style["zorder"] - 0.5)
+            continue
+        markers = _points(ax, s.rows, x, "score", s.label, style)
+        drawn |= _bars(ax, s.rows, x, "score", x, colour, style["zorder"] - 0.5)
+        for marker, (_, r) in zip(markers, s.rows.iterrows(), strict=True):
+            if several_n and pd.notna(r["num_draft_tokens"]):
+                n = int(r["num_draft_tokens"])
+                labels.append(PointLabel(r[x], r["score"], f"N={n}", colour, f"{s.label} N={n}", marker))
+    return drawn, labels
 
 
 def quality_vs_time(
@@ -177,51 +291,29 @@ def quality_vs_time(
 ) -> list[Shown]:
     """Per (task, temperature), a row per pair: quality against time per sample (left) and per
     generated token (right, as lossy settings change lengths), both relative to autoregressive
-    decoding, with each time's 95 % interval as a horizontal bar; the static ensemble as its
-    Pareto front (quality up, time down), the other methods as points (N beside)."""
+    decoding, with each time's 95 % interval as a horizontal bar where one was measured; the knob
+    families as their Pareto fronts (quality up, time down), the other methods as points (N beside
+    where the figure has several)."""
     shown = []
     for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
         axes_spec = _time_axes(g)
         pairs = sorted(g["pair"].unique())
+        ns = sorted(int(n) for n in g["num_draft_tokens"].dropna().unique())
         fig, axes = _figure(2, 5.0, rows=len(pairs))
+        pending, drawn = [], False
         for row, pair in enumerate(pairs):
             for ax, (x, xlabel) in zip(axes[2 * row : 2 * row + 2], axes_spec, strict=True):
                 h = g[(g["pair"] == pair) & g[x].notna()] if x in g else g.iloc[0:0]
-                for i, (method, m) in enumerate(h.groupby("method", sort=False)):
-                    xerr = _err(m, x)
-                    if METHODS.get(method) and METHODS[method].family:
-                        front = pareto_front(m, x, "score", maximize=(False, True))
-                        ax.errorbar(
-                            m[x], m["score"], xerr=xerr, fmt=".", color=f"C{i}", alpha=0.25, elinewidth=0.8
-                        )
-                        ax.plot(
-                            front[x], front["score"], "-", color=f"C{i}", label=f"{_label(method)} (front)"
-                        )
-                    else:
-                        ar = method == "autoregressive"
-                        ax.errorbar(
-                            m[x],
-                            m["score"],
-                            xerr=xerr,
-                            fmt="s" if ar else "o",
-                            color="k" if ar else f"C{i}",
-                            label=_label(method),
-                            elinewidth=0.8,
-                            capsize=2,
-                        )
-                        for _, r in m[m["num_draft_tokens"].notna()].iterrows():
-                            ax.annotate(
-                                f"N={int(r['num_draft_tokens'])}",
-                                (r[x], r["score"]),
-                                fontsize=6,
-                                xytext=(3, 3),
-                                textcoords="offset points",
-                            )
+                bars, labels = _time_panel(ax, h, x, len(ns) > 1)
+                drawn |= bars
+                pending.append((ax, labels))
+                at = f" · N={ns[0]}" if len(ns) == 1 else ""
                 ax.set(
                     xlabel=xlabel,
                     ylabel=f"{task} {g['metric'].iloc[0]}",
-                    title=f"{pair} · T={temp:g} · {xlabel.split(' /')[0]}",
+                    title=f"{pair} · T={temp:g}{at} · {xlabel.split(' /')[0]}",
                 )
+                ax.grid(alpha=0.3)
                 if h.empty:  # e.g. records from before per-token latencies
                     ax.text(
                         0.5,
@@ -231,13 +323,12 @@ def quality_vs_time(
                         va="center",
                         transform=ax.transAxes,
                     )
-                else:
-                    ax.legend(fontsize=7, frameon=False)
+        finish(fig, _legend(fig, axes), pending)
         mode = axes_spec[0][1].split("(")[-1].rstrip(")")
         caption = (
             f"Quality against time per sample (left) and per token (right), {task} · T={temp:g}, per pair: "
             f"relative to autoregressive decoding ({mode}; every method on the same forward path); "
-            "bars: 95 % intervals of the times (over seeds, or one seed's timing repeats)."
+            f"{bars_caption(drawn, g)}."
         )
         shown.append(
             Shown(
@@ -253,39 +344,37 @@ def time_vs_acceptance(
     d: pd.DataFrame, out_dir: str | Path, formats: Sequence[str] = ("png", "pdf")
 ) -> list[Shown]:
     """Per (task, temperature), one panel per pair: time relative to autoregressive decoding (its 95 %
-    interval as a bar) against the acceptance rate, every speculative point coloured by method;
-    below 1 is a speed-up."""
+    interval as a bar where one was measured) against the acceptance rate, every speculative point in
+    its method's colour; below 1 is a speed-up."""
     shown = []
     for (task, temp), g in d.groupby(["task", "temperature"], sort=True):
         y = shown_time(g)
         pairs = sorted(g["pair"].unique())
+        ns = ", ".join(str(int(n)) for n in sorted(g["num_draft_tokens"].dropna().unique()))
         fig, axes = _figure(len(pairs), 5.0)
+        drawn = False
         for ax, pair in zip(axes, pairs, strict=True):
             h = g[(g["pair"] == pair) & g["acceptance_rate"].notna() & g[y].notna()]
-            for i, (method, m) in enumerate(h.groupby("method", sort=False)):
-                ax.errorbar(
-                    m["acceptance_rate"],
-                    m[y],
-                    yerr=_err(m, y),
-                    fmt="o",
-                    color=f"C{i}",
-                    alpha=0.8,
-                    label=_label(method),
-                    elinewidth=0.8,
+            ax.axhline(1.0, color=method_colour("autoregressive"), lw=0.8, ls=":", label="Autoregressive")
+            for s in _series(h):
+                style = point_style(s.method, s.marker)
+                _points(ax, s.rows, "acceptance_rate", y, s.label, style)
+                drawn |= _bars(
+                    ax, s.rows, "acceptance_rate", y, y, method_colour(s.method), style["zorder"] - 0.5
                 )
-            ax.axhline(1.0, color="k", lw=0.8, ls=":", label="autoregressive")
             ax.set(
                 xlabel="acceptance (accepted / proposed drafts)",
                 ylabel=(
                     "time / autoregressive "
                     f"({'per sample, batch 1' if y == 'normalized_latency' else 'batch'})"
                 ),
-                title=f"{pair} · {task} · T={temp:g}",
+                title=f"{pair} · {task} · T={temp:g} · N={ns}",
             )
-            ax.legend(fontsize=7, frameon=False)
+            ax.grid(alpha=0.3)
+        finish(fig, _legend(fig, axes), [])
         caption = (
             f"Time against acceptance, {task} · T={temp:g}: relative to autoregressive decoding on the same "
-            "forward path, bars its 95 % interval (the paper min-max normalises its axis)."
+            f"forward path (the paper min-max normalises its axis); {bars_caption(drawn, g)}."
         )
         shown.append(
             Shown(
@@ -347,7 +436,7 @@ def head_learned(
     )
     title = (
         f"{record['pair']} · {record['task']} · T={record['temperature']:g} · "
-        f"N={int(record['num_draft_tokens'])} · head {record['head']} (trained on {trained})"
+        f"N={int(record['num_draft_tokens'])} · head trained on {trained}"
     )
     spans = []
     for r in rows[:n_examples]:
@@ -378,7 +467,7 @@ def head_learned(
         .agg(["mean", "count", "std"])
         .reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
     )
-    fig, (ax, hist) = _figure(2, 6.0)
+    fig, (ax, hist) = _figure(2, 6.0, legend=False)
     names = [f"{c}\n({int(n)} tokens)" for c, n in zip(stats.index, stats["count"], strict=True)]
     ax.bar(
         names,
@@ -406,7 +495,8 @@ def head_learned(
     hist.title.set_fontsize(8)
     caption = (
         f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-        f"completions, and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
+        "completions (bars: ± one standard deviation over the class's tokens), "
+        f"and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
         f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], min {w.min():.2f}, "
         f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
         f"{page.name}."
