@@ -85,12 +85,29 @@ def decode(args: argparse.Namespace) -> None:
         )
 
 
+LOGS: Path | None = None  # where each step's output goes (main: <out>/logs; None with --verbose: the console)
+
+
 def run(title: str, *argv: str) -> float:
+    """One step: the command a user would type, run; its output in a log file of its own (the console gets
+    the command, what it printed last and its time), or on the console with --verbose. A failed step
+    shows its log's end and stops the demo."""
     print(f"\n=== {title}\n$ python {' '.join(argv)}", flush=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, *argv], check=True)
+    if LOGS is None:
+        subprocess.run([sys.executable, *argv], check=True)
+        print(f"({time.perf_counter() - start:.0f} s)", flush=True)
+        return time.perf_counter() - start
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / (re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_")[:60] + ".log")
+    with open(log, "w", encoding="utf-8") as f:
+        done = subprocess.run([sys.executable, *argv], stdout=f, stderr=subprocess.STDOUT)
     took = time.perf_counter() - start
-    print(f"({took:.0f} s)", flush=True)
+    lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    if done.returncode:
+        print("\n".join(lines[-40:]), file=sys.stderr)
+        sys.exit(f"step failed (exit status {done.returncode}); its whole output: {log}")
+    print(f"{lines[-1] if lines else ''}\n({took:.0f} s; its output: {log})", flush=True)
     return took
 
 
@@ -383,6 +400,11 @@ def main() -> None:
         "<docs>/demo_claims.md",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every step's whole output on the console (default: in <out>/logs, one file per step)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="a first look (`make demo`): 1 seed, 40 prompts, N = 5, T = 1, a smaller grid, no batch-1 "
@@ -425,6 +447,8 @@ def main() -> None:
     )
     out = Path(args.out)
     start, took = time.perf_counter(), {}
+    global LOGS
+    LOGS = None if args.verbose else out / "logs"
 
     run_file = out / "demo_run.json"
     if args.report_only:
