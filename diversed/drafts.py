@@ -75,12 +75,12 @@ class DraftRecipe:
     max_new_tokens: int = 64  # of the α measurement
 
 
-# Sized for at most half an hour on 2 CPU cores (measured: 25.8 min, README). Per stage, one target sample per
-# train prompt (T = 1, prompts cut to 320 tokens: an article loses its end; the builds recorded in the
-# README, before 2026-11-27's round, kept prompts' last 320 tokens; batches of 64 by length) with the
-# target's top 256 ids over the draft's support at every position, then epochs of the draft's
-# forward and backward in bf16 autocast, rows of 12; linear warm-up and decay; lr 3e-3 (measured
-# against 1e-3 and 2e-3: higher held-out acceptance at equal steps, README).
+# Sized for at most half an hour on 2 CPU cores (measured: 25.8 min, docs/real-models.md). Per stage, one
+# target sample per train prompt (T = 1, prompts cut to 320 tokens: an article loses its end; the builds
+# recorded in docs/real-models.md, before 2026-11-27's round, kept prompts' last 320 tokens; batches of
+# 64 by length) with the target's top 256 ids over the draft's support at every position, then epochs of the
+# draft's forward and backward in bf16 autocast, rows of 12; linear warm-up and decay; lr 3e-3 (measured
+# against 1e-3 and 2e-3: higher held-out acceptance at equal steps, docs/real-models.md).
 _SHARED = (
     "distill.rollout=target",
     "distill.reuse=true",
@@ -89,7 +89,7 @@ _SHARED = (
     "distill.divergence=forward_kl",
     "distill.sample_batch_size=64",
     "task.max_prompt_tokens=320",
-    "task.chat_template=false",  # raw prompts, as the recorded builds (README)
+    "task.chat_template=false",  # raw prompts, as the recorded builds (docs/real-models.md)
     "distill.optimizer.lr=3e-3",
     "distill.lr_schedule=linear",
     "distill.warmup_steps=10",
@@ -109,9 +109,9 @@ RECIPES: dict[str, DraftRecipe] = {
         # 17 of 30 layers, the first 10 frozen (7 trained): 15 layers with 8 frozen were measured
         # against 6 and 10 layers trained whole, the highest acceptance per second of training; 17
         # with 10 frozen trains as many layers in about the same time and read +0.006 / +0.008 over
-        # it on held-out train rows (README). XSum first (400 prompts, one epoch), then GSM8K (240
-        # prompts, 128 new tokens) with XSum's samples replayed, about 3.3 epochs. 640 XSum prompts
-        # (54 steps) measured worse on both tasks' held-out α (README).
+        # it on held-out train rows (docs/real-models.md). XSum first (400 prompts, one epoch), then
+        # GSM8K (240 prompts, 128 new tokens) with XSum's samples replayed, about 3.3 epochs. 640 XSum prompts
+        # (54 steps) measured worse on both tasks' held-out α (docs/real-models.md).
         DraftRecipe(
             "smollm2",
             "shipped:smollm2",
