@@ -1,9 +1,12 @@
 """`python -m diversed.distill +experiment=distill_toy`: fine-tune the DRAFT towards the frozen target.
 
-`distill(cfg)` checks the settings (`schema.check_distill`), the data and the pair's files, then
+`distill(cfg)` checks the settings (`schema.check_distill`), the trainer's against this machine
+(`runtime.check_trainer`), the data and the pair's files, then
 fits the module (`training/draft_module.py`: on-policy distillation in the style of DistillSpec,
 its divergences and rollouts) and saves the best draft, which `finetuned_draft` evaluates with
-lossless SD (`sweep.draft_models`). Tests call `distill(cfg)`; `main` is the thin Hydra wrapper.
+lossless SD (`sweep.draft_models`). A Ctrl-C ends as one line naming the latest checkpoint and the
+`ckpt_path=` that resumes from it (exit status 130). Tests call `distill(cfg)`; `main` is the thin
+Hydra wrapper.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import hydra
 from omegaconf import DictConfig
 
 from diversed import CONFIG_DIR
-from diversed.config.runtime import fit, prepare_training
-from diversed.errors import hydra_task
+from diversed.config.runtime import check_trainer, fit, prepare_training, saved_training
+from diversed.errors import hydra_task, on_interrupt
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +33,19 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
     from diversed.sweep.preflight import check_checkpoint, model_shapes
 
     check_distill(cfg)
+    check_trainer(cfg, "diversed.distill")  # the trainer's settings against this machine
 
     def fits(card: Any) -> None:  # ckpt_path: readable, and the draft's shapes (safetensors headers)
         expected = {f"draft.{k}": shape for k, shape in model_shapes(card, "draft").items()}
         check_checkpoint(cfg.get("ckpt_path"), expected, "draft", weights_only=False)
 
-    datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), check_resume=fits)
-    model = hydra.utils.instantiate(cfg.distill, pair=pair)
-    model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
-    run = fit(
-        cfg, model, datamodule, weights_only=False, job_type="distill"
-    )  # ... and the best draft exported
+    with on_interrupt(lambda: saved_training(cfg)):  # (a Ctrl-C while fitting: fit's own line)
+        datamodule, pair = prepare_training(cfg, cfg.distill.get("max_new_tokens"), check_resume=fits)
+        model = hydra.utils.instantiate(cfg.distill, pair=pair)
+        model.samples_file = Path(cfg.paths.output_dir) / "teacher_samples.pt"
+        run = fit(
+            cfg, model, datamodule, weights_only=False, job_type="distill"
+        )  # ... and the best draft exported
     if run.is_global_zero:
         out = run.exported
         log.info(

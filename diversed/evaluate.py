@@ -82,15 +82,25 @@ log = logging.getLogger(__name__)
 
 def evaluate(cfg: DictConfig) -> Path:
     """Run every grid point not yet in the run directory, holding its lock (`rundir.hold`: one writer at a
-    time; a dry run only reads); returns the directory."""
+    time; a dry run only reads); returns the directory. A Ctrl-C ends as one line: how many grid points
+    the run directory holds, which the same command skips (`errors.on_interrupt`)."""
+    from diversed.errors import on_interrupt
+
     check_evaluate(cfg)  # every setting, before anything is read
     set_threads(cfg.get("runtime", {}).get("threads"))
     keep_freed_memory(cfg.get("runtime", {}).get("malloc", "keep"))
     quiet(bool(cfg.get("runtime", {}).get("verbose", False)))
     run_dir = Path(cfg.paths.output_dir)
     if cfg.sweep.get("dry_run", False):
-        return _sweep(cfg, run_dir, writable=False)
-    with hold(run_dir) as writable:  # False: a read-only directory, which a finished sweep may be
+        with on_interrupt(lambda: "a dry run writes nothing"):
+            return _sweep(cfg, run_dir, writable=False)
+
+    def saved() -> str:  # read when Ctrl-C is pressed: each record is a finished grid point, written whole
+        n = len(read_records(run_dir))
+        points = f"{n} grid point{'s are' if n != 1 else ' is'}"
+        return f"{points} saved in {run_dir}; the same command resumes (it skips the saved points)"
+
+    with on_interrupt(saved), hold(run_dir) as writable:  # False: a read-only directory (a finished sweep)
         return _sweep(cfg, run_dir, writable=writable)
 
 

@@ -9,6 +9,20 @@ import torch
 # threads competing for a core made the suite ten times slower.
 torch.set_num_threads(1)
 
+# absl's log handler (absl is imported by rouge-score) keeps the stream sys.stderr was when absl was first
+# imported: during collection, pytest's capture of it. Hydra's logging setup in a test that runs an entry
+# point in this process (logging.config.dictConfig) closes every handler, and absl's closes that stream
+# unless it is the process's own stderr: pytest's capture then fails ("I/O operation on closed file").
+# Imported here first, its stream is the process's stderr, which it never closes.
+try:
+    import sys
+
+    from absl import logging as absl_logging
+
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+except ImportError:
+    pass
+
 # -------------------------------------------------------------------------- toy pair (diversed/models/toy.py)
 
 

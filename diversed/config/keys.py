@@ -23,6 +23,11 @@ which evaluate.yaml's `optional sweep_knobs@sweep: registered` default merges in
 (so `sweep.weights=[0.5]` overrides it without a `+`), and refreshes it on every registration.
 Reading `diversed.CONFIG_DIR`, which every composition of our configs does, calls it.
 
+A hint leads to something that exists: an unknown top-level key close to a config group's name (or
+to a key only that group's files set: `paper_preset`, set by `+paper=...`) is pointed at the group
+with its options as `configs/` has them (`group_hint`, `config_groups`); a Lightning 1.x trainer
+argument (`trainer.gpus`) at the settings that replace it (`LIGHTNING_1`).
+
 It checks key names only; `schema.py` checks values (types, ranges, combinations).
 """
 
@@ -47,7 +52,9 @@ PRIMARY = ("evaluate", "train", "distill")
 
 def unknown_keys(cfg: Any, fields: dict[str, Any], config_dir: str | Path) -> list[str]:
     """One line per key of `cfg` that nothing reads: `key=value: unknown key; did you mean ...?`.
-    `fields` maps the top-level keys the entry points' schemas know to their annotations."""
+    `fields` maps the top-level keys the entry points' schemas know to their annotations. At the top
+    a key close to a config group's name (or to a key only a group's files set, such as `paper_preset`
+    by `+paper=...`) is pointed at the group with its options (`group_hint`)."""
     from omegaconf import DictConfig, OmegaConf
 
     plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else dict(cfg)
@@ -56,7 +63,7 @@ def unknown_keys(cfg: Any, fields: dict[str, Any], config_dir: str | Path) -> li
     lines: list[str] = []
     for key, value in plain.items():
         if key not in known:
-            lines.append(_line(key, value, known))
+            lines.append(group_hint(key, value, known, str(config_dir)) or _line(key, value, known))
         elif key in COLLECTIONS and isinstance(value, dict):
             for name, entry in value.items():
                 if isinstance(entry, dict):
@@ -89,16 +96,100 @@ def _walk(path: str, node: dict, schema: type[BaseModel] | None, tree: Any, line
             _walk(f"{path}.{key}", value, child_schema, child_tree, lines)
 
 
+# Lightning 1.x trainer arguments that Lightning 2 dropped, with what sets the same (a `{}`: the value)
+LIGHTNING_1 = {
+    "gpus": "trainer.accelerator=gpu trainer.devices={}",
+    "num_processes": "trainer.accelerator=cpu trainer.devices={}",
+    "tpu_cores": "trainer.accelerator=tpu trainer.devices={}",
+    "amp_backend": "trainer.precision=16-mixed (or bf16-mixed)",
+}
+
+
 def _line(key: str, value: Any, known: set[str], prefix: str = "") -> str:
     name = key.rsplit(".", 1)[-1]
     choices = sorted(k for k in known if not k.startswith("_"))
     close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    if close:
+    if key.startswith("trainer.") and name in LIGHTNING_1 and {"accelerator", "devices"} <= known:
+        hint = f"Lightning 2 has no {name}: set {LIGHTNING_1[name].format(value)} instead"
+    elif close:
         hint = f"did you mean {prefix}{close[0]}?"
     else:
         shown = ", ".join(choices[:15]) + (", ..." if len(choices) > 15 else "")
         hint = f"known keys here: {shown}" if choices else "nothing is read here"
     return f"  {key}={value!r}: unknown key; {hint}"
+
+
+def group_hint(key: str, value: Any, known: set[str], config_dir: str) -> str | None:
+    """The line for an unknown top-level `key` whose closest name (among the known keys and the config
+    groups) is a config group, or a key that only a group's files set: `did you mean +paper=gsm8k?`
+    with the group's options, the value given where it is one of them (else `<option>`), a `+` where
+    the group is in no entry point's defaults list. None where the value is a section (a dict) or the
+    closest name is a plain key."""
+    groups = config_groups(config_dir)
+    set_by = group_keys(config_dir)
+    names = sorted({k for k in known if not k.startswith("_")} | set(groups) - FREE)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    group = (close[0] if close[0] in groups else set_by.get(close[0])) if close else None
+    if group is None or group in FREE or isinstance(value, dict):
+        return None
+    options, plus = groups[group]
+    choice = str(value) if str(value) in options else "<option>"
+    return (
+        f"  {key}={value!r}: unknown key; did you mean {'+' if plus else ''}{group}={choice}? (config group "
+        f"{group}: {', '.join(options)})"
+    )
+
+
+@functools.cache
+def config_groups(config_dir: str) -> dict[str, tuple[list[str], bool]]:
+    """Each config group (a folder of `configs/` with yaml files): its options, the files but the
+    presets (`@package _global_`) that another file of the group builds on (`paper/protocol`, the base
+    of each paper task's file), and whether choosing it takes a `+` (the group is in no entry point's
+    defaults list: experiment, paper)."""
+    import yaml
+
+    root = Path(config_dir)
+    in_defaults = set()
+    for name in PRIMARY:
+        for entry in (yaml.safe_load((root / f"{name}.yaml").read_text()) or {}).get("defaults", []):
+            head = next(iter(entry)) if isinstance(entry, dict) else entry
+            in_defaults.add(str(head).split()[-1].split("@")[0].lstrip("/").split("/")[0])
+    groups: dict[str, tuple[list[str], bool]] = {}
+    for group in sorted(p for p in root.iterdir() if p.is_dir()):
+        texts = {p.stem: p.read_text() for p in sorted(group.glob("*.yaml"))}
+        files = {name: yaml.safe_load(text) or {} for name, text in texts.items()}
+        bases = {
+            entry
+            for data in files.values()
+            for entry in (data.get("defaults") or [])
+            if isinstance(entry, str)
+            and entry in files
+            and "@package _global_" in texts[entry].split("\n", 3)[0]
+        }
+        if files:
+            groups[group.name] = ([o for o in files if o not in bases], group.name not in in_defaults)
+    return groups
+
+
+@functools.cache
+def group_keys(config_dir: str) -> dict[str, str]:
+    """The top-level keys that only a config group's `@package _global_` files set (no entry point's
+    config holds them, no group is named so), each with its group: `paper_preset` -> `paper`."""
+    import yaml
+
+    root = Path(config_dir)
+    taken = set(config_groups(config_dir))
+    for name in PRIMARY:
+        taken |= set(yaml.safe_load((root / f"{name}.yaml").read_text()) or {})
+    found: dict[str, str] = {}
+    for group in sorted(p for p in root.iterdir() if p.is_dir()):
+        for file in sorted(group.glob("*.yaml")):
+            text = file.read_text()
+            if "@package _global_" in text.split("\n", 3)[0]:
+                for key in yaml.safe_load(text) or {}:
+                    if key not in taken and key != "defaults":
+                        found.setdefault(key, group.name)
+    return found
 
 
 def target_keys(target: Any, node: dict) -> set[str] | None:

@@ -24,11 +24,17 @@
 - `help_groups(choices)` / `module_doc(name)`: the `--help` of the Hydra entry points
   (`${diversed.groups:...}`, `${diversed.doc:...}` in `configs/hydra/help/`): the config groups the
   entry point composes, with their options, and what the program does (its docstring).
+- `check_trainer(cfg, entry)`: the trainer's accelerator, devices, num_nodes, strategy and precision
+  checked against this machine by Lightning itself (a bare Trainer built from them) and against what
+  it would not run as asked on a CPU (16-bit floats, bf16 without bf16 instructions, more processes
+  than cores), before the data and the weights: a ConfigError naming the key, its value and the fix.
 - `prepare_training(cfg, max_new_tokens)`: the training entry points' start (data, then the pair's
   files against every prompt, then the weights).
 - `fit(cfg, model, datamodule)`: the training entry points' Lightning part (callbacks, loggers,
   trainer, fit or resume exactly, last.ckpt; `checkpoints.py`), then the best checkpoint's state
-  exported whole by the module (`pair_module.PairModule.export`).
+  exported whole by the module (`pair_module.PairModule.export`). A Ctrl-C (Lightning's own handling,
+  which exits with status 1, included) ends as one line (`saved_training`: the latest checkpoint and
+  the `ckpt_path=` that resumes from it).
 
 It does not decide what a training run logs (its module does) nor where a job writes (`jobs.py`).
 """
@@ -44,6 +50,7 @@ from typing import Any, NamedTuple
 
 from diversed.config.jobs import config_subdir, run_dir, short_dirname, sweep_job
 from diversed.decoding.stats import RECORD_FIELDS
+from diversed.errors import on_interrupt
 from diversed.sweep.methods import knobs
 
 log = logging.getLogger(__name__)
@@ -324,6 +331,145 @@ def progress_bar() -> Any:
     return StepsBar(console_kwargs=None if sys.stdout.isatty() else {"width": 250})
 
 
+# ----------------------------------------------------------------------------- the trainer's hardware
+
+# the trainer's keys Lightning checks against the machine, in the order it reads them
+HARDWARE = ("accelerator", "num_nodes", "devices", "strategy", "precision")
+
+
+def _lightning(flags: dict[str, Any]) -> Any:
+    """A bare Lightning Trainer with `flags` (no callbacks, loggers or files), or the exception that
+    building it raised; its start-up messages and warnings kept quiet (the real one says them)."""
+    from lightning.pytorch import Trainer
+
+    names = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+    levels = {n: logging.getLogger(n).level for n in names}
+    try:
+        for n in names:
+            logging.getLogger(n).setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return Trainer(
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                **flags,
+            )
+    except Exception as e:  # Lightning's refusal of the flags: MisconfigurationException, ValueError, ...
+        return e
+    finally:
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _refusal(key: str, value: Any, error: Exception) -> str:
+    """One line: `trainer.<key>=<value>`, why Lightning refuses it here, and what to set."""
+    said = " ".join(str(error).split()).rstrip(".") or type(error).__name__
+    gpus = _gpus()
+    if key == "accelerator":
+        if str(value).lower() in ("gpu", "cuda") and not gpus:
+            said = "torch sees no GPU on this machine"
+        fix = "set trainer.accelerator=gpu (or auto)" if gpus else "set trainer.accelerator=cpu (or auto)"
+    elif key == "devices":
+        fix = (
+            f"set trainer.devices=1 (this machine has {gpus} GPU{'s' if gpus != 1 else ''})"
+            if gpus
+            else "set trainer.devices=1 (N CPU processes: trainer=ddp trainer.devices=N)"
+        )
+    elif key == "num_nodes":
+        fix = "set trainer.num_nodes=1 (or the number of machines of a cluster run)"
+    elif key == "strategy":
+        fix = "set trainer.strategy=auto (one process), or trainer=ddp for one process per device"
+    else:
+        fix = "set trainer.precision=32-true (the default: the head trains in fp32), or bf16-mixed"
+    return f"trainer.{key}={value!r}: {said}: {fix}"
+
+
+def _cpu_problems(given: dict[str, Any], built: Any) -> list[str]:
+    """What Lightning lets through on a CPU but would not run as asked: 16-bit floats (it turns
+    16-mixed into bf16-mixed without a word; fp16 has no fast CPU kernels), bf16 on a CPU without bf16
+    instructions (emulated through fp32: slower than fp32), more training processes than cores."""
+    from diversed.models.packed import cpu_has_bf16
+
+    lines = []
+    precision = str(given.get("precision", ""))
+    to_32 = "set trainer.precision=32-true (the default: the head trains in fp32)"
+    if precision in ("16", "16-mixed", "16-true"):
+        instead = "fp16 without fast kernels" if precision == "16-true" else "bf16-mixed instead"
+        lines.append(
+            f"trainer.precision={given['precision']!r}: 16-bit floats are for GPUs; on this CPU Lightning "
+            f"would run {instead}: {to_32}{', or bf16-mixed' if cpu_has_bf16() else ''} (or "
+            "trainer.accelerator=gpu on a machine with GPUs)"
+        )
+    elif precision.startswith("bf16") and not cpu_has_bf16():
+        import torch
+
+        lines.append(
+            f"trainer.precision={given['precision']!r}: this CPU has no bf16 instructions (AVX512-BF16 or "
+            f"AMX; torch reads it as {torch.backends.cpu.get_cpu_capability()}), so torch would emulate "
+            f"bf16 through fp32, slower than fp32: {to_32}"
+        )
+    cores = _cores()
+    if built.num_nodes == 1 and built.num_devices > cores:
+        no_gpu = ", and torch sees no GPU here" if not _gpus() else ""
+        lines.append(
+            f"trainer.devices={given.get('devices')!r} on the CPU starts {built.num_devices} training "
+            f"processes, each with its own copy of the pair, on this machine's {cores} CPU "
+            f"core{'s' if cores != 1 else ''}{no_gpu}: set trainer.devices=1 (or up to {cores}), or "
+            "trainer.accelerator=gpu on a machine with GPUs"
+        )
+    return lines
+
+
+def check_trainer(cfg: Any, entry: str) -> None:
+    """`cfg.trainer`'s hardware settings (accelerator, num_nodes, devices, strategy, precision) as
+    Lightning reads them, on this machine, before any data or weights load: a bare Trainer is built
+    from them (`_lightning`) and its refusal becomes a ConfigError naming the key (the first whose
+    addition Lightning refuses), its value and what to set; then what Lightning lets through on a CPU
+    but would not run as asked (`_cpu_problems`). `check_train`/`check_distill` check the settings
+    alone (hardware aside): a GPU preset's settings are valid on any machine."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    from diversed.errors import ConfigError
+
+    trainer = cfg.get("trainer") if hasattr(cfg, "get") else None
+    if not trainer:
+        return
+    given = {}
+    for key in HARDWARE:
+        value = trainer.get(key)
+        if value is not None:
+            plain = isinstance(value, DictConfig | ListConfig)
+            given[key] = OmegaConf.to_container(value, resolve=True) if plain else value
+    built = _lightning(given)
+    if isinstance(built, Exception):
+        flags: dict[str, Any] = {}
+        settings = ", ".join(f"trainer.{k}={v!r}" for k, v in given.items())
+        line = f"{settings}: {' '.join(str(built).split()).rstrip('.')}: see configs/trainer/default.yaml"
+        for key in given:
+            flags[key] = given[key]
+            if isinstance(refused := _lightning(flags), Exception):
+                line = _refusal(key, given[key], refused)
+                break
+        raise ConfigError(f"bad settings for {entry}, nothing was loaded:\n  {line}")
+    if type(built.accelerator).__name__ == "CPUAccelerator" and (lines := _cpu_problems(given, built)):
+        raise ConfigError(f"bad settings for {entry}, nothing was loaded:\n  " + "\n  ".join(lines))
+
+
+# ----------------------------------------------------------------------------- training
+
+
 def prepare_training(cfg: Any, max_new_tokens: int | None, check_resume: Any = None) -> tuple[Any, Any]:
     """Threads, quiet start-up and seeds; the data module set up (a data error before the pair
     loads); the pair's files described without weights and every training and validation prompt
@@ -365,6 +511,28 @@ def _say_where_it_resumes(ckpt_path: str | None, out: Path) -> None:
             f"Resuming from {ckpt_path}, which is not in <run dir>/checkpoints/ of this run: this run "
             f"writes to {out}"
         )
+
+
+def saved_training(cfg: Any, trainer: Any = None, callbacks: Any = ()) -> str:
+    """What a Ctrl-C of train or distill says (`errors.on_interrupt`): the step it stopped at (with
+    `trainer`), the run's latest checkpoint (`<run dir>/checkpoints/last.ckpt`, with the step it holds
+    where this run wrote it) and the command line that resumes from it; or that none was written yet."""
+    from omegaconf import OmegaConf
+
+    last = Path(str(cfg.paths.output_dir)) / "checkpoints" / "last.ckpt"
+    at = ""
+    if trainer is not None:
+        of = f" of {trainer.max_steps}" if (trainer.max_steps or -1) > 0 else ""
+        at = f"at step {trainer.global_step}{of}; "
+    if last.is_file():
+        step = max((getattr(c, "saved_step", -1) for c in callbacks), default=-1)
+        holds = f" (step {step})" if step >= 0 else ""
+        return f"{at}the latest checkpoint is {last}{holds}: the same command with ckpt_path={last} resumes"
+    if cfg.get("ckpt_path"):
+        return f"{at}no new checkpoint was written: the same command resumes from {cfg.ckpt_path} again"
+    every = OmegaConf.select(cfg, "callbacks.last_checkpoint.every_n_train_steps", default=None)
+    when = f" (one every {every} steps: callbacks.last_checkpoint.every_n_train_steps)" if every else ""
+    return f"{at}no checkpoint was written yet{when}: the same command starts again"
 
 
 class Fitted(NamedTuple):
@@ -409,7 +577,15 @@ def fit(
     for lg in loggers:
         lg.log_hyperparams(OmegaConf.to_container(cfg, resolve=True))
     _say_where_it_resumes(cfg.get("ckpt_path"), Path(cfg.paths.output_dir))
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=weights_only)
+    with on_interrupt(lambda: saved_training(cfg, trainer, callbacks)):
+        try:
+            trainer.fit(
+                model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"), weights_only=weights_only
+            )
+        except SystemExit:
+            if trainer.interrupted:  # Lightning's Ctrl-C handling ends in sys.exit(1): a Ctrl-C again
+                raise KeyboardInterrupt from None
+            raise
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if not any(isinstance(c, LastCheckpoint) and c.saved_step == trainer.global_step for c in callbacks):
         # (LastCheckpoint wrote the last step as the loop stood then: this one counts the epoch as done)

@@ -232,11 +232,29 @@ class _Entry(_Model):
 
     @model_validator(mode="after")
     def _one_protocol(self) -> _Entry:
-        if self.paper_preset and self.paper_preset != self.task.name:
+        """Each hint names a preset that exists (`configs/paper/*.yaml`, `keys.config_groups`)."""
+        from diversed import CONFIG_DIR
+        from diversed.config.keys import config_groups
+
+        preset, task = self.paper_preset, self.task.name
+        papers = config_groups(str(CONFIG_DIR)).get("paper", ([], True))[0]
+        listed = f"config group paper: {', '.join(papers)}"
+        if preset and preset not in papers:
             raise ValueError(
-                f"+paper={self.paper_preset} is the {self.paper_preset} protocol "
-                "(its splits, baseline, scoring), "
-                f"but task={self.task.name} was set: use +paper={self.task.name} instead of task=..."
+                f"paper_preset={preset!r} is no paper protocol: choose one with +paper=<option> ({listed}), "
+                "or leave paper_preset out"
+            )
+        if preset and preset != task:
+            said = f"+paper={preset} is the {preset} protocol (its splits, baseline, scoring), but"
+            if task in papers:
+                raise ValueError(
+                    f"{said} task={task} was set: for the {task} protocol use +paper={task} in place of "
+                    f"+paper={preset} and task={task}"
+                )
+            raise ValueError(
+                f"{said} task={task} was set, which has no paper protocol ({listed}): drop +paper={preset} "
+                f"to run task={task} with its own settings, or drop what sets task={task} (task=..., an "
+                f"+experiment=...) to run the {preset} protocol"
             )
         return self
 

@@ -83,6 +83,18 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
 
     digests: dict[str, Any] = {}
     for head in heads:
+        if (meant := _head_in_run(head)) is not None:  # a train run's directory, or its checkpoint
+            fixed = ",".join(meant if h == head else str(h) for h in heads)
+            raise ConfigError(
+                f"sweep.heads entry {head} is a training run, not a saved head: did you mean {meant} "
+                f"(the head it exported)? sweep.heads=[{fixed}]"
+            )
+        if not Path(head).exists():
+            raise ConfigError(
+                f"sweep.heads entry {head} is not a saved head: there is no such directory; give a saved "
+                "head's (<train run dir>/head, which python -m diversed.train prints at its end), or leave "
+                "dynamic out of sweep.methods"
+            )
         try:
             config = read_config(head)
         except OSError as e:  # no config, or one cut short or damaged: named with the fix
@@ -116,6 +128,23 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
                 "trained_on_models": config.get("pair_identity"),
             }
     return digests
+
+
+def _head_in_run(head: str) -> str | None:
+    """`<run>/head` where `head` is not a saved head but a train run's directory (or its checkpoints
+    directory, or a checkpoint in it) whose `head/` is one; else None."""
+    from diversed.models.heads import CONFIG_NAME
+
+    path = Path(head)
+    if (path / CONFIG_NAME).is_file():
+        return None
+    run = path
+    if path.suffix == ".ckpt":  # <run>/checkpoints/<step>.ckpt
+        run = path.parent.parent
+    elif path.name == "checkpoints":
+        run = path.parent
+    found = run / "head"
+    return str(found) if (found / CONFIG_NAME).is_file() else None
 
 
 def unreadable_safetensors(path: str | Path) -> str | None:
