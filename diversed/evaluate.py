@@ -62,7 +62,7 @@ from diversed.config.runtime import (
 )
 from diversed.config.schema import check_evaluate
 from diversed.decoding.prompt_cache import PromptCache
-from diversed.errors import ConfigError, hydra_task
+from diversed.errors import ConfigError, hydra_task, on_interrupt
 from diversed.files.provenance import digest
 from diversed.files.rundir import hold, keep_settings
 from diversed.models.heads import head_metadata
@@ -84,8 +84,6 @@ def evaluate(cfg: DictConfig) -> Path:
     """Run every grid point not yet in the run directory, holding its lock (`rundir.hold`: one writer at a
     time; a dry run only reads); returns the directory. A Ctrl-C ends as one line: how many grid points
     the run directory holds, which the same command skips (`errors.on_interrupt`)."""
-    from diversed.errors import on_interrupt
-
     check_evaluate(cfg)  # every setting, before anything is read
     set_threads(cfg.get("runtime", {}).get("threads"))
     keep_freed_memory(cfg.get("runtime", {}).get("malloc", "keep"))

@@ -17,16 +17,15 @@ from diversed.errors import ConfigError
 from diversed.sweep.results import examples_path, load_results, load_runs, read_examples
 
 
-def _multirun(sweep_dir: Path, pair_dir: Path, *extra: str, launcher: str = "basic") -> None:
-    cmd = [
+def _command(sweep_dir: Path, pair_dir: Path, weights: str, lengths: str, *extra: str) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "diversed.evaluate",
         "-m",
-        f"hydra/launcher={launcher}",
         "+experiment=toy",
-        "sweep.weights=0.3,0.7",  # scalars, as a user types a sweep: each job gets one number
-        "sweep.draft_lengths=2,3",
+        f"sweep.weights={weights}",  # scalars, as a user types a sweep: each job gets one number
+        f"sweep.draft_lengths={lengths}",
         "sweep.temperatures=1.0",
         "sweep.methods=[autoregressive,lossless,static]",
         "task.n_examples=4",
@@ -38,6 +37,10 @@ def _multirun(sweep_dir: Path, pair_dir: Path, *extra: str, launcher: str = "bas
         *pair_overrides(pair_dir),
         *extra,
     ]
+
+
+def _multirun(sweep_dir: Path, pair_dir: Path, *extra: str, launcher: str = "basic") -> None:
+    cmd = _command(sweep_dir, pair_dir, "0.3,0.7", "2,3", f"hydra/launcher={launcher}", *extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -120,24 +123,7 @@ def test_one_point_with_two_results_is_refused_naming_both_files(swept, tmp_path
 
 
 def test_a_dry_run_of_a_new_job_counts_what_it_would_copy(swept, toy_tiny_dir):
-    cmd = [
-        sys.executable,
-        "-m",
-        "diversed.evaluate",
-        "-m",
-        "+experiment=toy",
-        "sweep.weights=0.5",
-        "sweep.draft_lengths=2",
-        "sweep.temperatures=1.0",
-        "sweep.methods=[autoregressive,lossless,static]",
-        "task.n_examples=4",
-        "task.max_new_tokens=4",
-        "timing.repeats=1",
-        "sweep.num_seeds=1",
-        "sweep.dry_run=true",
-        f"hydra.sweep.dir={swept}",
-        *pair_overrides(toy_tiny_dir),
-    ]
+    cmd = _command(swept, toy_tiny_dir, "0.5", "2", "sweep.dry_run=true")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True).stdout
     assert "3 grid points, 0 done, 2 to copy from sibling jobs, 1 to run" in out
 
