@@ -171,7 +171,10 @@ def run(argv: Sequence[str] | None = None) -> list[Path]:
 
     df = load_results(*args.results)
     if df.empty:
-        parser.error(f"no run records found in {args.results}")
+        parser.error(
+            f"no run records in {', '.join(args.results)}: give run directories of python -m "
+            "diversed.evaluate (or their results.jsonl / .parquet files)"
+        )
     if look["methods"] is not None and not set(look["methods"]) & set(df["method"]):
         raise ConfigError(
             f"--methods {' '.join(look['methods'])}: none of them is in these records; they hold "
