@@ -197,11 +197,14 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
             )
         )
         return run_dir
-    copied = []  # what a sibling job of this multirun has decoded already: copied, not decoded
-    for p in list(todo) if store is not None else []:
-        if (record := _reuse(siblings, store, grid_key(**meta, **p))) is not None:
+    copied, still = [], []  # what a sibling job of this multirun has decoded already: copied, not decoded
+    for p in todo:
+        record = _reuse(siblings, store, grid_key(**meta, **p)) if store is not None else None
+        if record is None:
+            still.append(p)
+        else:
             copied.append(record)
-            todo.remove(p)
+    todo = still
     if not todo:
         log.info(f"Every grid point is done ({run_dir}): nothing to run")
         return run_dir

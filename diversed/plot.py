@@ -31,7 +31,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
 from matplotlib import style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -39,7 +38,7 @@ from matplotlib.figure import Figure
 from diversed.analysis.drawing import plot_pareto, summary_table, write_table
 from diversed.errors import ConfigError, cli
 from diversed.sweep.methods import METHODS, add_plugin_option, load_plugins
-from diversed.sweep.results import load_results
+from diversed.sweep.results import load_results, with_head_task
 
 MAX_INCHES = 60.0  # a figure side beyond this is a typo (and a canvas of gigabytes)
 
@@ -143,19 +142,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _with_head_task(df: pd.DataFrame) -> pd.DataFrame:
-    """`head_task` (the task a head was trained on, which legends name it by) from the head's
-    head_config.json where a record lacks it (records written before evaluate stored it)."""
-    if "head_task" not in df:
-        df["head_task"] = None
-    missing = df["head"].notna() & df["head_task"].isna()
-    if missing.any():  # only then: models.heads imports torch
-        from diversed.models.heads import head_metadata
-
-        df.loc[missing, "head_task"] = [head_metadata(h).get("task") for h in df.loc[missing, "head"]]
-    return df
-
-
 def run(argv: Sequence[str] | None = None) -> list[Path]:
     """`python -m diversed.plot`: the figures and tables written (printed, one a line)."""
     parser = _parser()
@@ -180,7 +166,7 @@ def run(argv: Sequence[str] | None = None) -> list[Path]:
             f"--methods {' '.join(look['methods'])}: none of them is in these records; they hold "
             f"{', '.join(sorted(set(df['method'])))}"
         )
-    paths = plot_pareto(_with_head_task(df), args.out, **look)
+    paths = plot_pareto(with_head_task(df), args.out, **look)
     slice_ = {"num_draft_tokens": args.num_draft_tokens, "temperature": args.temperature}
     paths += write_table(summary_table(df, **slice_, best=True), args.out)  # each family's best at AR quality
     paths += write_table(summary_table(df, **slice_), args.out, name="table_all")  # every setting

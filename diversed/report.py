@@ -80,7 +80,7 @@ from diversed.files.rundir import read_json
 from diversed.models.heads import head_metadata
 from diversed.sweep.methods import add_plugin_option, load_plugins
 from diversed.sweep.results import load_runs as results_of_runs
-from diversed.sweep.results import read_examples
+from diversed.sweep.results import read_examples, with_head_task
 
 # ----------------------------------------------------------------------------- loading
 
@@ -96,11 +96,7 @@ def load_runs(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
             "or every line was skipped: the warnings above name each); give run directories of "
             "python -m diversed.evaluate with finished grid points"
         )
-    if "head_task" not in df:
-        df["head_task"] = None
-    missing = df["head"].notna() & df["head_task"].isna()
-    df.loc[missing, "head_task"] = [head_metadata(h).get("task") for h in df.loc[missing, "head"]]
-    return df
+    return with_head_task(df)
 
 
 def _markdown(table: pd.DataFrame) -> str:

@@ -254,24 +254,9 @@ def _close_logs(logs: set[Path]) -> None:
 
 
 def _unheld_lock(path: Path) -> bool:
-    """Whether `path` is an evaluate run directory's lock file (`rundir.hold`) that no process holds."""
-    import fcntl
+    from diversed.files.rundir import unheld_lock  # (rundir imports pandas: read only on a refusal)
 
-    from diversed.files.rundir import LOCK_NAME
-
-    if path.name != LOCK_NAME or not _plain(path):
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # (and the lock with it)
+    return unheld_lock(path)
 
 
 def _empty_tree(path: Path) -> bool:

@@ -10,6 +10,8 @@ with a warning that names what cannot be read.
   too), so a stale lock file never blocks. The holder writes its pid, host, command line and
   start into the file; a second writer is refused at once with them. A directory that cannot be
   written (read-only) gives False instead of a lock: the caller may read but not write.
+  `unheld_lock(path)` says whether a lock file is one no process holds (a refused run's cleanup,
+  `jobs.LeaveNothingWhenRefused`, removes only such a lock).
 - `keep_settings(run_dir, digest, settings, config)`: `settings/<digest>.json` and
   `configs/<digest>.yaml`, written once; a file that does not parse (torn by an older version's
   plain write) is written again.
@@ -302,6 +304,25 @@ def hold(run_dir: str | Path) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)  # releases the lock (the kernel does the same when the process is killed)
+
+
+def unheld_lock(path: str | Path) -> bool:
+    """Whether `path` is a run directory's lock file (`hold`: named LOCK_NAME, a plain file, not a
+    link) that no process holds (probed without waiting; the probe's own lock goes with it)."""
+    path = Path(path)
+    if path.name != LOCK_NAME or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _holder(fd: int, lock: Path) -> str:

@@ -628,6 +628,20 @@ def _typed(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
+def with_head_task(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with `head_task`, the task each record's head was trained on (what legends and tables name a
+    head by), read from the head's head_config.json where a record lacks it (records written before
+    evaluate stored it; a moved or deleted head gives None)."""
+    if "head_task" not in df:
+        df["head_task"] = None
+    missing = df["head"].notna() & df["head_task"].isna()
+    if missing.any():  # only then: models.heads imports torch
+        from diversed.models.heads import head_metadata
+
+        df.loc[missing, "head_task"] = [head_metadata(h).get("task") for h in df.loc[missing, "head"]]
+    return df
+
+
 def load_runs(*run_dirs: str | Path) -> pd.DataFrame:
     """`load_results` of every results.jsonl under the run dirs (searched recursively: a Hydra multirun
     dir works; a point in several of them read once, as there), with `run_dir`, the directory holding

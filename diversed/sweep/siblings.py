@@ -39,11 +39,11 @@ _CLAIMS = ".claims"
 
 @dataclass(frozen=True)
 class Found:
-    """A sibling's record of a point, its per-example rows and the directory they are in."""
+    """A sibling's record of a point (`reused_from` naming the job that decoded it) and its per-example
+    rows."""
 
     record: dict[str, Any]
     rows: list[dict[str, Any]]
-    run_dir: Path
 
 
 class Siblings:
@@ -97,7 +97,7 @@ class Siblings:
             if self.token_w and record.get("mean_w") is not None and not all("token_w" in r for r in rows):
                 continue
             origin = record.get(REUSED_FROM) or os.path.relpath(d, self.sweep_dir)
-            return Found({**record, REUSED_FROM: origin}, rows, d)
+            return Found({**record, REUSED_FROM: origin}, rows)
         return None
 
     @contextlib.contextmanager
