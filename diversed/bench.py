@@ -12,11 +12,13 @@ so that load from other processes slows every setting alike:
 - transformers assisted generation (batch 1 only, as transformers allows), lossless and with
   `assistant_ensemble_weight`; the draft's `generation_config` has a constant schedule,
   `num_assistant_tokens` = N and `assistant_confidence_threshold` = 0;
-- our engine, lossless, static and dynamic, at every batch size (and, at batch 1, static with
-  transformers' bonus token, the same algorithm as transformers' static ensemble); `--first-token
-  target` takes our first new token from the target alone (`speculative_generate(first_token=...)`);
+- our engine, each registered method of `--methods` (default lossless, static and dynamic; a plugin's
+  too, loaded by `plugins=[my.mod]`, its knobs by `--knob field=value`), at every batch size (and, at
+  batch 1, static with transformers' bonus token, the same algorithm as transformers' static
+  ensemble); `--first-token target` takes our first new token from the target alone
+  (`speculative_generate(first_token=...)`);
 - with `--llama-cpp GGUF` (or `auto`: the file the target was converted from), llama.cpp decoding that
-  file autoregressively at batch 1 on the same threads (`LlamaCpp`; the optional extra
+  file autoregressively at batch 1 on the same threads (`decoding.llama_cpp`; the optional extra
   `diversed[llamacpp]`): the anchor for what this CPU does with the model, not a quality baseline.
 
 Greedy and `--temperature` are timed, or exactly `--temperatures` (0: greedy). Torch runs on its own
@@ -34,10 +36,10 @@ decoding the theory prices); speedups and ratios are pooled (all new tokens over
 repeat) with a 95 % paired bootstrap interval over the decode calls (`speedup_interval`: the same
 batches of the same prompts in every setting of a batch size); against the theoretical speedup
 (`stats.theoretical_speedup`: bound / (N·c + 1)).
-Forward times come from hooks on the embeddings and the LM head of both models. Within each decode
-call the first forward of each model is its prompt pass (prefill), reported apart (`*_prefill_ms`,
-`prefill_time_share`); every later forward is a decoding step (`*_forward_ms`). c is Leviathan et
-al.'s: the draft's mean decoding step over the target's one-token decoding step, the latter from
+Forward times come from hooks on the embeddings and the LM head of both models (`decoding.meter`).
+Within each decode call the first forward of each model is its prompt pass (prefill), reported apart
+(`*_prefill_ms`, `prefill_time_share`); every later forward is a decoding step (`*_forward_ms`). c is
+Leviathan et al.'s: the draft's mean decoding step over the target's one-token decoding step, the latter from
 the autoregressive setting with the same forward path, batch size and temperature (no c, theory
 or speedup where `--only` leaves that setting out). That theory prices a verification forward over
 N + 1 tokens like a one-token step; the report also gives v, our target decoding forward over that
@@ -55,8 +57,12 @@ offline, `--num-few-shot`): realistic prompt lengths for a real pair. Every sett
 or `--max-new-tokens` alike (not at a task's stop sequences), sampling with `--top-k`/`--top-p`.
 
 It only measures and reports: pairs come from `diversed.models.pair` (and the toy pair), prompts from
-the tasks, the autoregressive loop from `diversed.decoding.autoregressive`, statistics and bounds from
-`diversed.decoding.stats`; `scripts/bench_goals.py` checks a set of goals on an `--output` file.
+the tasks, methods and their verifiers from the registry (`sweep.methods`), every decode call from
+`sweep.point.decode_task` (the loop every entry point decodes with; the bench's own references,
+transformers' lossless assisted generation, sampling from v and llama.cpp, through its `decoder`),
+statistics and bounds from `diversed.decoding.stats` (bound / (N·c + v) too), forward times from
+`decoding.meter`, llama.cpp's decoding from `decoding.llama_cpp`, intervals from `sweep.intervals`;
+`scripts/bench_goals.py` checks a set of goals on an `--output` file.
 It does not look at what a forward is fed: a prompt pass is a model's first forward in a decode
 call, whatever it holds (our engine's first target forward and transformers' assisted generation's
 also score the first round's drafts, so the target's prompt pass can cost a little more than the
@@ -66,37 +72,58 @@ prompt alone).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from diversed import CONFIG_DIR
 from diversed.config.runtime import keep_freed_memory, quiet
 from diversed.decoding.autoregressive import autoregressive_generate
-from diversed.decoding.engine import speculative_generate
 from diversed.decoding.forward import forward_path
-from diversed.decoding.inputs import check_decoding, left_pad, token_ids
+from diversed.decoding.inputs import check_decoding, token_ids
+from diversed.decoding.llama_cpp import LLAMA_CPP_MISSING, LlamaCpp
+from diversed.decoding.meter import ForwardMeter, ForwardTimes, clock
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
-from diversed.decoding.verify import DynamicEnsemble, Lossless, StaticEnsemble, Verifier
+from diversed.decoding.verify import DynamicEnsemble, Verifier
 from diversed.errors import ConfigError, cli
 from diversed.files.atomic import write_file
 from diversed.files.provenance import machine
+from diversed.models.gguf import check_member, gguf_source
 from diversed.models.heads import WeightHead
-from diversed.models.packed import CPU_KERNELS, kernels
-from diversed.models.pair import RANDOM_PAIRS, Pair, hidden_size, numerics
-from diversed.models.quantize import quantized, scheme
+from diversed.models.packed import CPU_KERNELS, check_kernels, kernels
+from diversed.models.pair import (
+    RANDOM_PAIRS,
+    Pair,
+    hidden_size,
+    load_pair,
+    native_dtype,
+    numerics,
+    random_pair,
+)
+from diversed.models.quantize import check_quantize, quantized, scheme
+from diversed.models.toy import ToyBuildConfig, load_toy_pair
+from diversed.sweep.intervals import bootstrap_interval, pooled_ratio_quotient
+from diversed.sweep.methods import knobs, method
+from diversed.sweep.plugins import load_plugins, parse_args
+from diversed.sweep.point import decode_task
+from diversed.tasks import TASKS, load_task
 
 # ----------------------------------------------------------------------------- settings
+
+ENGINE_METHODS = ("lossless", "static", "dynamic")  # the registered methods timed on our engine by default
+UNTRAINED = "untrained"  # the dynamic verifier's head without --head: untrained, w = 0.5
 
 
 @dataclass(frozen=True)
@@ -110,6 +137,9 @@ class Setting:
     implementation: str | None = None  # autoregressive: "generate" (transformers) or "loop" (ours)
     bonus_token: str | None = None  # diversed: "ensemble" or "target"
     first_token: str = "ensemble"  # diversed: verified against v (as transformers) or "target" (p alone)
+    # the registered method that decodes it (`sweep.methods`, plugins included); None: the bench's own
+    # reference (transformers' lossless assisted generation, sampling from v, llama.cpp)
+    method: str | None = None
 
     @property
     def label(self) -> str:
@@ -146,24 +176,31 @@ def settings(
     first: str = "ensemble",
     llama_cpp: bool = False,
     temperatures: Sequence[float] = (),
+    methods: Sequence[str] = ENGINE_METHODS,
 ) -> list[Setting]:
     """Every setting the benchmark times (transformers' assisted generation and llama.cpp at batch 1
-    only), at each of `temperatures` (0: greedy; default: greedy and `temperature`)."""
+    only), at each of `temperatures` (0: greedy; default: greedy and `temperature`); on our engine,
+    each of `methods` (registered methods that run on it, `sweep.methods`)."""
     out: list[Setting] = []
     for t in temperatures or (0.0, temperature):
         if llama_cpp and 1 in batch_sizes:
             out.append(Setting("llama.cpp", None, 1, t, implementation="gguf"))
         for b in batch_sizes:
-            out.append(Setting("autoregressive", None, b, t, implementation="generate"))
-            out.append(Setting("autoregressive", None, b, t, implementation="loop"))
+            out.append(Setting("autoregressive", None, b, t, implementation="generate", method="hf_generate"))
+            out.append(Setting("autoregressive", None, b, t, implementation="loop", method="autoregressive"))
         if 1 in batch_sizes:
             out.append(Setting("transformers", "lossless", 1, t, 1.0, n))
-            out.append(Setting("transformers", "static", 1, t, weight, n))
+            out.append(Setting("transformers", "static", 1, t, weight, n, method="hf_static"))
             if (bonus, first) != ("target", "ensemble"):  # transformers' algorithm: the bonus from p
-                out.append(Setting("diversed", "static", 1, t, weight, n, bonus_token="target"))
+                out.append(
+                    Setting("diversed", "static", 1, t, weight, n, bonus_token="target", method="static")
+                )
         for b in batch_sizes:
-            for verifier, w in (("lossless", 1.0), ("static", weight), ("dynamic", None)):
-                out.append(Setting("diversed", verifier, b, t, w, n, bonus_token=bonus, first_token=first))
+            for name in methods:
+                w = {"lossless": 1.0, "static": weight}.get(name)
+                out.append(
+                    Setting("diversed", name, b, t, w, n, bonus_token=bonus, first_token=first, method=name)
+                )
     for t in [t for t in temperatures if t > 0] or (temperature,):
         for b in batch_sizes:  # training rollouts: sampling from v with the dynamic verifier
             out.append(Setting("autoregressive", "dynamic", b, t, implementation="loop"))
@@ -173,102 +210,17 @@ def settings(
 # ----------------------------------------------------------------------------- measurement
 
 
-def _per_model(zero: float) -> Callable[[], dict[str, Any]]:
-    return lambda: {"target": zero, "draft": zero}
-
-
 @dataclass
 class Run:
     """One timed pass of a setting over all prompts."""
 
     seconds: float = 0.0
     totals: Totals = field(default_factory=Totals)  # new tokens, rounds, proposed and accepted drafts, w
-    calls: dict[str, int] = field(default_factory=_per_model(0))  # every forward, prompt passes included
-    forward_s: dict[str, float] = field(default_factory=_per_model(0.0))
-    # the prompt passes among them: each model's first forward in each decode call
-    prefill_calls: dict[str, int] = field(default_factory=_per_model(0))
-    prefill_s: dict[str, float] = field(default_factory=_per_model(0.0))
+    # every forward of each model, counted and timed, its prompt passes (the first in each decode call) apart
+    forwards: ForwardTimes = field(default_factory=ForwardTimes)
     # per decode call (one batch of prompts), in order: new tokens, seconds, seconds in prompt passes;
     # the units the speedups' intervals resample (the same calls in every setting of a batch size)
     units: list[tuple[int, float, float]] = field(default_factory=list)
-
-
-class CallMeter:
-    """Counts forward calls of the target and the draft and the time from embedding to logits, the
-    prompt pass apart from the decoding steps.
-
-    The hooks sit on the input embeddings (start) and the output embeddings (stop) rather than on
-    the model, so that they see every forward however it is made (`generate`, `model(...)`, or the
-    engine running the decoder layers itself). Call `start_decode` right before each decode call
-    (one `generate`, one engine call, one loop call): within it, the first forward of each model is
-    its prompt pass (prefill; in speculative decoders it may also score the first round's drafts)
-    and every later forward is a decoding step. The rule holds for any decoder that reads the prompt
-    in each model's first forward; the meter does not look at what a forward is fed.
-    """
-
-    def __init__(self, models: dict[str, nn.Module]) -> None:
-        self.run: Run | None = None
-        self._t0: dict[str, Any] = {}
-        self._read: set[str] = set()  # the models that made their prompt pass in this decode call
-        # On a GPU the hooks record CUDA events (a host clock would time the kernel launches); their
-        # times are read after the setting's final synchronize, in `flush`.
-        self.cuda = next(next(iter(models.values())).parameters()).device.type == "cuda"
-        self.pending: list[tuple[str, bool, Any, Any]] = []  # (model, prompt pass?, start, stop)
-        self.handles = []
-        for name, model in models.items():
-            self.handles.append(model.get_input_embeddings().register_forward_pre_hook(self._start(name)))
-            self.handles.append(model.get_output_embeddings().register_forward_hook(self._stop(name)))
-
-    def start_decode(self) -> None:
-        """A decode call begins: the next forward of each model is its prompt pass."""
-        self._read.clear()
-
-    def _start(self, name: str) -> Callable:
-        return lambda module, args: self._t0.__setitem__(name, _event() if self.cuda else time.perf_counter())
-
-    def _stop(self, name: str) -> Callable:
-        def hook(module, args, output):
-            if self.run is None:
-                return
-            prefill = name not in self._read
-            self._read.add(name)
-            self.run.calls[name] += 1
-            self.run.prefill_calls[name] += prefill
-            if self.cuda:
-                self.pending.append((name, prefill, self._t0[name], _event()))
-            else:
-                self._add(self.run, name, prefill, time.perf_counter() - self._t0[name])
-
-        return hook
-
-    @staticmethod
-    def _add(run: Run, name: str, prefill: bool, seconds: float) -> None:
-        run.forward_s[name] += seconds
-        if prefill:
-            run.prefill_s[name] += seconds
-
-    def flush(self, run: Run) -> None:
-        """Add the recorded GPU forward times to `run` (after a synchronize)."""
-        for name, prefill, start, stop in self.pending:
-            self._add(run, name, prefill, start.elapsed_time(stop) / 1e3)
-        self.pending.clear()
-
-    def close(self) -> None:
-        for h in self.handles:
-            h.remove()
-
-
-def _event():
-    event = torch.cuda.Event(enable_timing=True)
-    event.record()
-    return event
-
-
-def _clock(device: torch.device) -> float:
-    """Wall clock after the device's queued work is done."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 # ----------------------------------------------------------------------------- running
@@ -312,10 +264,15 @@ class BenchConfig:
     task: str | None = None  # prompts from this task (its prompt format) instead of the toy prompts
     data_files: tuple[str, ...] = ()  # the task's local rows: a path, or split=path pairs
     num_few_shot: int = 0  # few-shot examples in each task prompt (needs the train split)
+    # registered methods timed on our engine (`sweep.methods`; a plugin's once `plugins` loads it)
+    methods: tuple[str, ...] = ENGINE_METHODS
+    knobs: tuple[str, ...] = ()  # field=value: a method's knob other than w (--weight) and the head (--head)
+    plugins: tuple[str, ...] = ()  # modules that register methods of one's own, imported first
 
 
 def check_config(config: BenchConfig) -> None:
     """Bad settings fail here (a ConfigError naming the flag), before anything is loaded."""
+    check_methods(config)
     at_least = {
         "-N/--num-draft-tokens": (config.num_draft_tokens, 1),
         "--batch-sizes": (min(config.batch_sizes, default=0), 1),
@@ -344,8 +301,6 @@ def check_config(config: BenchConfig) -> None:
                 f"--llama-cpp {config.llama_cpp!r}: no such GGUF file (or 'auto': the target's own)"
             )
     if config.cpu_kernels is not None:
-        from diversed.models.packed import check_kernels
-
         check_kernels(config.cpu_kernels, "--cpu-kernels ")
     try:
         for t in config.temperatures or (0.0, config.temperature):
@@ -358,8 +313,6 @@ def check_config(config: BenchConfig) -> None:
             f"--dtype must be native or a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
         )
     if config.draft_quantize not in (None, "none"):
-        from diversed.models.quantize import check_quantize
-
         device = torch.device(config.device)
         check_quantize(config.draft_quantize, device, bench_dtype(config), "--draft-quantize ")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
@@ -373,11 +326,49 @@ def check_config(config: BenchConfig) -> None:
         )
 
 
+def check_methods(config: BenchConfig) -> None:
+    """The plugins loaded, then each of `--methods` registered and run on our engine, each knob of
+    theirs given a value (`--knob`) that it takes: else a ConfigError naming the fix."""
+    load_plugins(config.plugins, where="plugins")
+    values = knob_values(config)
+    for name in config.methods:
+        m = method(name)  # (unknown: the registered names, and how to load a plugin)
+        if m.decoder != "engine":
+            raise ConfigError(
+                f"--methods {name}: it decodes on {m.decoder}, and --methods times methods on our engine "
+                "(the target alone and transformers' decoders are timed anyway)"
+            )
+        for knob in m.knobs:
+            if knob.field in ("weight", "head"):
+                continue  # --weight, --head
+            if knob.field not in values:
+                raise ConfigError(
+                    f"--methods {name}: give its knob {knob.symbol} as --knob {knob.field}=VALUE"
+                )
+            if why := knob.problem(values[knob.field]):
+                raise ConfigError(f"--knob {knob.field}={values[knob.field]!r} {why}")
+
+
+def knob_values(config: BenchConfig) -> dict[str, Any]:
+    """`--knob field=value` as {field: value}, each value read as its knob's type."""
+    found: dict[str, Any] = {}
+    for given in config.knobs:
+        field, sep, value = given.partition("=")
+        known = knobs().get(field)
+        if not sep or known is None:
+            raise ConfigError(
+                f"--knob {given!r}: give field=value for a registered knob ({', '.join(knobs())})"
+            )
+        try:
+            found[field] = known.type(value)
+        except ValueError:
+            raise ConfigError(f"--knob {given!r}: {known.symbol} must be {known.allowed}") from None
+    return found
+
+
 def bench_dtype(config: BenchConfig) -> torch.dtype:
     """`--dtype` as a torch dtype: "native" is bf16 on accelerators and on CPUs with bf16
     instructions, float32 on other CPUs (`pair.native_dtype`, what `dtype: native` pairs choose)."""
-    from diversed.models.pair import native_dtype
-
     if config.dtype == "native":
         return native_dtype(torch.device(config.device))
     return getattr(torch, config.dtype)
@@ -386,25 +377,20 @@ def bench_dtype(config: BenchConfig) -> torch.dtype:
 def load_bench_pair(config: BenchConfig) -> Pair:
     """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on
     `config.device`."""
-    from diversed.models import pair
-
     quantize = {"draft_quantize": config.draft_quantize or "none"}
     kernels = {"cpu_kernels": config.cpu_kernels or "auto"}
     dtype = str(bench_dtype(config)).removeprefix("torch.")  # ("native" chosen here, as the log says)
     if config.target:
-        return pair.load_pair(
+        return load_pair(
             config.target, config.draft, dtype=dtype, device=config.device, **quantize, **kernels
         )
     if config.pair in RANDOM_PAIRS:
-        return pair.random_pair(
+        return random_pair(
             config.pair, dtype=dtype, device=config.device, seed=config.seed, **quantize, **kernels
         )
     if config.pair in configured_pairs():  # configs/pair/<name>.yaml, e.g. smollm2 (real weights)
         import hydra
         from omegaconf import OmegaConf
-
-        from diversed import CONFIG_DIR
-        from diversed.models.gguf import check_member
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
         cfg.dtype, cfg.device = dtype, config.device
@@ -415,7 +401,6 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)
-    from diversed.models.toy import ToyBuildConfig, load_toy_pair
 
     build = ToyBuildConfig.tiny() if config.pair == "toy-tiny" else None
     return load_toy_pair(config=build, dtype=dtype, device=config.device, **quantize)
@@ -424,8 +409,6 @@ def load_bench_pair(config: BenchConfig) -> Pair:
 def configured_pairs() -> tuple[str, ...]:
     """Pair configs the bench loads by name (`configs/pair/*.yaml` loaded by `load_pair` with both
     members set: smollm2, gemma3_270m, the paper's pairs), besides the toy and random pairs."""
-    from diversed import CONFIG_DIR
-
     names = []
     for f in sorted((Path(CONFIG_DIR) / "pair").glob("*.yaml")):
         text = f.read_text()
@@ -437,8 +420,6 @@ def configured_pairs() -> tuple[str, ...]:
 def load_prompt_task(config: BenchConfig):
     """The task whose first `num_prompts` examples give the prompts (the toy task by default);
     loaded before the pair, so a bad name or missing file fails before any model is read."""
-    from diversed.tasks import TASKS, load_task
-
     if config.task is None:
         return load_task("toy", n_examples=config.num_prompts, seed=config.seed)
     if config.task not in TASKS:
@@ -460,38 +441,44 @@ def load_prompt_task(config: BenchConfig):
     )
 
 
-def make_batches(
-    prompts: Sequence[Sequence[int]], batch_size: int, pad: int, device
-) -> list[tuple[Tensor, Tensor]]:
-    """Left-padded (input_ids, attention_mask) batches, in order, on `device`."""
-    return [left_pad(prompts[i : i + batch_size], pad, device) for i in range(0, len(prompts), batch_size)]
-
-
 class Bench:
-    """The pair, the prompts cut into chunks, and the verifiers; `run` times one setting on one chunk.
+    """The pair, the prompts cut into chunks, and each setting's grid point and verifier; `run` times
+    one setting on one chunk.
 
     A chunk holds max(batch sizes) prompts, batched at every batch size, so that the settings can
-    take turns chunk by chunk: a busy second on the machine then slows every setting alike.
+    take turns chunk by chunk: a busy second on the machine then slows every setting alike. Every
+    setting decodes through `sweep.point.decode_task` (the loop every entry point decodes with): a
+    registered method by its `decode`, the bench's own references by `reference`; what is the bench's
+    own is the timing of each call (`timed`, its forwards by `decoding.meter.ForwardMeter`).
     """
 
-    def __init__(self, config: BenchConfig, target, draft, prompts, eos: list[int], pad: int) -> None:
+    def __init__(
+        self, config: BenchConfig, target, draft, prompts, eos: list[int], pad: int, todo: list[Setting]
+    ) -> None:
         self.config, self.target, self.draft, self.eos, self.pad = config, target, draft, eos, pad
         size = max(config.batch_sizes)
         self.device = next(target.parameters()).device  # batches, generators and clocks follow the pair
-        self.chunks = [
-            {b: make_batches(prompts[i : i + size], b, pad, self.device) for b in config.batch_sizes}
-            for i in range(0, len(prompts), size)
-        ]
+        # what `decode_task` reads of a pair: the models, where they are, and the bench's EOS and pad
+        tokens = SimpleNamespace(eos_token_id=eos, pad_token_id=pad)
+        self.pair = SimpleNamespace(target=target, draft=draft, tokenizer=tokens, device=self.device)
+        self.prompts = prompts
+        self.chunks = [list(prompts[i : i + size]) for i in range(0, len(prompts), size)]
         sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
         head = (
             WeightHead.from_pretrained(config.head, **sizes) if config.head else WeightHead(*sizes.values())
         )
-        self.verifiers: dict[str, Verifier] = {
-            "lossless": Lossless(),
-            "static": StaticEnsemble(config.weight),
-            "dynamic": DynamicEnsemble(head.eval().requires_grad_(False)),
+        self.heads = {config.head or UNTRAINED: head.eval().requires_grad_(False)}
+        self.points = {s: self.point(s) for s in todo}
+        self.verifiers: dict[Setting, Verifier | None] = {
+            s: (
+                method(s.method).verifier(self.points[s], self.heads)
+                if s.method and method(s.method).verifier
+                else None
+            )
+            for s in todo
         }
-        self.meter = CallMeter({"target": target, "draft": draft})
+        self.rollout = DynamicEnsemble(self.heads[config.head or UNTRAINED])  # sampling from v
+        self.meter = ForwardMeter({"target": target, "draft": draft})
         self.llama_cpp = None
         if config.llama_cpp:
             longest = max(len(p) for p in prompts)
@@ -506,13 +493,68 @@ class Bench:
         for model in (target, draft):
             forward_path(model)
 
+    def point(self, s: Setting) -> dict[str, Any]:
+        """The grid point a registered method decodes `s` at: its temperature and N, and each of its
+        knobs' values (w: `--weight`, the head: `--head`, any other: `--knob`)."""
+        values = {
+            "weight": self.config.weight,
+            "head": self.config.head or UNTRAINED,
+            **knob_values(self.config),
+        }
+        fields = method(s.method).fields if s.method else ()
+        point = {"method": s.method, "temperature": s.temperature, **{f: values[f] for f in fields}}
+        return point | ({"num_draft_tokens": s.num_draft_tokens} if s.num_draft_tokens else {})
+
     def run(self, s: Setting, chunk: int, seed: int, run: Run) -> None:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
         gen = torch.Generator(self.device).manual_seed(seed)
         torch.manual_seed(seed)  # transformers samples from the global generator
         c = self.config  # every decoder samples alike: temperature, then top-k and top-p of p and q
+        engine = {"top_k": c.top_k, "top_p": c.top_p}
+        if s.engine == "diversed":
+            engine.update(bonus_token=s.bonus_token, first_token=s.first_token)
+        self.meter.times = run.forwards
+        try:
+            decode_task(
+                self.pair,
+                self.points[s],
+                self.verifiers[s],
+                prompts=self.chunks[chunk],
+                batch_size=s.batch_size,
+                generator=gen,
+                max_new=c.max_new_tokens,
+                score=False,
+                engine=engine,
+                call=functools.partial(self.timed, run),
+                decoder=None if s.method else functools.partial(self.reference, s, run),
+            )
+        finally:
+            self.meter.times = None
+            clock(self.device)
+            self.meter.flush(run.forwards)
+
+    def timed(self, run: Run, call: Callable[[], Any]) -> Any:
+        """One decode call, timed (wall clock after the device's work, forwards by the meter) into `run`."""
+        self.meter.start_decode()  # each model's next forward reads this batch's prompts
+        before = sum(run.forwards.prefill_s.values())
+        t0 = clock(self.device)
+        out = call()
+        seconds = clock(self.device) - t0
+        self.meter.flush(run.forwards)  # (GPU: the forward times of this call, read after the sync)
+        run.seconds += seconds
+        run.totals.add(out.stats)
+        prompt_s = sum(run.forwards.prefill_s.values()) - before
+        run.units.append((int(out.stats.new_tokens.sum()), seconds, prompt_s))
+        return out
+
+    def reference(
+        self, s: Setting, run: Run, ids: Tensor, mask: Tensor, *, generator, max_new: int, **_: Any
+    ):
+        """The bench's own references, one batch: llama.cpp, transformers' lossless assisted generation
+        (no registered method), or sampling from v with the dynamic verifier on our loop (a rollout)."""
+        c = self.config
         common = {
-            "max_new_tokens": c.max_new_tokens,
+            "max_new_tokens": max_new,
             "pad_token_id": self.pad,
             "eos_token_id": self.eos,
             "do_sample": s.temperature > 0,
@@ -520,147 +562,22 @@ class Bench:
             "top_k": c.top_k,
             "top_p": c.top_p,
         }
-        verifier = self.verifiers.get(s.verifier)
-        self.meter.run = run
-        try:
-            for ids, mask in self.chunks[chunk][s.batch_size]:
-                self.meter.start_decode()  # each model's next forward reads this batch's prompts
-                before = sum(run.prefill_s.values())
-                t0 = _clock(self.device)
-                if s.engine == "llama.cpp":
-                    out = self.llama_cpp.generate(
-                        ids, mask, s.temperature, c.max_new_tokens, self.eos, gen, run
-                    )
-                elif s.engine == "diversed":
-                    out = speculative_generate(
-                        self.target,
-                        self.draft,
-                        ids,
-                        mask,
-                        verifier=verifier,
-                        num_draft_tokens=s.num_draft_tokens,
-                        bonus_token=s.bonus_token,
-                        first_token=s.first_token,
-                        generator=gen,
-                        **common,
-                    )
-                elif s.implementation == "loop":
-                    out = autoregressive_generate(
-                        self.target,
-                        ids,
-                        mask,
-                        draft=self.draft if verifier else None,
-                        verifier=verifier,
-                        generator=gen,
-                        **common,
-                    )
-                else:
-                    # transformers: `generate`, or assisted generation (lossless or with its static ensemble)
-                    assisted = s.engine == "transformers"
-                    out = transformers_generate(
-                        self.target,
-                        ids,
-                        mask,
-                        draft=self.draft if assisted else None,
-                        num_draft_tokens=s.num_draft_tokens or 1,
-                        ensemble_weight=s.weight if s.verifier == "static" else None,
-                        **common,
-                    )
-                seconds = _clock(self.device) - t0
-                self.meter.flush(run)  # (GPU: the forward times of this call, read after the sync)
-                run.seconds += seconds
-                run.totals.add(out.stats)
-                prompt_s = sum(run.prefill_s.values()) - before
-                run.units.append((int(out.stats.new_tokens.sum()), seconds, prompt_s))
-        finally:
-            self.meter.run = None
-            _clock(self.device)
-            self.meter.flush(run)
-
-
-# ----------------------------------------------------------------------------- llama.cpp, the anchor
-
-LLAMA_CPP_MISSING = (
-    "--llama-cpp needs llama-cpp-python: pip install 'diversed[llamacpp]' (built from its source package "
-    "for this CPU, several minutes)"
-)
-
-
-class LlamaCpp:
-    """Autoregressive decoding of a GGUF target with llama.cpp (`llama-cpp-python`, the bench's
-    optional extra `pip install 'diversed[llamacpp]'`, built from its source package for this CPU):
-    what a laptop user's engine does with the same file, on the same threads, as the reference for
-    what this CPU can do. Batch 1; each prompt read in one `eval`, then one token per `eval`, sampled
-    by llama.cpp's own sampler at the setting's temperature with no top-k, top-p or min-p (greedy at
-    T = 0), seeded per call. It decodes the GGUF's own weights in its own kernels (a Q4_K_M target
-    is read as 4–6-bit blocks, its activations rounded to 8 bits), so its law is not exactly the
-    law of the float model converted from the same file: a speed anchor, not a quality baseline."""
-
-    def __init__(self, path: str, threads: int, context: int) -> None:
-        try:
-            import llama_cpp
-        except ImportError:
-            raise ConfigError(LLAMA_CPP_MISSING) from None
-        self.path = path
-        self.llm = llama_cpp.Llama(
-            model_path=path,
-            n_ctx=context,
-            n_batch=context,
-            n_threads=threads,
-            n_threads_batch=threads,
-            verbose=False,
+        if s.engine == "llama.cpp":
+            return self.llama_cpp.generate(
+                ids, mask, s.temperature, max_new, self.eos, generator, run.forwards
+            )
+        if s.engine == "transformers":
+            return transformers_generate(
+                self.target, ids, mask, draft=self.draft, num_draft_tokens=s.num_draft_tokens, **common
+            )
+        return autoregressive_generate(
+            self.target, ids, mask, draft=self.draft, verifier=self.rollout, generator=generator, **common
         )
-        self.version = llama_cpp.__version__
-
-    def generate(
-        self, ids: Tensor, mask: Tensor, temperature: float, max_new: int, eos: list[int], gen, run: Run
-    ):
-        """Decode each row of `ids` (left-padded, `mask` its text) and count its forwards into `run` as the
-        meter counts ours (the prompt's `eval` a prompt pass); returns an object with `.stats`."""
-        from diversed.decoding.stats import SpeculativeStats
-
-        new = []
-        for row, text in zip(ids, mask, strict=True):
-            prompt = row[text.bool()].tolist()
-            self.llm.reset()
-            self.llm.set_seed(int(torch.randint(2**31 - 1, (), generator=gen)))
-            t0 = time.perf_counter()
-            self.llm.eval(prompt)
-            prompt_s = time.perf_counter() - t0
-            n, t1 = 0, time.perf_counter()
-            while n < max_new:
-                token = self.llm.sample(top_k=0, top_p=1.0, min_p=0.0, temp=temperature)
-                n += 1
-                if token in eos or n == max_new:
-                    break
-                self.llm.eval([token])
-            steps_s = time.perf_counter() - t1
-            run.calls["target"] += n  # the prompt's eval, then one per token after the first
-            run.prefill_calls["target"] += 1
-            run.forward_s["target"] += prompt_s + steps_s
-            run.prefill_s["target"] += prompt_s
-            new.append(n)
-        new_tokens = torch.tensor(new)
-        zeros = torch.zeros_like(new_tokens)
-        stats = SpeculativeStats(
-            proposed=zeros,
-            accepted=zeros,
-            rounds=new_tokens.clone(),
-            new_tokens=new_tokens,
-            accepted_hist=new_tokens.view(-1, 1).clone(),
-            w_sum=torch.zeros(len(new)),
-            w_count=zeros,
-            target_calls=int(new_tokens.sum()),
-            verifier="llama.cpp",
-        )
-        return type("Output", (), {"stats": stats})()
 
 
 def llama_cpp_gguf(option: str, target: nn.Module) -> str:
     """The GGUF file `--llama-cpp` names: a path, or "auto": the file the target was converted from
     (its directory's source.json, `models.gguf`)."""
-    from diversed.models.gguf import gguf_source
-
     if option != "auto":
         if not Path(option).expanduser().is_file():
             raise ConfigError(f"--llama-cpp {option!r}: no such GGUF file")
@@ -678,24 +595,19 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     """One record: median tokens/s over the repeats, the other numbers pooled over them. Forward
     times are means per decoding step (`*_forward_ms`, prompt passes excluded) and per prompt pass
     (`*_prefill_ms`); c, the theory and the ratios between settings are `compare`'s."""
-    models = ("target", "draft")
-    calls = {m: sum(r.calls[m] for r in runs) for m in models}
-    fwd = {m: sum(r.forward_s[m] for r in runs) for m in models}
-    pre_calls = {m: sum(r.prefill_calls[m] for r in runs) for m in models}
-    pre_s = {m: sum(r.prefill_s[m] for r in runs) for m in models}
     seconds = sum(r.seconds for r in runs)
-    pooled = Totals()
+    pooled, f = Totals(), ForwardTimes()
     for r in runs:
         pooled.merge(r.totals)
+        f.merge(r.forwards)
+    fwd, pre_s, pre_calls = f.seconds, f.prefill_s, f.prefill_calls
     # the bounds' α: accepted / verified (Leviathan's), unknown where a decoder does not say (transformers):
     # no bound
     alpha, speculative = pooled.alpha, s.engine in ("diversed", "transformers") and pooled.alpha is not None
     tokens, rounds = pooled.new_tokens, pooled.rounds
-    steps = {m: calls[m] - pre_calls[m] for m in models}
-    ms = {m: 1e3 * (fwd[m] - pre_s[m]) / steps[m] if steps[m] else None for m in models}
-    prefill_ms = {m: 1e3 * pre_s[m] / pre_calls[m] if pre_calls[m] else None for m in models}
     return {
-        **asdict(s),  # engine, verifier, batch size, temperature, weight, N, implementation, bonus token
+        # engine, verifier, batch size, temperature, weight, N, implementation, bonus token, method
+        **asdict(s),
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
         "tokens_per_s_runs": [r.totals.new_tokens / r.seconds for r in runs],
         "acceptance_rate": pooled.acceptance_rate if s.engine != "autoregressive" else None,
@@ -708,12 +620,12 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
         "theoretical_speedup": None,
         "mean_w": pooled.w_sum / pooled.w_count if pooled.w_count else None,
         "new_tokens": tokens / len(runs),
-        "target_calls": calls["target"] / len(runs),
-        "draft_calls": calls["draft"] / len(runs),
-        "target_forward_ms": ms["target"],  # mean decoding step (prompt passes excluded)
-        "draft_forward_ms": ms["draft"],
-        "target_prefill_ms": prefill_ms["target"],  # mean prompt pass
-        "draft_prefill_ms": prefill_ms["draft"],
+        "target_calls": f.calls["target"] / len(runs),
+        "draft_calls": f.calls["draft"] / len(runs),
+        "target_forward_ms": f.step_ms("target"),  # mean decoding step (prompt passes excluded)
+        "draft_forward_ms": f.step_ms("draft"),
+        "target_prefill_ms": f.prefill_ms("target"),  # mean prompt pass
+        "draft_prefill_ms": f.prefill_ms("draft"),
         "target_prefill_calls": pre_calls["target"] / len(runs),
         "draft_prefill_calls": pre_calls["draft"] / len(runs),
         # the rest of the wall time is the engine's own work (sampling, verification, bookkeeping)
@@ -728,27 +640,20 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     }
 
 
-def _throughput_ratio(ta, sa, tb, sb, axis: int = -1):
-    """(Σ tokens_a / Σ seconds_a) / (Σ tokens_b / Σ seconds_b) over paired calls (vectorised)."""
-    return (np.sum(ta, axis) / np.sum(sa, axis)) / (np.sum(tb, axis) / np.sum(sb, axis))
-
-
 def speedup_interval(
     units: Sequence[Sequence[float]], baseline: Sequence[Sequence[float]], decode: bool = False
 ) -> tuple[float, float, float]:
     """(ratio, low, high): the tokens per second of one setting over another's, pooled over their
     decode calls (`Run.units`: the same batches of the same prompts, call by call, in every setting
     of a batch size), and its 95 % interval: a paired BCa bootstrap resampling calls
-    (`analysis.compare.bootstrap_interval`), so prompt-to-prompt variation and the machine's noise
+    (`sweep.intervals.bootstrap_interval`), so prompt-to-prompt variation and the machine's noise
     during each call are in it. `decode`: each call's prompt-pass seconds taken out of its time.
     NaNs where the two did not make the same number of calls."""
-    from diversed.analysis.compare import bootstrap_interval
-
     a, b = np.asarray(units, dtype=float).reshape(-1, 3), np.asarray(baseline, dtype=float).reshape(-1, 3)
     if len(a) != len(b) or not len(a):
         return math.nan, math.nan, math.nan
     sa, sb = (a[:, 1] - a[:, 2], b[:, 1] - b[:, 2]) if decode else (a[:, 1], b[:, 1])
-    return bootstrap_interval(_throughput_ratio, [a[:, 0], sa, b[:, 0], sb])
+    return bootstrap_interval(pooled_ratio_quotient, [a[:, 0], sa, b[:, 0], sb])
 
 
 def compare(records: list[dict[str, Any]]) -> None:
@@ -799,7 +704,7 @@ def compare(records: list[dict[str, Any]]) -> None:
             # bound at that cost is bound / (N·c + v); the fraction of it is what the engine's own
             # overhead leaves.
             v = r["verify_decode_time_ratio"] = r["target_forward_ms"] / step
-            r["theoretical_speedup_at_verify_cost"] = bound / (n * c + v)
+            r["theoretical_speedup_at_verify_cost"] = theoretical_speedup(r["alpha"], n, c, v)
             r["speedup_fraction_at_verify_cost"] = r["speedup"] / r["theoretical_speedup_at_verify_cost"]
         if r["engine"] != "diversed":
             continue
@@ -846,24 +751,12 @@ def run_bench(
         torch.set_num_threads(config.threads)
     malloc = "keep" if keep_freed_memory(config.malloc) else "system"  # (process-wide, not undone)
     try:
-        source = "given"
-        if target is None or draft is None:
-            check_config(config)
-            task = load_prompt_task(config) if prompts is None else None
-            pair = load_bench_pair(config)
-            target, draft = pair.target, pair.draft
-            if prompts is None:
-                prompts = task.encode(pair.tokenizer, task.examples)
-                source = "toy" if config.task is None else f"{config.task} ({config.num_few_shot}-shot)"
-        if prompts is None:
-            raise ValueError("pass prompts (lists of token ids) along with the pair")
-        prompts = list(prompts)[: config.num_prompts]
+        target, draft, prompts, source = bench_inputs(config, target, draft, prompts)
         gc = target.generation_config
         eos = eos_token_id if eos_token_id is not None else gc.eos_token_id
         eos = [] if config.ignore_eos else token_ids(eos)
         pad = pad_token_id if pad_token_id is not None else gc.pad_token_id
         pad = int(pad if pad is not None else (eos[0] if eos else 0))
-        bench = Bench(config, target, draft, prompts, eos, pad)
         todo = settings(
             config.num_draft_tokens,
             config.batch_sizes,
@@ -873,65 +766,102 @@ def run_bench(
             config.first_token,
             llama_cpp=bool(config.llama_cpp),
             temperatures=config.temperatures,
+            methods=config.methods,
         )
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
-        env = machine()
-        log(f"# {env}")
-        weight = next(target.parameters())
-        how = quantized(draft)  # what the draft is, however it was loaded
-        on = {"target": kernels(target), "draft": kernels(draft)}  # its CPU kernels, likewise
-        chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
-        said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
-        log(
-            f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
-            f"({chosen or 'as asked'}){said}; linear "
-            f"layers on {on['target']} (target) / {on['draft']} (draft); torch threads: "
-            f"{torch.get_num_threads()}"
-        )
-        stop = "exactly" if config.ignore_eos else "up to EOS, at most"
-        mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
-        log(
-            f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
-            f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, "
-            f"top_p = {config.top_p:g}, {len(todo)} settings x {config.repeats} repeats "
-            f"(+{config.warmup} warm-up)"
-        )
-        runs: dict[Setting, list[Run]] = {s: [] for s in todo}
-        try:
-            for rep in range(config.warmup + config.repeats):
-                this = {s: Run() for s in todo}
-                for chunk in range(len(bench.chunks)):  # settings take turns, chunk by chunk
-                    for s in todo:
-                        bench.run(s, chunk, config.seed + 1000 * rep + chunk, this[s])
-                if rep >= config.warmup:
-                    for s in todo:
-                        runs[s].append(this[s])
-        finally:
-            bench.meter.close()
-        records = [summarize(s, r) for s, r in runs.items()]
+        bench = Bench(config, target, draft, prompts, eos, pad, todo)
+        shared = described(bench, source, malloc, log)
+        records = [summarize(s, r) for s, r in time_settings(bench, todo).items()]
         compare(records)
         for r in records:
-            r.update(
-                machine=env,
-                prompts=source,
-                mean_prompt_tokens=mean_len,
-                dtype=str(weight.dtype).removeprefix("torch."),
-                draft_quantize=how,
-                quantize_scheme=scheme(how),  # what int8 computes (its smoothing)
-                cpu_kernels=on,
-                numerics=chosen or config.dtype,
-                threads=torch.get_num_threads(),
-                llama_cpp=None
-                if bench.llama_cpp is None
-                else {"gguf": bench.llama_cpp.path, "version": bench.llama_cpp.version},
-                malloc=malloc,
-                top_k=config.top_k,
-                top_p=config.top_p,
-            )
+            r.update(shared)
         return records
     finally:
         torch.set_num_threads(threads)
+
+
+def bench_inputs(
+    config: BenchConfig, target: nn.Module | None, draft: nn.Module | None, prompts: Any
+) -> tuple[nn.Module, nn.Module, list[Sequence[int]], str]:
+    """The pair, the first `num_prompts` prompts and where they come from: as given ("given"), or the
+    configured pair and the toy prompts or `config.task`'s (checked first: `check_config`)."""
+    source = "given"
+    if target is None or draft is None:
+        check_config(config)
+        task = load_prompt_task(config) if prompts is None else None
+        pair = load_bench_pair(config)
+        target, draft = pair.target, pair.draft
+        if prompts is None:
+            prompts = task.encode(pair.tokenizer, task.examples)
+            source = "toy" if config.task is None else f"{config.task} ({config.num_few_shot}-shot)"
+    if prompts is None:
+        raise ValueError("pass prompts (lists of token ids) along with the pair")
+    return target, draft, list(prompts)[: config.num_prompts], source
+
+
+def described(bench: Bench, source: str, malloc: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """What every record of this run shares (the machine, the prompts, the pair's dtype, kernels and
+    quantization, threads, llama.cpp's build, malloc, the sampling truncation), logged first."""
+    config, target, draft, prompts = bench.config, bench.target, bench.draft, bench.prompts
+    env = machine()
+    log(f"# {env}")
+    weight = next(target.parameters())
+    how = quantized(draft)  # what the draft is, however it was loaded
+    on = {"target": kernels(target), "draft": kernels(draft)}  # its CPU kernels, likewise
+    chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
+    said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
+    log(
+        f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
+        f"({chosen or 'as asked'}){said}; linear "
+        f"layers on {on['target']} (target) / {on['draft']} (draft); torch threads: "
+        f"{torch.get_num_threads()}"
+    )
+    stop = "exactly" if config.ignore_eos else "up to EOS, at most"
+    mean_len = sum(len(p) for p in prompts) / max(len(prompts), 1)
+    log(
+        f"# {len(prompts)} {source} prompts of {mean_len:.0f} tokens on average, {stop} "
+        f"{config.max_new_tokens} new tokens, N = {config.num_draft_tokens}, top_k = {config.top_k}, "
+        f"top_p = {config.top_p:g}, {len(bench.points)} settings x {config.repeats} repeats "
+        f"(+{config.warmup} warm-up)"
+    )
+    return {
+        "machine": env,
+        "prompts": source,
+        "mean_prompt_tokens": mean_len,
+        "dtype": str(weight.dtype).removeprefix("torch."),
+        "draft_quantize": how,
+        "quantize_scheme": scheme(how),  # what int8 computes (its smoothing)
+        "cpu_kernels": on,
+        "numerics": chosen or config.dtype,
+        "threads": torch.get_num_threads(),
+        "llama_cpp": None
+        if bench.llama_cpp is None
+        else {"gguf": bench.llama_cpp.path, "version": bench.llama_cpp.version},
+        "malloc": malloc,
+        "top_k": config.top_k,
+        "top_p": config.top_p,
+    }
+
+
+def time_settings(bench: Bench, todo: list[Setting]) -> dict[Setting, list[Run]]:
+    """Each setting's timed runs: `warmup` + `repeats` passes, repeat r of every setting before repeat
+    r + 1, and within a repeat the settings taking turns chunk by chunk (seeded alike); the warm-up
+    passes are left out."""
+    config = bench.config
+    runs: dict[Setting, list[Run]] = {s: [] for s in todo}
+    try:
+        for rep in range(config.warmup + config.repeats):
+            this = {s: Run() for s in todo}
+            for chunk in range(len(bench.chunks)):  # settings take turns, chunk by chunk
+                for s in todo:
+                    bench.run(s, chunk, config.seed + 1000 * rep + chunk, this[s])
+            if rep >= config.warmup:
+                for s in todo:
+                    runs[s].append(this[s])
+    finally:
+        bench.meter.close()
+    return runs
 
 
 # ----------------------------------------------------------------------------- report
@@ -989,11 +919,21 @@ def table(records: list[dict[str, Any]]) -> str:
     return "\n".join([*lines, "", LEGEND])
 
 
-def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    """`python -m diversed.bench`: the records (their table printed)."""
-    parser = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """`python -m diversed.bench`'s options, in groups (`--help` lists them so)."""
+    p = argparse.ArgumentParser(prog="python -m diversed.bench", description=__doc__.splitlines()[0])
     d = BenchConfig()
-    add = parser.add_argument
+    _pair_options(p.add_argument_group("pair"), d)
+    _setting_options(p.add_argument_group("settings timed"), d)
+    _prompt_options(p.add_argument_group("prompts"), d)
+    _timing_options(p.add_argument_group("timing"), d)
+    p.add_argument("--output", default=None, help="write the records to this JSON file")
+    return p
+
+
+def _pair_options(group: Any, d: BenchConfig) -> None:
+    """Options of the pair: which, where, in what dtype and kernels (and llama.cpp's GGUF beside it)."""
+    add = group.add_argument
     add(
         "--pair",
         default=d.pair,
@@ -1005,48 +945,7 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     add("--target", default=None, help="another pair: the target's directory (with --draft)")
     add("--draft", default=None, help="another pair: the draft's directory (with --target)")
-    add("-N", "--num-draft-tokens", type=int, default=d.num_draft_tokens)
-    add("--batch-sizes", type=int, nargs="+", default=list(d.batch_sizes))
-    add("--temperature", type=float, default=d.temperature, help="of the sampled settings")
-    add(
-        "--temperatures",
-        type=float,
-        nargs="+",
-        default=[],
-        help="the temperatures timed, 0 for greedy (instead of greedy and --temperature)",
-    )
-    add("--weight", type=float, default=d.weight, help="static target weight w, in (0, 1)")
     add("--head", default=None, help="saved WeightHead directory (default: untrained, w = 0.5)")
-    add("--num-prompts", type=int, default=d.num_prompts)
-    add("--max-new-tokens", type=int, default=d.max_new_tokens)
-    add("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens per row")
-    add("--repeats", type=int, default=d.repeats)
-    add("--warmup", type=int, default=d.warmup)
-    add("--threads", type=int, default=d.threads, help="torch threads (0: leave the default)")
-    add(
-        "--malloc",
-        choices=("keep", "system"),
-        default=d.malloc,
-        help="keep: glibc keeps freed memory for the next tensors (runtime.malloc); system: as it is",
-    )
-    add("--seed", type=int, default=d.seed)
-    add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
-    add(
-        "--first-token",
-        choices=("ensemble", "target"),
-        default=d.first_token,
-        help="our first new token: verified against v like the rest (as transformers) or the target's alone",
-    )
-    add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
-    add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
-    add(
-        "--only",
-        nargs="*",
-        default=[],
-        help="run only settings whose label contains one of these; c, the theory and the speedups need "
-        "the autoregressive target setting with the same path, batch size and temperature ('target (loop)' "
-        "for ours, 'target (generate)' for transformers'), else they are left out",
-    )
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add(
         "--dtype",
@@ -1076,6 +975,61 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="also time llama.cpp decoding this GGUF file autoregressively at batch 1 ('auto': the file "
         "the target was converted from); needs pip install 'diversed[llamacpp]'",
     )
+
+
+def _setting_options(group: Any, d: BenchConfig) -> None:
+    """Options of the settings timed: methods, N, w, batch sizes, temperatures and sampling."""
+    add = group.add_argument
+    add("-N", "--num-draft-tokens", type=int, default=d.num_draft_tokens)
+    add("--batch-sizes", type=int, nargs="+", default=list(d.batch_sizes))
+    add("--temperature", type=float, default=d.temperature, help="of the sampled settings")
+    add(
+        "--temperatures",
+        type=float,
+        nargs="+",
+        default=[],
+        help="the temperatures timed, 0 for greedy (instead of greedy and --temperature)",
+    )
+    add("--weight", type=float, default=d.weight, help="static target weight w, in (0, 1)")
+    add("--bonus-token", choices=("ensemble", "target"), default=d.bonus_token)
+    add(
+        "--first-token",
+        choices=("ensemble", "target"),
+        default=d.first_token,
+        help="our first new token: verified against v like the rest (as transformers) or the target's alone",
+    )
+    add("--top-k", type=int, default=d.top_k, help="sampled settings: top-k of p and q alike (0: none)")
+    add("--top-p", type=float, default=d.top_p, help="sampled settings: top-p of p and q alike (1.0: none)")
+    add(
+        "--methods",
+        nargs="+",
+        default=list(d.methods),
+        help="registered methods timed on our engine (a plugin's too, its module loaded by plugins=)",
+    )
+    add(
+        "--knob",
+        action="append",
+        default=[],
+        dest="knobs",
+        metavar="FIELD=VALUE",
+        help="a --methods method's knob value (repeatable); w is --weight and the head --head",
+    )
+    add(
+        "--only",
+        nargs="*",
+        default=[],
+        help="run only settings whose label contains one of these; c, the theory and the speedups need "
+        "the autoregressive target setting with the same path, batch size and temperature ('target (loop)' "
+        "for ours, 'target (generate)' for transformers'), else they are left out",
+    )
+
+
+def _prompt_options(group: Any, d: BenchConfig) -> None:
+    """Options of the prompts and how far each is decoded."""
+    add = group.add_argument
+    add("--num-prompts", type=int, default=d.num_prompts)
+    add("--max-new-tokens", type=int, default=d.max_new_tokens)
+    add("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens per row")
     add(
         "--task",
         default=None,
@@ -1088,8 +1042,26 @@ def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="the task's local rows: a path, or split=path pairs (offline)",
     )
     add("--num-few-shot", type=int, default=d.num_few_shot, help="few-shot examples per task prompt")
-    add("--output", default=None, help="write the records to this JSON file")
-    args = vars(parser.parse_args(argv))
+    add("--seed", type=int, default=d.seed)
+
+
+def _timing_options(group: Any, d: BenchConfig) -> None:
+    """Options of how the settings are timed: repeats, warm-up, threads, memory."""
+    add = group.add_argument
+    add("--repeats", type=int, default=d.repeats)
+    add("--warmup", type=int, default=d.warmup)
+    add("--threads", type=int, default=d.threads, help="torch threads (0: leave the default)")
+    add(
+        "--malloc",
+        choices=("keep", "system"),
+        default=d.malloc,
+        help="keep: glibc keeps freed memory for the next tensors (runtime.malloc); system: as it is",
+    )
+
+
+def run(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """`python -m diversed.bench`: the records (their table printed)."""
+    args = vars(parse_args(parser(), argv))  # plugins=[...] loaded first (`sweep.plugins`)
     output = args.pop("output")
     config = BenchConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
     quiet()  # transformers' weight-loading bars and advice, as in the other entry points

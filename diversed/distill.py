@@ -1,7 +1,7 @@
 """`python -m diversed.distill +experiment=distill_toy`: fine-tune the DRAFT towards the frozen target.
 
-`distill(cfg)` checks the settings (`schema.check_distill`), the trainer's against this machine
-(`runtime.check_trainer`), the data and the pair's files, then
+`distill(cfg)` checks the settings (`check_distill`: `training/settings.py`), the trainer's against this
+machine (`trainer.check_trainer`), the data and the pair's files, then
 fits the module (`training/draft_module.py`: on-policy distillation in the style of DistillSpec,
 its divergences and rollouts) and saves the best draft, which `finetuned_draft` evaluates with
 lossless SD (`sweep.draft_models`). A Ctrl-C ends as one line naming the latest checkpoint and the
@@ -20,18 +20,29 @@ import hydra
 from omegaconf import DictConfig
 
 from diversed import CONFIG_DIR
-from diversed.config.runtime import check_trainer, fit, prepare_training, saved_training
+from diversed.config.schema import check_settings
 from diversed.errors import hydra_task, on_interrupt
+from diversed.sweep.plugins import load_plugins, start
+from diversed.sweep.settings import evaluate_settings
+from diversed.training.checkpoints import check_checkpoint, model_shapes
+from diversed.training.settings import DistillSettings, TrainSettings
+from diversed.training.trainer import check_trainer, fit, prepare_training, saved_training
 
 log = logging.getLogger(__name__)
+
+
+def check_distill(cfg: Any) -> DistillSettings:
+    """Validate `python -m diversed.distill`'s config (`training/settings.DistillSettings`; evaluate's and
+    train's sections, which a preset holds too, checked for unknown keys); ConfigError listing every
+    problem."""
+    others = (evaluate_settings(), TrainSettings)
+    return check_settings(DistillSettings, cfg, "diversed.distill", others)  # type: ignore[return-value]
 
 
 def distill(cfg: DictConfig) -> dict[str, Any]:
     """Check the data and the pair's files, fit, and save the best draft; returns its directory
     and the last metrics."""
-    from diversed.config.schema import check_distill
-    from diversed.sweep.preflight import check_checkpoint, model_shapes
-
+    load_plugins(cfg.get("plugins") or [])  # a config's (the command line's are loaded: `start`)
     check_distill(cfg)
     check_trainer(cfg, "diversed.distill")  # the trainer's settings against this machine
 
@@ -56,11 +67,17 @@ def distill(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="distill")
 @hydra_task
-def main(cfg: DictConfig) -> float | None:
+def _main(cfg: DictConfig) -> float | None:
     result = distill(cfg)
     print(result["draft_dir"])
     value = result["metrics"].get("val/acceptance_rate", math.nan)
     return None if math.isnan(value) else value
+
+
+def main() -> None:
+    """`python -m diversed.distill`: the plugins the command line names loaded, then Hydra composes."""
+    start()
+    _main()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Gemma-3-270M do not). `python -m diversed.drafts build smollm2` makes one:
 1. **init**: the target itself cut to its first `layers` decoder layers, with its own embeddings,
    final norm and LM head, so the tokenizer and vocabulary are the target's by construction
    (measured on SmolLM2: keeping the LAST layer instead makes it worse, acceptance ≈ 0), its head
-   restricted to the `vocab` ids most frequent in the tasks' train texts (`draft_vocab.py`);
+   restricted to the `vocab` ids most frequent in the tasks' train texts (`draft_vocab.py`; the
+   surgery is `models/surgery.py`'s);
 2. **distil** through `diversed.distill`, once per task in `stages`, in turn: forward KL towards
    the target on the target's own samples for that task's TRAIN prompts, every prompt and
    completion position scored; the samples are drawn once per prompt with the target's law at
@@ -16,20 +17,22 @@ Gemma-3-270M do not). `python -m diversed.drafts build smollm2` makes one:
    validation set is held out of the train split (`data.val_split=holdout`);
 3. **measure** lossless acceptance α (accepted over verified drafts, T = 1, N = 5) on held-out
    prompts of each task in `eval_tasks` (the test split's first `n_eval` in the seed's order, with a
-   bootstrap interval over the prompts), after (and with `--before`, before) distillation, or for a
-   recipe without stages the undistilled draft's, and write it with the times to `build.json`
-   (`build_seconds`: init and distillation, the part the recipe is sized for; measuring apart).
+   bootstrap interval over the prompts; decoded by `sweep.point.decode_task`), after (and with
+   `--before`, before) distillation, or for a recipe without stages the undistilled draft's, and
+   write it with the times to `build.json` (`build_seconds`: init and distillation, the part the
+   recipe is sized for; measuring apart).
 
 `python -m diversed.drafts measure NAME` measures a built draft's α again, as step 3 does, printed:
 with `--draft-quantize none int8`, the float and the int8 draft (`models/quantize.py`) on the same
 prompts and seed, and their paired difference with its bootstrap interval over prompts.
 
 The result is cached in `$DIVERSED_CACHE/drafts/<name>/` (default `~/.cache/diversed/drafts`)
-and named `draft:<name>` in a pair config (`weights.resolve_model`). Offline, each task's rows
+and named `draft:<name>` in a pair config (`models.gguf.resolve_model`). Offline, each task's rows
 come from `--data DIR` (`DIR/<task>/<split>.jsonl`, see `scripts/real_data.py`).
 
-It does not fetch or convert the target (`weights.py`), time the draft (`python -m diversed.bench
---pair smollm2` gives the forward-time ratio c) or train heads (`train.py`).
+It does not fetch or convert the target (`weights.py`), cut models (`models/surgery.py`), time the
+draft (`python -m diversed.bench --pair smollm2` gives the forward-time ratio c) or train heads
+(`train.py`).
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from diversed import CONFIG_DIR
 from diversed.errors import ConfigError, MissingFile, cli
 from diversed.files.atomic import write_file
+from diversed.models.gguf import DRAFT_PREFIX, built_draft_dir, check_member, resolve_model
+from diversed.models.surgery import init_draft
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +66,7 @@ class DraftRecipe:
     """How one draft is made: from which target, how many of its layers, distilled on what."""
 
     name: str
-    target: str  # a pair member (weights.resolve_model): shipped:<name>, a .gguf file, a directory
+    target: str  # a pair member (models.gguf.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int  # the target's first decoder layers kept
     # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
     vocab: int | None
@@ -143,16 +149,12 @@ RECIPES: dict[str, DraftRecipe] = {
 
 
 def built_dir(name: str) -> Path:
-    from diversed.models.gguf import built_draft_dir
-
     return built_draft_dir(name)
 
 
 def check_built(name: str, role: str = "draft") -> None:
     """ValueError for a draft the project does not build; FileNotFoundError naming the build
     command unless draft `name` is built."""
-    from diversed.models.gguf import DRAFT_PREFIX, check_member
-
     if name not in RECIPES and not built_dir(name).is_dir():
         raise ConfigError(f"pair.{role}=draft:{name}: no such draft; the project builds {sorted(RECIPES)}")
     check_member(DRAFT_PREFIX + name, role)
@@ -161,65 +163,10 @@ def check_built(name: str, role: str = "draft") -> None:
 # ----------------------------------------------------------------------------- the steps
 
 
-def cut_layers(model: Any, layers: int) -> Any:
-    """`model` keeping its first `layers` decoder layers (config updated, layer types too)."""
-    import torch
-
-    config = model.config
-    total = config.num_hidden_layers
-    if not 1 <= layers < total:
-        raise ValueError(
-            f"a draft keeps between 1 and {total - 1} of the target's {total} layers, got {layers}"
-        )
-    base = model.base_model
-    base.layers = torch.nn.ModuleList(list(base.layers)[:layers])
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = list(config.layer_types)[:layers]
-    return model
-
-
-def init_draft(
-    target_dir: str | Path,
-    layers: int,
-    out: str | Path,
-    vocab: int | None = None,
-    texts: list[str] | None = None,
-) -> Path:
-    """Save the target cut to its first `layers` layers (and its tokenizer) into `out`; with
-    `vocab`, its head restricted to the `vocab` most frequent ids of `texts` (specials always in)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from diversed.decoding import draft_vocab
-
-    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    cut_layers(model, layers)
-    if vocab is not None:
-        specials = [
-            i
-            for i in (
-                tokenizer.eos_token_id,
-                tokenizer.bos_token_id,
-                tokenizer.pad_token_id,
-                *tokenizer.all_special_ids,
-            )
-            if i is not None
-        ]
-        ids = (tokenizer(t, add_special_tokens=False).input_ids for t in texts or [])
-        draft_vocab.restrict(
-            model, draft_vocab.rank_tokens(ids, vocab, draft_vocab.vocab_size(model), specials)
-        )
-    draft_vocab.save_pretrained(model, out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return Path(out)
-
-
 def train_texts(tasks: list[str], data: str | Path | None) -> list[str]:
     """Each TRAIN example of each task, its prompt and its text fields (references, worked answers):
     what the draft vocabulary is ranked on."""
-    from diversed.tasks import load_task
+    from diversed.tasks import load_task  # the verb starts torch-free
 
     texts = []
     for task in dict.fromkeys(tasks):
@@ -268,49 +215,39 @@ def acceptance(
     """Lossless α (accepted / verified drafts) with its bootstrap 95 % interval over the prompts
     (`alpha_low`, `alpha_high`: on 32 prompts α moves by ±0.03 from the last bits of the forward path
     alone, which sample other tokens), and the acceptance rate, at T = 1, N = 5 on the first `n` test
-    prompts of `task`, batch 8; `draft_quantize="int8"`: of the draft with int8 linear layers.
-    `per_prompt`: also each prompt's accepted and verified drafts (`accepted`, `verified`)."""
+    prompts of `task`, batch 8, one generator seeded with `seed` for every batch, rows ending at the
+    task's stop sequences (`sweep.point.decode_task`); `draft_quantize="int8"`: of the draft with int8
+    linear layers. `per_prompt`: also each prompt's accepted and verified drafts (`accepted`, `verified`)."""
     import numpy as np
     import torch
 
-    from diversed.analysis.compare import bootstrap_interval
-    from diversed.decoding.engine import speculative_generate
-    from diversed.decoding.inputs import left_pad
-    from diversed.decoding.stats import Totals
-    from diversed.models.pair import load_pair
-    from diversed.tasks import load_task
+    from diversed.models.pair import load_pair  # the verb starts torch-free
+    from diversed.sweep.intervals import bootstrap_interval  # the verb starts pandas-free
+    from diversed.sweep.point import decode_task  # the verb starts torch-free
+    from diversed.tasks import load_task  # the verb starts torch-free
 
     t = load_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
     pair = load_pair(target_dir, draft_dir, dtype="float32", device="cpu", draft_quantize=draft_quantize)
-    tok, totals, rows = pair.tokenizer, Totals(), []
-    g = torch.Generator().manual_seed(seed)
-    for i in range(0, len(t.examples), 8):
-        ids, mask = left_pad(t.encode(tok, t.examples[i : i + 8]), tok.pad_token_id, "cpu")
-        out = speculative_generate(
-            pair.target,
-            pair.draft,
-            ids,
-            mask,
-            num_draft_tokens=5,
-            max_new_tokens=max_new,
-            do_sample=True,
-            temperature=1.0,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-            stop=t.stopper(tok),
-            generator=g,
-        )
-        totals.add(out.stats)
-        rows += zip(out.stats.accepted.tolist(), out.stats.verified.tolist(), strict=True)
-    summary = totals.summary()
-    accepted, verified = (np.array(x, dtype=float) for x in zip(*rows, strict=True))
+    point = {"method": "lossless", "temperature": 1.0, "num_draft_tokens": 5}
+    done = decode_task(
+        pair,
+        point,
+        None,
+        t,
+        batch_size=8,
+        generator=torch.Generator().manual_seed(seed),
+        max_new=max_new,
+        score=False,
+    )
+    summary = done.totals.summary()
+    accepted, verified = (np.array(done.per_example(k), dtype=float) for k in ("accepted", "verified"))
     # α pooled over prompts (Σ accepted / Σ verified), resampling prompts
     _, low, high = bootstrap_interval(pooled_alpha, [accepted, verified])
     return {
         "alpha": round(float(summary["alpha"]), 4),
         "alpha_low": round(low, 4),
         "alpha_high": round(high, 4),
-        "prompts": len(rows),
+        "prompts": len(accepted),
         "acceptance_rate": round(float(summary["acceptance_rate"]), 4),
     } | ({"accepted": accepted.tolist(), "verified": verified.tolist()} if per_prompt else {})
 
@@ -329,8 +266,7 @@ def distill_stage(
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from diversed import CONFIG_DIR
-    from diversed.distill import distill
+    from diversed.distill import distill  # the verb starts torch- and lightning-free
 
     pair = [
         "pair=local",
@@ -369,9 +305,9 @@ def build(
 ) -> Path:
     """Build draft `name` (a key of RECIPES) into the cache unless it is there; returns its directory.
     `keep`: a directory (new, or empty) that receives each stage's run directory (its target samples,
-    `teacher_samples.pt`, its metrics and checkpoints) instead of their being deleted."""
-    from diversed.models.gguf import check_member, resolve_model
-
+    `teacher_samples.pt`, its metrics and checkpoints) instead of their being deleted. The steps: init
+    (`_initial_draft`), α before (with `before`, or a recipe without stages), distil (`_distill`), put
+    in the cache whole (`_install`), α after (`_measure_after`, once the draft is safe in the cache)."""
     if name not in RECIPES:
         raise ConfigError(f"unknown draft {name!r}; the project builds {sorted(RECIPES)}")
     recipe, out = RECIPES[name], built_dir(name)
@@ -392,57 +328,26 @@ def build(
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
     try:
-        texts = (
-            train_texts(list(recipe.vocab_tasks) or [t for t, _, _ in stages], data) if recipe.vocab else None
-        )
-        draft = str(init_draft(target_dir, recipe.layers, work / "init", recipe.vocab, texts))
+        draft = _initial_draft(recipe, target_dir, [t for t, _, _ in stages], data, work)
         report: dict[str, Any] = {
             "recipe": asdict(recipe),
             "steps": {t: n for t, n, _ in stages},
             "target": target_dir,
         }
-
-        def alpha(d):
-            return {
-                t: acceptance(target_dir, d, t, data, recipe.n_eval, recipe.max_new_tokens)
-                for t in recipe.eval_tasks
-            }
-
         measured = 0.0
         if measure and (before or not stages):  # an undistilled draft's only α is its own
             t1 = time.perf_counter()
-            report["before"] = alpha(draft)
+            report["before"] = _alphas(recipe, target_dir, draft, data)
             log.info("draft %s before distillation: %s", name, report["before"])
             measured += time.perf_counter() - t1
         t2 = time.perf_counter()
-        freeze = [f"distill.freeze_layers={recipe.freeze}"] if recipe.freeze else []
-        replay: list[Path] = []
-        for i, (task, steps, extra) in enumerate(stages):
-            stage = work / f"stage{i}_{task}"
-            draft = distill_stage(
-                target_dir,
-                draft,
-                task,
-                steps,
-                [*recipe.overrides, *freeze, *extra, *overrides[task]],
-                stage,
-                replay,
-            )
-            replay.append(stage / "teacher_samples.pt")
+        draft = _distill(recipe, target_dir, draft, stages, overrides, work)
         report["distill_seconds"] = round(time.perf_counter() - t2, 1)
-        final = work / "final"
-        shutil.copytree(draft, final)
-        for i, (task, _, _) in enumerate(
-            stages
-        ):  # each stage's logged metrics (loss, acceptance) kept beside it
-            for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
-                shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
+        final = _gather(draft, stages, work)
         report["build_seconds"] = round(time.perf_counter() - t0 - measured, 1)
         report["measure_seconds"] = round(measured, 1)
         (final / "build.json").write_text(json.dumps(report, indent=1) + "\n")
-        if force:
-            shutil.rmtree(out, ignore_errors=True)
-        os.rename(final, out)  # atomic: a reader sees a whole draft or none
+        _install(final, out, force)
         if keep is not None:
             Path(keep).mkdir(parents=True, exist_ok=True)
             for i, (task, _, _) in enumerate(stages):
@@ -457,18 +362,69 @@ def build(
     return out
 
 
-def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | Path | None) -> None:
-    """Measure the cached draft's α on `recipe.eval_tasks` into its `build.json` (atomically)."""
-    report = json.loads((out / "build.json").read_text())
-    t3 = time.perf_counter()
-    report["after"] = {
-        t: acceptance(target_dir, str(out), t, data, recipe.n_eval, recipe.max_new_tokens)
+def _initial_draft(
+    recipe: DraftRecipe, target_dir: str, stage_tasks: list[str], data: str | Path | None, work: Path
+) -> str:
+    """Step 1: the target cut to `recipe.layers` layers in `work/init`, its head restricted to the
+    `recipe.vocab` ids most frequent in the vocabulary tasks' train texts (default: the stages')."""
+    texts = train_texts(list(recipe.vocab_tasks) or stage_tasks, data) if recipe.vocab else None
+    return str(init_draft(target_dir, recipe.layers, work / "init", recipe.vocab, texts))
+
+
+def _alphas(recipe: DraftRecipe, target_dir: str, draft: str, data: str | Path | None) -> dict[str, Any]:
+    """The draft's α (`acceptance`) on each of `recipe.eval_tasks`."""
+    return {
+        t: acceptance(target_dir, draft, t, data, recipe.n_eval, recipe.max_new_tokens)
         for t in recipe.eval_tasks
     }
+
+
+def _distill(
+    recipe: DraftRecipe,
+    target_dir: str,
+    draft: str,
+    stages: list[tuple[str, int, Any]],
+    overrides: dict[str, list[str]],
+    work: Path,
+) -> str:
+    """Step 2: one `distill_stage` per stage, in turn, each replaying the earlier stages' samples, in
+    `work/stage<i>_<task>`; returns the last stage's draft (`draft` itself without stages)."""
+    freeze = [f"distill.freeze_layers={recipe.freeze}"] if recipe.freeze else []
+    replay: list[Path] = []
+    for i, (task, steps, extra) in enumerate(stages):
+        stage = work / f"stage{i}_{task}"
+        extra = [*recipe.overrides, *freeze, *extra, *overrides[task]]
+        draft = distill_stage(target_dir, draft, task, steps, extra, stage, replay)
+        replay.append(stage / "teacher_samples.pt")
+    return draft
+
+
+def _gather(draft: str, stages: list[tuple[str, int, Any]], work: Path) -> Path:
+    """The built draft in `work/final`, each stage's logged metrics (loss, acceptance) kept beside it."""
+    final = work / "final"
+    shutil.copytree(draft, final)
+    for i, (task, _, _) in enumerate(stages):
+        for found in sorted((work / f"stage{i}_{task}").glob("csv/*/metrics.csv"))[-1:]:
+            shutil.copy(found, final / f"distill_{i}_{task}_metrics.csv")
+    return final
+
+
+def _install(final: Path, out: Path, force: bool) -> None:
+    """`final` renamed to the cache's `out` (with `force`, replacing it): a reader sees a whole draft or
+    none."""
+    if force:
+        shutil.rmtree(out, ignore_errors=True)
+    os.rename(final, out)
+
+
+def _measure_after(out: Path, recipe: DraftRecipe, target_dir: str, data: str | Path | None) -> None:
+    """Step 3: measure the cached draft's α on `recipe.eval_tasks` into its `build.json` (atomically)."""
+    report = json.loads((out / "build.json").read_text())
+    t3 = time.perf_counter()
+    report["after"] = _alphas(recipe, target_dir, str(out), data)
     log.info("draft %s after distillation: %s", recipe.name, report["after"])
     report["measure_seconds"] = round(report.get("measure_seconds", 0.0) + time.perf_counter() - t3, 1)
     write_file(out / "build.json", json.dumps(report, indent=1) + "\n")
-    return out
 
 
 def measure(
@@ -480,9 +436,8 @@ def measure(
     import numpy as np
     import torch
 
-    from diversed.analysis.compare import bootstrap_interval
-    from diversed.models.gguf import check_member, resolve_model
-    from diversed.models.quantize import check_quantize
+    from diversed.models.quantize import check_quantize  # the verb starts torch-free
+    from diversed.sweep.intervals import bootstrap_interval  # the verb starts pandas-free
 
     recipe = RECIPES[name]
     if not 1 <= len(quantize) <= 2 or len(set(quantize)) != len(quantize):
@@ -560,7 +515,7 @@ def run(argv: list[str] | None = None) -> Path | dict[str, Any]:
     m.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from diversed.config.runtime import keep_freed_memory
+    from diversed.config.runtime import keep_freed_memory  # the verb starts hydra-free
 
     keep_freed_memory()  # as runtime.malloc=keep in the distillation runs it makes (config/runtime.py)
     if args.command == "measure":

@@ -5,7 +5,7 @@ A Ctrl-C is one line too, saying what was saved and how to resume, with exit sta
 
 - `UserError`: the mark. Each error below is also the builtin error it refines, so
   `except ValueError` or `except FileNotFoundError` still catches it.
-- `ConfigError(UserError, ValueError)`: a setting is wrong (`schema.py` checks the entry points'
+- `ConfigError(UserError, ValueError)`: a setting is wrong (`config/schema.py` checks the entry points'
   settings; `preflight.py` checks them against the files).
 - `MissingFile(UserError, FileNotFoundError)`: a path given does not exist or does not hold what it
   should (a model directory, a head, a run directory).
@@ -23,7 +23,7 @@ The data, Hub, fetch and sandbox errors of `tasks/data.py`, `pair.py`, `weights.
   status 130 (`cli` and `hydra_task` print it), instead of a traceback: the entry point says what it
   has saved by then and how to resume (evaluate: the grid points in its run directory; train and
   distill: the last checkpoint and `ckpt_path=`). Lightning's own Ctrl-C handling (it exits with
-  status 1) is turned back into a KeyboardInterrupt by `runtime.fit`.
+  status 1) is turned back into a KeyboardInterrupt by `training/trainer.fit`.
 - `when_refused(undo)`: what runs when a user error stops a Hydra entry point, before its message is
   printed: `jobs.LeaveNothingWhenRefused` removes the run directory Hydra made before the job's own
   code ran (a refused run leaves no folder behind).

@@ -1,6 +1,6 @@
 """Pareto plots and the summary table (the paper's Table 1) from run records.
 
-    python -m diversed.plot outputs/ [--out outputs/plots] [--plugin my_pkg.my_method]
+    python -m diversed.plot outputs/ [--out outputs/plots] [plugins=my_pkg.my_method]
         [--formats png pdf] [--figsize 12.5 4.8] [--style seaborn-v0_8-paper]
         [--methods static dynamic autoregressive] [--label "dynamic=DIVERSED (ours)"]
 
@@ -37,7 +37,8 @@ from matplotlib.figure import Figure
 
 from diversed.analysis.drawing import plot_pareto, summary_table, write_table
 from diversed.errors import ConfigError, cli
-from diversed.sweep.methods import METHODS, add_plugin_option, load_plugins
+from diversed.sweep.methods import METHODS
+from diversed.sweep.plugins import add_plugin_option, parse_args
 from diversed.sweep.results import load_results, with_head_task
 
 MAX_INCHES = 60.0  # a figure side beyond this is a typo (and a canvas of gigabytes)
@@ -88,7 +89,7 @@ def check_methods(methods: Sequence[str] | None, where: str = "--methods") -> li
     if unknown:
         raise ConfigError(
             f"{where}: unknown method {', '.join(map(repr, unknown))}; give some of {', '.join(METHODS)} "
-            "(a method of your own: load it with --plugin MODULE)"
+            "(a method of your own: load it with plugins=MODULE)"
         )
     return list(methods)
 
@@ -145,8 +146,7 @@ def _parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> list[Path]:
     """`python -m diversed.plot`: the figures and tables written (printed, one a line)."""
     parser = _parser()
-    args = parser.parse_args(argv)
-    load_plugins(args.plugin, where="--plugin")
+    args = parse_args(parser, argv)  # plugins=... loaded first
     look = dict(
         formats=check_formats(args.formats),
         figsize=check_figsize(args.figsize),

@@ -1,6 +1,6 @@
 """The paper's report from run directories: its Tables 1-3 and figures, and a summary per run.
 
-    python -m diversed.report RUN_DIR... --out DIR [--paper] [--plugin my_pkg.my_method]
+    python -m diversed.report RUN_DIR... --out DIR [--paper] [plugins=my_pkg.my_method]
 
 Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
 
@@ -28,7 +28,7 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
     runs/<name>.md            one page per run dir: settings fingerprints, pairs, tasks, counts, figures
 
 Table rows: autoregressive; lossless SD; SD with a fine-tuned draft; each knob family (the static
-ensemble, lossy SD, cascades, typical acceptance; a method of one's own, loaded with `--plugin`: its
+ensemble, lossy SD, cascades, typical acceptance; a method of one's own, loaded with `plugins=...`: its
 `Method.family`) at the setting chosen on the `--select-split` run, its quality cell naming it by the
 knob's symbol, "(w=0.5)" (`fronts.choose_on`: the most acceptance among settings non-inferior to
 autoregressive decoding, margin `--margin`; * where none was), or, without such a run, its oracle
@@ -40,6 +40,9 @@ column with a note: the paper does not define its acceptance.
 Run directories without one readable record (every line skipped, each named in a warning) are a user
 error, one line and exit status 2, not a report of nothing.
 
+The tables at each temperature are `TABLES`, one `TableSpec` each (builder, file name, caption, whether
+it goes in claims.md), in the order the index shows them.
+
 It reads results and heads only: nothing is decoded, rescored or retrained.
 """
 
@@ -49,7 +52,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +82,7 @@ from diversed.errors import MissingFile, cli
 from diversed.files.atomic import write_file
 from diversed.files.rundir import read_json
 from diversed.models.heads import head_metadata
-from diversed.sweep.methods import add_plugin_option, load_plugins
+from diversed.sweep.plugins import add_plugin_option, parse_args
 from diversed.sweep.results import load_runs as results_of_runs
 from diversed.sweep.results import read_examples, with_head_task
 
@@ -170,43 +174,153 @@ def _rel(path: Path, out: Path) -> str:
     return os.path.relpath(Path(path).resolve(), out.resolve())
 
 
-# ----------------------------------------------------------------------------- the report
+# ----------------------------------------------------------------------------- the tables
 
 
-def write_report(
-    run_dirs: Sequence[str | Path],
-    out: str | Path,
-    *,
-    paper: bool = False,
-    n_examples: int = 5,
-    formats: Sequence[str] = ("png", "pdf"),
-    select_split: str = "validation",
-    margin: float = 0.05,
-) -> list[Path]:
-    """Write the report (see the module docstring); returns every file written. Records of
-    `select_split` choose the knob families' settings (`fronts.choose_on`, non-inferiority margin
-    `margin` × AR's quality); every other record is reported."""
-    out = Path(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    df = load_runs(run_dirs)
-    selecting = df["split"].astype(object).eq(select_split).fillna(False).astype(bool)
-    val, test = df[selecting], df[~selecting]
-    if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
-        val, test = df.iloc[0:0], df
-    d = with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
-    choices = choose_on(val, margin).assign(split=select_split) if len(val) else None  # tables name it
-    written, sections = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""]
-    claims = []
-    if choices is not None and len(choices):
-        write_file(out / "choices.csv", choices.to_csv(index=False))
-        written.append(out / "choices.csv")
-    seeds = sorted(int(s) for s in test["seed"].dropna().unique())
-    how = (
+@dataclass(frozen=True)
+class Reading:
+    """What every table of one temperature is built from: the reported records (`test`) and their
+    seed means (`d`), the knob families' choices (None: no validation run), and the captions' shared
+    phrases (`how` the cells are averaged, how the knob families were `chosen`)."""
+
+    t: float
+    test: pd.DataFrame
+    d: pd.DataFrame
+    choices: pd.DataFrame | None
+    selection: pd.DataFrame | None  # the validation records' seed means (paired: DIVERSED's own mean w)
+    paper: bool
+    select_split: str
+    n_seeds: int
+    how: str
+    chosen: str
+
+    @property
+    def chose(self) -> bool:
+        return self.choices is not None and len(self.choices) > 0
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table of the report: `build` gives it (None: nothing to show at this temperature), written
+    as `<name>_T<t>.md/.csv` under `caption(reading, table)`, in the index and, with `claim`, in claims.md."""
+
+    name: str
+    build: Callable[[Reading], pd.DataFrame | None]
+    caption: Callable[[Reading, pd.DataFrame], str]
+    claim: bool = True
+
+
+def _table_caption(r: Reading, _: pd.DataFrame) -> str:
+    caption = (
+        f"**Table (T = {r.t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
+        f"(drafts up to a round's first rejection), quality ×100 per task; {r.how}; "
+        "time / AR: time relative to autoregressive decoding of the same seed, the geometric mean "
+        "(over examples × seeds where the timed passes kept per-example times, else over seeds) "
+        "[95 % interval on log ratios, exponentiated], per sample at batch 1 where marked b1 "
+        "(the paper's time), "
+        f"else per pass at the sweep's batch size. {r.chosen}."
+    )
+    if r.paper:
+        caption += (
+            " Published rows: the paper does not define its acceptance; its values look like accepted/"
+            "proposed, so they sit in that column, unconfirmed."
+        )
+    return caption
+
+
+def _times_caption(r: Reading, _: pd.DataFrame) -> str:
+    return (
+        f"**Times at batch 1 (T = {r.t:g})**: the same rows, each of the first `timed` examples "
+        "decoded alone at batch 1 (`timing.latency`); seconds and new tokens per sample, mean "
+        "over seeds; × AR: relative to autoregressive decoding of the same seed and examples, "
+        "per sample (the table's b1 time) and per generated token, geometric mean [95 % "
+        "interval on log ratios, as in the table]; quality of the timed samples, where shown: "
+        "the timed completions scored (the scored ones at batch size 1, others above). "
+        "Where the methods' outputs differ in length (sampling, "
+        "lossy verification), per sample compares lengths as much as speed; per token compares "
+        "speed. End to end includes reading the prompt in both models; where shown, s to first "
+        "token is the same calls stopped after one new token, and decode only the time per token "
+        "after the first, Σ (t − t_first) / Σ (n − 1), relative to autoregressive decoding's."
+    )
+
+
+def _outputs_caption(r: Reading, _: pd.DataFrame) -> str:
+    return (
+        f"**Outputs (T = {r.t:g})**: the same rows; empty %: completions with nothing to score once "
+        "cut at the task's stop sequences (×100), tokens / example: new tokens per example; "
+        "means over seeds."
+    )
+
+
+def _oracle_caption(r: Reading, _: pd.DataFrame) -> str:
+    return (
+        f"**Oracle view (T = {r.t:g})**: the same, each knob family at its setting chosen on "
+        "the reported (test) scores themselves: an upper bound, not a claim."
+    )
+
+
+def _paired_caption(r: Reading, diffs: pd.DataFrame) -> str:
+    return (
+        f"**DIVERSED against each row (T = {r.t:g})**, and against the static ensemble at DIVERSED's "
+        f"own mean w (read on the {r.select_split} rows where they have the head, else on the reported "
+        "ones: the row that says whether a context-dependent w beats its constant level): paired by "
+        f"example over {r.n_seeds} seed(s), 95 % bootstrap interval of the difference (unadjusted); "
+        f"{diffs.attrs['verdicts']}: p from a paired randomisation test (A and B swapped within "
+        'examples, 9999 draws), "better" / "worse" only where its Holm-adjusted p < 0.05. Rows '
+        "marked (target's law) decode exactly as the target does: their differences from each "
+        "other are sampling alone."
+    )
+
+
+def _fronts_caption(r: Reading, _: pd.DataFrame) -> str:
+    return (
+        f"**Against the static front (T = {r.t:g})**: each speculative row against the static "
+        "ensemble's front over every w run (same pair, task, N), paired by example: Δ acceptance = "
+        "its accepted/proposed % minus the front's at its quality, Δ quality = its quality ×100 "
+        "minus the front's at its acceptance, the front interpolated linearly between its "
+        "settings; 95 % percentile bootstrap over examples, the front redrawn in every resample "
+        "(its noisy maxima lean against "
+        'the row). "above" / "below" only where the interval excludes 0; where the row lies beyond '
+        "the front's range (better quality or more acceptance than any w) there is no gap to give."
+    )
+
+
+def _transfer_caption(r: Reading, _: pd.DataFrame) -> str:
+    return (
+        f"**Cross-task transfer (T = {r.t:g})**: rows the task "
+        "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
+        f"quality ×100, {r.how}."
+    )
+
+
+# The report's tables at each temperature, in the order the index shows them.
+TABLES = (
+    TableSpec("table", lambda r: paper_table(r.d, r.t, paper=r.paper, choices=r.choices), _table_caption),
+    TableSpec("times", lambda r: times_table(r.d, r.t, r.choices), _times_caption),
+    TableSpec("outputs", lambda r: outputs_table(r.d, r.t, r.choices), _outputs_caption),
+    TableSpec(
+        "table_oracle", lambda r: paper_table(r.d, r.t) if r.chose else None, _oracle_caption, claim=False
+    ),
+    TableSpec(
+        "paired", lambda r: paired_table(r.test, r.d, r.t, r.choices, selection=r.selection), _paired_caption
+    ),
+    TableSpec("fronts", lambda r: front_table(r.test, r.d, r.t, r.choices), _fronts_caption),
+    TableSpec("transfer", lambda r: transfer_table(r.d, r.t, paper=r.paper), _transfer_caption),
+)
+
+
+def _how(seeds: Sequence[int]) -> str:
+    """How every cell is averaged, for the captions."""
+    return (
         f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) "
         "and the examples, [95 % interval: bootstrap over examples, each with all its seeds; 0/1 scores: "
         "Wilson's at the effective sample size n·m/deff, deff the seeds' design effect]"
     )
-    chosen = (
+
+
+def _chosen(choices: pd.DataFrame | None, val: pd.DataFrame, select_split: str, margin: float) -> str:
+    """How the knob families' settings were chosen, for the main table's caption."""
+    return (
         f"Knob families: chosen on the {select_split} split, the most acceptance among settings non-inferior "
         f"to autoregressive decoding there (quality ≥ AR − δ, δ = {margin:g} × AR's {select_split} quality, "
         "paired one-sided 95 % bootstrap; * a fallback: none was, the best-scoring one), then shown on the "
@@ -221,104 +335,14 @@ def write_report(
         "reported scores themselves: the most acceptance within AR's 95 % half-width; * none was)"
     )
 
-    def add(table: pd.DataFrame, name: str, caption: str, *, claim: bool = True) -> None:
-        """Write one table (Markdown + CSV) and put it in the report's index and, with `claim`, its claims."""
-        paths, md = _write_table(table, out, name, caption)
-        written.extend(paths)
-        sections.extend([md, ""])
-        if claim:
-            claims.extend([md, ""])
 
-    for t in sorted(d["temperature"].unique(), reverse=True):
-        caption = (
-            f"**Table (T = {t:g})**: acceptance = accepted/proposed drafts %, α = accepted/verified drafts % "
-            f"(drafts up to a round's first rejection), quality ×100 per task; {how}; "
-            "time / AR: time relative to autoregressive decoding of the same seed, the geometric mean "
-            "(over examples × seeds where the timed passes kept per-example times, else over seeds) "
-            "[95 % interval on log ratios, exponentiated], per sample at batch 1 where marked b1 "
-            "(the paper's time), "
-            f"else per pass at the sweep's batch size. {chosen}."
-        )
-        if paper:
-            caption += (
-                " Published rows: the paper does not define its acceptance; its values look like accepted/"
-                "proposed, so they sit in that column, unconfirmed."
-            )
-        add(paper_table(d, t, paper=paper, choices=choices), f"table_T{t:g}", caption)
-        times = times_table(d, t, choices)
-        if times is not None:
-            add(
-                times,
-                f"times_T{t:g}",
-                f"**Times at batch 1 (T = {t:g})**: the same rows, each of the first `timed` examples "
-                "decoded alone at batch 1 (`timing.latency`); seconds and new tokens per sample, mean "
-                "over seeds; × AR: relative to autoregressive decoding of the same seed and examples, "
-                "per sample (the table's b1 time) and per generated token, geometric mean [95 % "
-                "interval on log ratios, as in the table]; quality of the timed samples, where shown: "
-                "the timed completions scored (the scored ones at batch size 1, others above). "
-                "Where the methods' outputs differ in length (sampling, "
-                "lossy verification), per sample compares lengths as much as speed; per token compares "
-                "speed. End to end includes reading the prompt in both models; where shown, s to first "
-                "token is the same calls stopped after one new token, and decode only the time per token "
-                "after the first, Σ (t − t_first) / Σ (n − 1), relative to autoregressive decoding's.",
-            )
-        outputs = outputs_table(d, t, choices)
-        if outputs is not None:
-            add(
-                outputs,
-                f"outputs_T{t:g}",
-                f"**Outputs (T = {t:g})**: the same rows; empty %: completions with nothing to score once "
-                "cut at the task's stop sequences (×100), tokens / example: new tokens per example; "
-                "means over seeds.",
-            )
-        if choices is not None and len(choices):
-            add(
-                paper_table(d, t),
-                f"table_oracle_T{t:g}",
-                f"**Oracle view (T = {t:g})**: the same, each knob family at its setting chosen on "
-                "the reported (test) scores themselves: an upper bound, not a claim.",
-                claim=False,
-            )
-        diffs = paired_table(
-            test, d, t, choices, selection=mean_over_seeds(val, examples=False) if len(val) else None
-        )
-        if diffs is not None:
-            add(
-                diffs,
-                f"paired_T{t:g}",
-                f"**DIVERSED against each row (T = {t:g})**, and against the static ensemble at DIVERSED's "
-                f"own mean w (read on the {select_split} rows where they have the head, else on the reported "
-                "ones: the row that says whether a context-dependent w beats its constant level): paired by "
-                f"example over {len(seeds)} seed(s), 95 % bootstrap interval of the difference (unadjusted); "
-                f"{diffs.attrs['verdicts']}: p from a paired randomisation test (A and B swapped within "
-                'examples, 9999 draws), "better" / "worse" only where its Holm-adjusted p < 0.05. Rows '
-                "marked (target's law) decode exactly as the target does: their differences from each "
-                "other are sampling alone.",
-            )
-        front = front_table(test, d, t, choices)
-        if front is not None:
-            add(
-                front,
-                f"fronts_T{t:g}",
-                f"**Against the static front (T = {t:g})**: each speculative row against the static "
-                "ensemble's front over every w run (same pair, task, N), paired by example: Δ acceptance = "
-                "its accepted/proposed % minus the front's at its quality, Δ quality = its quality ×100 "
-                "minus the front's at its acceptance, the front interpolated linearly between its "
-                "settings; 95 % percentile bootstrap over examples, the front redrawn in every resample "
-                "(its noisy maxima lean against "
-                'the row). "above" / "below" only where the interval excludes 0; where the row lies beyond '
-                "the front's range (better quality or more acceptance than any w) there is no gap to give.",
-            )
-        transfer = transfer_table(d, t, paper=paper)
-        if transfer is not None:
-            add(
-                transfer,
-                f"transfer_T{t:g}",
-                f"**Cross-task transfer (T = {t:g})**: rows the task "
-                "a head was trained on, columns the task it is evaluated on; accepted/proposed % / "
-                f"quality ×100, {how}.",
-            )
-    figs = out / "figures"
+# ----------------------------------------------------------------------------- the figures
+
+
+def _figures(
+    test: pd.DataFrame, d: pd.DataFrame, choices, figs: Path, n_examples: int, formats
+) -> list[Shown]:
+    """Every figure with its caption: Proposition 1, quality and time, what each head learned, Pareto."""
     own = d[
         (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
     ]  # heads on their own task
@@ -351,6 +375,52 @@ def write_report(
             tuple(test["task"].unique()),
         )
     )
+    return shown
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def write_report(
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    *,
+    paper: bool = False,
+    n_examples: int = 5,
+    formats: Sequence[str] = ("png", "pdf"),
+    select_split: str = "validation",
+    margin: float = 0.05,
+) -> list[Path]:
+    """Write the report (see the module docstring); returns every file written. Records of
+    `select_split` choose the knob families' settings (`fronts.choose_on`, non-inferiority margin
+    `margin` × AR's quality); every other record is reported."""
+    out = Path(out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    df = load_runs(run_dirs)
+    selecting = df["split"].astype(object).eq(select_split).fillna(False).astype(bool)
+    val, test = df[selecting], df[~selecting]
+    if not len(test):  # only a validation run: report it (knobs chosen on what is shown)
+        val, test = df.iloc[0:0], df
+    d = with_times(mean_over_seeds(test), test)  # cells over examples x seeds, times over seeds
+    choices = choose_on(val, margin).assign(split=select_split) if len(val) else None  # tables name it
+    written, sections, claims = [], [f"# Report: {', '.join(map(str, run_dirs))}", ""], []
+    if choices is not None and len(choices):
+        write_file(out / "choices.csv", choices.to_csv(index=False))
+        written.append(out / "choices.csv")
+    seeds = sorted(int(s) for s in test["seed"].dropna().unique())
+    selection = mean_over_seeds(val, examples=False) if len(val) else None
+    how, chosen = _how(seeds), _chosen(choices, val, select_split, margin)
+    for t in sorted(d["temperature"].unique(), reverse=True):
+        reading = Reading(t, test, d, choices, selection, paper, select_split, len(seeds), how, chosen)
+        for spec in TABLES:
+            if (table := spec.build(reading)) is None:
+                continue
+            paths, md = _write_table(table, out, f"{spec.name}_T{t:g}", spec.caption(reading, table))
+            written.extend(paths)
+            sections.extend([md, ""])
+            if spec.claim:
+                claims.extend([md, ""])
+    shown = _figures(test, d, choices, out / "figures", n_examples, formats)
     sections += ["## Figures", ""]
     claims += ["Proposition 1 and what the heads learned, in the figures:", ""]
     for f in shown:
@@ -402,8 +472,7 @@ def run(argv: Sequence[str] | None = None) -> list[Path]:
         help="non-inferiority margin δ as a fraction of autoregressive quality (0.05: within 5 %%)",
     )
     add_plugin_option(parser)
-    args = parser.parse_args(argv)
-    load_plugins(args.plugin, where="--plugin")
+    args = parse_args(parser, argv)  # plugins=... loaded first
     if not 0 <= args.margin < 1:
         parser.error(
             f"--margin {args.margin} is a fraction of autoregressive quality: give one in [0, 1), e.g. 0.05"

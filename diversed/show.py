@@ -4,7 +4,7 @@ every record and per-example row of runs as tables for pandas and other tools.
     python -m diversed.show RUN_DIR [RUN_DIR ...] [--examples ID ...] [--n 3] [--temperature 1.0]
                                     [--num-draft-tokens 5] [--methods lossless static] [--all]
     python -m diversed.show RUN_DIR [RUN_DIR ...] --export out.parquet   # or out.csv, out.jsonl
-    (--plugin my_pkg.my_method: the module that registers a method of one's own the records name)
+    (plugins=my_pkg.my_method: the module that registers a method of one's own the records name)
 
 Reads the records and per-example rows of run directories (`results.load_runs`: a multirun's folder
 holds its jobs' directories; a point in several is read once). For each chosen example it
@@ -48,7 +48,8 @@ import pyarrow as pa
 
 from diversed.errors import ConfigError, MissingFile, cli
 from diversed.files.atomic import write_file
-from diversed.sweep.methods import METHODS, add_plugin_option, load_plugins
+from diversed.sweep.methods import METHODS
+from diversed.sweep.plugins import add_plugin_option, parse_args
 from diversed.sweep.results import load_runs, read_examples, with_examples
 
 EXPORT_FORMATS = (".parquet", ".csv", ".jsonl")
@@ -167,35 +168,41 @@ def show(
         else {}
         for r in records
     }
-    labels = [_label(r) for r in records]
-    pad = max(map(len, labels), default=10)
     out = [f"{where}: {len(records)} points at temperature {temperature:g}" + (f", N = {n}" if n else "")]
     for i in ids:
-        first = next((rows[_at(r)][i] for r in records if i in rows[_at(r)]), None)
-        if first is None:
-            out.append(f"\n== example {i}: not in these records")
-            continue
-        prompt = str(first.get("prompt", "")).strip()
-        out.append(f"\n== example {i}")
-        if prompt:
-            cut = first.get("prompt_tokens_cut")  # task.max_prompt_tokens: the row holds what the model saw
-            out.append(
-                "prompt    …"
-                + _clip(prompt[-300:], width)
-                + (f"  ({cut} tokens cut from its start)" if cut else "")
-            )
-        out.append("reference " + _clip(first.get("reference"), width))
-        for label, r in zip(labels, records, strict=True):
-            e = rows[_at(r)].get(i)
-            if e is None:
-                out.append(f"  {label:<{pad}}  (no row)")
-                continue
-            out.append(
-                f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  "
-                f"extracted {_clip(e.get('extracted'), 24)}"
-            )
-            out.append(textwrap.indent(_clip(e.get("completion"), width), " " * (pad + 4)))
+        out += _example(i, records, rows, width)
     return visible("\n".join(out))  # labels, ids and the path too
+
+
+def _example(i: str, records: list[dict], rows: dict, width: int) -> list[str]:
+    """Example `i`'s lines: its prompt's end and reference, then each record's completion (`rows`:
+    each point's rows by example id)."""
+    first = next((rows[_at(r)][i] for r in records if i in rows[_at(r)]), None)
+    if first is None:
+        return [f"\n== example {i}: not in these records"]
+    labels = [_label(r) for r in records]
+    pad = max(map(len, labels), default=10)
+    prompt = str(first.get("prompt", "")).strip()
+    out = [f"\n== example {i}"]
+    if prompt:
+        cut = first.get("prompt_tokens_cut")  # task.max_prompt_tokens: the row holds what the model saw
+        out.append(
+            "prompt    …"
+            + _clip(prompt[-300:], width)
+            + (f"  ({cut} tokens cut from its start)" if cut else "")
+        )
+    out.append("reference " + _clip(first.get("reference"), width))
+    for label, r in zip(labels, records, strict=True):
+        e = rows[_at(r)].get(i)
+        if e is None:
+            out.append(f"  {label:<{pad}}  (no row)")
+            continue
+        out.append(
+            f"  {label:<{pad}}  score {e.get('score', float('nan')):.3g}  "
+            f"extracted {_clip(e.get('extracted'), 24)}"
+        )
+        out.append(textwrap.indent(_clip(e.get("completion"), width), " " * (pad + 4)))
+    return out
 
 
 def _at(record: dict[str, Any]) -> tuple[str, str]:
@@ -317,8 +324,7 @@ def run(argv: list[str] | None = None) -> str:
     )
     parser.add_argument("--width", type=int, default=100)
     add_plugin_option(parser)
-    args = parser.parse_args(argv)
-    load_plugins(args.plugin, where="--plugin")
+    args = parse_args(parser, argv)  # plugins=... loaded first
     if args.export is not None:
         if Path(args.export).suffix not in EXPORT_FORMATS:
             parser.error(

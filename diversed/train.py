@@ -1,7 +1,7 @@
 """`python -m diversed.train +experiment=toy`: train a DIVERSED weight head.
 
-`train(cfg)` checks every setting (`schema.check_train`) and the trainer's against this machine
-(`runtime.check_trainer`: accelerator, devices, strategy, precision), loads the data and describes the
+`train(cfg)` checks every setting (`check_train`: `training/settings.py`) and the trainer's against this
+machine (`trainer.check_trainer`: accelerator, devices, strategy, precision), loads the data and describes the
 pair (no weights yet), then instantiates pair, head, module (`training/head_module.py`: the algorithm),
 loggers, callbacks and trainer; fits; saves last.ckpt and exports the best head. A Ctrl-C ends as
 one line naming the latest checkpoint and the `ckpt_path=` that resumes from it (exit status 130).
@@ -18,18 +18,30 @@ import hydra
 from omegaconf import DictConfig
 
 from diversed import CONFIG_DIR
-from diversed.config.runtime import check_trainer, fit, prepare_training, saved_training
-from diversed.config.schema import check_train
+from diversed.config.schema import check_settings
 from diversed.errors import hydra_task, on_interrupt
-from diversed.sweep.preflight import check_checkpoint
+from diversed.sweep.plugins import load_plugins, start
+from diversed.sweep.settings import evaluate_settings
+from diversed.training.checkpoints import check_checkpoint
 from diversed.training.head_module import build_head, head_shapes
+from diversed.training.settings import DistillSettings, TrainSettings
+from diversed.training.trainer import check_trainer, fit, prepare_training, saved_training
 
 log = logging.getLogger(__name__)
+
+
+def check_train(cfg: Any) -> TrainSettings:
+    """Validate `python -m diversed.train`'s config (`training/settings.TrainSettings`; evaluate's and
+    distill's sections, which a preset holds too, checked for unknown keys); ConfigError listing every
+    problem."""
+    others = (evaluate_settings(), DistillSettings)
+    return check_settings(TrainSettings, cfg, "diversed.train", others)  # type: ignore[return-value]
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Check the settings, load the data and describe the pair (no weights yet), then instantiate
     pair, head, module, loggers, callbacks and trainer; fit; save last.ckpt; export the best head."""
+    load_plugins(cfg.get("plugins") or [])  # a config's (the command line's are loaded: `start`)
     check_train(cfg)  # every setting, before anything is read
     check_trainer(cfg, "diversed.train")  # ... and the trainer's against this machine
 
@@ -49,11 +61,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 @hydra_task
-def main(cfg: DictConfig) -> float | None:
+def _main(cfg: DictConfig) -> float | None:
     result = train(cfg)
     print(result["head_dir"])
     value = result["metrics"].get(cfg.get("optimized_metric") or "", math.nan)
     return None if math.isnan(value) else value
+
+
+def main() -> None:
+    """`python -m diversed.train`: the plugins the command line names loaded, then Hydra composes."""
+    start()
+    _main()
 
 
 if __name__ == "__main__":

@@ -23,13 +23,21 @@ try:
 except ImportError:
     pass
 
+# Composing our configs needs the registered knobs' grids and tasks' configs in Hydra's store, which the
+# entry points put there before composing (`diversed.prepare_hydra`); the tests compose with Hydra's own
+# `compose`, so once here (later registrations refresh it).
+from diversed.sweep.plugins import prepare_hydra  # noqa: E402
+
+prepare_hydra()
+
 # -------------------------------------------------------------------------- toy pair (diversed/models/toy.py)
 
 
 @pytest.fixture(scope="session")
 def toy_tiny_dir(tmp_path_factory):
     """A few-step build of tiny toy models (seconds): target/ and draft/ like a Hub pair."""
-    from diversed.models.toy import ToyBuildConfig, build
+    from diversed.models.toy import ToyBuildConfig
+    from diversed.toy import build  # the models trained, and their quality gap measured
 
     out = tmp_path_factory.mktemp("toy-tiny")
     build(ToyBuildConfig.tiny(), out, progress=False)

@@ -19,7 +19,7 @@ import pytest
 import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
-from diversed.bench import BenchConfig, run, run_bench, settings, table
+from diversed.bench import BenchConfig, check_config, run, run_bench, settings, table
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
 from diversed.decoding.stopping import generated_lengths
@@ -56,6 +56,9 @@ def test_bounds_on_known_numbers():
     assert theoretical_speedup(0.5, 3, 0.1) == pytest.approx(1.875 / 1.3)
     assert theoretical_speedup(0.8, 5, 0.0) == pytest.approx(tokens_per_call_bound(0.8, 5))
     assert theoretical_speedup(0.0, 5, 0.2) == pytest.approx(0.5)  # nothing accepted: pure draft cost
+    # a verification forward priced at v one-token steps: bound / (N·c + v)
+    assert theoretical_speedup(0.5, 3, 0.1, 1.5) == pytest.approx(1.875 / 1.8)
+    assert theoretical_speedup(0.5, 3, 0.1, 1.0) == theoretical_speedup(0.5, 3, 0.1)
 
 
 def test_count_new_tokens_stops_at_the_first_eos():
@@ -197,6 +200,36 @@ def test_records_on_the_tiny_pair(pair):
     assert not any(math.isnan(r["tokens_per_s"]) for r in records)
 
 
+def test_the_meter_counts_each_models_first_forward_per_decode_call_as_its_prompt_pass(pair):
+    """`decoding.meter`: every forward counted and timed, the first of each model after `start_decode`
+    as its prompt pass; `count_calls` counts the same forwards; closed, the hooks are gone."""
+    from diversed.decoding.meter import ForwardMeter, ForwardTimes, count_calls
+
+    target, draft = pair
+    ids = torch.tensor([[5, 6, 7]])
+    meter = ForwardMeter({"target": target, "draft": draft})
+    meter.times = times = ForwardTimes()
+    with torch.no_grad(), count_calls({"target": target}) as calls:
+        for _ in range(2):  # two decode calls: a prompt pass and two steps of the target, one draft pass
+            meter.start_decode()
+            for _ in range(3):
+                target(ids)
+            draft(ids)
+    meter.close()
+    assert times.calls == {"target": 6, "draft": 2} and calls == {"target": 6}
+    assert times.prefill_calls == {"target": 2, "draft": 2}
+    assert all(times.seconds[m] >= times.prefill_s[m] > 0 for m in ("target", "draft"))
+    assert times.step_ms("target") > 0 and times.step_ms("draft") is None  # the draft made no step
+    assert times.prefill_ms("draft") == pytest.approx(1e3 * times.prefill_s["draft"] / 2)
+    pooled = ForwardTimes().merge(times).merge(times)
+    assert pooled.calls == {"target": 12, "draft": 4} and pooled.step_ms("target") == pytest.approx(
+        times.step_ms("target")
+    )
+    with torch.no_grad():
+        target(ids)
+    assert times.calls["target"] == 6  # closed: not counted
+
+
 SLEEP_MS = 100.0
 
 
@@ -335,16 +368,20 @@ def test_first_token_target_reaches_our_settings_and_transformers_algorithm_stay
 
 
 def test_top_k_and_top_p_reach_every_decoder(pair, monkeypatch):
-    """`--top-k` / `--top-p` go to our engine, our loop and transformers alike, and into each record."""
+    """`--top-k` / `--top-p` go to our engine, our loop and transformers alike, and into each record:
+    the registered methods' decoders (`sweep.point.decode`) and the bench's own references."""
     import diversed.bench as bench
+    import diversed.sweep.point as point
 
     asked, decoders = set(), ("speculative_generate", "autoregressive_generate", "transformers_generate")
 
     def spy(name, real):
         return lambda *a, **k: asked.add((name, k["top_k"], k["top_p"])) or real(*a, **k)
 
-    for name in decoders:
-        monkeypatch.setattr(bench, name, spy(name, getattr(bench, name)))
+    for module in (bench, point):
+        for name in decoders:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
     target, draft = pair
     config = BenchConfig(
         num_draft_tokens=2,
@@ -595,7 +632,8 @@ def test_the_temperatures_timed_and_llama_cpp_at_batch_1(tmp_path):
 def test_llama_cpp_is_refused_with_its_fix(tmp_path, monkeypatch):
     import builtins
 
-    from diversed.bench import LlamaCpp, llama_cpp_gguf
+    from diversed.bench import llama_cpp_gguf
+    from diversed.decoding.llama_cpp import LlamaCpp
 
     model = types.SimpleNamespace(config=types.SimpleNamespace(name_or_path=str(tmp_path)))
     with pytest.raises(ConfigError, match="not converted from one"):
@@ -673,3 +711,45 @@ def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypa
     installed["llama_cpp"] = False
     with pytest.raises(ConfigError, match=r"pip install 'diversed\[llamacpp\]'"):
         check_config(BenchConfig(llama_cpp="auto"))
+
+
+def test_a_registered_plugin_method_is_benchmarked_by_name(pair):
+    """`--methods` names registered methods (a plugin's included): each is timed on our engine through
+    the registry's verifier, its knob from `--knob`, its record naming it; a bad name, a method that does
+    not run on the engine or a knob without a value fail before any model runs."""
+    from diversed.decoding.verify import StaticEnsemble
+    from diversed.sweep.methods import Knob, Method, register, unregister
+
+    eps = Knob("bench_eps", "bench_epss", "ε", interval="[0, 1]", label="a test knob")
+    register(
+        Method(
+            "bench_mine",
+            "Mine ε={bench_eps:g}",
+            knobs=(eps,),
+            verifier=lambda p, _: StaticEnsemble(p["bench_eps"]),
+        )
+    )
+    try:
+        target, draft = pair
+        common = {"num_draft_tokens": 2, "batch_sizes": (1,), "num_prompts": 2, "max_new_tokens": 4}
+        config = BenchConfig(
+            **common, repeats=1, warmup=0, methods=("static", "bench_mine"), knobs=("bench_eps=0.5",)
+        )
+        records = {
+            r["label"]: r for r in run_bench(config, target, draft, [[5, 6, 7], [8, 9]], log=lambda _: None)
+        }
+        mine = records["diversed bench_mine, greedy, batch 1"]
+        assert mine["method"] == "bench_mine" and mine["engine"] == "diversed"
+        # its verifier is the static ensemble at the knob's value: the same tokens as static w=0.5
+        assert mine["new_tokens"] == records["diversed static w=0.5, greedy, batch 1"]["new_tokens"]
+        assert mine["alpha"] == records["diversed static w=0.5, greedy, batch 1"]["alpha"]
+        for bad, match in (
+            ({"methods": ("nope",)}, "unknown method 'nope'"),
+            ({"methods": ("hf_static",)}, "--methods times methods on our engine"),
+            ({"methods": ("bench_mine",)}, "--knob bench_eps=VALUE"),
+            ({"methods": ("bench_mine",), "knobs": ("bench_eps=2",)}, "--knob bench_eps=2.0 is not"),
+        ):
+            with pytest.raises(ConfigError, match=re.escape(match)):
+                check_config(BenchConfig(**bad))
+    finally:
+        unregister("bench_mine")

@@ -87,6 +87,7 @@ def run_dir(tmp_path_factory, toy_tiny_dir):
 def test_mains_return_status_0_and_print_once(run_dir, toy_tiny_dir, tmp_path, capsys):
     """Each argparse entry point's `main` is its console script (`sys.exit(main())`): 0, the output once."""
     from diversed import bench, plot, report, show
+    from diversed import toy as toy_verb
     from diversed.models import toy
 
     assert show.main([str(run_dir), "--all", "--n", "1"]) == 0
@@ -102,7 +103,7 @@ def test_mains_return_status_0_and_print_once(run_dir, toy_tiny_dir, tmp_path, c
     assert capsys.readouterr().out.split() == [str(tmp_path / "report" / "README.md")]
     cached = toy.pair_dir(toy.ToyBuildConfig.tiny(), tmp_path / "cache")  # as the cache keeps it: no build
     shutil.copytree(toy_tiny_dir, cached)
-    assert toy.main(["--tiny", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert toy_verb.main(["--tiny", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert capsys.readouterr().out.split() == [str(cached)]
     assert (
         bench.main(

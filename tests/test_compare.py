@@ -13,23 +13,19 @@ from scipy import stats
 from diversed.analysis.compare import (
     _sum_difference,
     _sum_ratio_difference,
-    binary_interval,
-    bootstrap_interval,
     cell_intervals,
     holm,
     holm_verdict,
-    mean_interval,
     mean_over_seeds,
     non_inferior,
     paired,
     per_example,
     randomization_p,
-    t_interval,
     verdict,
-    wilson,
 )
 from diversed.analysis.fronts import choose_on
 from diversed.report import load_runs, write_report
+from diversed.sweep.intervals import binary_interval, bootstrap_interval, mean_interval, t_interval, wilson
 from diversed.sweep.results import ResultStore, run_record
 
 N = 60

@@ -86,6 +86,7 @@ def test_the_undistilled_draft_is_the_cut_target_with_the_built_drafts_vocabular
     import diversed.drafts as drafts
     import diversed.models.gguf as gguf
     from diversed.decoding import draft_vocab
+    from diversed.models.surgery import cut_layers
 
     target_dir = tmp_path / "target"  # a 3-layer target with a tokenizer (the toy's)
     tiny_pair()[0].save_pretrained(target_dir)
@@ -96,7 +97,7 @@ def test_the_undistilled_draft_is_the_cut_target_with_the_built_drafts_vocabular
     built = tmp_path / "built"
     distilled = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
     index = torch.tensor([0, 1, 2, 5, 7, 11, 13])
-    draft_vocab.restrict(drafts.cut_layers(distilled, layers), index)
+    draft_vocab.restrict(cut_layers(distilled, layers), index)
     draft_vocab.save_pretrained(distilled, built)
     monkeypatch.setattr(drafts, "built_dir", lambda name: built)
     monkeypatch.setattr(gguf, "resolve_model", lambda name, role="model": str(target_dir))

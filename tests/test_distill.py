@@ -73,7 +73,7 @@ def resumable(cfg, last):
     """`ckpt_path=last` passes the check a resume makes before the pair loads, with every draft tensor
     compared."""
     from diversed.models.pair import describe_pair
-    from diversed.sweep.preflight import check_checkpoint, model_shapes
+    from diversed.training.checkpoints import check_checkpoint, model_shapes
 
     expected = {f"draft.{k}": s for k, s in model_shapes(describe_pair(cfg.pair), "draft").items()}
     check_checkpoint(str(last), expected, "draft", weights_only=False)

@@ -208,7 +208,7 @@ def test_load_pair_puts_the_restricted_head_back(tmp_path):
 def test_a_fine_tuned_draft_in_a_sweep_keeps_its_restricted_head(restricted, tmp_path):
     from types import SimpleNamespace
 
-    from diversed.evaluate import load_drafts
+    from diversed.sweep.point import load_drafts
 
     target, small, _ = restricted
     save_pretrained(small, tmp_path / "ft")

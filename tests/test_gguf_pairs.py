@@ -19,10 +19,10 @@ from diversed import Lossless, StaticEnsemble, speculative_generate  # noqa: E40
 from diversed.decoding.draft_vocab import DraftVocabHead  # noqa: E402
 from diversed.decoding.forward import forward_path  # noqa: E402
 from diversed.decoding.inputs import left_pad  # noqa: E402
-from diversed.drafts import init_draft  # noqa: E402
 from diversed.errors import ConfigError  # noqa: E402
 from diversed.models.gguf import convert_gguf, converted_dir, sha256_file  # noqa: E402
 from diversed.models.pair import describe_pair, load_pair  # noqa: E402
+from diversed.models.surgery import init_draft  # noqa: E402
 
 TEXTS = [
     "The cat sat on the mat and 12 + 30 = 42.",

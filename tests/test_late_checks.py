@@ -105,7 +105,7 @@ def _cases() -> list[tuple[str, str]]:
                 "would run bf16-mixed instead: set trainer.precision=32-true",
             ),
         ]
-        from diversed.config.runtime import _cores
+        from diversed.training.trainer import _cores
 
         if _cores() < 4:
             cases.append(
@@ -119,7 +119,7 @@ def _cases() -> list[tuple[str, str]]:
 def test_a_trainer_setting_this_machine_cannot_run_is_refused_before_anything_loads(
     main, tmp_path, no_weights, monkeypatch, entry, setting, said
 ):
-    import diversed.config.runtime as runtime
+    import diversed.training.trainer as runtime
 
     module = importlib.import_module(f"diversed.{entry}")
     monkeypatch.setattr(module, "prepare_training", lambda *a, **k: pytest.fail("data or pair loaded"))
@@ -134,7 +134,7 @@ def test_a_trainer_setting_this_machine_cannot_run_is_refused_before_anything_lo
 
 
 def test_a_gpu_preset_on_a_cpu_machine_names_the_accelerator(monkeypatch):
-    import diversed.config.runtime as runtime
+    import diversed.training.trainer as runtime
     from diversed.errors import ConfigError
 
     monkeypatch.setattr(runtime, "_gpus", lambda: 0)
@@ -147,7 +147,7 @@ def test_a_gpu_preset_on_a_cpu_machine_names_the_accelerator(monkeypatch):
 
 def test_more_gpus_than_the_machine_has_names_how_many_it_has(monkeypatch):
     """As Lightning refuses it on a one-GPU machine (mocked: the refusal and the count)."""
-    import diversed.config.runtime as runtime
+    import diversed.training.trainer as runtime
     from diversed.errors import ConfigError
 
     def lightning(flags):
@@ -175,7 +175,8 @@ def _exists(group: str, option: str) -> bool:
 def follow(entry: str, overrides: list[str]) -> list[str]:
     """Follow each hint of the refusals from `overrides` until the settings pass; every config group
     option a message names must exist. Returns the messages seen."""
-    from diversed.config.schema import check_evaluate, check_train
+    from diversed.evaluate import check_evaluate
+    from diversed.train import check_train
 
     check = check_evaluate if entry == "evaluate" else check_train
     seen = []
@@ -229,7 +230,9 @@ def test_each_hint_followed_leads_to_settings_that_pass(entry, overrides):
 
 
 def test_a_group_name_mistyped_is_pointed_at_the_group_and_its_options():
-    from diversed.config.schema import ConfigError, check_evaluate, check_train
+    from diversed.errors import ConfigError
+    from diversed.evaluate import check_evaluate
+    from diversed.train import check_train
 
     with pytest.raises(ConfigError) as err:
         check_evaluate(composed("evaluate", "+experiment=toy", "+preset=gsm8k"))

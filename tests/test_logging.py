@@ -22,7 +22,9 @@ from tiny_models import compose_run, pair_overrides
 
 from diversed import CONFIG_DIR
 from diversed.config import runtime
-from diversed.config.schema import ConfigError, check_train
+from diversed.errors import ConfigError
+from diversed.train import check_train
+from diversed.training.trainer import progress_bar
 
 # ----------------------------------------------------------------------------- the default logger
 
@@ -55,7 +57,7 @@ def test_the_resolved_config_is_logged(caplog):
 
 
 def test_the_progress_bar_reads_steps_when_training_runs_by_steps():
-    bar = runtime.progress_bar()
+    bar = progress_bar()
     bar._trainer = SimpleNamespace(max_epochs=-1, max_steps=200, global_step=26, num_training_batches=13)
     assert (
         bar._get_train_description(2).strip() == "Epoch 2 · steps 27-39 of 200"

@@ -13,9 +13,10 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 import diversed.models.pair as pair_mod
+from diversed.config.runtime import pair_name
 from diversed.models import hub
 from diversed.models.hub import probe as probe_hub
-from diversed.models.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, pair_name, resolve
+from diversed.models.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, resolve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "diversed" / "configs" / "pair"
 MISSING = "no-such-org-diversed/no-such-model"

@@ -145,7 +145,7 @@ def test_plot_draws_it_and_report_tabulates_it_with_its_knob_named(swept, tmp_pa
 def test_records_of_a_method_not_loaded_are_refused_naming_the_plugin_option(swept, monkeypatch):
     methods.unregister("power")
     with pytest.raises(
-        ConfigError, match=r"records of 'power'.*plugins: \[my_pkg\.my_method\].*--plugin my_pkg\.my_method"
+        ConfigError, match=r"records of 'power'.*plugins=\[my_pkg\.my_method\] on the command line"
     ):
         load_results(swept)
     # a package's entry point of the diversed.methods group is loaded when records name a method
@@ -217,8 +217,9 @@ def test_a_knob_that_clashes_with_a_registered_one_is_refused():
 
 @pytest.mark.slow
 def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir):
-    """evaluate with `plugins=[...]`, report and plot with `--plugin`, as a shell runs them (tests/ on
-    PYTHONPATH); report without it stops with the option named."""
+    """evaluate, report and plot with `plugins=[...]` as a shell runs them (tests/ on PYTHONPATH), the
+    plugin's knob without a `+`; report without it stops with the option named; the older `--plugin`
+    still works, with one line naming the new spelling."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(ROOT)]), "HF_HUB_OFFLINE": "1"}
     run = tmp_path / "run"
     pair = [
@@ -231,7 +232,7 @@ def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir
     ]
     sweep = [o for o in SMALL if not o.startswith("sweep.methods")] + [
         "sweep.methods=[autoregressive,power]",
-        "+sweep.power_betas=[0.3,1.0]",
+        "sweep.power_betas=[0.3,1.0]",
     ]
 
     def python(*args):
@@ -249,8 +250,7 @@ def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir
         str(tmp_path / "report"),
         "--formats",
         "png",
-        "--plugin",
-        "plugin_method",
+        "plugins=[plugin_method]",
     )
     assert report.returncode == 0, report.stderr[-3000:]
     assert "(β=" in (tmp_path / "report" / "table_T1.md").read_text()
@@ -266,10 +266,11 @@ def test_the_command_lines_load_it_with_the_plugin_option(tmp_path, toy_tiny_dir
         "plugin_method",
     )
     assert plot.returncode == 0, plot.stderr[-3000:]
+    assert "--plugin is deprecated: write plugins=[plugin_method]" in plot.stderr
     assert "Power β=0.3" in (tmp_path / "plots" / "table_all.md").read_text()
     refused = python("-m", "diversed.report", str(run), "--out", str(tmp_path / "r2"))
     assert (
         refused.returncode == 2
-        and "--plugin my_pkg.my_method" in refused.stderr
+        and "plugins=[my_pkg.my_method]" in refused.stderr
         and "Traceback" not in refused.stderr
     )

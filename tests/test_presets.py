@@ -11,7 +11,9 @@ import yaml
 from hydra import compose, initialize_config_dir
 
 from diversed import CONFIG_DIR
-from diversed.config.schema import check_distill, check_evaluate, check_train
+from diversed.distill import check_distill
+from diversed.evaluate import check_evaluate
+from diversed.train import check_train
 
 TASKS = ["gsm8k", "cnndm", "xsum", "mbpp"]
 PAIRS = ["llama8b_1b", "qwen3_8b_0p6b", "gemma3_12b_4b"]
@@ -114,7 +116,7 @@ def test_sampling_is_the_released_codes_by_default_and_exact_v_on_request(task, 
 
 
 def test_another_task_under_a_preset_is_refused():
-    from diversed.config.schema import ConfigError
+    from diversed.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"\+paper=gsm8k is the gsm8k protocol.*use \+paper=xsum"):
         check_train(preset("train", "gsm8k", "llama8b_1b", "task=xsum"))

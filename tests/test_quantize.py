@@ -281,7 +281,7 @@ def test_distill_refuses_an_int8_draft():
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
-    from diversed.config.schema import check_distill
+    from diversed.distill import check_distill
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
         cfg = compose("distill", overrides=["+experiment=distill_toy", "pair.draft_quantize=int8"])
@@ -309,7 +309,7 @@ def test_a_fine_tuned_draft_in_a_sweep_is_int8_where_the_pairs_draft_is(tmp_path
     """The fine-tuned-draft baseline costs what the pair's draft costs."""
     from types import SimpleNamespace
 
-    from diversed.evaluate import load_drafts
+    from diversed.sweep.point import load_drafts
 
     target = tiny(transformers.LlamaConfig, 2, 0)
     tiny(transformers.LlamaConfig, 1, 1).save_pretrained(tmp_path / "ft")
@@ -324,7 +324,7 @@ def test_training_refuses_it_under_mixed_precision_and_takes_it_in_float32():
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
-    from diversed.config.schema import check_train
+    from diversed.train import check_train
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="train"):
         cfg = compose("train", overrides=["+experiment=toy", "pair.draft_quantize=int8"])

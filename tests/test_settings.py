@@ -12,8 +12,10 @@ from tiny_models import compose_run
 
 import diversed.evaluate as ev
 from diversed import CONFIG_DIR
-from diversed.config.schema import ConfigError, check_distill, check_evaluate, check_train
-from diversed.train import train
+from diversed.distill import check_distill
+from diversed.errors import ConfigError
+from diversed.evaluate import check_evaluate
+from diversed.train import check_train, train
 
 EVAL = [
     "+experiment=toy",
@@ -253,7 +255,7 @@ def ckpt_files(tmp_path, toy_tiny_dir) -> dict[str, Path]:
     import torch
 
     from diversed.models.pair import describe_pair
-    from diversed.sweep.preflight import model_shapes
+    from diversed.training.checkpoints import model_shapes
 
     card = describe_pair(compose_run("train", tmp_path, toy_tiny_dir, TRAIN).pair)
     d, t = card.hidden["draft"], card.hidden["target"]

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles, no private names imported across modules. Read from the
-source with `ast` (nothing is imported). Module size follows concepts: there is no line cap."""
+"""The package's shape: no import cycles, no private names imported across modules, and layers that hold
+for every part (`MAY_IMPORT`), function-level imports included, with no cycle between parts. Read from
+the source with `ast` (nothing is imported). Module size follows concepts: there is no line cap."""
 
 from __future__ import annotations
 
@@ -93,11 +94,21 @@ def test_the_graph_sees_the_imports():
 # ----------------------------------------------------------------------------- layout
 # Nouns in subpackages, verbs on top: the entry points (`python -m diversed.<verb>`) are top-level
 # modules and no subpackage imports one; `errors` (the user-error type) and `moved` (the old names)
-# are the two top-level modules every layer may use.
+# are the two top-level modules every layer may use, with the lazy package `diversed` itself.
 SHARED = {"diversed", "diversed.errors", "diversed.moved"}
-# What a part may import besides itself and SHARED: the engine knows nothing of models' files, tasks,
-# training or sweeps; the analysis reads records, never a model.
-MAY_IMPORT = {"decoding": set(), "analysis": {"sweep", "files"}}
+# What each part may import besides itself and SHARED, bottom to top (each subpackage's docstring says
+# the same): the engine knows nothing of models' files, tasks, training or sweeps; config is the generic
+# settings machinery and knows no domain; the analysis reads records, never a model.
+MAY_IMPORT = {
+    "decoding": set(),
+    "files": set(),
+    "config": {"files"},
+    "models": {"decoding", "files", "config"},
+    "tasks": {"decoding", "files", "config", "models"},
+    "training": {"decoding", "files", "config", "models", "tasks"},
+    "sweep": {"decoding", "files", "config", "models", "tasks"},
+    "analysis": {"files", "sweep"},
+}
 
 
 def part(name: str) -> str | None:
@@ -119,14 +130,60 @@ def test_no_subpackage_imports_an_entry_point():
     assert not bad, bad
 
 
-def test_the_lower_parts_import_only_what_they_may():
+def test_every_part_imports_only_what_it_may():
+    """Function-level imports included (`imports` walks every import node of a file)."""
+    parts = {part(n) for n in modules()} - {None}
+    assert parts == set(MAY_IMPORT), "a new subpackage: declare what it may import"
     bad = [
         f"{name} imports {target}"
         for name, targets in graph().items()
-        if part(name) in MAY_IMPORT
+        if part(name) is not None
         for target in targets
         if target not in SHARED and part(target) not in {part(name), *MAY_IMPORT[part(name)]}
     ]
     assert not bad, bad
-    parts = {part(n) for n in modules()} - {None}
-    assert {"decoding", "models", "tasks", "training", "sweep", "analysis", "config", "files"} <= parts
+
+
+def test_the_shared_modules_import_no_part():
+    """`errors` and `moved`, which every layer may import, import nothing of the package but each other;
+    the package's `__init__` names its exports lazily (importlib), no edge to a part."""
+    bad = [f"{name} imports {t}" for name in SHARED for t in graph()[name] if t not in SHARED]
+    assert not bad, bad
+
+
+def test_no_cycle_between_parts():
+    """The parts' graph (an edge where any module of one imports any of another) has no cycle, whatever
+    MAY_IMPORT says."""
+    edges: dict[str, set[str]] = {}
+    for name, targets in graph().items():
+        for target in targets:
+            if part(name) is not None and part(target) not in (None, part(name)):
+                edges.setdefault(part(name), set()).add(part(target))
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                pytest.fail(f"cycle between parts: {' -> '.join(stack[stack.index(nxt) :] + [nxt])}")
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_layer_checks_can_fail(tmp_path):
+    """An import inside a function counts as one at the top, a relative one as its absolute name; and
+    MAY_IMPORT is a strict order (no part may import one that may import it)."""
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from diversed.sweep import methods\n    from .. import errors\n")
+    assert imports(module, "diversed.decoding.m") == [
+        ("diversed.sweep", ["methods"]),
+        ("diversed", ["errors"]),
+    ]
+    for low, allowed in MAY_IMPORT.items():
+        for high in allowed:
+            assert low not in MAY_IMPORT[high], (low, high)

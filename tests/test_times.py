@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from diversed.sweep.intervals import log_interval, median_interval
 from diversed.sweep.results import ResultStore, load_results
 from diversed.sweep.times import (
     NORMALIZED,
@@ -22,9 +23,7 @@ from diversed.sweep.times import (
     estimate_seconds,
     example_interval,
     example_log_ratios,
-    log_interval,
     measured,
-    median_interval,
     normalized,
     shown_time,
     time_over_seeds,
@@ -336,7 +335,7 @@ def test_the_default_and_the_demo_time_with_repeats():
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
-    from diversed.config.schema import TimingSettings
+    from diversed.sweep.settings import TimingSettings
 
     assert TimingSettings().repeats >= 5 and TimingSettings().latency_repeats >= 3
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):

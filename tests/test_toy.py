@@ -15,6 +15,8 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from diversed import toy as toy_verb
+from diversed.errors import ConfigError
 from diversed.models import toy, toy_corpus
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.toy import ToyCountTask, ToyTask
@@ -131,7 +133,7 @@ def test_same_seed_same_weights(tmp_path, toy_tiny_dir):
     toy.build(toy.ToyBuildConfig.tiny(), tmp_path / "again", progress=False)
     # another seed, and both skills: a report per skill
     both = dataclasses.replace(toy.ToyBuildConfig.tiny(seed=1), skills=toy_corpus.SKILLS)
-    report = toy.build(both, tmp_path / "seed1", progress=False)
+    report = toy_verb.build(both, tmp_path / "seed1", progress=False)
     assert set(report["metrics"]["skills"]) == set(toy_corpus.SKILLS)
     assert "count:" in toy.format_report(report)
     first, again, other = _weights(toy_tiny_dir), _weights(tmp_path / "again"), _weights(tmp_path / "seed1")
@@ -145,7 +147,7 @@ def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys)
     config = toy.ToyBuildConfig.tiny()
     assert toy.pair_dir(config, tmp_path) != toy.pair_dir(toy.ToyBuildConfig.tiny(seed=1), tmp_path)
     assert toy.pair_dir(config, tmp_path).parent == tmp_path
-    path = toy.run(["--tiny", "--cache-dir", str(tmp_path)])
+    path = toy_verb.run(["--tiny", "--cache-dir", str(tmp_path)])
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(path)  # the last line is the directory
     assert toy.is_built(path) and path == toy.pair_dir(config, tmp_path)
 
@@ -154,7 +156,7 @@ def test_cache_is_keyed_by_config_and_not_rebuilt(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(toy, "build", no_build)
     assert toy.ensure_toy_pair(config, cache_dir=tmp_path) == path
-    assert toy.run(["--tiny", "--cache-dir", str(tmp_path)]) == path
+    assert toy_verb.run(["--tiny", "--cache-dir", str(tmp_path)]) == path
     said = capsys.readouterr()
     assert said.out.strip().splitlines()[-1] == str(path)
     assert "loaded from the cache" in said.err and ": built in" not in said.err  # it says what it did
@@ -268,17 +270,36 @@ def test_a_rebuild_is_compared_with_the_shipped_pair_and_shipped_only_when_asked
     # the CLI, with the build stubbed: it compares, and replaces the shipped pair only with --ship
     monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(toy, "SHIPPED_DIR", shipped)
-    monkeypatch.setattr(toy, "build_cached", lambda config, **kwargs: rebuilt)
-    assert toy.run([]) == rebuilt
+    monkeypatch.setattr(toy_verb, "build_cached", lambda config, **kwargs: rebuilt)
+    assert toy_verb.run([]) == rebuilt
     out = capsys.readouterr()
     assert "differs from the shipped pair" in out.err and out.out.split() == [str(rebuilt)]
     assert toy.shipped_manifest(shipped) == manifest  # not replaced
-    toy.run(["--ship"])
+    toy_verb.run(["--ship"])
     assert "shipped:" in capsys.readouterr().err
     assert toy.compare_with_shipped(rebuilt, shipped).startswith("the rebuilt pair is identical")
     assert toy.shipped_manifest(shipped)["digest"] != manifest["digest"]
-    with pytest.raises(toy.ConfigError, match="default build config"):
-        toy.run(["--tiny", "--ship"])
+    with pytest.raises(ConfigError, match="default build config"):
+        toy_verb.run(["--tiny", "--ship"])
+
+
+def test_a_pair_built_by_the_loader_is_measured_by_the_verb(tmp_path, toy_tiny_dir, capsys):
+    """The models layer builds without the quality gap (it reads no task): the same files as a measured
+    build, `metrics` None; `python -m diversed.toy` then measures it from the saved models, as the build
+    would have."""
+    config = toy.ToyBuildConfig.tiny()
+    path = toy.build_cached(config, cache_dir=tmp_path, progress=False)  # what load_toy_pair does
+    assert json.loads((path / "build.json").read_text())["metrics"] is None
+    measured = json.loads((toy_tiny_dir / "build.json").read_text())["metrics"]
+    mine, theirs = toy.file_digests(path), toy.file_digests(toy_tiny_dir)
+    assert mine.keys() == theirs.keys()
+    assert {k: v for k, v in mine.items() if k != "build.json"} == {
+        k: v for k, v in theirs.items() if k != "build.json"
+    }
+    assert "quality gap not measured" in toy.format_report(json.loads((path / "build.json").read_text()))
+    assert toy_verb.run(["--tiny", "--cache-dir", str(tmp_path)]) == path
+    assert json.loads((path / "build.json").read_text())["metrics"] == measured
+    assert "lossless acceptance rate" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- the toy task
@@ -356,7 +377,9 @@ def test_quality_gap_of_the_default_pair(toy_pair_dir):
     from diversed.models.pair import load_pair
 
     pair = load_pair(str(toy_pair_dir / "target"), str(toy_pair_dir / "draft"), device="cpu", dtype="float32")
-    report = toy.evaluate(pair.target, pair.draft, pair.tokenizer, n_eval=500, skills=toy_corpus.SKILLS)
+    report = toy_verb.quality_gap(
+        pair.target, pair.draft, pair.tokenizer, n_eval=500, skills=toy_corpus.SKILLS
+    )
     print(report)
     for metrics in report["skills"].values():  # both skills have a real gap
         assert metrics["target_accuracy"] >= 0.85

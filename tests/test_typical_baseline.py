@@ -182,7 +182,7 @@ def test_one_sweep_over_epsilon_runs_both_methods():
 
 
 def test_the_settings_accept_it_in_sweep_methods():
-    from diversed.config.schema import check_evaluate
+    from diversed.evaluate import check_evaluate
 
     cfg = compose_run(
         "evaluate",

@@ -9,16 +9,18 @@ and an interval covers both what the prompts were and how decoding fell (a clust
     α            = Σ_e accepted_e / Σ_e verified_e   (accepted / drafts verified up to the first rejection)
     Δ(A − B)     = the same statistic of A minus B's on the examples both scored (paired by example)
 
-Intervals are scipy's BCa bootstrap over examples (`scipy.stats.bootstrap`, fixed generator, so a
-report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
+Intervals are scipy's BCa bootstrap over examples (`intervals.bootstrap_interval`: `scipy.stats.bootstrap`,
+fixed generator, so a report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
 quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ. A score whose every
 per-record value is 0 or 1 (accuracy, pass@1) is a proportion instead: Wilson's interval, at the
 effective sample size of the cluster sample where several seeds score each example (`binary_interval`:
 n_eff = n·m / deff, Kish's design effect deff = max(1, var_cluster / var_binomial)).
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
-back to a Student-t interval over the per-seed values (`times.t_interval`, clipped to [0, 1]), and to
-the record's own interval with one seed. That one, the interval of a record's score over its examples,
-is `mean_interval` (evaluate writes it): Wilson's for 0/1 scores, else the bootstrap above.
+back to a Student-t interval over the per-seed values (`intervals.t_interval`, clipped to [0, 1]), and
+to the record's own interval with one seed. That one, the interval of a record's score over its
+examples, is `intervals.mean_interval` (evaluate writes it): Wilson's for 0/1 scores, else the
+bootstrap above. The interval statistics themselves live in `sweep/intervals.py`; this module says
+which rows they are computed over.
 
 Many paired differences in one table are tested together: each gets the p-value of a paired
 randomisation test (`randomization_p`: A and B swapped within examples), and `holm` adjusts a table's
@@ -33,16 +35,23 @@ table shows is `fronts`' business.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from diversed.sweep.intervals import (
+    CONFIDENCE,
+    SCORE_RANGE,
+    binary_interval,
+    bootstrap_interval,
+    pooled_ratio,
+    pooled_ratio_difference,
+    sample_mean,
+    t_interval,
+)
 from diversed.sweep.methods import knobs
 from diversed.sweep.results import read_examples
-from diversed.sweep.times import CONFIDENCE, t_interval
 
 
 def setting_fields() -> tuple[str, ...]:
@@ -89,143 +98,6 @@ INTERVALS = {
     "acceptance_rate": ("acceptance_ci_low", "acceptance_ci_high"),
     "alpha": ("alpha_ci_low", "alpha_ci_high"),
 }
-
-N_RESAMPLES = 9999
-# Where scores (accuracy and pass@1 are 0/1, ROUGE an F-measure), acceptance rates and α lie
-SCORE_RANGE = (0.0, 1.0)
-
-Statistic = Callable[..., np.ndarray]
-
-
-# ----------------------------------------------------------------------------- statistics (pure)
-
-
-def _mean(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis)
-
-
-def _ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.sum(a, axis=axis) / np.sum(b, axis=axis)  # Σ accepted / Σ proposed (or verified)
-
-
-def _ratio_difference(a1, b1, a2, b2, axis: int = -1) -> np.ndarray:
-    return _ratio(a1, b1, axis) - _ratio(a2, b2, axis)
-
-
-def bootstrap_interval(
-    statistic: Statistic,
-    arrays: Sequence[np.ndarray],
-    *,
-    confidence: float = CONFIDENCE,
-    alternative: str = "two-sided",
-) -> tuple[float, float, float]:
-    """(estimate, low, high) of `statistic` over paired per-example `arrays`: scipy's BCa bootstrap
-    resampling examples (percentile where BCa is undefined). A one-sided `alternative` leaves the other
-    bound infinite. Where nothing varies the interval is the estimate itself; fewer than 2 examples: NaN."""
-    arrays = [np.asarray(a, dtype=float) for a in arrays]
-    estimate = float(statistic(*arrays, axis=-1))
-    n = len(arrays[0])
-    if n < 2 or not math.isfinite(estimate):
-        return estimate, math.nan, math.nan
-    if all(np.ptp(a) == 0 for a in arrays):
-        return estimate, *(  # a constant sample: every resample is the estimate
-            (estimate, math.inf)
-            if alternative == "greater"
-            else (-math.inf, estimate)
-            if alternative == "less"
-            else (estimate, estimate)
-        )
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore"
-            )  # BCa's degenerate-distribution warning: the percentile one follows
-            res = stats.bootstrap(
-                arrays,
-                statistic,
-                paired=True,
-                vectorized=True,
-                n_resamples=N_RESAMPLES,
-                confidence_level=confidence,
-                alternative=alternative,
-                method=method,
-                rng=np.random.default_rng(0),
-            )
-        low, high = (float(v) for v in res.confidence_interval)
-        if not (math.isnan(low) or math.isnan(high)):
-            return estimate, low, high
-    return estimate, math.nan, math.nan
-
-
-def wilson(p: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Wilson's score interval of a proportion p observed on n trials; n may be fractional (an
-    effective sample size). For whole n and n·p it is scipy's
-    `binomtest(k, n).proportion_ci(method="wilson")` (without continuity correction):
-
-        (p + z²/2n ± z·sqrt(p(1 − p)/n + z²/4n²)) / (1 + z²/n),   z = Φ⁻¹(1 − (1 − confidence)/2)
-    """
-    z = float(stats.norm.ppf(0.5 + confidence / 2))
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def binary_interval(
-    means: Sequence[float], runs: Sequence[float], confidence: float = CONFIDENCE
-) -> tuple[float, float, float]:
-    """(p, low, high) of 0/1 scores on n examples, example e scored m_e times (seeds) with mean s̄_e:
-    p = mean_e s̄_e with Wilson's interval at the cluster sample's effective size (Kish's design effect,
-    the examples are clusters of m seeds):
-
-        n_eff = n·m / deff,   deff = max(1, var_cluster / var_binomial)
-        var_cluster  = s²(s̄_e) / n          (the sample variance of the per-example means, over n)
-        var_binomial = p(1 − p) / (n·m)      (as if all n·m scores were independent)
-
-    m = Σ m_e / n. One run per example (m = 1): plain Wilson on k of n (scipy's `binomtest`), nothing to
-    cluster. Seeds that agree within examples make deff > 1 and the interval wider than Wilson's on n·m;
-    seeds that vary as much as independent draws leave deff ≈ 1. Where p is 0 or 1 (or n < 2) nothing
-    measures how much seeds agree: deff = m, each example counted once (Wilson on n)."""
-    s = np.asarray(means, dtype=float)
-    m_e = np.asarray(runs, dtype=float)
-    n, total = len(s), float(m_e.sum())
-    p = float(s.mean())
-    if np.all(m_e == 1):
-        ci = stats.binomtest(int(round(p * n)), n).proportion_ci(confidence, method="wilson")
-        return p, float(ci.low), float(ci.high)
-    var_binomial = p * (1 - p) / total
-    if n < 2 or var_binomial == 0:
-        n_eff = float(n)
-    else:
-        var_cluster = float(s.var(ddof=1)) / n
-        n_eff = total / max(1.0, var_cluster / var_binomial)
-    return p, *wilson(p, n_eff, confidence)
-
-
-def mean_interval(
-    scores: Sequence[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] = SCORE_RANGE
-) -> tuple[float, float, float]:
-    """(mean, low, high) of independent per-example scores: the interval of a record's score.
-
-    Scores all at the `bounds` (0/1: right or wrong, passed or not) are a proportion: the Wilson score
-    interval of k successes in n (`scipy.stats.binomtest(k, n).proportion_ci(method="wilson")`, as
-    `binary_interval` with one run per example), rescaled to the bounds. It stays within them and has a
-    width even when every score is 0 (0 of 20: [0, 0.16]), where a Student-t interval crosses the bounds
-    near them and has none at them. Other scores (ROUGE's F-measure, in [0, 1], skewed, with a spike at
-    0): the BCa bootstrap of the mean (`bootstrap_interval`, fixed generator), the interval the report
-    gives the same rows (`cell_intervals`). It needs no normal approximation and stays within the scores'
-    own [min, max], so within any range they have; a t clipped to the range would stay symmetric about
-    the mean where the scores are skewed. Constant scores that are not at the bounds: zero width (nothing
-    varies to resample); one such score: NaN bounds. Raises on none."""
-    x = np.asarray(scores, dtype=float)
-    if x.size == 0:
-        raise ValueError("mean_interval of no scores")
-    low, high = bounds
-    if np.isin(x, bounds).all():
-        _, lo, hi = binary_interval((x == high).astype(float), np.ones(x.size), confidence)
-        return float(x.mean()), low + (high - low) * lo, low + (high - low) * hi
-    return bootstrap_interval(_mean, [x], confidence=confidence)
 
 
 # ----------------------------------------------------------------------------- per-example rows
@@ -278,12 +150,14 @@ def cell_intervals(ex: pd.DataFrame, *, confidence: float = CONFIDENCE) -> dict[
     score = (
         binary_interval(s, runs, confidence)
         if binary and len(s)
-        else bootstrap_interval(_mean, [s], confidence=confidence)
+        else bootstrap_interval(sample_mean, [s], confidence=confidence)
     )
     out.update(zip(("score", *INTERVALS["score"]), score, strict=True))
     for field, denominator in (("acceptance_rate", "proposed"), ("alpha", "verified")):
         if ex[denominator].notna().all() and ex["accepted"].notna().all() and ex[denominator].sum() > 0:
-            values = bootstrap_interval(_ratio, [ex["accepted"], ex[denominator]], confidence=confidence)
+            values = bootstrap_interval(
+                pooled_ratio, [ex["accepted"], ex[denominator]], confidence=confidence
+            )
             out.update(zip((field, *INTERVALS[field]), values, strict=True))
     return out
 
@@ -350,7 +224,7 @@ def paired(
     if what == "score":
         columns = [["score"], ["score"]]
         est = bootstrap_interval(
-            _mean,
+            sample_mean,
             [a["score"].to_numpy() - b["score"].to_numpy()],
             confidence=confidence,
             alternative=alternative,
@@ -363,7 +237,9 @@ def paired(
             return {"diff": math.nan, "low": math.nan, "high": math.nan, "n": len(common)} | (
                 {"p": math.nan} if p_value else {}
             )
-        est = bootstrap_interval(_ratio_difference, cols, confidence=confidence, alternative=alternative)
+        est = bootstrap_interval(
+            pooled_ratio_difference, cols, confidence=confidence, alternative=alternative
+        )
     out = dict(zip(("diff", "low", "high"), est, strict=True)) | {"n": len(common)}
     if p_value:
         sides = [

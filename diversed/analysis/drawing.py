@@ -665,28 +665,7 @@ def summary_table(
     d = mean_over_seeds(d)
     if best:
         d = best_at_quality(d)
-
-    d["order"] = d["method"].map({m: i for i, m in enumerate(METHODS)})
-    # within a method: its other knobs' values, then its family's from the largest down
-    family = [METHODS[m].family if m in METHODS else None for m in d["method"]]
-    d["_w"] = [
-        -float(r[f]) if f is not None and pd.notna(r[f]) else 0.0
-        for f, (_, r) in zip(family, d.iterrows(), strict=True)
-    ]
-    fields = [f for f in knobs() if f in d]
-    others = [f for f in fields if not any(m.family == f for m in METHODS.values())]
-    d = d.sort_values(["pair", "order", *others, "_w"], na_position="first")
-    d["label"] = [
-        method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
-        for _, r in d.iterrows()
-    ]
-    groups = d["settings_group"].fillna("")
-    if (
-        d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1
-    ):  # settings that differ: rows apart
-        d["label"] = [
-            f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)
-        ]
+    d = _labelled(d)
 
     columns: list[tuple[str, str]] = []
     for task, metric in d[["task", "metric"]].drop_duplicates().itertuples(index=False):
@@ -707,6 +686,33 @@ def summary_table(
         best=best,
     )
     return table
+
+
+def _labelled(d: pd.DataFrame) -> pd.DataFrame:
+    """Seed-averaged rows in the table's order with their `label`: the registry's order of methods,
+    within a method its other knobs' values, then its family's from the largest down; settings that
+    differ within a pair and task labelled apart."""
+    d["order"] = d["method"].map({m: i for i, m in enumerate(METHODS)})
+    family = [METHODS[m].family if m in METHODS else None for m in d["method"]]
+    d["_w"] = [
+        -float(r[f]) if f is not None and pd.notna(r[f]) else 0.0
+        for f, (_, r) in zip(family, d.iterrows(), strict=True)
+    ]
+    fields = [f for f in knobs() if f in d]
+    others = [f for f in fields if not any(m.family == f for m in METHODS.values())]
+    d = d.sort_values(["pair", "order", *others, "_w"], na_position="first")
+    d["label"] = [
+        method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
+        for _, r in d.iterrows()
+    ]
+    groups = d["settings_group"].fillna("")
+    if (
+        d.assign(g=groups).groupby(["pair", "task"])["g"].nunique().max() > 1
+    ):  # settings that differ: rows apart
+        d["label"] = [
+            f"{label} [settings {g[:6] or 'old'}]" for label, g in zip(d["label"], groups, strict=True)
+        ]
+    return d
 
 
 def _markdown(table: pd.DataFrame, digits: int = 3) -> str:

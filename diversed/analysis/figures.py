@@ -438,8 +438,30 @@ def head_learned(
         f"{record['pair']} · {record['task']} · T={record['temperature']:g} · "
         f"N={int(record['num_draft_tokens'])} · head trained on {trained}"
     )
+    page = out_dir / f"head_learned_{name}.html"
+    write_file(page, _coloured_completions(title, rows[:n_examples]))
+    frame = pd.DataFrame(
+        [(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
+        columns=["cls", "w"],
+    )
+    fig, w, (lo, hi), at_bounds = _w_by_token_class(frame, title, record.get("w_bounds"))
+    caption = (
+        f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
+        "completions (bars: ± one standard deviation over the class's tokens), "
+        f"and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
+        f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], min {w.min():.2f}, "
+        f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
+        f"{page.name}."
+    )
+    return [
+        Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))
+    ]
+
+
+def _coloured_completions(title: str, rows: Sequence[dict]) -> str:
+    """An HTML page of `rows`' completions, each token's background the head's w there."""
     spans = []
-    for r in rows[:n_examples]:
+    for r in rows:
         toks = "".join(
             f'<span style="background:{_w_colour(w)}" title="w={w:.2f}">{html.escape(t)}</span>'
             for t, w in zip(r["token_text"], r["token_w"], strict=True)
@@ -450,18 +472,17 @@ def head_learned(
     legend = "".join(
         f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6)
     )
-    page = out_dir / f"head_learned_{name}.html"
-    write_file(
-        page,
+    return (
         f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><h2>{html.escape(title)}</h2>"
         f"<p>Each token's background is the head's w (the weight on the target): {legend}</p>"
-        f"{''.join(spans)}\n",
+        f"{''.join(spans)}\n"
     )
 
-    frame = pd.DataFrame(
-        [(token_class(t), w) for r in rows for t, w in zip(r["token_text"], r["token_w"], strict=True)],
-        columns=["cls", "w"],
-    )
+
+def _w_by_token_class(frame: pd.DataFrame, title: str, w_bounds):
+    """The figure of w over emitted tokens (`frame`: cls, w): mean w by token class (bars), and its
+    distribution (histogram). Returns (the figure, the w values, the bounds (the head's `w_bounds`
+    where recorded, else the values' range), the share of tokens within 0.01 of them)."""
     stats = (
         frame.groupby("cls")["w"]
         .agg(["mean", "count", "std"])
@@ -481,7 +502,7 @@ def head_learned(
     # the distribution of w over tokens: a head that learned a context-dependent weight spreads it; one
     # that saturated sits at its bounds (the head's w_bounds where recorded, else 0 and 1)
     w = frame["w"].to_numpy(dtype=float)
-    lo, hi = (float(b) for b in (record.get("w_bounds") or (w.min(), w.max())))
+    lo, hi = (float(b) for b in (w_bounds or (w.min(), w.max())))
     at_bounds = float(np.mean((w <= lo + 0.01) | (w >= hi - 0.01)))
     hist.hist(w, bins=np.linspace(0, 1, 41), color="0.4")
     hist.set(
@@ -493,14 +514,4 @@ def head_learned(
         f"[{lo:.2f}, {hi:.2f}]",
     )
     hist.title.set_fontsize(8)
-    caption = (
-        f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-        "completions (bars: ± one standard deviation over the class's tokens), "
-        f"and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
-        f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], min {w.min():.2f}, "
-        f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
-        f"{page.name}."
-    )
-    return [
-        Shown([page, *_save(fig, out_dir, f"w_by_token_class_{name}", formats)], caption, (record["task"],))
-    ]
+    return fig, w, (lo, hi), at_bounds

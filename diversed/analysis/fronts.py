@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from diversed.analysis.compare import non_inferior, per_example
+from diversed.sweep.methods import METHODS, canonical_float
 
 
 def pareto_front(
@@ -62,8 +63,6 @@ def best_at_quality(df: pd.DataFrame, reference: str = "autoregressive") -> pd.D
     how many of the family's values it was picked (1: none was chosen). Rows of methods without a
     knob family pass through. (The paper's "best static weight at the quality of
     autoregressive decoding".)"""
-    from diversed.sweep.methods import METHODS
-
     keys = ["pair", "task", "temperature", "settings_group"]
     d = df.copy()
     d["_group"] = d["settings_group"].astype(object).where(d["settings_group"].notna(), "")
@@ -100,8 +99,6 @@ def choice_field(method: str) -> str | None:
     """The knob a table chooses for `method` on validation: its family, or for a method without one whose
     only knob names what it runs (DIVERSED's head, the fine-tuned draft's draft), that knob; None where
     nothing is chosen (autoregressive decoding, lossless SD)."""
-    from diversed.sweep.methods import METHODS
-
     m = METHODS.get(method)
     if m is None:
         return None
@@ -111,8 +108,6 @@ def choice_field(method: str) -> str | None:
 def choice_key(r: pd.Series | dict) -> tuple:
     """Which knob choice a row (a record, or a row of `choose_on`) belongs to: `_CHOICE_KEYS`, the
     method and its knobs other than the family's, missing values alike however they are stored."""
-    from diversed.sweep.methods import METHODS, canonical_float
-
     m, chosen = METHODS[r["method"]], choice_field(r["method"])
     cg, n = r.get("comparison_group"), r.get("num_draft_tokens")
     return (
@@ -137,8 +132,6 @@ def choose_on(
     (`non_inferior` False). One row per choice: the group's columns, the method's knobs, the chosen
     knob `value`, `family`, its validation `score`, `acceptance_rate`, `diff` and one-sided `low`
     (paired against the reference), `delta` and `non_inferior`."""
-    from diversed.sweep.methods import METHODS
-
     d = records.copy()
     d["comparison_group"] = d["comparison_group"].astype(object).where(d["comparison_group"].notna(), "")
     ref_keys = ["pair", "task", "temperature", "comparison_group"]
@@ -157,23 +150,7 @@ def choose_on(
         for key, g in rows.groupby(_CHOICE_KEYS + others, dropna=False, sort=False):
             ref_ex, ref_score = refs.get(tuple(g.iloc[0][ref_keys]), (None, np.nan))
             delta = margin * ref_score
-            candidates = []
-            for value, c in g.groupby(field, sort=True):
-                ex = per_example(c)
-                if ex is None or ref_ex is None:
-                    continue
-                test = non_inferior(ex, ref_ex, delta)
-                acc = ex["accepted"].sum() / ex["proposed"].sum() if ex["proposed"].sum() > 0 else np.nan
-                candidates.append(
-                    {
-                        "value": value,
-                        "score": ex["score"].mean(),
-                        "acceptance_rate": acc,
-                        "diff": test["diff"],
-                        "low": test["low"],
-                        "non_inferior": test["holds"],
-                    }
-                )
+            candidates = _candidates(g, field, ref_ex, delta)
             if not candidates:
                 continue
             c = pd.DataFrame(candidates)
@@ -195,6 +172,29 @@ def choose_on(
                 }
             )
     return pd.DataFrame(out)
+
+
+def _candidates(g: pd.DataFrame, field: str, ref_ex: pd.DataFrame | None, delta: float) -> list[dict]:
+    """Each value of knob `field` among records `g`: its validation score and acceptance over examples
+    and seeds, and its non-inferiority test against the reference's examples `ref_ex` at margin `delta`."""
+    candidates = []
+    for value, c in g.groupby(field, sort=True):
+        ex = per_example(c)
+        if ex is None or ref_ex is None:
+            continue
+        test = non_inferior(ex, ref_ex, delta)
+        acc = ex["accepted"].sum() / ex["proposed"].sum() if ex["proposed"].sum() > 0 else np.nan
+        candidates.append(
+            {
+                "value": value,
+                "score": ex["score"].mean(),
+                "acceptance_rate": acc,
+                "diff": test["diff"],
+                "low": test["low"],
+                "non_inferior": test["holds"],
+            }
+        )
+    return candidates
 
 
 # ----------------------------------------------------------------------------- a point against a front

@@ -446,18 +446,7 @@ def paired_table(
         mine = per_example(_records_of(records, dyn))
         if mine is None:
             continue
-        same = rows[
-            (rows["pair_label"] == dyn["pair_label"])
-            & (rows["task"] == dyn["task"])
-            & (rows["method"] != "dynamic")
-            & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
-        ]
-        baselines = [(base, _row_label(base, set())) for _, base in same.iterrows()]
-        baselines = [(b, f"{label} (target's law)" if exact_law(b) else label) for b, label in baselines]
-        at_mean = _static_at_mean_w(d, dyn, temperature, selection)
-        if at_mean is not None:
-            baselines.append(at_mean)
-        for base, label in baselines:
+        for base, label in _baselines(rows, d, dyn, temperature, selection):
             theirs = per_example(_records_of(records, base))
             if theirs is None:
                 continue
@@ -491,6 +480,24 @@ def paired_table(
     table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
     table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
     return table
+
+
+def _baselines(rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature: float, selection):
+    """(row, label) of each baseline DIVERSED row `dyn` is paired against: the table's other rows of its
+    pair, task and N (labelled "(target's law)" where `methods.exact_law`), then the static ensemble at
+    its own mean w (`_static_at_mean_w`) where there is one."""
+    same = rows[
+        (rows["pair_label"] == dyn["pair_label"])
+        & (rows["task"] == dyn["task"])
+        & (rows["method"] != "dynamic")
+        & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
+    ]
+    baselines = [(base, _row_label(base, set())) for _, base in same.iterrows()]
+    baselines = [(b, f"{label} (target's law)" if exact_law(b) else label) for b, label in baselines]
+    at_mean = _static_at_mean_w(d, dyn, temperature, selection)
+    if at_mean is not None:
+        baselines.append(at_mean)
+    return baselines
 
 
 def _same(d: pd.DataFrame, field: str, value) -> pd.Series:

@@ -47,6 +47,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from diversed.errors import user_error, when_refused
+
 
 def short_dirname(name: str, limit: int = 120) -> str:
     """`name` with path separators replaced (a swept path would nest directories), as it is if at
@@ -209,7 +211,7 @@ class _Before:
 def _stats(run: Path) -> dict[str, tuple[int, int]]:
     """Each entry of `run` but Hydra's (`.hydra`, the logs) and the run lock: its size and time of
     change (a directory's changes as a file is added to or removed from it)."""
-    from diversed.files.rundir import LOCK_NAME
+    from diversed.files.rundir import LOCK_NAME  # pandas-free at import: config.runtime imports this
 
     out = {}
     for p in run.iterdir():
@@ -254,7 +256,7 @@ def _close_logs(logs: set[Path]) -> None:
 
 
 def _unheld_lock(path: Path) -> bool:
-    from diversed.files.rundir import unheld_lock  # (rundir imports pandas: read only on a refusal)
+    from diversed.files.rundir import unheld_lock  # pandas-free at import: config.runtime imports this
 
     return unheld_lock(path)
 
@@ -309,7 +311,7 @@ def undo_refused(before: _Before) -> None:
         _remove_empty(run)
         _remove_parents(before)
         return
-    from diversed.files.rundir import LOCK_NAME
+    from diversed.files.rundir import LOCK_NAME  # pandas-free at import: config.runtime imports this
 
     if (run / LOCK_NAME).exists() and not _unheld_lock(run / LOCK_NAME):
         return  # another process writes there (its log lines may follow this run's): nothing is touched
@@ -359,8 +361,6 @@ class LeaveNothingWhenRefused(Callback):
         self._forget: Any = None
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
-        from diversed.errors import when_refused
-
         try:
             run = self._run = _Before(Path(str(config.hydra.run.dir)))
         except Exception:  # a run directory that cannot be resolved or read: nothing is undone
@@ -391,8 +391,6 @@ class LeaveNothingWhenRefused(Callback):
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
-
-        from diversed.errors import user_error
 
         failed = getattr(job_return, "_return_value", None)  # (`return_value` raises it)
         if job_return.status != JobStatus.FAILED or not isinstance(failed, BaseException):

@@ -3,13 +3,13 @@
 Hydra refuses `sweep.weight=[0.9]` (no such key) but accepts `+sweep.weight=[0.9]`, which its own
 hint suggests: the key would then be carried along and ignored. `unknown_keys(cfg, fields)` lists
 every key of a composed config that nothing reads, each with the closest known key (difflib), so
-that `schema.py` refuses it with the other bad settings, before anything loads. What a node knows:
+that `schema.check_settings` refuses it with the other bad settings, before anything loads. What a node knows:
 
 - a node with a `_target_` (task, pair, data module, model, head, logger, callbacks, trainer,
   optimizer): the target's parameters (its signature), since Hydra passes every key to it; a target
   that takes `**kwargs` accepts anything, unless the schema describes the node (the head: then the
-  schema's fields, our yaml's keys and the named parameters); `load_task`'s options go to the
-  task's own class (`tasks.option_names`);
+  schema's fields, our yaml's keys and the named parameters); a target that says which keys it reads
+  (`reads_keys`: `tasks.load_task`, whose keys are the chosen task's options) is asked;
 - any other node (sweep, engine, timing, runtime, and the sections of another entry point, which a
   preset such as `+experiment=toy` holds for all of them): the schema's fields there, plus what our
   own yaml files define there (the entry points' configs and the config groups' files);
@@ -18,17 +18,17 @@ that `schema.py` refuses it with the other bad settings, before anything loads. 
   `paths` (a namespace for interpolations) and `hydra` are free.
 
 The knobs' keys under `sweep` come from the registered methods (`methods.py`), not from a yaml file:
-`store_sweep_grids()` puts each knob's `sweep.<key>` with its default grid into Hydra's ConfigStore,
-which evaluate.yaml's `optional sweep_knobs@sweep: registered` default merges into the composed config
-(so `sweep.weights=[0.5]` overrides it without a `+`), and refreshes it on every registration.
-Reading `diversed.CONFIG_DIR`, which every composition of our configs does, calls it.
+the entry points put each knob's `sweep.<key>` with its default grid into Hydra's ConfigStore before
+composing (`sweep.plugins.start`), which evaluate.yaml's `optional sweep_knobs@sweep: registered`
+default merges into the composed config (so `sweep.weights=[0.5]` overrides it without a `+`).
 
 A hint leads to something that exists: an unknown top-level key close to a config group's name (or
 to a key only that group's files set: `paper_preset`, set by `+paper=...`) is pointed at the group
 with its options as `configs/` has them (`group_hint`, `config_groups`); a Lightning 1.x trainer
 argument (`trainer.gpus`) at the settings that replace it (`LIGHTNING_1`).
 
-It checks key names only; `schema.py` checks values (types, ranges, combinations).
+It checks key names only; `schema.check_settings` checks values against the owners' schemas (types,
+ranges, combinations).
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ import difflib
 import functools
 import inspect
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-
-from diversed.sweep.methods import knobs, on_register
 
 HYDRA_KEYS = frozenset({"_target_", "_partial_", "_recursive_", "_convert_", "_args_"})
 FREE = frozenset({"paths", "hydra"})
@@ -193,31 +192,53 @@ def group_keys(config_dir: str) -> dict[str, str]:
 
 
 def target_keys(target: Any, node: dict) -> set[str] | None:
-    """The keys a `_target_` takes: its named parameters; None where it takes anything (`**kwargs`,
-    or a target that cannot be imported here: Hydra names that one when it instantiates)."""
+    """The keys a `_target_` takes: what its `config_keys(node)` says where it has one (`reads_keys`:
+    `tasks.load_task`, whose keys are the chosen task's options), else its named parameters; None where
+    it takes anything (`**kwargs`, or a target that cannot be imported here: Hydra names that one when
+    it instantiates)."""
     if not isinstance(target, str):
         return None
-    if target == "diversed.tasks.load_task":
-        from diversed.tasks import option_names
-
-        return option_names(node.get("name"))
-    params = _parameters(target)
+    found = _target(target)
+    if callable(keys_of := getattr(found, "config_keys", None)):
+        return keys_of(node)
+    params = _parameters(found)
     if params is None or any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return {p.name for p in params if p.kind is not p.VAR_POSITIONAL}
 
 
+def reads_keys(keys_of: Callable[[dict], set[str] | None]) -> Callable[[Any], Any]:
+    """Mark a `_target_` whose config node's keys are not its signature's: `keys_of(node)` names them
+    (None: anything goes). `target_keys` asks it; the target's module knows its keys, this one does not."""
+
+    def mark(target: Any) -> Any:
+        target.config_keys = keys_of
+        return target
+
+    return mark
+
+
 def named_parameters(target: Any) -> set[str]:
     """The target's named parameters (none where it cannot be imported)."""
-    params = _parameters(target) or []
+    params = _parameters(_target(target)) or []
     return {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
-def _parameters(target: Any) -> list[inspect.Parameter] | None:
+def _target(target: Any) -> Any:
+    """The object a `_target_` names, or None where it cannot be imported."""
     try:
         import hydra.utils
 
-        return list(inspect.signature(hydra.utils.get_object(target)).parameters.values())
+        return hydra.utils.get_object(target)
+    except Exception:
+        return None
+
+
+def _parameters(found: Any) -> list[inspect.Parameter] | None:
+    if found is None:
+        return None
+    try:
+        return list(inspect.signature(found).parameters.values())
     except Exception:
         return None
 
@@ -263,20 +284,3 @@ def _merge(into: dict[str, Any], data: dict[str, Any]) -> None:
             _merge(into[key], value)
         else:
             into.setdefault(key, None)
-
-
-_storing = False
-
-
-def store_sweep_grids() -> None:
-    """Put each registered knob's `sweep.<key>: <default grid>` into Hydra's ConfigStore (the group
-    `sweep_knobs`, option `registered`: evaluate.yaml's optional default), and keep it current as methods
-    register."""
-    global _storing
-    from hydra.core.config_store import ConfigStore
-
-    node = {k.sweep: list(k.default) for k in knobs().values()}
-    ConfigStore.instance().store(group="sweep_knobs", name="registered", node=node)
-    if not _storing:
-        _storing = True
-        on_register(store_sweep_grids)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -108,6 +109,55 @@ def autoregressive_generate(
     `speculative_generate` (p and q truncated alike when sampling); `record` is called with each
     step's target laws (`Step`) and changes nothing drawn. Returns `(sequences, stats)`."""
     check_decoding(max_new_tokens, temperature, top_k, top_p)
+    _check_inputs(
+        target, input_ids, attention_mask, draft, verifier, record=record, cache=prompt_cache, stop=stop
+    )
+    t_start = time.perf_counter()
+    device = input_ids.device
+    greedy = not do_sample or float(temperature) == 0.0
+    tau = 1.0 if greedy else float(temperature)
+    k, top = (0, 1.0) if greedy else (top_k, top_p)  # truncation when sampling only, as in the engine
+    dist = lambda logits: probs_from_logits(logits, tau, k, top)  # noqa: E731
+    eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
+    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
+    vocab = shared_vocab_size(target, draft) if draft is not None else vocab_size(target)
+    hidden = verifier is not None and verifier.needs_hidden
+    models = [SlotModel(target, vocab, hidden)] + (
+        [SlotModel(draft, vocab, hidden)] if draft is not None else []
+    )
+    B, P = input_ids.shape
+    b = _Batch.of(input_ids, attention_mask, pad, max_new_tokens)
+    counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
+    host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
+    if prompt_cache is not None and P > 1:  # the prompt but its last token in a pass of its own (kept)
+        for m in models:
+            m.prefill(b.ids, b.mask, b.pos, P - 1, prompt_cache)
+
+    for step in range(max_new_tokens):
+        logits_p, h_t, drafted = _forward(models, b, P, step, record, hidden)
+        # noise for every row of the batch as it started, rows that left included: a row's draws do
+        # not depend on when the others end
+        noise = (
+            None
+            if greedy
+            else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[b.rows]
+        )
+        x, w = _draw(verifier, greedy, dist, logits_p, h_t, drafted, noise)
+        b.ids[:, P + step] = x
+        done_h = _emit(b, counter, host, x, w, eos, step, max_new_tokens)
+        if any(done_h) and not _leave(b, done_h, host, models):
+            break
+
+    stats = counter.finish(
+        target=models[0],
+        draft=models[1] if draft is not None else None,
+        verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}",
+    )
+    return SpeculativeOutput.of(input_ids, b.out, stats, t_start)
+
+
+def _check_inputs(target, input_ids, attention_mask, draft, verifier, *, record, cache, stop) -> None:
+    """A ValueError naming the first bad input (`check_decoding` has checked the decoding options)."""
     check_prompts(input_ids, attention_mask, device_of(target))
     if draft is not None and verifier is None:
         raise ValueError("give both draft and verifier (sampling from v) or no draft (the target alone)")
@@ -126,116 +176,120 @@ def autoregressive_generate(
         )
     if record is not None and not callable(record):
         raise ValueError(f"record must be a callable (Step -> None), got {type(record).__name__}")
-    if record is not None and prompt_cache is not None:
+    if record is not None and cache is not None:
         raise ValueError("record needs the prompt's states from step 0's forward: give no prompt_cache")
     if stop is not None and not callable(stop):
         raise ValueError(
             f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
         )
-    t_start = time.perf_counter()
-    device = input_ids.device
-    greedy = not do_sample or float(temperature) == 0.0
-    tau = 1.0 if greedy else float(temperature)
-    k, top = (0, 1.0) if greedy else (top_k, top_p)  # truncation when sampling only, as in the engine
-    dist = lambda logits: probs_from_logits(logits, tau, k, top)  # noqa: E731
-    eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
-    eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
-    vocab = shared_vocab_size(target, draft) if draft is not None else vocab_size(target)
-    hidden = verifier is not None and verifier.needs_hidden
-    models = [SlotModel(target, vocab, hidden)] + (
-        [SlotModel(draft, vocab, hidden)] if draft is not None else []
-    )
 
-    B, P = input_ids.shape
-    attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    # Slots: the prompt, then one per new token (no holes: nothing is rejected).
-    ids = torch.cat([input_ids, input_ids.new_full((B, max_new_tokens), pad)], 1)
-    mask = torch.cat([attention_mask.long(), attention_mask.new_ones(B, max_new_tokens).long()], 1)
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
-    out = torch.full((B, max_new_tokens + 1), pad, dtype=torch.long, device=device)  # last col: sink
-    rows = torch.arange(B, device=device)
-    counter = RowCounter(B, 0, device, verifier is not None and verifier.records_w, max_new_tokens)
-    none, full = rows.new_zeros(B), rows.new_ones(B, dtype=torch.bool)  # each step's k and full (no drafts)
-    host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
-    if prompt_cache is not None and P > 1:  # the prompt but its last token in a pass of its own (kept)
-        for m in models:
-            m.prefill(ids, mask, pos, P - 1, prompt_cache)
 
-    for step in range(max_new_tokens):
-        b = rows.shape[0]
-        # with `record`, the prefill also keeps the target's final hidden states at every prompt slot
-        states = P if record is not None and step == 0 else 0
-        outs = [m.forward(ids, mask, pos, P + step, keep=1, states=states) for m in models[:1]] + [
-            m.forward(ids, mask, pos, P + step, keep=1) for m in models[1:]
-        ]
-        for m in models:
-            m.calls += 1
-        logits_p, h_t = outs[0][0][:, -1], outs[0][1]
-        if record is not None:
-            prompt = None
-            if step == 0:
-                prompt, h_t = h_t, (h_t[:, -1:] if hidden else None)
-                _check_head(models[0], prompt[:, -1:], logits_p)
-            record(Step(step, rows, logits_p, prompt, models[0].head))
-        # noise for every row of the batch as it started, rows that left included: a row's draws do
-        # not depend on when the others end
-        noise = (
-            None
+@dataclass
+class _Batch:
+    """The rows still decoding (`rows`: each one's index in the batch as it started) and their slots:
+    the prompt, then one per new token (no holes: nothing is rejected); `out` holds every row's new
+    tokens (its last column a sink for tokens not kept)."""
+
+    rows: Tensor
+    ids: Tensor
+    mask: Tensor
+    pos: Tensor
+    out: Tensor
+    none: Tensor  # [B] zeros: each step's k (no drafts), sliced to the rows left
+    full: Tensor  # [B] True: each step's `full`
+
+    @classmethod
+    def of(cls, input_ids: Tensor, attention_mask: Tensor | None, pad: int, max_new: int) -> _Batch:
+        B, device = input_ids.shape[0], input_ids.device
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        ids = torch.cat([input_ids, input_ids.new_full((B, max_new), pad)], 1)
+        mask = torch.cat([attention_mask.long(), attention_mask.new_ones(B, max_new).long()], 1)
+        pos = (mask.cumsum(-1) - 1).clamp_min(0)
+        out = torch.full((B, max_new + 1), pad, dtype=torch.long, device=device)  # last col: sink
+        rows = torch.arange(B, device=device)
+        return cls(rows, ids, mask, pos, out, rows.new_zeros(B), rows.new_ones(B, dtype=torch.bool))
+
+
+def _forward(models: list[SlotModel], b: _Batch, P: int, step: int, record, hidden: bool):
+    """The step's forwards over slots [0, P + step): the target's logits at the last slot and its
+    hidden state there (with `record`, handed over, and at step 0 the prompt's states with them), and
+    the draft's (logits, hidden states) where there is a draft (else None)."""
+    # with `record`, the prefill also keeps the target's final hidden states at every prompt slot
+    states = P if record is not None and step == 0 else 0
+    outs = [m.forward(b.ids, b.mask, b.pos, P + step, keep=1, states=states) for m in models[:1]] + [
+        m.forward(b.ids, b.mask, b.pos, P + step, keep=1) for m in models[1:]
+    ]
+    for m in models:
+        m.calls += 1
+    logits_p, h_t = outs[0][0][:, -1], outs[0][1]
+    if record is not None:
+        prompt = None
+        if step == 0:
+            prompt, h_t = h_t, (h_t[:, -1:] if hidden else None)
+            _check_head(models[0], prompt[:, -1:], logits_p)
+        record(Step(step, b.rows, logits_p, prompt, models[0].head))
+    return logits_p, h_t, outs[1] if len(outs) > 1 else None
+
+
+def _draw(
+    verifier, greedy: bool, dist, logits_p: Tensor, h_t, drafted, noise
+) -> tuple[Tensor, Tensor | float | None]:
+    """The step's token and w there (None without an ensemble): from p, from the verifier's bonus law
+    given p alone, or from v = w·p + (1 − w)·q given the draft's (logits, hidden states) `drafted`."""
+    if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
+        return (logits_p.argmax(-1) if greedy else sample(dist(logits_p), noise=noise)), None
+    if drafted is None:  # the engine's round without drafts: the rule's bonus law given p alone
+        x = (
+            verifier.greedy_bonus(logits_p, None, None)
             if greedy
-            else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[rows]
+            else sample(verifier.bonus(dist(logits_p), None, None), noise=noise)
         )
-        w = None
-        if verifier is None:  # the target alone: argmax of the logits (as `generate`), or p
-            x = logits_p.argmax(-1) if greedy else sample(dist(logits_p), noise=noise)
-        elif draft is None:  # the engine's round without drafts: the rule's bonus law given p alone
-            x = (
-                verifier.greedy_bonus(logits_p, None, None)
-                if greedy
-                else sample(verifier.bonus(dist(logits_p), None, None), noise=noise)
-            )
-        else:  # from v = w·p + (1 − w)·q
-            (logits_q, h_d) = outs[1]
-            p, q = dist(logits_p), dist(logits_q[:, -1])
-            w = verifier.weights(p.unsqueeze(1), q.unsqueeze(1), h_d, h_t)
-            w = w.squeeze(1) if isinstance(w, Tensor) else w
-            x = verifier.greedy_bonus(p, q, w) if greedy else sample(verifier.bonus(p, q, w), noise=noise)
-        ids[:, P + step] = x
-        keep = torch.ones_like(x)
-        done = torch.isin(x, eos) | (step + 1 == max_new_tokens)
-        # one host sync per step: finished rows (and the new token, for `stop`)
-        table = torch.stack([done.long(), x], 1).cpu().numpy()
-        done_h, keep_h = table[:, 0].tolist(), [1] * b
-        if host is not None and host.stop_rows(table[:, 1:], keep_h, done_h):
-            keep = torch.tensor(keep_h, dtype=torch.long, device=device)
-        w_x = (
-            None
-            if not counter.records_w
-            else (w if isinstance(w, Tensor) else torch.full((b,), float(w), device=device))
-        )
-        cols = torch.where(keep > 0, step, max_new_tokens)
-        out[rows, cols] = x
-        kept = keep.unsqueeze(1) > 0
-        counter.count(
-            rows,
-            Round.single(x, w_x, zeros=none[:b], ones=full[:b], keep=keep, kept=kept, cols=cols[:, None]),
-        )
-        if any(done_h):  # finished rows leave the batch
-            stay = [i for i, d in enumerate(done_h) if not d]
-            if not stay:
-                break
-            idx = torch.tensor(stay, dtype=torch.long, device=device)
-            rows, ids, mask, pos = rows[idx], ids[idx], mask[idx], pos[idx]
-            if host is not None:
-                host.select(stay)
-            for m in models:
-                m.select(idx)
+        return x, None
+    logits_q, h_d = drafted  # from v = w·p + (1 − w)·q
+    p, q = dist(logits_p), dist(logits_q[:, -1])
+    w = verifier.weights(p.unsqueeze(1), q.unsqueeze(1), h_d, h_t)
+    w = w.squeeze(1) if isinstance(w, Tensor) else w
+    x = verifier.greedy_bonus(p, q, w) if greedy else sample(verifier.bonus(p, q, w), noise=noise)
+    return x, w
 
-    stats = counter.finish(
-        target=models[0],
-        draft=models[1] if draft is not None else None,
-        verifier="autoregressive" if verifier is None else f"autoregressive-{verifier.kind}",
+
+def _emit(b: _Batch, counter: RowCounter, host, x: Tensor, w, eos: Tensor, step: int, max_new: int) -> list:
+    """The step's one host sync (finished rows, and the new token for `stop`), then the token written
+    to the output where kept and the step counted. Returns which rows are done."""
+    n = x.shape[0]
+    keep = torch.ones_like(x)
+    done = torch.isin(x, eos) | (step + 1 == max_new)
+    table = torch.stack([done.long(), x], 1).cpu().numpy()
+    done_h, keep_h = table[:, 0].tolist(), [1] * n
+    if host is not None and host.stop_rows(table[:, 1:], keep_h, done_h):
+        keep = torch.tensor(keep_h, dtype=torch.long, device=x.device)
+    w_x = (
+        None
+        if not counter.records_w
+        else (w if isinstance(w, Tensor) else torch.full((n,), float(w), device=x.device))
     )
-    return SpeculativeOutput.of(input_ids, out, stats, t_start)
+    cols = torch.where(keep > 0, step, max_new)
+    b.out[b.rows, cols] = x
+    kept = keep.unsqueeze(1) > 0
+    counter.count(
+        b.rows,
+        Round.single(x, w_x, zeros=b.none[:n], ones=b.full[:n], keep=keep, kept=kept, cols=cols[:, None]),
+    )
+    return done_h
+
+
+def _leave(b: _Batch, done_h: list, host, models: list[SlotModel]) -> bool:
+    """Finished rows leave the batch (slots, host stop check, caches); False where none stays."""
+    stay = [i for i, d in enumerate(done_h) if not d]
+    if not stay:
+        return False
+    idx = torch.tensor(stay, dtype=torch.long, device=b.rows.device)
+    b.rows, b.ids, b.mask, b.pos = b.rows[idx], b.ids[idx], b.mask[idx], b.pos[idx]
+    if host is not None:
+        host.select(stay)
+    for m in models:
+        m.select(idx)
+    return True
 
 
 def _check_head(model: SlotModel, hidden: Tensor, logits: Tensor) -> None:

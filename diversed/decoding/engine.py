@@ -12,11 +12,12 @@ The first new token comes from the first round like any other (verified against 
 5.x's assisted generation does), or with `first_token="target"` from one target forward over the
 prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first draft.
 
-Steps. The loop reads as the algorithm: `_draft` (x ~ q), `_score` (p), `_verify` (w, k, full),
-`_next_token` (rejection or bonus), `_draft_bonus` (a bonus that needs q_{n+1}), then the host sync
-and the emission; they pass one `rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, then
-keep, kept, cols), each returning it with its own fields set, and the finished round goes to
-`stats.RowCounter.count`.
+Steps. `speculative_generate` checks its options (`_Options`), sets up the slots and both models
+(`_start`) and runs rounds (`_decode`); a round (`_round`) reads as the algorithm: `_draft` (x ~ q),
+`_score` (p), `_verify` (w, k, full), `_next_token` (rejection or bonus), `_draft_bonus` (a bonus that
+needs q_{n+1}), then the host sync (`_sync`) and the emission (`_emit`); they pass one
+`rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, then keep, kept, cols), each
+returning it with its own fields set, and the finished round goes to `stats.RowCounter.count`.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
@@ -95,48 +96,54 @@ def most_drafts(max_new_tokens: int, first_token: str = "ensemble") -> int:
     return max(0, int(max_new_tokens) - 1 - (first_token == "target"))
 
 
-def _check_inputs(
-    target,
-    draft,
-    input_ids,
-    attention_mask,
-    verifier,
-    n,
-    max_new,
-    temperature,
-    bonus,
-    schedule,
-    threshold,
-    stop,
-    first="ensemble",
-    top_k=0,
-    top_p=1.0,
-):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
-    check_decoding(max_new, temperature, top_k, top_p)
-    if bonus not in ("ensemble", "target"):
-        raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {bonus!r}")
-    if first not in ("ensemble", "target"):
-        raise ValueError(f"first_token must be 'ensemble' or 'target', got {first!r}")
-    if schedule not in ("constant", "heuristic"):
-        raise ValueError(f"num_draft_tokens_schedule must be 'constant' or 'heuristic', got {schedule!r}")
-    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
-        raise ValueError(f"draft_confidence_threshold must be in [0, 1] or None, got {threshold!r}")
-    if not isinstance(verifier, Verifier):
-        raise ValueError(
-            f"verifier must be a Verifier (Lossless(), StaticEnsemble(w), DynamicEnsemble(head), ...), "
-            f"got {type(verifier).__name__}"
-        )
-    if stop is not None and not callable(stop):
-        raise ValueError(
-            f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
-        )
-    dt, dd = device_of(target), device_of(draft)
-    if dt != dd:
-        raise ValueError(f"target is on {dt} and draft on {dd}: put both models on the same device")
-    check_prompts(input_ids, attention_mask, dt)
-    verifier.check_pair(target, draft)
+@dataclass(frozen=True)
+class _Options:
+    """`speculative_generate`'s decoding options as given; `check` refuses bad ones before any forward."""
+
+    num_draft_tokens: int
+    max_new_tokens: int
+    do_sample: bool
+    temperature: float
+    bonus_token: str
+    eos_token_id: int | list[int] | None
+    pad_token_id: int | None
+    schedule: str  # num_draft_tokens_schedule
+    threshold: float | None  # draft_confidence_threshold
+    stop: Callable[[list[int], int], int | None] | None
+    first_token: str
+    top_k: int | None
+    top_p: float
+
+    def check(self, target, draft, input_ids, attention_mask, verifier) -> None:
+        """A ValueError naming the option and what it takes, for the first bad one."""
+        n, threshold, stop = self.num_draft_tokens, self.threshold, self.stop
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_draft_tokens must be an integer >= 1, got {n!r}")
+        check_decoding(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
+        if self.bonus_token not in ("ensemble", "target"):
+            raise ValueError(f"bonus_token must be 'ensemble' or 'target', got {self.bonus_token!r}")
+        if self.first_token not in ("ensemble", "target"):
+            raise ValueError(f"first_token must be 'ensemble' or 'target', got {self.first_token!r}")
+        if self.schedule not in ("constant", "heuristic"):
+            raise ValueError(
+                f"num_draft_tokens_schedule must be 'constant' or 'heuristic', got {self.schedule!r}"
+            )
+        if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
+            raise ValueError(f"draft_confidence_threshold must be in [0, 1] or None, got {threshold!r}")
+        if not isinstance(verifier, Verifier):
+            raise ValueError(
+                f"verifier must be a Verifier (Lossless(), StaticEnsemble(w), DynamicEnsemble(head), ...), "
+                f"got {type(verifier).__name__}"
+            )
+        if stop is not None and not callable(stop):
+            raise ValueError(
+                f"stop must be a callable (new tokens -> tokens to keep or None), got {type(stop).__name__}"
+            )
+        dt, dd = device_of(target), device_of(draft)
+        if dt != dd:
+            raise ValueError(f"target is on {dt} and draft on {dd}: put both models on the same device")
+        check_prompts(input_ids, attention_mask, dt)
+        verifier.check_pair(target, draft)
 
 
 # ----------------------------------------------------------------------------- the loop's state
@@ -156,6 +163,23 @@ class _Mode:
     threshold: float | None  # a row stops proposing once the draft's top probability falls below it
     drafts_end_at_eos: bool  # CPU: a round's drafting ends once every row has drafted EOS
     heuristic: bool  # the draft length grows by 2 after a fully accepted round, else shrinks by 1
+
+    @classmethod
+    def of(cls, o: _Options, verifier: Verifier, eos: Tensor, device: torch.device) -> _Mode:
+        """The mode of a call with options `o` (checked) and `verifier`, EOS ids `eos` on `device`."""
+        greedy = not o.do_sample or float(o.temperature) == 0.0
+        return cls(
+            greedy=greedy,
+            tau=1.0 if greedy else float(o.temperature),
+            top_k=0 if greedy else int(o.top_k or 0),
+            top_p=1.0 if greedy else float(o.top_p),
+            probs=verifier.probs_needed(greedy),
+            draft_bonus=verifier.bonus_needs_draft(o.bonus_token),
+            eos=eos,
+            threshold=o.threshold,
+            drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0,
+            heuristic=o.schedule == "heuristic",
+        )
 
     def dist(self, logits: Tensor) -> Tensor:
         """p or q: softmax(truncate(logits / T)), or the logits where no probabilities are needed."""
@@ -288,6 +312,22 @@ def _draft_bonus(verifier: Verifier, mode: _Mode, D: SlotModel, s: Slots, r: Rou
 # ----------------------------------------------------------------------------- the loop
 
 
+@dataclass(frozen=True)
+class _Loop:
+    """What every round of one call reads and updates: both models on the shared slots, the rule,
+    the mode, the statistics, the host stop check (None: no `stop`) and the length budget."""
+
+    T: SlotModel
+    D: SlotModel
+    s: Slots
+    verifier: Verifier
+    mode: _Mode
+    counter: RowCounter
+    host: HostStopCheck | None
+    max_new: int
+    generator: torch.Generator | None
+
+
 @torch.inference_mode()  # cheaper than no_grad for the many tiny ops of a round
 def speculative_generate(
     target: nn.Module,
@@ -343,16 +383,14 @@ def speculative_generate(
     (the default): the first round reads the prompt with its tokens in one call per model.
     """
     verifier = Lossless() if verifier is None else verifier
-    _check_inputs(
-        target,
-        draft,
-        input_ids,
-        attention_mask,
-        verifier,
+    o = _Options(
         num_draft_tokens,
         max_new_tokens,
+        do_sample,
         temperature,
         bonus_token,
+        eos_token_id,
+        pad_token_id,
         num_draft_tokens_schedule,
         draft_confidence_threshold,
         stop,
@@ -360,130 +398,148 @@ def speculative_generate(
         top_k,
         top_p,
     )
+    o.check(target, draft, input_ids, attention_mask, verifier)
     vocab = shared_vocab_size(target, draft)
     t_start = time.perf_counter()
+    loop = _start(target, draft, input_ids, attention_mask, verifier, vocab, o, generator, prompt_cache)
+    _decode(loop, o)
+    stats = loop.counter.finish(target=loop.T, draft=loop.D, verifier=verifier.kind)
+    return SpeculativeOutput.of(input_ids, loop.s.out, stats, t_start)
+
+
+def _start(target, draft, input_ids, attention_mask, verifier, vocab, o: _Options, generator, prompt_cache):
+    """Everything decided once (`_Mode`) and the state the rounds share: the slots (the prompt but
+    its last token read from `prompt_cache` where given), the statistics, the host stop check, both
+    models on the slot layout."""
     device = input_ids.device
-    greedy = not do_sample or float(temperature) == 0.0
-    eos_ids, pad = special_tokens(target, eos_token_id, pad_token_id)
+    eos_ids, pad = special_tokens(target, o.eos_token_id, o.pad_token_id)
     eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
-    mode = _Mode(
-        greedy=greedy,
-        tau=1.0 if greedy else float(temperature),
-        top_k=0 if greedy else int(top_k or 0),
-        top_p=1.0 if greedy else float(top_p),
-        probs=verifier.probs_needed(greedy),
-        draft_bonus=verifier.bonus_needs_draft(bonus_token),
-        eos=eos,
-        threshold=draft_confidence_threshold,
-        drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0,
-        heuristic=num_draft_tokens_schedule == "heuristic",
-    )
-    B = input_ids.shape[0]
+    mode = _Mode.of(o, verifier, eos, device)
+    B, n, max_new = input_ids.shape[0], o.num_draft_tokens, o.max_new_tokens
     mask0 = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    s = Slots(input_ids, mask0, pad, max_new_tokens, num_draft_tokens)
-    counter = RowCounter(
-        B, num_draft_tokens, device, verifier.records_w, max_new_tokens, measures_tv=not greedy, eos=eos
-    )
-    host = HostStopCheck(B, max_new_tokens, stop, vocab) if stop is not None else None
+    s = Slots(input_ids, mask0, pad, max_new, n)
+    counter = RowCounter(B, n, device, verifier.records_w, max_new, measures_tv=not mode.greedy, eos=eos)
+    host = HostStopCheck(B, max_new, o.stop, vocab) if o.stop is not None else None
     T, D = SlotModel(target, vocab, verifier.needs_hidden), SlotModel(draft, vocab, verifier.needs_hidden)
     if prompt_cache is not None and s.cur > 0:  # slots [0, cur): the prompt but t0, its last token
         T.prefill(s.ids, s.mask, s.pos, s.cur, prompt_cache)
         D.prefill(s.ids, s.mask, s.pos, s.cur, prompt_cache)
-    n_cap = num_draft_tokens
+    return _Loop(T, D, s, verifier, mode, counter, host, max_new, generator)
+
+
+def _decode(loop: _Loop, o: _Options) -> None:
+    """Rounds until every row has left the batch (with `first_token="target"`, the first token from
+    the target alone before them), the draft length set by the schedule."""
+    n_cap = o.num_draft_tokens
     fewest = 0  # host: fewest tokens emitted by a row still in the batch
-    if first_token == "target":  # the first new token from the target's prefill alone, then rounds
-        fewest, done_h = _first_from_target(T, s, mode, counter, host, verifier, max_new_tokens, generator)
-        _leave(done_h, s, host, T, D)
-
-    while s.rows.shape[0]:
+    if o.first_token == "target":  # the first new token from the target's prefill alone, then rounds
+        fewest, done_h = _first_from_target(loop)
+        _leave(loop, done_h)
+    while loop.s.rows.shape[0]:
         # Never draft past the budget: with r tokens left, r − 1 drafts and the token after them.
-        n = min(n_cap, max_new_tokens - fewest - 1)
-        s.open_round(n)
-        r = _draft(D, s, n, mode, generator)  # x_1..x_n ~ q (n: as many as drafted)
-        n, steps = r.n, s.ramp(r.n)
-        r = _score(T, s, r, mode)  # p_1..p_{n+1}
-        r = _verify(verifier, mode, r, steps, generator)  # w, and k accepted drafts per row
-        r = _next_token(verifier, mode, r, generator)  # the token after them (rejection or bonus)
-
-        # --- the round's host sync (a second one only when a bonus needs the draft): the longest
-        # accepted prefix, whether a bonus is due, finished rows, and the next budget
-        n_new = counter.new_tokens(s.rows)
-        remaining = max_new_tokens - n_new  # [b], all >= 1
-        emitted, keep, done = _emitted(r, eos, remaining)
-        due = r.full & (keep > r.k)  # a bonus is kept only where no EOS came before it and budget is left
-        (k_h, full_h, due_h, done_h, keep_h, fewest), tokens_h = _sync(
-            [r.k, r.full.long(), due.long()],
-            done,
-            keep,
-            n_new,
-            max_new_tokens,
-            emitted if host is not None else None,
-        )
-        if mode.draft_bonus and any(due_h):
-            r = _draft_bonus(verifier, mode, D, s, r, generator)
-            emitted, keep, done = _emitted(r, eos, remaining)
-            (done_h, keep_h, fewest), tokens_h = _sync(
-                [], done, keep, n_new, max_new_tokens, emitted if host is not None else None
-            )
-        if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
-            # a row's text reached a stop sequence: it keeps the tokens up to it and leaves
-            keep = torch.tensor(keep_h, dtype=torch.long, device=device)
-
-        # --- bookkeeping on the device: output, statistics, slot mask, caches
-        kept = steps < keep.unsqueeze(1)
-        r = r._replace(keep=keep, kept=kept, cols=s.emit(emitted, kept, n_new, steps))
-        counter.count(s.rows, r)
-        new_cur = s.commit(r.k, max(k_h), r.nxt, n, steps)
-        T.crop(new_cur)
-        D.crop(new_cur)
-        if mode.heuristic:  # +2 after a round where every row took all drafts
+        n, full_h, done_h, fewest = _round(loop, min(n_cap, o.max_new_tokens - fewest - 1))
+        if loop.mode.heuristic:  # +2 after a round where every row took all drafts
             n_cap = n_cap + 2 if all(full_h) and n == n_cap else max(1, n_cap - 1)
-        _leave(done_h, s, host, T, D)
+        _leave(loop, done_h)
 
-    stats = counter.finish(target=T, draft=D, verifier=verifier.kind)
-    return SpeculativeOutput.of(input_ids, s.out, stats, t_start)
+
+def _round(loop: _Loop, n: int) -> tuple[int, list, list, int]:
+    """One round of up to `n` drafts: the steps, the round's host sync, then the emission and the
+    caches on the device. Returns (drafts proposed, whether each row took them all, whether each
+    row is done, the fewest tokens a row still in the batch has emitted)."""
+    s, mode, verifier, generator = loop.s, loop.mode, loop.verifier, loop.generator
+    s.open_round(n)
+    r = _draft(loop.D, s, n, mode, generator)  # x_1..x_n ~ q (n: as many as drafted)
+    n, steps = r.n, s.ramp(r.n)
+    r = _score(loop.T, s, r, mode)  # p_1..p_{n+1}
+    r = _verify(verifier, mode, r, steps, generator)  # w, and k accepted drafts per row
+    r = _next_token(verifier, mode, r, generator)  # the token after them (rejection or bonus)
+
+    # --- the round's host sync (a second one only when a bonus needs the draft): the longest
+    # accepted prefix, whether a bonus is due, finished rows, and the next budget
+    n_new = loop.counter.new_tokens(s.rows)
+    remaining = loop.max_new - n_new  # [b], all >= 1
+    emitted, keep, done = _emitted(r, mode.eos, remaining)
+    due = r.full & (keep > r.k)  # a bonus is kept only where no EOS came before it and budget is left
+    (k_h, full_h, due_h, done_h, keep_h, fewest), tokens_h = _sync(
+        [r.k, r.full.long(), due.long()],
+        done,
+        keep,
+        n_new,
+        loop.max_new,
+        emitted if loop.host is not None else None,
+    )
+    if mode.draft_bonus and any(due_h):
+        r = _draft_bonus(verifier, mode, loop.D, s, r, generator)
+        emitted, keep, done = _emitted(r, mode.eos, remaining)
+        (done_h, keep_h, fewest), tokens_h = _sync(
+            [], done, keep, n_new, loop.max_new, emitted if loop.host is not None else None
+        )
+
+    # --- bookkeeping on the device: output, statistics, slot mask, caches
+    r = _emit(loop, r, emitted, _stopped(loop, keep, tokens_h, keep_h, done_h), n_new, steps)
+    new_cur = s.commit(r.k, max(k_h), r.nxt, n, steps)
+    loop.T.crop(new_cur)
+    loop.D.crop(new_cur)
+    return n, full_h, done_h, fewest
 
 
 # ----------------------------------------------------------------------------- helpers
 
 
-def _first_from_target(T: SlotModel, s: Slots, mode: _Mode, counter, host, verifier, max_new: int, generator):
+def _first_from_target(loop: _Loop) -> tuple[int, list]:
     """first_token="target": one target forward over the prompt gives p_1; the first token is argmax
     p_1 (greedy) or x ~ bonus(p_1, None, None), a round without drafts (w = 1 where w is recorded),
     with its own host sync. Returns (the fewest tokens a row still in the batch has, the rows done);
     the draft reads the prompt and this token in the next round."""
+    T, s, mode, verifier = loop.T, loop.s, loop.mode, loop.verifier
     logits, _ = T.forward(s.ids, s.mask, s.pos, s.cur + 1, keep=1)
     T.calls += 1
     logits = logits[:, 0]
     nxt = (
-        logits.argmax(-1) if mode.greedy else sample(verifier.bonus(mode.dist(logits), None, None), generator)
+        logits.argmax(-1)
+        if mode.greedy
+        else sample(verifier.bonus(mode.dist(logits), None, None), loop.generator)
     )
     r = Round.single(nxt, torch.ones(nxt.shape[0], device=nxt.device) if verifier.records_w else None)
-    n_new, steps = counter.new_tokens(s.rows), s.ramp(0)
-    emitted, keep, done = _emitted(r, mode.eos, max_new - n_new)
+    n_new, steps = loop.counter.new_tokens(s.rows), s.ramp(0)
+    emitted, keep, done = _emitted(r, mode.eos, loop.max_new - n_new)
     (done_h, keep_h, fewest), tokens_h = _sync(
-        [], done, keep, n_new, max_new, emitted if host is not None else None
+        [], done, keep, n_new, loop.max_new, emitted if loop.host is not None else None
     )
-    if host is not None and host.stop_rows(tokens_h, keep_h, done_h):
-        keep = torch.tensor(keep_h, dtype=torch.long, device=nxt.device)
-    kept = steps < keep.unsqueeze(1)
-    r = r._replace(keep=keep, kept=kept, cols=s.emit(emitted, kept, n_new, steps))
-    counter.count(s.rows, r)
+    r = _emit(loop, r, emitted, _stopped(loop, keep, tokens_h, keep_h, done_h), n_new, steps)
     s.commit(r.k, 0, nxt, 0, steps)
     return fewest, done_h
 
 
-def _leave(done_h: list, s: Slots, host, T: SlotModel, D: SlotModel) -> None:
+def _stopped(loop: _Loop, keep: Tensor, tokens_h, keep_h: list, done_h: list) -> Tensor:
+    """`keep` once the host stop check has read the round's tokens: a row whose text reached a stop
+    sequence keeps the tokens up to it and is done (`keep_h`, `done_h` updated in place)."""
+    if loop.host is not None and loop.host.stop_rows(tokens_h, keep_h, done_h):
+        return torch.tensor(keep_h, dtype=torch.long, device=keep.device)
+    return keep
+
+
+def _emit(loop: _Loop, r: Round, emitted: Tensor, keep: Tensor, n_new: Tensor, steps: Tensor) -> Round:
+    """The round's first `keep` tokens of `emitted` written to the output, and the round counted."""
+    kept = steps < keep.unsqueeze(1)
+    r = r._replace(keep=keep, kept=kept, cols=loop.s.emit(emitted, kept, n_new, steps))
+    loop.counter.count(loop.s.rows, r)
+    return r
+
+
+def _leave(loop: _Loop, done_h: list) -> None:
     """Finished rows leave the batch (slots, host stop check, both caches)."""
+    s = loop.s
     if any(done_h):
         stay = [i for i, done_i in enumerate(done_h) if not done_i]
         idx = torch.tensor(stay, dtype=torch.long, device=s.ids.device)
         s.select(idx)
-        if host is not None:
-            host.select(stay)
+        if loop.host is not None:
+            loop.host.select(stay)
         if s.rows.shape[0]:
-            T.select(idx)
-            D.select(idx)
+            loop.T.select(idx)
+            loop.D.select(idx)
 
 
 def _at(t: Tensor, index: Tensor) -> Tensor:

@@ -561,53 +561,12 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
     outputs as `model(...)` on a ragged batch with a hole), else None and the reason; a surprise
     is a known architecture whose direct forward raised or disagreed. The plan returned is the
     one checked, so it is built only once."""
-    config = getattr(model, "config", None)
-    base = getattr(model, "base_model", None)
-    kind, attn = getattr(config, "model_type", None), getattr(config, "_attn_implementation", None)
-    if kind not in DIRECT_TYPES:
-        return None, f"model type {kind!r} is not one of {DIRECT_TYPES}", False
-    if attn not in ("sdpa", "eager"):
-        return None, f"attention implementation {attn!r} is not sdpa or eager", False
-    if getattr(config, "sliding_window", None) is not None or any(
-        t != "full_attention" for t in getattr(config, "layer_types", None) or ()
-    ):
-        return None, "it has sliding-window layers", False
-    if not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm")) or not isinstance(
-        model.get_output_embeddings(), nn.Linear
-    ):
-        return None, "its modules are not laid out as the Llama family's", False
+    if (why := _not_direct(model)) is not None:
+        return None, why, False
     device = next(model.parameters()).device
-    vocab = model.get_input_embeddings().weight.shape[0]
-    # Ordinary tokens, spread over the vocabulary: on control tokens, in half precision, SmolLM2's
-    # model(...) itself moves 43 from its fp32 result, the direct way 19.
-    ids = ordinary_ids(vocab, 12, device).view(2, 6)
-    mask = torch.ones(2, 6, dtype=torch.long, device=device)
-    # Left padding and a hole, except where a layer rounds its inputs (the int8 draft of
-    # models/quantize.py): model(...) and the direct way reach a padded batch's slots by float sums in
-    # other orders, and rounding to 8 bits turns those ulps into whole rounding steps that grow over the
-    # layers (SmolLM2's int8 draft: logits 1.2 apart, 0.095 of their scale; bit-identical unpadded).
-    # There the check is on unpadded rows: the masks are the float models' code, checked on them.
-    if not any(getattr(m, "rounds_inputs", False) for m in model.modules()):
-        mask[0, :2] = 0  # left padding
-        mask[1, 4] = 0  # a hole, as a rejected draft leaves
-    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    ids, mask, pos = _check_batch(model, device)
     try:
-        # The general way: logits from model(...), final hidden states from the base model (asking
-        # model(...) for hidden states would leave output-capture hooks on every layer, which slow
-        # each later call).
-        general, cache = SlotModel(model, vocab, False, Plan(model, False)), DynamicCache(config=config)
-        direct = SlotModel(model, vocab, True, Plan(model, True))
-        pairs = []
-        for start, end, keep in ((0, 3, 1), (3, 6, 3)):
-            logits, _ = general.forward(ids, mask, pos, end, keep)
-            hidden = base(
-                input_ids=ids[:, start:end],
-                attention_mask=mask[:, :end],
-                position_ids=pos[:, start:end],
-                **{_cache_name(base): cache},
-                use_cache=True,
-            ).last_hidden_state[:, -keep:]
-            pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
+        direct, pairs = _both_ways(model, ids, mask, pos)
     except Exception as e:  # any surprise in the model's internals: the general way, and say why
         return None, f"the direct forward raised {type(e).__name__}: {e}", True
     # Reassociated sums move float results by ulps that grow with depth and the values' scale: each gap
@@ -634,6 +593,7 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
             ),
             True,
         )
+    kind = model.config.model_type
     return (
         direct.plan,
         (
@@ -642,3 +602,67 @@ def _direct_plan(model: nn.Module) -> tuple[Plan | None, str, bool]:
         ),
         False,
     )
+
+
+def _not_direct(model: nn.Module) -> str | None:
+    """Why the direct way cannot run `model` from its config and modules alone, or None where it may
+    (then `_both_ways` checks it)."""
+    config = getattr(model, "config", None)
+    base = getattr(model, "base_model", None)
+    kind, attn = getattr(config, "model_type", None), getattr(config, "_attn_implementation", None)
+    if kind not in DIRECT_TYPES:
+        return f"model type {kind!r} is not one of {DIRECT_TYPES}"
+    if attn not in ("sdpa", "eager"):
+        return f"attention implementation {attn!r} is not sdpa or eager"
+    if getattr(config, "sliding_window", None) is not None or any(
+        t != "full_attention" for t in getattr(config, "layer_types", None) or ()
+    ):
+        return "it has sliding-window layers"
+    if not all(hasattr(base, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm")) or not isinstance(
+        model.get_output_embeddings(), nn.Linear
+    ):
+        return "its modules are not laid out as the Llama family's"
+    return None
+
+
+def _check_batch(model: nn.Module, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    """The batch both ways decode to compare: (ids, mask, pos) of two rows of six slots."""
+    vocab = model.get_input_embeddings().weight.shape[0]
+    # Ordinary tokens, spread over the vocabulary: on control tokens, in half precision, SmolLM2's
+    # model(...) itself moves 43 from its fp32 result, the direct way 19.
+    ids = ordinary_ids(vocab, 12, device).view(2, 6)
+    mask = torch.ones(2, 6, dtype=torch.long, device=device)
+    # Left padding and a hole, except where a layer rounds its inputs (the int8 draft of
+    # models/quantize.py): model(...) and the direct way reach a padded batch's slots by float sums in
+    # other orders, and rounding to 8 bits turns those ulps into whole rounding steps that grow over the
+    # layers (SmolLM2's int8 draft: logits 1.2 apart, 0.095 of their scale; bit-identical unpadded).
+    # There the check is on unpadded rows: the masks are the float models' code, checked on them.
+    if not any(getattr(m, "rounds_inputs", False) for m in model.modules()):
+        mask[0, :2] = 0  # left padding
+        mask[1, 4] = 0  # a hole, as a rejected draft leaves
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids, mask, pos
+
+
+def _both_ways(model: nn.Module, ids: Tensor, mask: Tensor, pos: Tensor) -> tuple[SlotModel, list]:
+    """The direct way's `SlotModel`, and (general, direct) pairs of logits and final hidden states over
+    two calls on the batch: the prompt's first half, then the rest."""
+    config, base = model.config, model.base_model
+    vocab = model.get_input_embeddings().weight.shape[0]
+    # The general way: logits from model(...), final hidden states from the base model (asking
+    # model(...) for hidden states would leave output-capture hooks on every layer, which slow
+    # each later call).
+    general, cache = SlotModel(model, vocab, False, Plan(model, False)), DynamicCache(config=config)
+    direct = SlotModel(model, vocab, True, Plan(model, True))
+    pairs = []
+    for start, end, keep in ((0, 3, 1), (3, 6, 3)):
+        logits, _ = general.forward(ids, mask, pos, end, keep)
+        hidden = base(
+            input_ids=ids[:, start:end],
+            attention_mask=mask[:, :end],
+            position_ids=pos[:, start:end],
+            **{_cache_name(base): cache},
+            use_cache=True,
+        ).last_hidden_state[:, -keep:]
+        pairs += list(zip((logits, hidden), direct.forward(ids, mask, pos, end, keep), strict=True))
+    return direct, pairs

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from diversed.decoding.draft_vocab import vocab_size
+
 
 def device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
@@ -47,8 +49,6 @@ def shared_vocab(vt: int, vd: int) -> int:
 
 def shared_vocab_size(target: nn.Module, draft: nn.Module) -> int:
     """`shared_vocab` of two loaded models."""
-    from diversed.decoding.draft_vocab import vocab_size
-
     return shared_vocab(vocab_size(target), vocab_size(draft))
 
 

@@ -2,7 +2,7 @@
 
 A sweep decodes the same batches of prompts at every grid point (the same examples, batch size and
 order), and on summarisation a prompt pass (both models reading a 500-token article) is a large part
-of a point's time. With a `PromptCache`, the engine (`speculative_generate(prompts=...)`) and the
+of a point's time. With a `PromptCache`, the engine (`speculative_generate(prompt_cache=...)`) and the
 autoregressive loop read each row's prompt but its last token in a call of their own
 (`SlotModel.prefill`), and that call's KV cache is kept, keyed by the model and the batch's tokens,
 mask and positions; a later call with the same model and batch starts from a copy of it. A hit and

@@ -2,11 +2,12 @@
 assisted generation (lossless, or with `assistant_ensemble_weight`, transformers' static ensemble).
 
 `transformers_generate` returns the same `(sequences, stats)` as the engine, so the bench and the
-sweep report it like any other method. Its statistics come from counting forward calls (a hook on
-each model's output embeddings): with the target alone every step is a round; assisted generation
-(batch 1 only, as transformers allows) calls the target once per round and the draft once per
-proposed token, so accepted = new tokens − rounds (exact unless EOS cuts a round). Rows end at EOS,
-at the length budget, or at a task's `stop` callback (through `stopping.GenerateStop`).
+sweep report it like any other method. Its statistics come from counting forward calls
+(`meter.count_calls`: a hook on each model's output embeddings): with the target alone every step
+is a round; assisted generation (batch 1 only, as transformers allows) calls the target once per
+round and the draft once per proposed token, so accepted = new tokens − rounds (exact unless EOS
+cuts a round). Rows end at EOS, at the length budget, or at a task's `stop` callback (through
+`stopping.GenerateStop`).
 
 It is a reference, not the fair baseline: `generate` runs a different forward path from the
 engine's (see `autoregressive.py` for the baseline on the same path). Sampling draws from torch's
@@ -28,6 +29,7 @@ from torch import Tensor, nn
 from diversed.decoding.draft_vocab import vocab_size
 from diversed.decoding.engine import SpeculativeOutput
 from diversed.decoding.inputs import check_decoding, check_prompts, device_of, special_tokens
+from diversed.decoding.meter import count_calls
 from diversed.decoding.stats import SpeculativeStats
 from diversed.decoding.stopping import GenerateStop, generated_lengths
 
@@ -49,22 +51,6 @@ def assistant_config(draft: nn.Module, n: int) -> Iterator[None]:
     finally:
         for k, v in saved.items():
             setattr(gc, k, v)
-
-
-@contextmanager
-def count_calls(models: dict[str, nn.Module]) -> Iterator[dict[str, int]]:
-    """Forward calls of each model inside the block (a hook on its output embeddings)."""
-    calls = dict.fromkeys(models, 0)
-
-    def hook(name: str) -> Callable:
-        return lambda module, args, output: calls.__setitem__(name, calls[name] + 1)
-
-    handles = [m.get_output_embeddings().register_forward_hook(hook(name)) for name, m in models.items()]
-    try:
-        yield calls
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @torch.inference_mode()
@@ -100,19 +86,7 @@ def transformers_generate(
             f"got {ensemble_weight!r}"
         )
     eos, pad = special_tokens(target, eos_token_id, pad_token_id)
-    sampling = do_sample and float(temperature) > 0
-    kwargs: dict = {"do_sample": False}
-    if sampling:  # the truncation always explicit: the checkpoint's generation config adds none
-        kwargs = {
-            "do_sample": True,
-            "temperature": float(temperature),
-            "top_k": int(top_k or 0),
-            "top_p": float(top_p),
-        }
-    if draft is not None:
-        kwargs["assistant_model"] = draft
-        if ensemble_weight is not None:
-            kwargs["assistant_ensemble_weight"] = float(ensemble_weight)
+    kwargs = _generate_options(do_sample, temperature, top_k, top_p, draft, ensemble_weight)
     vocab = vocab_size(target)
     stopped = (
         GenerateStop(stop, input_ids.shape[1], input_ids.shape[0], vocab, input_ids.device) if stop else None
@@ -136,17 +110,48 @@ def transformers_generate(
     P = input_ids.shape[1]
     new_tokens = generated_lengths(sequences[:, P:], eos, stopped.cuts if stopped else None)
     sequences = sequences[:, : P + int(new_tokens.max())].clone()  # no columns past the longest row
-    B = input_ids.shape[0]
+    stats = _counted(new_tokens, calls, num_draft_tokens if draft is not None else None, wall)
+    # rows are padded after their end (pad may be EOS): positions past new_tokens are pad
+    cols = torch.arange(sequences.shape[1] - P, device=sequences.device)
+    sequences[:, P:] = torch.where(cols < new_tokens.view(-1, 1).to(sequences.device), sequences[:, P:], pad)
+    with torch.inference_mode(False):  # hand back ordinary tensors, as the engine does
+        sequences = sequences.clone()
+    return SpeculativeOutput(sequences, stats.ordinary())
+
+
+def _generate_options(do_sample, temperature, top_k, top_p, draft, ensemble_weight) -> dict:
+    """`generate`'s sampling and assistance keyword arguments: the truncation always explicit, so the
+    checkpoint's generation config adds none."""
+    kwargs: dict = {"do_sample": False}
+    if do_sample and float(temperature) > 0:
+        kwargs = {
+            "do_sample": True,
+            "temperature": float(temperature),
+            "top_k": int(top_k or 0),
+            "top_p": float(top_p),
+        }
+    if draft is not None:
+        kwargs["assistant_model"] = draft
+        if ensemble_weight is not None:
+            kwargs["assistant_ensemble_weight"] = float(ensemble_weight)
+    return kwargs
+
+
+def _counted(new_tokens: Tensor, calls: dict[str, int], n: int | None, wall: float) -> SpeculativeStats:
+    """The statistics from the forward calls counted: without a draft (`n` None) every step is a round
+    of every row still running; assisted (batch 1, `n` drafts a round) a round is one target call and
+    a proposal one draft call, accepted = new tokens − rounds, lengths per round unknown."""
+    B = new_tokens.shape[0]
     zeros = torch.zeros(B, dtype=torch.long)
-    if draft is None:  # every step is a round of every row still running, none with a draft
+    if n is None:
         rounds, proposed, accepted = new_tokens.clone(), zeros, zeros
         hist = rounds.view(B, 1).clone()
-    else:  # batch 1: a round is one target call, a proposal one draft call; lengths per round unknown
+    else:
         rounds = torch.tensor([calls["target"]])
         proposed = torch.tensor([calls["draft"]])
         accepted = (new_tokens - rounds).clamp_min(0)
         hist = torch.zeros(B, 0, dtype=torch.long)
-    stats = SpeculativeStats(
+    return SpeculativeStats(
         proposed=proposed,
         accepted=accepted,
         rounds=rounds,
@@ -157,12 +162,6 @@ def transformers_generate(
         target_calls=calls["target"],
         draft_calls=calls.get("draft", 0),
         wall_time_s=wall,
-        verifier="transformers" + ("" if draft is None else "-assisted"),
-        num_draft_tokens=[num_draft_tokens] * int(rounds.max()) if draft is not None else [],
+        verifier="transformers" + ("" if n is None else "-assisted"),
+        num_draft_tokens=[n] * int(rounds.max()) if n is not None else [],
     )
-    # rows are padded after their end (pad may be EOS): positions past new_tokens are pad
-    cols = torch.arange(sequences.shape[1] - P, device=sequences.device)
-    sequences[:, P:] = torch.where(cols < new_tokens.view(-1, 1).to(sequences.device), sequences[:, P:], pad)
-    with torch.inference_mode(False):  # hand back ordinary tensors, as the engine does
-        sequences = sequences.clone()
-    return SpeculativeOutput(sequences, stats.ordinary())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.files.atomic import write_file
+from diversed.files.cache import cache_root
 
 FULL_HASH_BYTES = 1 << 30  # files up to 1 GiB are hashed whole
 SAMPLES = 64  # 1 MiB samples of larger files
@@ -59,8 +60,6 @@ def digest(value: Any, length: int = 16) -> str:
 
 
 def _cache_path() -> Path:
-    from diversed.models.gguf import cache_root  # the one DIVERSED_CACHE rule
-
     return cache_root() / "digests.json"
 
 

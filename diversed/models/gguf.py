@@ -40,14 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from diversed.errors import ConfigError, MissingFile, MissingPackage, UserError, cli
+from diversed.files.cache import cache_root
 
 # ----------------------------------------------------------------------------- where things live
-
-
-def cache_root() -> Path:
-    """``$DIVERSED_CACHE``, else ``~/.cache/diversed``."""
-    base = os.environ.get("DIVERSED_CACHE")
-    return Path(base).expanduser() if base else Path.home() / ".cache" / "diversed"
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 22) -> str:

@@ -271,7 +271,7 @@ class WeightHead(nn.Module):
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         """ConfigError unless the models' hidden sizes are this head's (`check_head`); the engine asks
         before any model call (`DynamicEnsemble.check_pair`)."""
-        from diversed.models.pair import hidden_size
+        from diversed.models.pair import hidden_size  # hydra-free at import: report reads heads
 
         check_head(
             self.config(), draft_hidden_size=hidden_size(draft), target_hidden_size=hidden_size(target)

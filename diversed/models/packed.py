@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from diversed.decoding.forward import CPU_COPY_BYTES
 from diversed.errors import ConfigError
+from diversed.models.quantize import Int8Linear
 
 log = logging.getLogger(__name__)
 CPU_KERNELS = ("auto", "blas")
@@ -143,7 +144,6 @@ def pack_linears(model: nn.Module, how: str = "auto") -> nn.Module:
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if not packs(how, weight.device, weight.dtype, nbytes):
         return model
-    from diversed.models.quantize import Int8Linear
 
     found = [
         (parent, name, child)

@@ -9,9 +9,11 @@ fails at once with a message saying how to point the config at local copies, ins
 retries (the rule and the probe are `hub.py`'s). `random_pair` builds random-initialised models with
 the shapes of public checkpoints (no download), for timing real sizes. The forward path the engine
 takes for both models is the pair option `forward` (see `forward.py`). A member named as a `.gguf`
-file, `shipped:<name>` or `draft:<name>` is made a local directory first by `weights.resolve_model`.
+file, `shipped:<name>` or `draft:<name>` is made a local directory first by `gguf.resolve_model`.
 `describe_pair` reads what a pair's files say without its weights (`PairCard`); `hidden_size(model)`
 is a loaded model's last hidden width (`text_config`: the text part of a multimodal config).
+`PairSettings` is the `pair:` settings' schema (checked before anything loads, `config/schema.py`); a
+pair's default name is `config.runtime.pair_name` (pure string logic: a Hydra resolver too).
 """
 
 from __future__ import annotations
@@ -19,14 +21,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field, field_validator
 
+from diversed.config.runtime import pair_name
+from diversed.config.schema import Settings
 from diversed.decoding import draft_vocab
+from diversed.decoding.forward import FORWARD_PATHS, use_forward
+from diversed.decoding.inputs import shared_vocab
 from diversed.errors import ConfigError, MissingFile, UserError
+from diversed.files.provenance import model_digest
 from diversed.models import hub
-from diversed.models.packed import cpu_has_bf16  # (its home: the CPU kernels)
+from diversed.models.gguf import gguf_source, resolve_model
+from diversed.models.packed import check_kernels, cpu_has_bf16, pack_linears
+from diversed.models.quantize import check_quantize, quantize_draft, scheme
+from diversed.models.toy_corpus import build_tokenizer
 from diversed.moved import current_name
 
 # ----------------------------------------------------------------------------- the pair
@@ -52,13 +63,34 @@ class Pair:
         return next(self.target.parameters()).device
 
 
-def pair_name(target: str, draft: str) -> str:
-    """A pair's default name from its models: `<target dir or Hub name>+<draft's>-<digest of both as
-    given>` (configs/pair/local.yaml's `${diversed.pair_name:...}`), so that two local pairs get two
-    names and two run directories (the fine-tuned drafts of two runs are both `<run>/draft`)."""
-    from diversed.files.provenance import digest
+class PairSettings(Settings):
+    """The `pair:` settings every entry point takes besides the members themselves (a pair config's
+    `_target_` takes those): dtype, device, forward path, int8 draft, CPU kernels."""
 
-    return f"{Path(str(target)).name}+{Path(str(draft)).name}-{digest([str(target), str(draft)], 6)}"
+    dtype: Literal["auto", "native", "config", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    forward: Literal["auto", "hf", "direct"] = "auto"
+    draft_quantize: Literal["none", "int8"] = Field(
+        "none",
+        description="int8: the draft's linear layers in int8 (CPU, float32 or bf16; models/quantize.py)",
+    )
+    cpu_kernels: Literal["auto", "blas"] = Field(
+        "auto",
+        description="auto: a large model's linear layers on oneDNN's packed layout on CPU (float32, or bf16 "
+        "where the CPU has bf16 instructions); blas: torch's F.linear (models/packed.py)",
+    )
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, device: str) -> str:
+        kind = device.split(":")[0]
+        if kind not in ("auto", "cpu", "cuda", "mps"):
+            raise ValueError("use auto, cpu, cuda, cuda:N or mps")
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ValueError("torch sees no GPU on this machine; use pair.device=cpu (or auto)")
+        if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError("MPS is not available on this machine; use pair.device=cpu (or auto)")
+        return device
 
 
 # ----------------------------------------------------------------------------- offline fail-fast
@@ -230,61 +262,23 @@ def load_pair(
     or bf16 where the CPU has bf16 instructions) on oneDNN's packed layout, "blas" on torch's
     `F.linear` (see packed.py).
     """
-    from transformers import AutoModelForCausalLM
-
-    from diversed.decoding.forward import FORWARD_PATHS, use_forward
-    from diversed.models.packed import check_kernels, pack_linears
-    from diversed.models.quantize import check_quantize, quantize_draft
-
     if forward not in FORWARD_PATHS:
         raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
     dev = _device(device)
     check_quantize(draft_quantize, dev, _dtype(dtype, dev))  # before anything is read
     check_kernels(cpu_kernels)
-
-    probe_result: list[str | None] = []
-
-    def probe_once() -> str | None:  # one network probe for the whole pair
-        if not probe_result:
-            probe_result.append((probe or hub.probe)())
-        return probe_result[0]
-
-    from diversed.models.gguf import resolve_model
-
-    # GGUF files, shipped models and the project's built drafts become local directories (weights.py)
     given = {"target": str(target), "draft": str(draft)}
-    target, draft = resolve_model(target, "target"), resolve_model(draft, "draft")
-    tokenizer = None if tokenizer is None else resolve_model(tokenizer, "tokenizer")
-    names = {"target": target, "draft": draft}
-    if tokenizer is not None:
-        names["tokenizer"] = tokenizer
-    extra = {role: resolve(str(n), role, revision=revision, probe=probe_once) for role, n in names.items()}
-
-    tok_target = load_tokenizer(target, "target", revision=revision, **extra["target"])
-    tok_draft = load_tokenizer(draft, "draft", revision=revision, **extra["draft"])
-    check_tokenizers(tok_target, tok_draft, f"target {target!r}", f"draft {draft!r}")
-    if tokenizer is not None:
-        tok = load_tokenizer(tokenizer, "tokenizer", revision=revision, **extra["tokenizer"])
-        check_tokenizers(tok, tok_target, f"tokenizer {tokenizer!r}", f"target {target!r}")
-    else:
-        tok = tok_target
-
+    names, extra = _resolved(target, draft, tokenizer, revision, probe)
+    tok = _shared_tokenizer(names, extra, revision)
     kwargs: dict[str, Any] = {"dtype": _dtype(dtype, dev), "revision": revision}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
-    models = {}
-    for role, path in (("target", target), ("draft", draft)):
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra[role])
-        if Path(path).is_dir():  # a draft with a restricted vocabulary (draft_vocab.py) gets its head back
-            draft_vocab.attach(model, path)
-        model = model.to(dev)
-        model.eval().requires_grad_(False)
-        if role == "draft":
-            quantize_draft(model, draft_quantize, tok)
-        pack_linears(model, cpu_kernels)  # (after int8: what is left float)
-        use_forward(model, forward)
-        models[role] = model
-
+    models = {
+        role: _load_member(
+            role, names[role], dev, tok, {**kwargs, **extra[role]}, forward, draft_quantize, cpu_kernels
+        )
+        for role in ("target", "draft")
+    }
     return Pair(
         target=models["target"],
         draft=models["draft"],
@@ -296,6 +290,64 @@ def load_pair(
         draft_quantize=draft_quantize,
         cpu_kernels=cpu_kernels,
     )
+
+
+def _resolved(target: str, draft: str, tokenizer: str | None, revision: str | None, probe):
+    """({role: local directory or Hub id}, {role: its `from_pretrained` arguments}) for the target,
+    the draft and a tokenizer of its own if given: GGUF files, shipped models and the project's built
+    drafts become local directories (`gguf.resolve_model`), each then `resolve`d with one network
+    probe for the whole pair."""
+    probe_result: list[str | None] = []
+
+    def probe_once() -> str | None:  # one network probe for the whole pair
+        if not probe_result:
+            probe_result.append((probe or hub.probe)())
+        return probe_result[0]
+
+    names = {"target": resolve_model(target, "target"), "draft": resolve_model(draft, "draft")}
+    if tokenizer is not None:
+        names["tokenizer"] = resolve_model(tokenizer, "tokenizer")
+    extra = {role: resolve(str(n), role, revision=revision, probe=probe_once) for role, n in names.items()}
+    return names, extra
+
+
+def _shared_tokenizer(names: dict[str, str], extra: dict[str, dict], revision: str | None) -> Any:
+    """The pair's one tokenizer (the `tokenizer` member's, else the target's), checked against the
+    target's and the draft's."""
+    target, draft = names["target"], names["draft"]
+    tok_target = load_tokenizer(target, "target", revision=revision, **extra["target"])
+    tok_draft = load_tokenizer(draft, "draft", revision=revision, **extra["draft"])
+    check_tokenizers(tok_target, tok_draft, f"target {target!r}", f"draft {draft!r}")
+    if "tokenizer" not in names:
+        return tok_target
+    tok = load_tokenizer(names["tokenizer"], "tokenizer", revision=revision, **extra["tokenizer"])
+    check_tokenizers(tok, tok_target, f"tokenizer {names['tokenizer']!r}", f"target {target!r}")
+    return tok
+
+
+def _load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, quantize: str, kernels: str):
+    """One member loaded with `from_pretrained(path, **kwargs)`, frozen on `dev`: a restricted
+    vocabulary's head given back, the draft quantized if asked, the linear layers packed, the forward
+    path set."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if Path(path).is_dir():  # a draft with a restricted vocabulary (draft_vocab.py) gets its head back
+        draft_vocab.attach(model, path)
+    model = model.to(dev)
+    model.eval().requires_grad_(False)
+    return ready_member(model, role == "draft", tok, forward, quantize, kernels)
+
+
+def ready_member(model: Any, is_draft: bool, tok: Any, forward: str, quantize: str, kernels: str) -> Any:
+    """A loaded, frozen member made ready for the engine: the draft quantized if asked (`quantize.py`),
+    the linear layers packed (`packed.py`), the forward path set (`forward.py`). A fine-tuned draft a
+    sweep loads (`sweep/point.load_drafts`) is made ready by it too: it costs what the pair's draft does."""
+    if is_draft:
+        quantize_draft(model, quantize, tok)
+    pack_linears(model, kernels)  # (after int8: what is left float)
+    use_forward(model, forward)
+    return model
 
 
 # ----------------------------------------------------------------------------- a model's sizes
@@ -334,9 +386,6 @@ def describe_pair(cfg: Any) -> PairCard | None:
     loader this does not know (a loader function with a `pair_files(**cfg)` attribute returning
     ({"target": dir, "draft": dir}, name) is known). Raises what loading would (offline, missing
     directory, different tokenizers or vocabularies), before any weights are read."""
-    from diversed.decoding.inputs import shared_vocab
-    from diversed.models.quantize import scheme
-
     cfg = dict(cfg)
     loader = current_name(str(cfg.get("_target_")))  # configs from before the subpackages: the old name
     common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
@@ -344,8 +393,6 @@ def describe_pair(cfg: Any) -> PairCard | None:
     common["draft_quantize"] = scheme(cfg.get("draft_quantize", "none"))  # what it computes
     if loader == "diversed.models.pair.random_pair":
         from transformers import LlamaConfig
-
-        from diversed.models.toy_corpus import build_tokenizer
 
         pair = cfg.get("pair", "random-llama-8b-1b")
         if pair not in RANDOM_PAIRS:
@@ -397,9 +444,6 @@ def _read_files(names: dict[str, str], tokenizer: str | None, revision: str | No
     """Configs, the checked tokenizer and the identity of each model, from config and tokenizer
     files only."""
     from transformers import AutoConfig
-
-    from diversed.files.provenance import model_digest
-    from diversed.models.gguf import gguf_source, resolve_model
 
     names = {role: resolve_model(n, role) for role, n in names.items()}
     tokenizer = None if tokenizer is None else resolve_model(tokenizer, "tokenizer")
@@ -499,11 +543,6 @@ def random_pair(
     with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from diversed.decoding.forward import FORWARD_PATHS, use_forward
-    from diversed.models.packed import check_kernels, pack_linears
-    from diversed.models.quantize import check_quantize, quantize_draft
-    from diversed.models.toy_corpus import build_tokenizer
-
     if pair not in RANDOM_PAIRS:
         raise ConfigError(f"random pair must be one of {sorted(RANDOM_PAIRS)}, got {pair!r}")
     if forward not in FORWARD_PATHS:
@@ -524,15 +563,7 @@ def random_pair(
         LlamaConfig(**RANDOM_SHAPES[shape], max_position_embeddings=131072, rms_norm_eps=1e-5, **special)
         for shape in RANDOM_PAIRS[pair]
     ]
-    with torch.device("meta"):  # sizes without allocating
-        sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
-    need, free = sum(sizes) * torch_dtype.itemsize, free_memory(dev)
-    if need > 0.9 * free:
-        raise ConfigError(
-            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
-            f"{need / 2**30:.1f} GiB in {str(torch_dtype).removeprefix('torch.')} on {dev}, "
-            f"{free / 2**30:.1f} GiB free: use a GPU (--device cuda) and --dtype bfloat16"
-        )
+    _check_fits(configs, torch_dtype, dev)
     models = []
     for c in configs:
         torch.manual_seed(seed)
@@ -540,11 +571,7 @@ def random_pair(
             model = AutoModelForCausalLM.from_config(c, dtype=torch_dtype).eval().requires_grad_(False)
         generation = model.generation_config
         generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
-        if models:  # the draft
-            quantize_draft(model, draft_quantize, tokenizer)
-        pack_linears(model, cpu_kernels)
-        use_forward(model, forward)
-        models.append(model)
+        models.append(ready_member(model, bool(models), tokenizer, forward, draft_quantize, cpu_kernels))
     target, draft = RANDOM_PAIRS[pair]
     return Pair(
         models[0],
@@ -557,6 +584,22 @@ def random_pair(
         draft_quantize=draft_quantize,
         cpu_kernels=cpu_kernels,
     )
+
+
+def _check_fits(configs: list, dtype: torch.dtype, dev: torch.device) -> None:
+    """A ConfigError, before anything is allocated, where models of `configs` in `dtype` would take more
+    than 90 % of `dev`'s free memory."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # sizes without allocating
+        sizes = [sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters()) for c in configs]
+    need, free = sum(sizes) * dtype.itemsize, free_memory(dev)
+    if need > 0.9 * free:
+        raise ConfigError(
+            f"the random pair ({sizes[0] / 1e9:.2f}B + {sizes[1] / 1e9:.2f}B parameters) needs "
+            f"{need / 2**30:.1f} GiB in {str(dtype).removeprefix('torch.')} on {dev}, "
+            f"{free / 2**30:.1f} GiB free: use a GPU (--device cuda) and --dtype bfloat16"
+        )
 
 
 def free_memory(device: torch.device) -> float:

@@ -18,22 +18,23 @@ fix. It is shipped, not built on first use, because a float-level difference bet
 chosen per instruction set) changes training from its first steps: two machines building the same
 config get different models, and every number measured on them moves.
 
-Rebuilt. `python -m diversed.toy` trains the default pair from scratch (2-5 minutes on 2 CPU cores)
-into ``$DIVERSED_CACHE/toy/<hash of the build config>`` (default ``~/.cache/diversed/toy/...``; a
-build found there is reused unless ``--force``), prints the quality gap, says whether the rebuild
-is identical to the shipped pair (file by file, and tensor by tensor where not), and prints the
-directory last. It never replaces the shipped pair unless asked (``--ship``, for a maintainer: the
-rebuild and a new manifest over ``toy_pair/``). Another build config (``--seed``, ``--tiny``, or a
-`ToyBuildConfig` passed to `load_toy_pair`) is built on first use and cached there, as before.
-One machine gives the same weights for the same config; another machine may not.
+Rebuilt. `python -m diversed.toy` (`diversed/toy.py`) trains the default pair from scratch (2-5
+minutes on 2 CPU cores) with `build` into ``$DIVERSED_CACHE/toy/<hash of the build config>`` (default
+``~/.cache/diversed/toy/...``; a build found there is reused unless ``--force``), measures and prints
+the quality gap, says whether the rebuild is identical to the shipped pair (`compare_with_shipped`:
+file by file, and tensor by tensor where not), and never replaces the shipped pair unless asked
+(`ship`, for a maintainer). Another build config (``--seed``, ``--tiny``, or a `ToyBuildConfig` passed
+to `load_toy_pair`) is built on first use and cached there; built by the loader, its
+report has no quality gap (``metrics`` None) until `python -m diversed.toy` measures it. One machine
+gives the same weights for the same config; another machine may not.
 
-It does not define the corpus or the tokenizer (`toy_corpus.py`) or score completions (the toy
-task).
+It does not define the corpus or the tokenizer (`toy_corpus.py`), score completions (the toy
+tasks) or measure the quality gap (`diversed/toy.py`, which decodes the toy tasks): models read no
+task.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -42,6 +43,7 @@ import platform
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,8 +51,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from diversed.errors import ConfigError, MissingFile, UserError, cli
-from diversed.models.toy_corpus import build_tokenizer, corpus, examples
+from diversed.errors import MissingFile, UserError
+from diversed.files import cache
+from diversed.models.pair import load_pair
+from diversed.models.toy_corpus import build_tokenizer, corpus
 
 FORMAT_VERSION = 3  # bump when the corpus, tokenizer or training code changes the artefacts (3: two skills)
 
@@ -113,9 +117,7 @@ class ToyBuildConfig:
 
 def cache_root() -> Path:
     """``$DIVERSED_CACHE/toy``, else ``~/.cache/diversed/toy``."""
-    from diversed.models.gguf import cache_root as root  # the one DIVERSED_CACHE rule
-
-    return root() / "toy"
+    return cache.cache_root() / "toy"  # the one DIVERSED_CACHE rule
 
 
 def pair_dir(config: ToyBuildConfig | None = None, cache_dir: str | Path | None = None) -> Path:
@@ -210,88 +212,6 @@ def train_model(
     return losses
 
 
-# ----------------------------------------------------------------------------- evaluation
-
-
-def _prompts(tokenizer, exs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    return tokenizer([e["prompt"] for e in exs], return_tensors="pt", padding=True)
-
-
-@torch.no_grad()
-def greedy_accuracy(
-    model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add"
-) -> float:
-    """Exact-match accuracy of greedy completions (scored by the skill's toy task)."""
-    from diversed.tasks.toy import SKILL_TASKS
-
-    task = SKILL_TASKS[skill](exs)
-    correct = 0.0
-    for i in range(0, len(exs), batch_size):
-        chunk = exs[i : i + batch_size]
-        enc = _prompts(tokenizer, chunk)
-        out = model.generate(**enc, do_sample=False, max_new_tokens=task.max_new_tokens)
-        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-        correct += sum(task.score(e, t) for e, t in zip(chunk, texts, strict=True))
-    return correct / max(1, len(exs))
-
-
-@torch.no_grad()
-def acceptance_rate(
-    target,
-    draft,
-    tokenizer,
-    exs: list[dict[str, Any]],
-    *,
-    num_draft_tokens: int = 5,
-    temperature: float = 1.0,
-    seed: int = 0,
-) -> float:
-    """Lossless speculative decoding acceptance rate (accepted / proposed drafts) on the prompts."""
-    from diversed.decoding.engine import speculative_generate
-
-    enc = _prompts(tokenizer, exs)
-    gen = torch.Generator().manual_seed(seed)
-    out = speculative_generate(
-        target,
-        draft,
-        enc["input_ids"],
-        enc["attention_mask"],
-        num_draft_tokens=num_draft_tokens,
-        max_new_tokens=16,
-        do_sample=True,
-        temperature=temperature,
-        generator=gen,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return out.stats.acceptance_rate
-
-
-def evaluate(
-    target,
-    draft,
-    tokenizer,
-    *,
-    seed: int = 0,
-    n_eval: int = 500,
-    num_draft_tokens: int = 5,
-    skills: tuple[str, ...] = ("add",),
-) -> dict[str, Any]:
-    """The quality gap per skill: greedy test accuracy of each model and the lossless acceptance
-    rate (T = 1); the first skill's also at the top level."""
-    per = {}
-    for skill in skills:
-        exs = examples("test", seed, skill)[:n_eval]
-        per[skill] = {
-            "target_accuracy": greedy_accuracy(target, tokenizer, exs, skill=skill),
-            "draft_accuracy": greedy_accuracy(draft, tokenizer, exs, skill=skill),
-            "acceptance_rate": acceptance_rate(
-                target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed
-            ),
-        }
-    return {**per[skills[0]], "skills": per}
-
-
 # ----------------------------------------------------------------------------- build and cache
 
 
@@ -327,8 +247,17 @@ def build_machine() -> dict[str, Any]:
     }
 
 
-def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report."""
+def build(
+    config: ToyBuildConfig,
+    out_dir: str | Path,
+    *,
+    progress: bool = True,
+    measure: Callable[[Any, Any, Any, ToyBuildConfig], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report.
+    `measure(target, draft, tokenizer, config)`: the quality gap of the trained models, on the build's
+    one thread, recorded as the report's `metrics` (`diversed.toy.quality_gap`: this layer reads no
+    task); without it `metrics` is None."""
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     threads = torch.get_num_threads()
@@ -351,21 +280,18 @@ def build(config: ToyBuildConfig, out_dir: str | Path, *, progress: bool = True)
                 skills=config.skills,
             )
         train_s = time.perf_counter() - t0
-        metrics = evaluate(
-            models["target"],
-            models["draft"],
-            tokenizer,
-            seed=config.seed,
-            n_eval=config.n_eval,
-            num_draft_tokens=config.num_draft_tokens,
-            skills=config.skills,
-        )
+        metrics = measure(models["target"], models["draft"], tokenizer, config) if measure else None
     finally:
         torch.set_num_threads(threads)
     from transformers.utils import logging as hf_logging
 
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars inside ours
+    # The tokenizer's file records the backend's padding as a padded call leaves it (left, to the longest
+    # row), which `save_pretrained` writes: set here so the files do not depend on what was called last.
+    tokenizer.backend_tokenizer.enable_padding(
+        direction="left", pad_id=tokenizer.pad_token_id, pad_token=tokenizer.pad_token
+    )
     try:
         for role, model in models.items():
             model.save_pretrained(out_dir / role)
@@ -399,8 +325,10 @@ def build_cached(
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = True,
+    measure: Callable[[Any, Any, Any, ToyBuildConfig], dict[str, Any]] | None = None,
 ) -> Path:
-    """The cache directory holding a build of `config`, trained first if missing (or `force`)."""
+    """The cache directory holding a build of `config`, trained first if missing (or `force`);
+    `measure` as in `build`."""
     path = pair_dir(config, cache_dir)
     if is_built(path) and not force:
         return path
@@ -408,7 +336,7 @@ def build_cached(
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"building the toy pair into {path} (seed {config.seed})", file=sys.stderr)
-    report = build(config, tmp, progress=progress)
+    report = build(config, tmp, progress=progress, measure=measure)
     print(format_report(report), file=sys.stderr)
     if force:
         shutil.rmtree(path, ignore_errors=True)
@@ -425,14 +353,15 @@ def ensure_toy_pair(
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = True,
+    measure: Callable[[Any, Any, Any, ToyBuildConfig], dict[str, Any]] | None = None,
 ) -> Path:
     """The directory holding target/ and draft/ for `config`: the shipped pair, its digests
     checked, for the default config (`cache_dir` unused; `force`: a rebuild in the cache instead);
-    else a cached build, trained first if missing."""
+    else a cached build, trained first if missing (`measure` as in `build`)."""
     config = config or ToyBuildConfig()
     if config.key() == ToyBuildConfig().key() and not force:
         return verify_shipped()
-    return build_cached(config, cache_dir=cache_dir, force=force, progress=progress)
+    return build_cached(config, cache_dir=cache_dir, force=force, progress=progress, measure=measure)
 
 
 # ----------------------------------------------------------------------------- the shipped pair
@@ -606,14 +535,16 @@ def format_report(report: dict[str, Any], *, cached: bool = False) -> str:
         if cached
         else (f"built in {report['build_seconds']:.0f}s")
     )
-    return (
+    head = (
         f"toy pair {report['key']}: {how} "
         f"(target {report['params']['target']:,} params, draft {report['params']['draft']:,})"
-        + "".join(
-            f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, "
-            f"draft {v['draft_accuracy']:.3f}; lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
-            for skill, v in m.get("skills", {"add": m}).items()
-        )
+    )
+    if m is None:  # built by the loader on first use: `python -m diversed.toy` measures it
+        return head + "; quality gap not measured (python -m diversed.toy measures it)"
+    return head + "".join(
+        f"\n  {skill}: test exact match target {v['target_accuracy']:.3f}, "
+        f"draft {v['draft_accuracy']:.3f}; lossless acceptance rate at T=1: {v['acceptance_rate']:.3f}"
+        for skill, v in m.get("skills", {"add": m}).items()
     )
 
 
@@ -632,8 +563,6 @@ def load_toy_pair(
     """The toy pair through `diversed.models.pair.load_pair` like any pair: the shipped one, its
     digests checked, for the default config (seed 0; `cache_dir` unused); another config's from the
     cache, built first if missing."""
-    from diversed.models.pair import load_pair
-
     config = config or ToyBuildConfig(seed=seed)
     path = ensure_toy_pair(config, cache_dir=cache_dir)
     return load_pair(
@@ -663,48 +592,3 @@ def toy_pair_files(
 
 
 load_toy_pair.pair_files = toy_pair_files  # type: ignore[attr-defined]
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def run(argv: list[str] | None = None) -> Path:
-    """`python -m diversed.toy`: the rebuilt pair's directory (printed last)."""
-    parser = argparse.ArgumentParser(prog="python -m diversed.toy", description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--cache-dir", default=None, help="default: $DIVERSED_CACHE/toy or ~/.cache/diversed/toy"
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
-    parser.add_argument("--tiny", action="store_true", help="a few-step build of tiny models (for tests)")
-    parser.add_argument(
-        "--ship",
-        action="store_true",
-        help=f"write the rebuilt default pair over the shipped one ({SHIPPED_DIR}) with a new "
-        "manifest: for a maintainer, the shipped pair is what every machine loads",
-    )
-    args = parser.parse_args(argv)
-    config = ToyBuildConfig.tiny(args.seed) if args.tiny else ToyBuildConfig(seed=args.seed)
-    default = config.key() == ToyBuildConfig().key()
-    if args.ship and not default:
-        raise ConfigError("--ship ships the default build config's pair only (seed 0, not --tiny)")
-    built = is_built(pair_dir(config, args.cache_dir)) and not args.force
-    path = build_cached(config, cache_dir=args.cache_dir, force=args.force)
-    if built:  # a fresh build has printed its report already
-        print(format_report(json.loads((path / REPORT).read_text()), cached=True), file=sys.stderr)
-    if default:
-        print(compare_with_shipped(path), file=sys.stderr)
-    if args.ship:
-        manifest = ship(path)
-        print(f"shipped: {SHIPPED_DIR} now holds this build (digest {manifest['digest']})", file=sys.stderr)
-    print(path)
-    return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The console script: exit status 0, or 2 with a user error's message (`errors.cli`)."""
-    return cli(run, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,19 @@
 """A sweep's grid and its keys: the points (methods × knobs × N × T, each method's knobs from
 `sweep.methods`), the verifier of a point, and the settings that key a point's records (task settings
-and prompts, the pair's identity, engine options, batch size, seed, a head's or draft's files).
-`diversed.evaluate` runs the points; this module decodes nothing.
+and prompts, the pair's identity, engine options, batch size, seed; a path knob's files, a head's or a
+draft's, are added per point by `resources.Resources.settings`). `diversed.evaluate` runs the points;
+this module decodes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from diversed.decoding.verify import Verifier
 from diversed.files.provenance import digest, task_settings
-from diversed.models.heads import WeightHead
 from diversed.sweep.methods import METHODS
 from diversed.sweep.preflight import describe
 from diversed.tasks.base import Task
@@ -35,21 +35,23 @@ _WHICH_EXAMPLES = (
 
 
 def grid(
-    sweep: DictConfig | dict, heads: dict[str, Any], drafts: dict[str, Any] | None = None
+    sweep: DictConfig | Mapping[str, Any], checked: Mapping[str, Iterable[str]] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Grid points in run order: per temperature, the non-speculative methods first (in the registry's
     order), then per N each speculative method; each at each combination of its knobs' values
-    (`sweep.<key>` per knob, its default grid where the config has none; heads and fine-tuned drafts
-    as checked, by path), skipping combinations the method does not have."""
+    (`sweep.<key>` per knob, its default grid where the config has none; a path knob's values as
+    checked, `checked[field]`: `resources.Resources.paths`), skipping combinations the method does not
+    have."""
     import itertools
 
-    checked = {"heads": list(heads), "draft_models": list(drafts or {})}
+    checked = checked or {}
     methods = [m for m in METHODS if m in set(sweep["methods"])]
 
     def points(name: str, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
         m = METHODS[name]
         values = [
-            checked[k.sweep] if k.sweep in checked else list(sweep.get(k.sweep, k.default)) for k in m.knobs
+            list(checked[k.field]) if k.path and k.field in checked else list(sweep.get(k.sweep, k.default))
+            for k in m.knobs
         ]
         for combination in itertools.product(*values):
             point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}
@@ -66,10 +68,11 @@ def grid(
                     yield from points(name, {"temperature": float(temperature), "num_draft_tokens": int(n)})
 
 
-def make_verifier(point: dict[str, Any], heads: dict[str, WeightHead]) -> Verifier | None:
-    """The engine's verifier for a grid point (None: a method without one, e.g. autoregressive)."""
+def make_verifier(point: dict[str, Any], loaded: Mapping[str, Any]) -> Verifier | None:
+    """The engine's verifier for a grid point (None: a method without one, e.g. autoregressive);
+    `loaded`: the path knobs' values loaded, by path (`resources.load_resources`)."""
     build = METHODS[point["method"]].verifier
-    return None if build is None else build(point, heads)
+    return None if build is None else build(point, loaded)
 
 
 def engine_settings(engine: DictConfig | dict[str, Any]) -> dict[str, Any]:

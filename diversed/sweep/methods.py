@@ -12,15 +12,21 @@ point (on our autoregressive loop, a verifier without a draft gives the law each
 from).
 
 Everything else derives from the registered methods: the settings schema validates each knob's
-`sweep.<key>` (`schema.py`), `evaluate` expands its grid from the knobs' lists, `results` writes,
+`sweep.<key>` (`settings.py`), `evaluate` expands its grid from the knobs' lists, `results` writes,
 keys and checks each knob's record field, and `fronts`, `plot`, `tables` and `report` group, order
 and label rows by the methods' knobs and families. A new method is one `register(Method(...))`,
-in the package (the built-ins below) or in a module of one's own, loaded by `plugins: [module]` in
-evaluate's config, `--plugin module` for report, plot and show, or an entry point of the
-`diversed.methods` group (README, "Add your own method").
+in the package (the built-ins below) or in a module of one's own, loaded by `plugins=[module]` on any
+entry point's command line (`plugins.py`) or an entry point of the `diversed.methods` group (README,
+"Add your own method").
 
-It does not import torch or the models at import time (results and plots read it without them),
-and it knows nothing of the settings schema or the results files: they read it.
+A knob whose values are paths (`path=True`: a head, a fine-tuned draft, a plugin's own file) says what
+its files are and how a sweep checks, digests and loads them (`Files`): the sweep checks and loads
+through the knobs of the methods it runs, never by a method's name, so a method of one's own that
+reuses `HEAD` gets its head points as `dynamic` does.
+
+It does not import torch or the models at import time (results and plots read it without them: a
+knob's check and load functions are named as "module:function" and imported when a sweep needs
+them), and it knows nothing of the settings schema or the results files: they read it.
 """
 
 from __future__ import annotations
@@ -30,11 +36,12 @@ import math
 import re
 import string
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from diversed.config.entry_points import load_group
 from diversed.errors import ConfigError
 
 ENTRY_POINT_GROUP = "diversed.methods"
@@ -48,9 +55,48 @@ _INTERVAL = re.compile(r"\s*([\[(])\s*([^,]+?)\s*,\s*([^,]+?)\s*([\])])\s*")
 
 
 @dataclass(frozen=True)
+class Files:
+    """What the values of a path knob are and how a sweep checks, digests and loads them. Each
+    function is a callable or named as "module:function" (imported when a sweep needs it: this module
+    stays free of torch); a knob of one's own with `path=True` and no `Files` gets the defaults: each path
+    must exist (checked before any weights load), its files are digested into its points' settings
+    under the knob's field, and the verifier receives the path itself.
+
+    settings        the key of a value's digest in its points' settings ("head", "draft"; "": the
+                    knob's field); a record's settings fingerprint, hence its key, holds it
+    check           (card, paths, sweep, knob) -> {path: digest}: every path checked against the
+                    pair's card (None: no pair files) before any weights load; ConfigError naming the
+                    path and the fix
+    load            (paths, pair) -> {path: loaded object}, after the pair loads; "": the path itself
+    replaces_draft  the loaded object decodes as the pair's draft (a fine-tuned draft)
+    record          (path, digest) -> record fields of the points that take it ("": none)
+    """
+
+    settings: str = ""
+    check: str | Callable[..., Any] = "diversed.sweep.preflight:check_paths"
+    load: str | Callable[..., Any] = ""
+    replaces_draft: bool = False
+    record: str | Callable[..., Any] = ""
+
+    def __post_init__(self) -> None:
+        for what in ("check", "load", "record"):
+            ref = getattr(self, what)
+            if ref and not callable(ref) and not (isinstance(ref, str) and re.fullmatch(r"[\w.]+:\w+", ref)):
+                raise ValueError(f'Files.{what} {ref!r}: give a callable or name one as "module:function"')
+
+    @staticmethod
+    def function(ref: str | Callable[..., Any]) -> Callable[..., Any]:
+        """The function `ref` is: itself, or the one named "module:function" (imported now)."""
+        if callable(ref):
+            return ref
+        module, _, name = ref.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class Knob:
     """One setting a method is swept over; its values are checked against `type` and `interval` or
-    `choices` before anything loads (`schema.py`) and again when records are read (`results.py`).
+    `choices` before anything loads (`settings.py`) and again when records are read (`results.py`).
 
     field      the record field holding the value, e.g. "weight" (also the grid point's key)
     sweep      the `sweep.<key>` listing its values, e.g. "weights"
@@ -60,7 +106,9 @@ class Knob:
     choices    str knobs: the values it may take (empty: any)
     label      what it is, in words (the settings' errors, the README)
     default    the default grid: the values swept when the config does not list them
-    path       a file or directory (a head, a draft): shown by its last two path parts
+    path       a file or directory (a head, a draft): shown by its last two path parts, and
+               checked, digested and loaded as `files` says
+    files      a path knob's `Files` (default: `Files()` with the knob's field as its settings key)
     """
 
     field: str
@@ -72,6 +120,7 @@ class Knob:
     label: str = ""
     default: tuple[Any, ...] = ()
     path: bool = False
+    files: Files | None = None
 
     def __post_init__(self) -> None:
         for what, name in (("field", self.field), ("sweep", self.sweep)):
@@ -86,6 +135,11 @@ class Knob:
         if self.choices and self.type is not str:
             raise ValueError(f"Knob {self.field}: choices are for str knobs; numbers take an interval")
         _ = self.bounds  # parses the interval: a malformed one fails here
+        if self.files is not None and not self.path:
+            raise ValueError(f"Knob {self.field}: files are for a knob whose values are paths (path=True)")
+        if self.path:
+            files = self.files or Files()
+            object.__setattr__(self, "files", replace(files, settings=files.settings or self.field))
         object.__setattr__(self, "choices", tuple(self.choices))
         object.__setattr__(self, "default", tuple(self.default))
         for value in self.default:
@@ -174,10 +228,11 @@ class Method:
     decoder      engine (speculative_generate) | autoregressive (our loop) | transformers
     knobs        its `Knob`s: record fields set for this method and only for it; its grid is the
                  product of their `sweep.<key>` lists
-    verifier     (point, heads) -> the engine's `Verifier` for a grid point: `point` maps each knob's
-                 field to its value (and method, temperature, num_draft_tokens); `heads` the loaded
-                 weighting heads by path (only `dynamic` reads them). On the autoregressive decoder
-                 (no draft) each token is drawn from its bonus law given p (`autoregressive_generate`)
+    verifier     (point, loaded) -> the engine's `Verifier` for a grid point: `point` maps each knob's
+                 field to its value (and method, temperature, num_draft_tokens); `loaded` what its path
+                 knobs' values loaded as, by path (`Files.load`: `dynamic` reads
+                 loaded[point["head"]], its head). On the autoregressive decoder (no draft) each token
+                 is drawn from its bonus law given p (`autoregressive_generate`)
     family       the field of the knob drawn as a line (a front) and chosen per table; the other
                  knobs name the line
     batch_one    decoded one example at a time whatever sweep.batch_size (transformers' assisted)
@@ -215,12 +270,12 @@ class Method:
             raise ValueError(f"method {self.name}: two knobs share a field or a sweep key")
         if self.decoder == "engine" and self.verifier is None:
             raise ValueError(
-                f"method {self.name} runs on the engine: give it verifier=(point, heads) -> Verifier"
+                f"method {self.name} runs on the engine: give it verifier=(point, loaded) -> Verifier"
             )
         if self.knobs and not self.speculative and not (self.decoder == "autoregressive" and self.verifier):
             raise ValueError(
                 f"method {self.name}: a non-speculative method's knobs set the law our autoregressive loop "
-                "draws from: give it decoder='autoregressive' and verifier=(point, heads) -> Verifier"
+                "draws from: give it decoder='autoregressive' and verifier=(point, loaded) -> Verifier"
             )
         if self.family is not None and self.family not in self.fields:
             raise ValueError(
@@ -342,10 +397,9 @@ def knobs() -> dict[str, Knob]:
 
 
 _FIX = (
-    "load the module that registers it: `plugins: [my_pkg.my_method]` in evaluate's config, "
-    "`--plugin my_pkg.my_method` for report, plot and show, or "
-    "diversed.sweep.methods.load_plugins(['my_pkg.my_method']) "
-    'in Python (README, "Add your own method")'
+    "load the module that registers it: plugins=[my_pkg.my_method] on the command line (evaluate, "
+    "report, plot, show, ...; in a config `plugins: [my_pkg.my_method]`), or "
+    "diversed.load_plugins(['my_pkg.my_method']) in Python (README, \"Add your own method\")"
 )
 
 
@@ -394,38 +448,6 @@ def check_record_fields(fields: Mapping[str, Any], missing: Callable[[Any], bool
 _entry_points_loaded = False
 
 
-def load_plugins(modules: Iterable[str] = (), *, where: str = "plugins") -> None:
-    """Import each module (each registers its methods on import), after the `diversed.methods` entry
-    points; ConfigError naming the module (`where[i]`) that cannot be imported and the fix."""
-    load_entry_points()
-    if isinstance(modules, str):
-        modules = [modules]
-    for i, name in enumerate(modules):
-        given = f"{where} {name}" if where.startswith("-") else f"{where}[{i}]={name!r}"
-        if not isinstance(name, str) or not name:
-            raise ConfigError(f"{given}: give a module's import name, e.g. my_pkg.my_method")
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ConfigError(
-                f"{given}: cannot import it ({type(e).__name__}: {e}); put the directory that holds "
-                "it on PYTHONPATH, or install its package"
-            ) from None
-
-
-def add_plugin_option(parser: Any) -> None:
-    """`--plugin MODULE` (repeatable) on an argparse entry point that reads records:
-    `load_plugins(args.plugin, where="--plugin")` before reading them."""
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module that registers methods of one's own (repeatable; README, \"Add your own "
-        'method"); the diversed.methods entry points are loaded anyway',
-    )
-
-
 def load_entry_points() -> None:
     """Load the `diversed.methods` entry points once: each names a module (which registers its
     methods on import) or a `Method` (registered here)."""
@@ -433,16 +455,7 @@ def load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            found = ep.load()
-        except ImportError as e:
-            raise ConfigError(
-                f"the {ENTRY_POINT_GROUP} entry point {ep.name} = {ep.value} cannot be imported "
-                f"({type(e).__name__}: {e}): reinstall or uninstall its package"
-            ) from None
+    for found in load_group(ENTRY_POINT_GROUP):
         if isinstance(found, Method) and METHODS.get(found.name) is not found:
             register(found)
 
@@ -450,38 +463,38 @@ def load_entry_points() -> None:
 # ----------------------------------------------------------------------------- the built-in methods
 
 
-def _lossless(point, heads):
-    from diversed.decoding.verify import Lossless
+def _lossless(point, loaded):
+    from diversed.decoding.verify import Lossless  # torch-free at import: results and plots read it
 
     return Lossless()
 
 
-def _static(point, heads):
-    from diversed.decoding.verify import StaticEnsemble
+def _static(point, loaded):
+    from diversed.decoding.verify import StaticEnsemble  # torch-free at import: results and plots read it
 
     return StaticEnsemble(point["weight"])
 
 
-def _dynamic(point, heads):
-    from diversed.decoding.verify import DynamicEnsemble
+def _dynamic(point, loaded):
+    from diversed.decoding.verify import DynamicEnsemble  # torch-free at import: results and plots read it
 
-    return DynamicEnsemble(heads[point["head"]])
+    return DynamicEnsemble(loaded[point["head"]])
 
 
-def _lossy(point, heads):
-    from diversed.decoding.rules import LossySD
+def _lossy(point, loaded):
+    from diversed.decoding.rules import LossySD  # torch-free at import: results and plots read it
 
     return LossySD(point["lenience"])
 
 
-def _cascade(point, heads):
-    from diversed.decoding.rules import Cascade
+def _cascade(point, loaded):
+    from diversed.decoding.rules import Cascade  # torch-free at import: results and plots read it
 
     return Cascade(point["cascade_rule"], point["cascade_alpha"])
 
 
-def _typical(point, heads):
-    from diversed.decoding.rules import TypicalAcceptance
+def _typical(point, loaded):
+    from diversed.decoding.rules import TypicalAcceptance  # torch-free at import: results and plots read it
 
     return TypicalAcceptance(point["typical_epsilon"], point["typical_delta"])
 
@@ -501,6 +514,12 @@ HEAD = Knob(
     type=str,
     path=True,
     label="a trained weighting head: its save_pretrained directory",
+    files=Files(
+        settings="head",
+        check="diversed.sweep.preflight:check_heads",
+        load="diversed.sweep.point:load_heads",
+        record="diversed.sweep.preflight:head_fields",
+    ),
 )
 DRAFT_MODEL = Knob(
     "draft_model",
@@ -509,6 +528,12 @@ DRAFT_MODEL = Knob(
     type=str,
     path=True,
     label="a fine-tuned draft: a directory of python -m diversed.distill",
+    files=Files(
+        settings="draft",
+        check="diversed.sweep.preflight:check_drafts",
+        load="diversed.sweep.point:load_drafts",
+        replaces_draft=True,
+    ),
 )
 LENIENCE = Knob(
     "lenience",

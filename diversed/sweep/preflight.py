@@ -1,50 +1,39 @@
-"""Checks that need the data and the pair's files but not its weights, run before loading them.
+"""A sweep's checks that need the data and the pair's files but not its weights, run before loading them.
 
-The schema (`schema.py`) has checked the settings; here, with the task's examples loaded and the
-pair described from its files (`pair.describe_pair`): every prompt plus the new tokens fits both
-models' context, no draft length N exceeds what the new tokens let the engine draft in a round
-(`check_draft_lengths`), and each head is readable, finite and was trained for this pair (its
-hidden sizes, and the models it records), each fine-tuned draft is readable and has the pair's
-vocabulary, and a training run's `ckpt_path` is a readable checkpoint that fits the pair (a damaged
-one is named with the run's other whole checkpoints). Each failure says what to set instead. (Data
-files, their lines and fields, and empty data are checked where they are read, in `tasks/data.py`;
-empty prompts where they are encoded, `Task.encode_cut`.)
+The settings (`sweep/settings.py`) are checked first; here, with the task's examples loaded and the
+pair described from its files (`pair.describe_pair`; that every prompt plus the new tokens fits both
+models' context is `tasks/context.check_context`, which training asks too): no draft length N exceeds
+what the new tokens let the engine draft in a round (`check_draft_lengths`), and each value of a path
+knob is what its knob's `Files.check` says (`methods.Files`): each head is readable, finite and was
+trained for this pair (its hidden sizes, and the models it records: `check_heads`), each fine-tuned
+draft is readable and has the pair's vocabulary (`check_drafts`), a plugin's own path exists
+(`check_paths`). Each failure says what to set instead. (A training run's `ckpt_path` is checked by
+`training/checkpoints.check_checkpoint`; data files, their lines and fields, and empty data where they
+are read, in `tasks/data.py`; empty prompts where they are encoded, `Task.encode_cut`.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from diversed.decoding.engine import most_drafts
+from diversed.decoding.inputs import shared_vocab
 from diversed.errors import ConfigError
-from diversed.files.provenance import directory_digest
-
-LIGHTNING_CKPT_NAMES = ("last", "best", "hpc", "registry")  # ckpt_path values Lightning resolves itself
-
-
-def check_context(card: Any, task: Any, max_new_tokens: int, what: str = "task") -> int:
-    """ConfigError if the longest encoded prompt plus `max_new_tokens` exceeds the pair's context
-    (positions); returns the longest prompt's length. Nothing to check without a card."""
-    if card is not None and hasattr(task, "resolve_chat_template"):
-        task.resolve_chat_template(card.tokenizer)  # chat_template=auto settled before settings are recorded
-    if card is None or not len(task):
-        return 0
-    longest = max(len(p) for p in task.encode(card.tokenizer, task.examples))
-    if card.positions and longest + max_new_tokens > card.positions:
-        room = card.positions - max_new_tokens
-        fix = (
-            f"set {what}.max_prompt_tokens={room} (a long prompt loses the end of its document, or its start)"
-            if room > 0
-            else (f"lower {what}.max_new_tokens below {card.positions}")
-        )
-        raise ConfigError(
-            f"{task.name}: the longest prompt has {longest} tokens and up to {max_new_tokens} new tokens "
-            f"follow, but the pair {card.name} has {card.positions} positions: {fix}, or use models with a "
-            "longer context"
-        )
-    return longest
+from diversed.files.provenance import directory_digest, file_digest, model_digest
+from diversed.models.heads import (
+    CONFIG_NAME,
+    NON_FINITE_FIX,
+    WEIGHTS_NAME,
+    check_finite,
+    check_head,
+    head_metadata,
+    read_config,
+)
+from diversed.models.pair import check_tokenizers, text_config
+from diversed.sweep.methods import METHODS
 
 
 def check_draft_lengths(
@@ -53,8 +42,6 @@ def check_draft_lengths(
     """ConfigError if a draft length N is more than the engine drafts in a round within
     `max_new_tokens` (`engine.most_drafts`): such an N would run as that cap and be recorded as
     given. N = 1, the least there is, always passes."""
-    from diversed.decoding.engine import most_drafts
-
     cap = most_drafts(max_new_tokens, first_token)
     over = [int(n) for n in draft_lengths if int(n) > max(cap, 1)]
     if not over:
@@ -70,17 +57,26 @@ def check_draft_lengths(
     )
 
 
-def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False) -> dict[str, Any]:
+def _leave_out(sweep: Mapping[str, Any] | None, knob: Any, default: str) -> str:
+    """The methods of `sweep.methods` that take `knob` ("dynamic"), for "leave ... out of sweep.methods"."""
+    taking = [m for m in (sweep or {}).get("methods", ()) if m in METHODS and knob in METHODS[m].knobs]
+    return " and ".join(taking) or default
+
+
+def check_heads(
+    card: Any, heads: Sequence[str], sweep: Mapping[str, Any] | None = None, knob: Any = None
+) -> dict[str, Any]:
     """Each head directory's digest, after checking it is a saved head (its config and a readable
     head.safetensors whose weights are finite: `heads.check_finite`, which names each tensor holding
     NaN or ±inf) that fits this pair (`heads.check_head`: its hidden sizes, and the pair it
-    records it was trained on). A head of another pair is refused unless `allow_other_pairs`; then its
-    digest comes with the pair it was trained on (part of its points' settings). A head saved
-    without its pair's identity (older diversed) is let through with a warning."""
+    records it was trained on). A head of another pair is refused unless the sweep's
+    `allow_other_pair_heads`; then its digest comes with the pair it was trained on (part of its
+    points' settings). A head saved without its pair's identity (older diversed) is let through with a
+    warning. (`HEAD`'s `Files.check`: `knob` is the knob whose values `heads` are.)"""
     from safetensors.torch import load_file
 
-    from diversed.models.heads import NON_FINITE_FIX, WEIGHTS_NAME, check_finite, check_head, read_config
-
+    allow_other_pairs = bool((sweep or {}).get("allow_other_pair_heads", False))
+    leave = _leave_out(sweep, knob, "dynamic")
     digests: dict[str, Any] = {}
     for head in heads:
         if (meant := _head_in_run(head)) is not None:  # a train run's directory, or its checkpoint
@@ -93,13 +89,13 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
             raise ConfigError(
                 f"sweep.heads entry {head} is not a saved head: there is no such directory; give a saved "
                 "head's (<train run dir>/head, which python -m diversed.train prints at its end), or leave "
-                "dynamic out of sweep.methods"
+                f"{leave} out of sweep.methods"
             )
         try:
             config = read_config(head)
         except OSError as e:  # no config, or one cut short or damaged: named with the fix
             raise ConfigError(
-                f"sweep.heads entry {head}: {e}, or leave dynamic out of sweep.methods"
+                f"sweep.heads entry {head}: {e}, or leave {leave} out of sweep.methods"
             ) from None
         weights = Path(head) / WEIGHTS_NAME
         if (problem := unreadable_safetensors(weights)) is not None:
@@ -130,11 +126,36 @@ def check_heads(card: Any, heads: Sequence[str], allow_other_pairs: bool = False
     return digests
 
 
+def head_fields(head: str, found: Any) -> dict[str, Any]:
+    """The record fields of a head's points (`HEAD`'s `Files.record`): the task it was trained on
+    (Table 3: what each head learned on), and the pair it was trained on where that is not this one
+    (`sweep.allow_other_pair_heads`: its digest says so)."""
+    fields = {"head_task": head_metadata(head).get("task")}
+    if isinstance(found, dict):
+        fields["head_trained_on_pair"] = found["trained_on_pair"]
+    return fields
+
+
+def check_paths(
+    card: Any, paths: Sequence[str], sweep: Mapping[str, Any] | None = None, knob: Any = None
+) -> dict[str, str]:
+    """Each path's digest (a directory's files, or a file's content), after checking it exists: the
+    default `Files.check` of a path knob of one's own. ConfigError naming the `sweep.<key>` entry."""
+    key = f"sweep.{knob.sweep}" if knob is not None else "a path knob"
+    digests = {}
+    for path in paths:
+        if not Path(path).exists():
+            raise ConfigError(
+                f"{key} entry {path}: there is no such file or directory; give an existing path, or leave "
+                f"{_leave_out(sweep, knob, 'the methods that take it')} out of sweep.methods"
+            )
+        digests[str(path)] = directory_digest(path) if Path(path).is_dir() else file_digest(path)
+    return digests
+
+
 def _head_in_run(head: str) -> str | None:
     """`<run>/head` where `head` is not a saved head but a train run's directory (or its checkpoints
     directory, or a checkpoint in it) whose `head/` is one; else None."""
-    from diversed.models.heads import CONFIG_NAME
-
     path = Path(head)
     if (path / CONFIG_NAME).is_file():
         return None
@@ -160,12 +181,11 @@ def unreadable_safetensors(path: str | Path) -> str | None:
     return None
 
 
-def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
+def check_drafts(
+    card: Any, drafts: Sequence[str], sweep: Mapping[str, Any] | None = None, knob: Any = None
+) -> dict[str, str]:
     """Each fine-tuned draft's digest, after checking it is a saved model whose vocabulary (and
-    tokenizer, if it has one) is the pair's."""
-    from diversed.decoding.inputs import shared_vocab
-    from diversed.files.provenance import model_digest
-
+    tokenizer, if it has one) is the pair's (`DRAFT_MODEL`'s `Files.check`)."""
     digests = {}
     for draft in drafts:
         path = Path(draft)
@@ -190,8 +210,6 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
         if card is not None:
             from transformers import AutoConfig, AutoTokenizer
 
-            from diversed.models.pair import check_tokenizers, text_config
-
             text = text_config(AutoConfig.from_pretrained(path))
             shared_vocab(card.vocab["target"], int(text.vocab_size))
             if (path / "tokenizer_config.json").is_file():
@@ -200,86 +218,6 @@ def check_drafts(card: Any, drafts: Sequence[str]) -> dict[str, str]:
                 )
         digests[str(draft)] = model_digest(path)
     return digests
-
-
-def check_checkpoint(
-    path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool
-) -> None:
-    """ConfigError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
-    Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
-    so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
-    wrapped names (base_model.model., .base_layer) are compared as the plain ones."""
-    if not path or str(path) in LIGHTNING_CKPT_NAMES:
-        return
-    import zipfile
-
-    import torch
-
-    fix = (
-        "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), "
-        "or ckpt_path=null to start afresh"
-    )
-    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
-        size = Path(path).stat().st_size
-        raise ConfigError(
-            f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
-            f"torch.save writes: cut short, damaged or another kind of file): {_instead(path, fix)}"
-        )
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
-    except Exception as e:  # cut short, empty, not a torch file
-        raise ConfigError(
-            f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
-            f"{str(e).split('. ')[0]}): {_instead(path, fix)}"
-        ) from None
-    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
-        raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
-    shapes = {
-        k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
-        for k, v in ckpt["state_dict"].items()
-        if hasattr(v, "shape")
-    }
-    common = [k for k in shapes if k in expected]
-    if expected and not common:
-        held = ", ".join(list(shapes)[:3]) or "nothing"
-        raise ConfigError(
-            f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}"
-        )
-    wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
-    if wrong:
-        raise ConfigError(
-            f"ckpt_path={path} was saved for another {what} or pair: "
-            + "; ".join(wrong[:3])
-            + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-            + f": {fix}"
-        )
-
-
-def _instead(path: str | Path, fix: str) -> str:
-    """The fix for a damaged checkpoint: the run's other whole checkpoints (beside it, newest first), or
-    `fix`."""
-    import zipfile
-
-    path = Path(path)
-    others = [p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)]
-    if not others:
-        return fix
-    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    named = ", ".join(f"ckpt_path={p}" for p in others[:3])
-    return f"resume from another checkpoint of the run ({named}), or ckpt_path=null to start afresh"
-
-
-def model_shapes(card: Any, role: str) -> dict[str, tuple[int, ...]]:
-    """The tensor shapes of a local model of the pair (`role`: target or draft) from its safetensors
-    headers (no tensor read); {} for a model that is not a local directory."""
-    from safetensors import safe_open
-
-    path = ((card.identity.get(role) or {}).get("path") if card is not None else None) or ""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in sorted(Path(path).glob("*.safetensors")) if path else []:
-        with safe_open(str(file), "pt") as f:
-            shapes |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    return shapes
 
 
 def describe(card: Any) -> dict[str, Any]:

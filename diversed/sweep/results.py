@@ -90,7 +90,7 @@ _MEASURED_FIELDS = (
     "seed",
     "n_examples",
     "score",  # mean task score
-    # 95 % interval of the mean over the examples (compare.mean_interval: Wilson for 0/1 scores)
+    # 95 % interval of the mean over the examples (intervals.mean_interval: Wilson for 0/1 scores)
     "score_ci_low",
     "score_ci_high",
     *RECORD_FIELDS,  # the decoding statistics (stats.RECORDED: acceptance_rate, alpha, mean_tv, ..., mean_w)
@@ -636,7 +636,7 @@ def with_head_task(df: pd.DataFrame) -> pd.DataFrame:
         df["head_task"] = None
     missing = df["head"].notna() & df["head_task"].isna()
     if missing.any():  # only then: models.heads imports torch
-        from diversed.models.heads import head_metadata
+        from diversed.models.heads import head_metadata  # torch-free at import (results, plots)
 
         df.loc[missing, "head_task"] = [head_metadata(h).get("task") for h in df.loc[missing, "head"]]
     return df

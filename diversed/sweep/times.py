@@ -7,7 +7,7 @@ at batch 1 (the paper's time), with each timed example's own time, new tokens an
 `latency_example_scores`). Every time a record holds beyond those runs is computed here, once:
 
 - `measured`: the median of the runs (`wall_time_s`, `latency_s`), the time per generated token,
-  and each time's 95 % interval over the repeats (`median_interval`);
+  and each time's 95 % interval over the repeats (`intervals.median_interval`);
 - `baseline_key`, `normalized`: the one normalisation. A point is divided by the autoregressive
   point of the same pair, task, temperature, examples, settings and SEED (paired: seeds change
   outputs, so lengths and times); the paper's time (`normalized_latency`) divides latencies over
@@ -20,13 +20,11 @@ at batch 1 (the paper's time), with each timed example's own time, new tokens an
   records and the baselines become dicts, a chunk at a time);
 - `shown_time`: which normalised time tables and figures show (per sample at batch 1 where there
   is one, the paper's time), and `PER_TOKEN` its per-token counterpart;
-- `t_interval`: the Student-t interval of the mean of a few per-seed values (scipy), the interval
-  over seeds of scores in `compare.mean_over_seeds`, and here of log time ratios (`log_interval`);
 - `time_over_seeds`, `times_over_seeds`: a normalised time of one setting over seeds, for tables and
   figures, on the log scale (a ratio: its interval stays above 0): the geometric mean over examples ×
   seeds of per-example ratios with a cluster bootstrap over examples (`example_log_ratios`,
   `example_interval`) where the latency passes kept per-example times, else the geometric mean over
-  seeds with a t-interval on the log ratios;
+  seeds with a t-interval on the log ratios (`intervals.log_interval`);
 - `is_time_field`: which record fields measure the clock, not the outputs (two runs of one grid point
   agree on all others: `results.load_results` checks that where a point is in several files);
 - `estimate_seconds`: how long grid points not yet run will decode and time, from the finished
@@ -39,20 +37,24 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from diversed.sweep.intervals import (
+    CONFIDENCE,
+    bootstrap_interval,
+    log_interval,
+    median_interval,
+    sample_mean,
+)
 from diversed.sweep.methods import METHODS, canonical_float
 
 log = logging.getLogger(__name__)
 
 BASELINE = "autoregressive"
-CONFIDENCE = 0.95
 # normalised time -> (the record's time, the autoregressive time it is divided by)
 NORMALIZED = {
     "normalized_time": "wall_time_s",  # per sample, at the sweep's batch size (batch_one methods: batch 1)
@@ -129,46 +131,6 @@ def _runs(value: Any) -> list[float]:
 
 
 # ----------------------------------------------------------------------------- over the repeats
-
-
-def median_interval(
-    runs: Sequence[float],
-    baseline_runs: Sequence[float] | None = None,
-    *,
-    scale: float = 1.0,
-    confidence: float = CONFIDENCE,
-) -> tuple[float, float]:
-    """The percentile-bootstrap interval of scale · median(runs), or with `baseline_runs` of
-    scale · median(runs) / median(baseline_runs); (nan, nan) with fewer than two runs on a side.
-
-    A record's time is the median of its repeats (robust to a pass a background job slowed), so the
-    interval is the median's: a t-interval is the mean's and, with one slow pass, can miss the median.
-    A point's repeats and its baseline's are timed minutes apart: repeat i of one shares nothing with
-    repeat i of the other, so pairing them by index would be arbitrary; each side is resampled on
-    its own. Percentile, not BCa: BCa fails on identical runs and is erratic with 3-10 repeats. With
-    5 repeats the median's interval is about [min, max] (as order statistics: 94 % coverage). A fixed
-    generator: the same runs always give the same interval (records reload identically)."""
-    samples = [np.asarray(runs, dtype=float)] + (
-        [np.asarray(baseline_runs, dtype=float)] if baseline_runs is not None else []
-    )
-    if any(s.size < 2 for s in samples):
-        return math.nan, math.nan
-
-    def statistic(*xs: np.ndarray, axis: int) -> np.ndarray:
-        m = np.median(xs[0], axis=axis)
-        return scale * (m / np.median(xs[1], axis=axis) if len(xs) > 1 else m)
-
-    ci = stats.bootstrap(
-        samples,
-        statistic,
-        vectorized=True,
-        paired=False,
-        method="percentile",
-        n_resamples=1999,
-        confidence_level=confidence,
-        rng=np.random.default_rng(0),
-    ).confidence_interval
-    return float(ci.low), float(ci.high)
 
 
 def measured(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -379,39 +341,6 @@ def fill_times(df: pd.DataFrame) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- over seeds
 
 
-def t_interval(
-    values: Sequence[float], confidence: float = CONFIDENCE, *, bounds: tuple[float, float] | None = None
-) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t interval of the mean of a few values (a setting's per-seed means,
-    `scipy.stats.t.interval`), clipped to `bounds` where the values cannot leave them (the mean cannot
-    either, so clipping loses no coverage). Values that are all equal: zero width; one value: NaN bounds;
-    none present (None, NaN): all NaN."""
-    x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size == 1:
-        return mean, math.nan, math.nan
-    sem = float(stats.sem(x))
-    low, high = (
-        (mean, mean)
-        if sem == 0
-        else (float(v) for v in stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem))
-    )
-    if bounds is not None:
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-    return mean, low, high
-
-
-def log_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(geometric mean, low, high) of a few positive ratios (a setting's per-seed normalised times): the
-    Student-t interval of the mean of their logs (`t_interval`), exponentiated. A ratio's interval is
-    then positive and asymmetric about it, as a ratio's uncertainty is (1.19 over three seeds: never a
-    negative time). Values ≤ 0 or missing are left out; one value: NaN bounds; none: all NaN."""
-    x = np.asarray([v for v in values if v is not None and not pd.isna(v) and v > 0], dtype=float)
-    return tuple(math.exp(v) if not math.isnan(v) else math.nan for v in t_interval(np.log(x), confidence))  # type: ignore[return-value]
-
-
 # The normalised times that per-example latencies measure too: -> whether per generated token
 PER_EXAMPLE = {
     "normalized_latency": False,
@@ -464,32 +393,12 @@ def example_interval(
     """(geometric mean, low, high) of per-example time ratios over examples × seeds (`example_log_ratios`,
     one Series per seed): each example's mean log ratio over the seeds that timed it, the mean of those
     over examples, and its BCa bootstrap interval resampling examples (each with all its seeds: a
-    cluster bootstrap; percentile where BCa is undefined; fixed generator), all exponentiated. Fewer than
+    cluster bootstrap; `intervals.bootstrap_interval`), all exponentiated. Fewer than
     two examples: NaN bounds."""
     per_example = pd.concat(list(log_ratios)).groupby(level=0).mean().to_numpy(dtype=float)
     if per_example.size == 0:
         return math.nan, math.nan, math.nan
-    estimate = float(per_example.mean())
-    if per_example.size < 2:
-        return math.exp(estimate), math.nan, math.nan
-    if np.ptp(per_example) == 0:
-        return (math.exp(estimate),) * 3  # type: ignore[return-value]
-    low = high = math.nan
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # BCa's degenerate-distribution warning: percentile follows
-            ci = stats.bootstrap(
-                (per_example,),
-                np.mean,
-                vectorized=True,
-                n_resamples=9999,
-                confidence_level=confidence,
-                method=method,
-                rng=np.random.default_rng(0),
-            ).confidence_interval
-        low, high = float(ci.low), float(ci.high)
-        if not (math.isnan(low) or math.isnan(high)):
-            break
+    estimate, low, high = bootstrap_interval(sample_mean, [per_example], confidence=confidence)
     return math.exp(estimate), math.exp(low), math.exp(high)
 
 

@@ -2,14 +2,24 @@
 settings a task takes, for refusing unknown `task.*` keys before anything loads).
 
 Each task is one file (gsm8k.py, cnndm.py, xsum.py, mbpp.py, toy.py) that declares its own options
-(`Task.options`); a new task adds its import and one line to `TASKS`, and its config file
-`configs/task/<name>.yaml`.
+(`Task.options`), with its config file `configs/task/<name>.yaml`. A task of one's own needs neither:
+`register_task("my", MyTask)` in a module of one's own, loaded by `plugins=[my_pkg.my_task]` on the
+command line (or an entry point of the `diversed.tasks` group), and `task=my` chooses it, its config
+made from the class (`task_config`: every shared setting and its options with their defaults) and put
+into Hydra's store (`store_task_configs`) where the package has no yaml for it (README, "Adding a
+task"). It knows nothing of Hydra's composition beyond that store.
+
+May import: decoding, files, config, models; tests/test_structure.py's MAY_IMPORT.
 """
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
 from typing import Any
 
+from diversed.config.entry_points import load_group
+from diversed.config.keys import reads_keys
 from diversed.errors import ConfigError
 from diversed.tasks.base import Task, shared_parameters
 from diversed.tasks.cnndm import CNNDailyMail
@@ -28,6 +38,95 @@ TASKS: dict[str, type[Task]] = {
 }
 
 
+ENTRY_POINT_GROUP = "diversed.tasks"
+_entry_points_loaded = False
+_storing = False  # store_task_configs has run: each registration stores its task's config too
+_FIX = (
+    "a task of your own: register_task(name, cls) in a module of yours, loaded by "
+    'plugins=[my_pkg.my_task] on the command line (README, "Adding a task")'
+)
+
+
+def register_task(name: str, cls: type[Task], *, replace: bool = False) -> type[Task]:
+    """Add task class `cls` under `name` (returns it): `task=<name>` then chooses it, `task.<option>`
+    sets its options. A name that is taken by another class is refused unless `replace`."""
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"register_task takes a subclass of diversed.tasks.base.Task, got {cls!r}")
+    if cls.name != name:
+        raise ValueError(
+            f"register_task({name!r}, {cls.__name__}): the class's name is {cls.name!r}, which its records "
+            f"carry: set {cls.__name__}.name = {name!r}, or register it as {cls.name!r}"
+        )
+    old = TASKS.get(name)
+    if old is not None and not replace and old.__qualname__ != cls.__qualname__:
+        raise ValueError(
+            f"a task named {name!r} is registered already ({old.__module__}.{old.__qualname__}): choose "
+            "another name, or register_task(..., replace=True) to replace it"
+        )
+    TASKS[name] = cls
+    if _storing:
+        store_task_configs()
+    return cls
+
+
+def unregister_task(name: str) -> type[Task] | None:
+    """Remove task `name` from the registry (a notebook's experiment undone); returns it, or None."""
+    return TASKS.pop(name, None)
+
+
+def load_entry_points() -> None:
+    """Load the `diversed.tasks` entry points once: each names a module (which registers its tasks on
+    import) or a `Task` class (registered here under its `name`)."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for found in load_group(ENTRY_POINT_GROUP):
+        if isinstance(found, type) and issubclass(found, Task) and TASKS.get(found.name) is not found:
+            register_task(found.name, found)
+
+
+def unknown_task(name: Any) -> str | None:
+    """Why `name` is no task (None: it is one, the entry points loaded first): the registered ones
+    named, and how to load a task of one's own."""
+    if name not in TASKS:
+        load_entry_points()
+    if name in TASKS:
+        return None
+    return f"unknown task {name!r}; registered: {', '.join(sorted(TASKS))}. {_FIX[0].upper()}{_FIX[1:]}"
+
+
+def task_config(name: str) -> dict[str, Any]:
+    """The config of task `name` as `configs/task/<name>.yaml` would hold it: `load_task` as its target,
+    every shared setting its `load` and constructor take, with its default (the class's
+    `max_new_tokens`), and the task's own options with theirs."""
+    cls = TASKS[name]
+    node: dict[str, Any] = {"_target_": f"{__name__}.load_task", "name": name}
+    for function in (cls.load, cls.__init__):
+        for param in inspect.signature(function).parameters.values():
+            if param.name in shared_parameters() and param.name not in node:
+                node[param.name] = None if param.default is param.empty else param.default
+    node["max_new_tokens"] = cls.max_new_tokens
+    node |= {option: o.default for option, o in cls.options.items()}
+    return node
+
+
+def store_task_configs() -> None:
+    """Put the config of each registered task that has no `configs/task/<name>.yaml` into Hydra's
+    ConfigStore (group `task`), so that `task=<name>` composes without a file in the package; from
+    then on each registration stores its task's too."""
+    global _storing
+    from hydra.core.config_store import ConfigStore
+
+    _storing = True
+
+    packaged = Path(__file__).resolve().parents[1] / "configs" / "task"
+    for name in TASKS:
+        if not (packaged / f"{name}.yaml").is_file():
+            ConfigStore.instance().store(group="task", name=name, node=task_config(name))
+
+
+@reads_keys(lambda node: option_names(node.get("name")))  # config.keys: the task's own options
 def load_task(
     name: str,
     *,
@@ -37,8 +136,8 @@ def load_task(
     **options: Any,
 ) -> Task:
     """Build task `name` (a key of `TASKS`) with its examples loaded; `options` go to its `load`."""
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+    if (why := unknown_task(name)) is not None:
+        raise ConfigError(why)
     return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
 
 

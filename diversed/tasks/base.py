@@ -9,7 +9,7 @@ back to `checked_metrics()` (each completion scored once, every metric) / `rewar
 A task owns its options: the settings it takes beyond the shared ones (`Task.__init__`'s and
 `Task.load`'s), each declared once in the class's `options` as an `Option` (default, type, help,
 whether the scores depend on it). From that declaration alone the config's `task.<name>` keys are
-known (`tasks.option_names`), their values are checked before anything loads (`schema.py`, and
+known (`tasks.option_names`), their values are checked before anything loads (`tasks/settings.py`, and
 again here for callers that build a task directly), the task gets the checked value as an
 attribute, and `settings()` reports the recorded ones, which evaluate writes into the records
 (`option_settings()`). A subclass inherits its parents' options and may add or redeclare some; a
@@ -210,25 +210,7 @@ class Task:
         check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
         indices = subset_indices(len(rows), n_examples, seed)
         examples = [rows[i] for i in indices]
-        few_shot: list[dict[str, Any]] = []
-        if num_few_shot:
-            if data_files is not None and not isinstance(data_files, Mapping):
-                raise ConfigError(
-                    f"{cls.name}: few-shot examples come from the {cls.few_shot_split!r} split, but "
-                    f"task.data_files names one split only; give a mapping, e.g. "
-                    f"task.data_files={{{split}: ..., {cls.few_shot_split}: ...}}"
-                )
-            pool = load_rows(
-                cls.dataset,
-                hub_config,
-                cls.few_shot_split,
-                data_files,
-                revision=revision,
-                fields=cls.fields,
-                hub_splits=cls.hub_splits,
-            )
-            # A different stream from the subset's, so changing n_examples never changes the shots.
-            few_shot = subset(pool, num_few_shot, seed + 1, keep_order=False)
+        few_shot = cls._few_shot(num_few_shot, seed, split, data_files, hub_config, revision)
         task = cls(examples, few_shot=few_shot, **options)
         task.indices = indices
         task.source = {
@@ -241,6 +223,31 @@ class Task:
             "seed": seed,
         }
         return task
+
+    @classmethod
+    def _few_shot(
+        cls, n: int, seed: int, split: str, data_files: Any, hub_config, revision
+    ) -> list[dict[str, Any]]:
+        """`n` examples of the few-shot split (none for `n` = 0), drawn with their own seed."""
+        if not n:
+            return []
+        if data_files is not None and not isinstance(data_files, Mapping):
+            raise ConfigError(
+                f"{cls.name}: few-shot examples come from the {cls.few_shot_split!r} split, but "
+                f"task.data_files names one split only; give a mapping, e.g. "
+                f"task.data_files={{{split}: ..., {cls.few_shot_split}: ...}}"
+            )
+        pool = load_rows(
+            cls.dataset,
+            hub_config,
+            cls.few_shot_split,
+            data_files,
+            revision=revision,
+            fields=cls.fields,
+            hub_splits=cls.hub_splits,
+        )
+        # A different stream from the subset's, so changing n_examples never changes the shots.
+        return subset(pool, n, seed + 1, keep_order=False)
 
     @classmethod
     def check_options(cls, given: Mapping[str, Any]) -> dict[str, Any]:

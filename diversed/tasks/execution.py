@@ -333,29 +333,7 @@ def run_program(
         with open(os.path.join(workdir, confine.PROGRAM_FILE), "wb") as f:
             f.write(source)
         status_r, status_w = os.pipe()
-        config = {
-            "timeout": timeout,
-            "status_fd": status_w,
-            "caller": os.getpid(),
-            "bwrap": "bwrap" in use,
-            "seccomp": "seccomp" in use,
-            "contained": bool(use & {"bwrap", "landlock"}),  # writes cannot leave scratch
-            "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
-            "path": _site_packages(),
-            "open_files": OPEN_FILES,
-            "threads": confine.THREADS,
-            "files": ([workdir, "/tmp"], FILES) if "bwrap" in use else None,  # the sandbox's own tmpfs
-        }
-        # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
-        # (marshal, not json: importing json would cost the monitor's start-up 6 ms)
-        cmd = [
-            sys.executable,
-            "-I",
-            "-B",
-            "-S",
-            os.path.abspath(confine.__file__),
-            marshal.dumps(config).hex(),
-        ]
+        cmd = _monitor_command(use, workdir, timeout, status_w)
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -371,44 +349,86 @@ def run_program(
             )
         finally:
             os.close(status_w)
-        backstop = threading.Event()
-
-        def on_backstop() -> None:
-            backstop.set()
-            _kill_group(proc.pid)
-
         # The program's time, then the judge's: at most as long again.
-        timer = threading.Timer(timeout * (1 if tests is None else 2) + BACKSTOP_S, on_backstop)
-        timer.start()
-        try:
-            try:  # (on stdin, not the command line: /proc shows command lines to other processes)
-                given = {"sentinel": sentinel, "tests": None if tests is None else tests.to_config()}
-                proc.stdin.write(marshal.dumps(given))
-                proc.stdin.close()
-            except OSError:
-                pass  # it died before reading: the exit status tells
-            # Wait without reaping: until it is reaped its pid (= the group id) cannot be reused,
-            # so the group kill below cannot hit an unrelated process.
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        finally:
-            timer.cancel()
-            timer.join()  # a kill already under way finishes before the pid can be reaped
-            _kill_group(proc.pid)
-            proc.wait()
-            said = _read_status(status_r)
+        backstopped, said = _wait(
+            proc, timeout * (1 if tests is None else 2) + BACKSTOP_S, status_r, sentinel, tests
+        )
         seconds = time.monotonic() - start
-
-        size = out.seek(0, os.SEEK_END)
-        out.seek(max(0, size - 256))
-        finished = sentinel is not None and out.read().endswith(f"\n{sentinel}\n".encode())
-        out.seek(0)
-        output = out.read(output_bytes).decode("utf-8", "replace")
-        output = output if sentinel is None else output.replace(f"\n{sentinel}\n", "")
+        finished, output = _output(out, sentinel, output_bytes)
         if group is not None and group.oom_kills():
             output += f"\ndiversed sandbox: the program went over its memory limit ({memory_bytes} bytes).\n"
+    return _result(said, backstopped, proc.returncode, tests, finished, output, seconds)
+
+
+def _monitor_command(use: set[str], workdir: str, timeout: float, status_fd: int) -> list[str]:
+    """The monitor's command line (`confine.py`), its settings marshalled on it: the layers in `use`,
+    the program's time, the status pipe, the paths it may read and write, its limits."""
+    config = {
+        "timeout": timeout,
+        "status_fd": status_fd,
+        "caller": os.getpid(),
+        "bwrap": "bwrap" in use,
+        "seccomp": "seccomp" in use,
+        "contained": bool(use & {"bwrap", "landlock"}),  # writes cannot leave scratch
+        "landlock": {"read": _readable_paths(), "write": workdir} if "landlock" in use else None,
+        "path": _site_packages(),
+        "open_files": OPEN_FILES,
+        "threads": confine.THREADS,
+        "files": ([workdir, "/tmp"], FILES) if "bwrap" in use else None,  # the sandbox's own tmpfs
+    }
+    # -S: no site module and no .pth files at start-up (a tenth of it); site-packages goes on the path.
+    # (marshal, not json: importing json would cost the monitor's start-up 6 ms)
+    return [sys.executable, "-I", "-B", "-S", os.path.abspath(confine.__file__), marshal.dumps(config).hex()]
+
+
+def _wait(proc: subprocess.Popen, backstop_s: float, status_r: int, sentinel, tests) -> tuple[bool, bytes]:
+    """Hand the monitor the sentinel and the tests, wait for it (its process group killed after
+    `backstop_s` at the latest, and in any case once it ends), and read its status pipe. Returns
+    (whether the backstop killed it, what the monitor said)."""
+    backstop = threading.Event()
+
+    def on_backstop() -> None:
+        backstop.set()
+        _kill_group(proc.pid)
+
+    timer = threading.Timer(backstop_s, on_backstop)
+    timer.start()
+    try:
+        try:  # (on stdin, not the command line: /proc shows command lines to other processes)
+            given = {"sentinel": sentinel, "tests": None if tests is None else tests.to_config()}
+            proc.stdin.write(marshal.dumps(given))
+            proc.stdin.close()
+        except OSError:
+            pass  # it died before reading: the exit status tells
+        # Wait without reaping: until it is reaped its pid (= the group id) cannot be reused,
+        # so the group kill below cannot hit an unrelated process.
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+    finally:
+        timer.cancel()
+        timer.join()  # a kill already under way finishes before the pid can be reaped
+        _kill_group(proc.pid)
+        proc.wait()
+        said = _read_status(status_r)
+    return backstop.is_set(), said
+
+
+def _output(out, sentinel: str | None, output_bytes: int) -> tuple[bool, str]:
+    """(whether the program printed the sentinel last: it ran to its end, its first `output_bytes`
+    of output without the sentinel) from the file that caught stdout and stderr."""
+    size = out.seek(0, os.SEEK_END)
+    out.seek(max(0, size - 256))
+    finished = sentinel is not None and out.read().endswith(f"\n{sentinel}\n".encode())
+    out.seek(0)
+    output = out.read(output_bytes).decode("utf-8", "replace")
+    return finished, output if sentinel is None else output.replace(f"\n{sentinel}\n", "")
+
+
+def _result(said: bytes, backstopped: bool, code: int, tests, finished: bool, output: str, seconds: float):
+    """The program's `ExecutionResult` from the monitor's word, the exit status and the output (with
+    `tests`, the judge's verdicts: every line must pass)."""
     ended, _, judged = said.partition(b"\n")
-    timed_out = backstop.is_set() or ended == b"timeout"
-    returncode = -signal.SIGKILL if timed_out else proc.returncode  # killed, as the caller sees it
+    timed_out = backstopped or ended == b"timeout"
+    returncode = -signal.SIGKILL if timed_out else code  # killed, as the caller sees it
     verdicts: tuple[str, ...] = ()
     if tests is not None:
         ran, verdicts = _verdicts(judged, len(tests.checks), ended.decode(errors="replace") or "no word")

@@ -1,6 +1,7 @@
 """What makes a resumed training run the run it continues, and how its checkpoints are written
-(train and distill alike: `runtime.fit` adds `StepSeeds` and `AtomicCheckpointIO` to every run,
-`configs/callbacks/default.yaml` names `LastCheckpoint`).
+(train and distill alike: `trainer.fit` adds `StepSeeds` and `AtomicCheckpointIO` to every run,
+`configs/callbacks/default.yaml` names `LastCheckpoint`), and whether a checkpoint given to resume
+from fits the pair.
 
 - `StepSeeds`, a Lightning callback: each training batch draws its randomness (torch on the CPU and
   every GPU, python's `random`, numpy: rollouts, dropout, drawn prompt positions) from generators
@@ -25,9 +26,11 @@
   filesystem, which a full disk cut short: a 4 KiB `step_N.ckpt`, a `last.ckpt` replaced by part
   of one. A full disk stops the run with `atomic.DiskFull` naming the directory; the previous
   checkpoints are intact.
+- `check_checkpoint`: a run's `ckpt_path` is a readable Lightning checkpoint whose tensors fit the
+  pair (`model_shapes`: a local model's shapes from its safetensors headers), memory-mapped, before
+  any weights load; a damaged one is named with the run's other whole checkpoints.
 
-It does not choose what a checkpoint holds beyond that (the modules' state dicts) nor check a
-checkpoint given to resume from (`preflight.check_checkpoint`).
+It does not choose what a checkpoint holds beyond that (the modules' state dicts).
 """
 
 from __future__ import annotations
@@ -35,13 +38,18 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from safetensors import safe_open
 
+from diversed.errors import ConfigError
 from diversed.files.atomic import write_file
+from diversed.training.settings import LIGHTNING_CKPT_NAMES
 
 
 def derived_seed(*parts: Any) -> int:
@@ -136,3 +144,78 @@ def validates_now(trainer: Any) -> bool:
     ):
         return False
     return bool(check(fetcher))
+
+
+# ----------------------------------------------------------------------------- resuming
+
+
+def check_checkpoint(
+    path: str | None, expected: dict[str, tuple[int, ...]], what: str, *, weights_only: bool
+) -> None:
+    """ConfigError, naming the file and the fix, unless `path` (a run's `ckpt_path`) is a readable
+    Lightning checkpoint whose tensors fit `expected` (name -> shape, for this pair): memory-mapped,
+    so no tensor is read. `what` names the module's part it holds ("head", "draft"). LoRA's
+    wrapped names (base_model.model., .base_layer) are compared as the plain ones."""
+    if not path or str(path) in LIGHTNING_CKPT_NAMES:
+        return
+    fix = (
+        "give a checkpoint of a run of this pair (<run dir>/checkpoints/last.ckpt), "
+        "or ckpt_path=null to start afresh"
+    )
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whose directory is at its end
+        size = Path(path).stat().st_size
+        raise ConfigError(
+            f"ckpt_path={path} is not a complete checkpoint ({size} bytes, not a whole zip archive as "
+            f"torch.save writes: cut short, damaged or another kind of file): {_instead(path, fix)}"
+        )
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    except Exception as e:  # cut short, empty, not a torch file
+        raise ConfigError(
+            f"ckpt_path={path} is not a readable checkpoint (incomplete or damaged: {type(e).__name__}: "
+            f"{str(e).split('. ')[0]}): {_instead(path, fix)}"
+        ) from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise ConfigError(f"ckpt_path={path} is not a Lightning checkpoint (no state_dict): {fix}")
+    shapes = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): tuple(v.shape)
+        for k, v in ckpt["state_dict"].items()
+        if hasattr(v, "shape")
+    }
+    common = [k for k in shapes if k in expected]
+    if expected and not common:
+        held = ", ".join(list(shapes)[:3]) or "nothing"
+        raise ConfigError(
+            f"ckpt_path={path} holds no tensor of this entry point's {what} (it holds {held}...): {fix}"
+        )
+    wrong = [f"{k} {shapes[k]} (this pair: {expected[k]})" for k in common if shapes[k] != expected[k]]
+    if wrong:
+        raise ConfigError(
+            f"ckpt_path={path} was saved for another {what} or pair: "
+            + "; ".join(wrong[:3])
+            + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+            + f": {fix}"
+        )
+
+
+def _instead(path: str | Path, fix: str) -> str:
+    """The fix for a damaged checkpoint: the run's other whole checkpoints (beside it, newest first), or
+    `fix`."""
+    path = Path(path)
+    others = [p for p in path.parent.glob("*.ckpt") if p.name != path.name and zipfile.is_zipfile(p)]
+    if not others:
+        return fix
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    named = ", ".join(f"ckpt_path={p}" for p in others[:3])
+    return f"resume from another checkpoint of the run ({named}), or ckpt_path=null to start afresh"
+
+
+def model_shapes(card: Any, role: str) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes of a local model of the pair (`role`: target or draft) from its safetensors
+    headers (no tensor read); {} for a model that is not a local directory."""
+    path = ((card.identity.get(role) or {}).get("path") if card is not None else None) or ""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(path).glob("*.safetensors")) if path else []:
+        with safe_open(str(file), "pt") as f:
+            shapes |= {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    return shapes

@@ -33,9 +33,9 @@ saved with `save_pretrained` (safetensors) and the tokenizer in `<run dir>/draft
 
 `DistillModule` is a `pair_module.PairModule` (the teacher-forced layout, the pair's plumbing, the
 validation sums): the target is held outside its parameters and never in a checkpoint. The
-settings are checked once, by `schema.check_distill`, before anything loads; the module does not
-check them again. It does not change the target, and it does not tune the draft for anything but
-agreeing with the target.
+settings are checked once, by `distill.check_distill` (`training/settings.py`), before anything
+loads; the module does not check them again. It does not change the target, and it does not tune
+the draft for anything but agreeing with the target.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 
 class DistillModule(PairModule):
     """The trainable draft beside the frozen target; its checkpoints hold the draft (or its LoRA
-    adapters' model) and the optimizer. The settings are checked by `schema.check_distill`."""
+    adapters' model) and the optimizer. The settings are checked by `distill.check_distill`."""
 
     exported = "draft"
 

@@ -20,7 +20,7 @@ held-out prompts with the current head and logs the task score, acceptance and
 `val/objective` = score + λ·acceptance. A head whose weights go NaN or ±inf (a diverged step) stops
 the run with `heads.NonFiniteHead`, naming the step and each such tensor, before any checkpoint or
 the export holds it (`check_finite_head`: after every step, the teacher-forced stage's too, and
-before every checkpoint). The settings are checked once, by `schema.check_train`,
+before every checkpoint). The settings are checked once, by `train.check_train` (`training/settings.py`),
 before anything loads; the module does not check them again, except `reward`, a metric's name,
 which only the task knows: a name the task does not compute fails at the first batch, naming the
 ones it does. Distribution, precision and devices are Lightning's; nothing here launches processes
@@ -71,7 +71,7 @@ HEAD_FORM_KEY = "head_form"  # in a checkpoint: the head's normalize and w_bound
 
 class DiversedModule(PairModule):
     """The trainable head beside a frozen (target, draft) pair; its checkpoints hold the head, the
-    running baseline and the optimizer. The settings are checked by `schema.check_train`."""
+    running baseline and the optimizer. The settings are checked by `train.check_train`."""
 
     exported = "head"
 

@@ -15,10 +15,10 @@ whose frozen models are held outside the module's parameters and checkpoints.
   scores), summed over processes at the epoch's end and logged under the shared names
   (`val/acceptance_rate`, `val/tokens_per_target_call`, `OBJECTIVE` which the checkpoint callback
   keeps the best of) with the module's own (`validation_metrics`). A subclass names its export
-  (`exported`, `export`), which `runtime.fit` writes from the best checkpoint.
+  (`exported`, `export`), which `trainer.fit` writes from the best checkpoint.
 
 It does not say what trains or by what loss (the head: `train.py`, `reinforce.py`; the draft:
-`distill.py`, `teacher.py`), nor build or run the trainer (`runtime.fit`).
+`distill.py`, `teacher.py`), nor build or run the trainer (`trainer.fit`).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class PairModule(L.LightningModule):
     `trainable_parameters`, `validation_metrics`, `exported` and `export`; `frozen` if it trains one
     of the pair's models."""
 
-    exported = ""  # the export's directory in the run directory (`runtime.fit` writes it)
+    exported = ""  # the export's directory in the run directory (`trainer.fit` writes it)
 
     def __init__(self, optimizer: Callable[..., torch.optim.Optimizer], pair: Any = None) -> None:
         super().__init__()

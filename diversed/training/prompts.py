@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 from diversed.errors import ConfigError
+from diversed.tasks.data import DatasetUnavailable, MissingSplit
 
 HOLDOUT = "holdout"
 log = logging.getLogger(__name__)
@@ -99,8 +100,6 @@ class PromptDataModule(L.LightningDataModule):
         split = keywords.get("split")
         if not split or split in (self.train_split, self.val_split):
             return  # the schema refuses these combinations before anything loads
-        from diversed.tasks.data import DatasetUnavailable, MissingSplit
-
         try:
             evaluation = self.task_factory(split=split, n_examples=None)
         except (MissingSplit, DatasetUnavailable) as e:  # e.g. a data_files mapping without the test file

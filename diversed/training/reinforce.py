@@ -20,7 +20,7 @@ Over a batch of completions ([B, T] per-token inputs, `mask` the completion's to
   (means over the batch's reference tokens): w rises where the target predicts the reference
   better than the draft, falls where the draft does, and λ pulls it down where they differ.
 
-The names are the settings' (`schema.py` reads them from here). It does not roll out, score or
+The names are the settings' (`training/settings.py` reads them from here). It does not roll out, score or
 keep state (`train.py` does).
 """
 

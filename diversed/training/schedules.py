@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-LR_SCHEDULES = ("constant", "cosine", "linear")  # the settings' names (`schema.py` reads them from here)
+LR_SCHEDULES = ("constant", "cosine", "linear")  # the settings' names (`settings.py` reads them from here)
 
 
 def optimizers(module: Any, optimizer: Any, schedule: str = "constant", warmup_steps: int = 0) -> Any:

@@ -13,7 +13,7 @@
 - `TeacherSample`, `write_samples`, `read_samples`: samples drawn once (`distill.reuse`) with that
   law, in one file per run (`<run dir>/teacher_samples.pt`), written atomically.
 
-The names are the settings' (`schema.py` reads them from here). It does not draw samples or train
+The names are the settings' (`training/settings.py` reads them from here). It does not draw samples or train
 (`distill.py` does).
 """
 
