@@ -130,9 +130,10 @@ HEAD_VAL_ROWS, HEAD_TRAIN_ROWS = 8, 400
 
 
 def undistilled_draft(out: Path) -> Path:
-    """The project's SmolLM2 draft before distillation, made once into `out` (seconds): the target cut to
-    the built draft's layers (`drafts.cut_layers`, the build's init step), its LM head restricted to the
-    built draft's own ids, so that it and the built draft differ by distillation alone."""
+    """The project's SmolLM2 draft before distillation, made once into `out` (seconds): the target cut
+    to the built draft's layers (`models.surgery.cut_layers`, the build's init step), its LM head
+    restricted to the built draft's own ids, so that it and the built draft differ by distillation
+    alone."""
     if (out / "config.json").is_file():
         return out
     import torch
@@ -140,8 +141,9 @@ def undistilled_draft(out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from diversed.decoding import draft_vocab
-    from diversed.drafts import RECIPES, built_dir, cut_layers
+    from diversed.drafts import RECIPES, built_dir
     from diversed.models.gguf import resolve_model
+    from diversed.models.surgery import cut_layers
 
     built = built_dir("smollm2")
     layers = json.loads((built / "config.json").read_text())["num_hidden_layers"]
