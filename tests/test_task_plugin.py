@@ -6,6 +6,7 @@ it on the toy pair and the report names it."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 
 import pytest
@@ -130,3 +131,15 @@ def test_a_packages_task_entry_point_registers_its_class_and_a_broken_one_is_nam
     finally:
         unregister_task("toy_sum")
         sys.modules.pop("plugin_task", None)
+
+
+def test_the_readers_load_plugins_without_importing_the_tasks_or_torch():
+    """report, plot and show load `plugins=` (and the methods' entry points) torch-free: the tasks, whose
+    entry points are loaded where a task is looked up, import torch."""
+    code = (
+        "import sys, argparse; from diversed.sweep import plugins; "
+        "p = argparse.ArgumentParser(); plugins.add_plugin_option(p); "
+        "plugins.parse_args(p, ['plugins=json']); "
+        "assert not {'torch', 'diversed.tasks'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

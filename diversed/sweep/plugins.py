@@ -30,12 +30,11 @@ _WORD = re.compile(r"\+{0,2}plugins=(.*)", re.S)  # plugins=..., +plugins=..., +
 
 def load_plugins(modules: Iterable[str] | str = (), *, where: str = "plugins") -> None:
     """Import each module (each registers its methods or tasks on import), after the `diversed.methods`
-    and `diversed.tasks` entry points; ConfigError naming the module (`where[i]`) that cannot be
-    imported and the fix."""
-    from diversed.tasks import load_entry_points as load_task_entry_points  # torch-free (plot, show)
-
+    entry points; ConfigError naming the module (`where[i]`) that cannot be imported and the fix. The
+    `diversed.tasks` entry points are loaded where tasks are looked up (`tasks.unknown_task`,
+    `tasks.store_task_configs`): the readers (report, plot, show) load plugins without importing the
+    tasks, hence torch (show on 100,000 records stays within its memory)."""
     load_entry_points()
-    load_task_entry_points()
     if isinstance(modules, str):
         modules = [modules]
     for i, name in enumerate(modules):
@@ -114,7 +113,7 @@ def add_plugin_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE", help=argparse.SUPPRESS)
     parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
         "plugins=[my_pkg.my_method,...]: modules that register methods or tasks of one's own (README, "
-        '"Add your own method"); the diversed.methods and diversed.tasks entry points are loaded anyway'
+        '"Add your own method"); the diversed.methods entry points are loaded anyway'
     )
 
 

@@ -114,10 +114,11 @@ def task_config(name: str) -> dict[str, Any]:
 def store_task_configs() -> None:
     """Put the config of each registered task that has no `configs/task/<name>.yaml` into Hydra's
     ConfigStore (group `task`), so that `task=<name>` composes without a file in the package; from
-    then on each registration stores its task's too."""
+    then on each registration stores its task's too; the `diversed.tasks` entry points are loaded first."""
     global _storing
     from hydra.core.config_store import ConfigStore
 
+    load_entry_points()
     _storing = True
 
     packaged = Path(__file__).resolve().parents[1] / "configs" / "task"
