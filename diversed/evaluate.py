@@ -147,11 +147,10 @@ def _sweep(cfg: DictConfig, run_dir: Path, *, writable: bool) -> Path:
 
 @dataclass
 class Plan:
-    """What a sweep runs, checked before any weights load: the task, the pair's card, the path knobs'
+    """What a sweep runs, checked before any weights load: the task, the path knobs'
     values (`resources.Resources`), the fields and settings every record shares, and the points."""
 
     task: Any
-    card: Any
     resources: Resources
     common: dict[str, Any]  # settings_fingerprint: every point's settings but its seed and its files
     groups: dict[str, str]  # settings_group, comparison_group: in every record
@@ -204,7 +203,6 @@ def _plan(cfg: DictConfig, run_dir: Path, store: ResultStore | None) -> Plan:
     common, timing = settings_fingerprint(cfg, task, card), OmegaConf.to_container(cfg.timing, resolve=True)
     plan = Plan(
         task=task,
-        card=card,
         resources=resources,
         common=common,
         # one group for every seed of these settings: plots average over seeds within a group only; the

@@ -59,7 +59,7 @@ def compose_eval(out: Path, pair_dir: Path, *overrides: str):
 
 def test_grid_records_and_resume(tmp_path, toy_tiny_dir, head_dir, monkeypatch):
     cfg = compose_eval(tmp_path, toy_tiny_dir, f"sweep.heads=[{head_dir}]")
-    n_points = len(list(ev.grid(cfg.sweep, {str(head_dir): None})))
+    n_points = len(list(ev.grid(cfg.sweep, {"head": [str(head_dir)]})))
     assert n_points == 2 * (1 + 2 * (1 + 3 + 1))  # per T: AR + per N: lossless, 3 static, 1 head
 
     # crash after 5 grid points: what was written stays, nothing is partial

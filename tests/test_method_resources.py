@@ -107,23 +107,24 @@ def test_a_missing_head_of_the_plugin_is_refused_before_the_pair_loads(plugin, t
 
 def test_a_path_knob_without_a_loader_hands_the_verifier_its_path(plugin, tmp_path, toy_tiny_dir):
     """The defaults of a plugin's own path knob: checked to exist, its content in the settings under the
-    knob's field, the path itself given to the verifier (which reads w = 0 from it: static w = 0's points)."""
-    zero = tmp_path / "w0.txt"
-    zero.write_text("0.0")
+    knob's field, the path itself given to the verifier (which reads w = 1 from it: static w = 1's points,
+    not static w = 0's)."""
+    one = tmp_path / "w1.txt"
+    one.write_text("1.0")
     run = tmp_path / "run"
-    overrides = ["sweep.methods=[autoregressive,static,weight_file]", "sweep.weights=[0.0]"]
-    cfg = compose_run("evaluate", run, toy_tiny_dir, SMALL, [*overrides, f"sweep.weight_files=[{zero}]"])
+    overrides = ["sweep.methods=[autoregressive,static,weight_file]", "sweep.weights=[0.0,1.0]"]
+    cfg = compose_run("evaluate", run, toy_tiny_dir, SMALL, [*overrides, f"sweep.weight_files=[{one}]"])
     ev.evaluate(cfg)
     store = ResultStore(run)
-    records = {r["method"]: r for r in store.records() if r["temperature"] == 1.0}
-    assert (
-        records["weight_file"]["weight_file"] == str(zero)
-        and records["weight_file"]["acceptance_rate"] == 1.0
-    )
-    completions = {m: [e["completion"] for e in store.examples(r["key"])] for m, r in records.items()}
-    assert completions["weight_file"] == completions["static"]  # w = 0 read from the file
-    settings = json.loads((run / "settings" / f"{records['weight_file']['settings']}.json").read_text())
-    assert settings["weight_file"] == file_digest(zero)
+    records = {(r["method"], r.get("weight")): r for r in store.records() if r["temperature"] == 1.0}
+    mine = records[("weight_file", None)]
+    assert mine["weight_file"] == str(one)
+    completions = {k: [e["completion"] for e in store.examples(r["key"])] for k, r in records.items()}
+    assert completions[("weight_file", None)] == completions[("static", 1.0)]  # w = 1 read from the file
+    assert records[("static", 0.0)]["acceptance_rate"] == 1.0 > mine["acceptance_rate"]  # (w = 0 differs)
+    assert mine["acceptance_rate"] == records[("static", 1.0)]["acceptance_rate"]
+    settings = json.loads((run / "settings" / f"{mine['settings']}.json").read_text())
+    assert settings["weight_file"] == file_digest(one)
 
     overrides = ["sweep.methods=[autoregressive,weight_file]", "sweep.weight_files=[no/such/file.txt]"]
     cfg = no_pair(compose_run("evaluate", tmp_path / "r2", toy_tiny_dir, SMALL, overrides))
@@ -174,6 +175,8 @@ def test_path_knobs_declare_their_files_and_the_built_in_ones_are_exported():
         methods.Files(load="not a function")
     with pytest.raises(ValueError, match="callable"):
         methods.Files(load=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="checked before any weights load"):
+        methods.Files(check="")
 
     def load(paths, pair):  # a plugin may give its loader itself
         return {p: p.upper() for p in paths}
@@ -183,3 +186,15 @@ def test_path_knobs_declare_their_files_and_the_built_in_ones_are_exported():
     # the registry stays free of torch: a knob's functions are imported when a sweep needs them
     code = "import sys, diversed.sweep.methods; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_one_path_under_two_knobs_that_load_it_differently_is_refused(plugin, tmp_path):
+    """Loaded objects are keyed by path: a head given also as a plugin's own path knob (loaded as the path
+    itself) would hand `dynamic` a string; refused before anything loads."""
+    from diversed.sweep.resources import check_resources
+
+    head = tmp_path / "head"
+    head.mkdir()
+    sweep = {"methods": ["dynamic", "weight_file"], "heads": [str(head)], "weight_files": [str(head)]}
+    with pytest.raises(ConfigError, match=r"is in sweep\.heads and in sweep\.weight_files"):
+        check_resources(None, sweep)

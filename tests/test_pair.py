@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
 import diversed.models.pair as pair_mod
-from diversed.config.runtime import pair_name
+from diversed.files.provenance import pair_name
 from diversed.models import hub
 from diversed.models.hub import probe as probe_hub
 from diversed.models.pair import HubUnavailableError, Pair, check_tokenizers, load_pair, resolve

@@ -192,7 +192,7 @@ def test_a_plugin_that_cannot_be_imported_is_named_with_the_fix(tmp_path, toy_ti
     cfg = compose_run(
         "evaluate", tmp_path, toy_tiny_dir, [*SMALL[:-1], "sweep.methods=[autoregressive,power]"]
     )
-    with pytest.raises(ConfigError, match=r"unknown methods \['power'\].*plugins: \[my_pkg\.my_method\]"):
+    with pytest.raises(ConfigError, match=r"unknown methods \['power'\].*plugins=\[my_pkg\.my_method\]"):
         ev.evaluate(cfg)  # the method named, its module not loaded
 
 

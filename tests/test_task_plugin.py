@@ -101,6 +101,59 @@ def test_plugins_is_one_spelling_and_the_older_option_says_so(capsys):
     with pytest.raises(SystemExit) as stopped:  # a Hydra entry point: the error alone, before composing
         plugins.start(["evaluate", "plugins=[no_such_plugin]"])
     assert stopped.value.code == 2 and "no_such_plugin" in capsys.readouterr().err
+    # quotes kept by a shell, null and an empty list; a sweep over plugins is refused
+    assert plugins.split_plugins(["plugins='[a,b]'", 'plugins="c"', "plugins=null", "plugins=[]"]) == (
+        [],
+        ["a", "b", "c"],
+    )
+    for sweep in ("plugins=[a],[b]", "plugins=choice(a,b)"):
+        with pytest.raises(ConfigError, match="plugins is not a sweep axis"):
+            plugins.split_plugins([sweep])
+
+
+def test_start_leaves_hydra_one_plugins_list_and_takes_the_older_plus_on_a_plugin_knob(tmp_path, capsys):
+    """Several plugins= words become one list where the first stood; `+sweep.<key>=` on a registered knob
+    (what the README once asked of a plugin's knob) loses its `+`, which Hydra would refuse on a key
+    that is there now; a plugin whose import raises is one error line, exit status 2."""
+    sys.modules.pop("plugin_method", None)
+    argv = ["evaluate", "-m", "plugins=plugin_method", "x=1", "+plugins=[json]", "+sweep.power_betas=[0.5]"]
+    try:
+        plugins.start(argv)
+        assert argv == ["evaluate", "-m", "plugins=[plugin_method,json]", "x=1", "sweep.power_betas=[0.5]"]
+    finally:
+        from diversed.sweep.methods import unregister
+
+        unregister("power")
+        sys.modules.pop("plugin_method", None)
+    broken = tmp_path / "broken_plugin.py"
+    broken.write_text("raise ValueError('a knob clashes')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            plugins.start(["evaluate", "plugins=broken_plugin"])
+    finally:
+        sys.path.remove(str(tmp_path))
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "importing it failed: ValueError: a knob clashes" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_task_class_of_the_same_name_from_another_module_is_refused():
+    from diversed.tasks import register_task
+    from diversed.tasks.toy import ToyTask
+
+    class Mine(ToyTask):
+        name = "toy_mine"
+
+    Other = type("Mine", (ToyTask,), {"name": "toy_mine", "__module__": "elsewhere"})
+    Other.__qualname__ = Mine.__qualname__
+    try:
+        register_task("toy_mine", Mine)
+        register_task("toy_mine", Mine)  # the same class again (its module imported again): taken
+        with pytest.raises(ValueError, match="a task named 'toy_mine' is registered already"):
+            register_task("toy_mine", Other)
+    finally:
+        unregister_task("toy_mine")
 
 
 def test_a_packages_task_entry_point_registers_its_class_and_a_broken_one_is_named(monkeypatch):
@@ -134,10 +187,10 @@ def test_a_packages_task_entry_point_registers_its_class_and_a_broken_one_is_nam
 
 
 def test_the_readers_load_plugins_without_importing_the_tasks_or_torch():
-    """report, plot and show load `plugins=` (and the methods' entry points) torch-free: the tasks, whose
+    """plot and show load `plugins=` (and the methods' entry points) torch-free: the tasks, whose
     entry points are loaded where a task is looked up, import torch."""
     code = (
-        "import sys, argparse; from diversed.sweep import plugins; "
+        "import sys, argparse, diversed.plot, diversed.show; from diversed.sweep import plugins; "
         "p = argparse.ArgumentParser(); plugins.add_plugin_option(p); "
         "plugins.parse_args(p, ['plugins=json']); "
         "assert not {'torch', 'diversed.tasks'} & set(sys.modules), sorted(sys.modules)"

@@ -17,8 +17,8 @@
 - `make_loggers(cfg, job_type)` / `finish(loggers)`: the configured Lightning loggers (CSV by
   default; wandb when asked, offline and silent unless set otherwise), each job of a Hydra
   multirun in its own wandb run, grouped by the sweep's directory; closed at the end of the job.
-- `${diversed.pair_name:target,draft}` names a local pair by its models (`pair_name`: pure string
-  logic, which `models/pair.py` uses too).
+- `${diversed.pair_name:target,draft}` names a local pair by its models (`files/provenance.pair_name`:
+  pure string logic, which `models/pair.py` uses too).
 - `help_groups(choices)` / `module_doc(name)`: the `--help` of the Hydra entry points
   (`${diversed.groups:...}`, `${diversed.doc:...}` in `configs/hydra/help/`): the config groups the
   entry point composes, with their options, and what the program does (its docstring).
@@ -39,7 +39,7 @@ from typing import Any
 
 from diversed import CONFIG_DIR
 from diversed.config.jobs import config_subdir, run_dir, short_dirname, sweep_job
-from diversed.files.provenance import digest
+from diversed.files.provenance import pair_name
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +79,6 @@ def _register_resolvers() -> None:
     ):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
-
-
-def pair_name(target: str, draft: str) -> str:
-    """A pair's default name from its models: `<target dir or Hub name>+<draft's>-<digest of both as
-    given>` (configs/pair/local.yaml's `${diversed.pair_name:...}`), so that two local pairs get two
-    names and two run directories (the fine-tuned drafts of two runs are both `<run>/draft`)."""
-    return f"{Path(str(target)).name}+{Path(str(draft)).name}-{digest([str(target), str(draft)], 6)}"
 
 
 _register_resolvers()  # every ${diversed.*} of the hydra configs, before Hydra composes

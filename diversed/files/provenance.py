@@ -59,6 +59,13 @@ def digest(value: Any, length: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
+def pair_name(target: str, draft: str) -> str:
+    """A pair's default name from its models: `<target dir or Hub name>+<draft's>-<digest of both as
+    given>` (configs/pair/local.yaml's `${diversed.pair_name:...}`), so that two local pairs get two
+    names and two run directories (the fine-tuned drafts of two runs are both `<run>/draft`)."""
+    return f"{Path(str(target)).name}+{Path(str(draft)).name}-{digest([str(target), str(draft)], 6)}"
+
+
 def _cache_path() -> Path:
     return cache_root() / "digests.json"
 

@@ -13,7 +13,7 @@ file, `shipped:<name>` or `draft:<name>` is made a local directory first by `ggu
 `describe_pair` reads what a pair's files say without its weights (`PairCard`); `hidden_size(model)`
 is a loaded model's last hidden width (`text_config`: the text part of a multimodal config).
 `PairSettings` is the `pair:` settings' schema (checked before anything loads, `config/schema.py`); a
-pair's default name is `config.runtime.pair_name` (pure string logic: a Hydra resolver too).
+pair's default name is `files/provenance.pair_name` (pure string logic: a Hydra resolver too).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from typing import Any, Literal
 import torch
 from pydantic import Field, field_validator
 
-from diversed.config.runtime import pair_name
 from diversed.config.schema import Settings
 from diversed.decoding import draft_vocab
 from diversed.decoding.forward import FORWARD_PATHS, use_forward
 from diversed.decoding.inputs import shared_vocab
 from diversed.errors import ConfigError, MissingFile, UserError
-from diversed.files.provenance import model_digest
+from diversed.files.provenance import model_digest, pair_name
 from diversed.models import hub
 from diversed.models.gguf import gguf_source, resolve_model
 from diversed.models.packed import check_kernels, cpu_has_bf16, pack_linears

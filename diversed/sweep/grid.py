@@ -40,8 +40,8 @@ def grid(
     """Grid points in run order: per temperature, the non-speculative methods first (in the registry's
     order), then per N each speculative method; each at each combination of its knobs' values
     (`sweep.<key>` per knob, its default grid where the config has none; a path knob's values as
-    checked, `checked[field]`: `resources.Resources.paths`), skipping combinations the method does not
-    have."""
+    checked, `checked[field]`, `resources.Resources.paths`, and none that were not checked), skipping
+    combinations the method does not have."""
     import itertools
 
     checked = checked or {}
@@ -50,8 +50,7 @@ def grid(
     def points(name: str, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
         m = METHODS[name]
         values = [
-            list(checked[k.field]) if k.path and k.field in checked else list(sweep.get(k.sweep, k.default))
-            for k in m.knobs
+            list(checked.get(k.field, ())) if k.path else list(sweep.get(k.sweep, k.default)) for k in m.knobs
         ]
         for combination in itertools.product(*values):
             point = {"method": name, **dict(zip(m.fields, combination, strict=True)), **base}

@@ -79,6 +79,11 @@ class Files:
     record: str | Callable[..., Any] = ""
 
     def __post_init__(self) -> None:
+        if not self.check:
+            raise ValueError(
+                "Files.check: a path knob's values are checked before any weights load; leave it out for "
+                "the default (each path exists, its files digested)"
+            )
         for what in ("check", "load", "record"):
             ref = getattr(self, what)
             if ref and not callable(ref) and not (isinstance(ref, str) and re.fullmatch(r"[\w.]+:\w+", ref)):

@@ -1,16 +1,21 @@
-"""Plugins: modules of one's own that register methods (`methods.register`), tasks
-(`tasks.register_task`) or both, loaded by one spelling on every entry point: `plugins=[my_pkg.mod]`
-(or `plugins=my_pkg.mod`), and by the `diversed.methods` and `diversed.tasks` entry points.
+"""Plugins: modules of one's own that register methods (`methods.register`), tasks (`tasks.register_task`)
+or both, loaded by one spelling on every entry point that reads methods or tasks (evaluate, train,
+distill, report, plot, show, bench): `plugins=[my_pkg.mod]` (or `plugins=my_pkg.mod`), and by the
+`diversed.methods` and `diversed.tasks` entry points. `plugins` is not a sweep axis: a multirun's jobs
+load the same plugins (`plugins=[a],[b]` is refused).
 
 The Hydra entry points (evaluate, train, distill) call `start()` before Hydra composes: it reads the
 `plugins=...` of the command line, imports them, then puts what the registries define into Hydra's
-ConfigStore (each knob's `sweep.<key>` with its default grid, `store_sweep_grids`; each registered
-task without a packaged yaml, `tasks.store_task_configs`), so that a plugin's knob takes no `+`
-(`sweep.my_knobs=[...]`) and `task=my` composes. The config keeps `plugins` (evaluate's schema loads
-them again, which does nothing more, and a config file may name them). The readers (report, plot,
-show, bench) take the same `plugins=...` words (`parse_args`); their older `--plugin MODULE` still
-works, with one line naming the new spelling. An unimportable plugin is a ConfigError naming it and
-the fix, before anything loads. It registers nothing itself.
+ConfigStore (each knob's `sweep.<key>` with its default grid, `store_sweep_grids`; each registered task
+without a packaged yaml, `tasks.store_task_configs`), so that a plugin's knob takes no `+`
+(`sweep.my_knobs=[...]`; the `+sweep.my_knobs=` the README once asked for is taken as the same) and
+`task=my` composes. The config keeps `plugins` (evaluate's schema loads them again, which does nothing
+more). A config file may name plugins too, but those are imported after Hydra composes: their knobs'
+keys then need a `+` and a task of theirs cannot be chosen by `task=<name>`: name them on the command
+line instead. The readers (report, plot, show) and the bench take the same `plugins=...` words
+(`parse_args`); the readers' older `--plugin MODULE` still works, with one line naming the new spelling.
+A plugin that cannot be imported, or whose import fails, is a ConfigError naming it, before anything
+loads. It registers nothing itself.
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ def load_plugins(modules: Iterable[str] | str = (), *, where: str = "plugins") -
                 f"{given}: cannot import it ({type(e).__name__}: {e}); put the directory that holds "
                 "it on PYTHONPATH, or install its package"
             ) from None
+        except ConfigError:
+            raise
+        except Exception as e:  # its code failed (a knob that clashes, a syntax error): said, not a trace
+            raise ConfigError(f"{given}: importing it failed: {type(e).__name__}: {e}") from None
 
 
 def split_plugins(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -59,9 +68,16 @@ def split_plugins(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         if found is None:
             rest.append(word)
             continue
-        value = found[1].strip()
+        value = found[1].strip().strip("'\"")
+        if "(" in value or "],[" in value.replace(" ", ""):
+            raise ConfigError(
+                f"{word}: plugins is not a sweep axis (every job loads the same plugins): give one list, "
+                "plugins=[my_pkg.a,my_pkg.b]"
+            )
         if value.startswith("[") and value.endswith("]"):
             value = value[1:-1]
+        if value.strip() in ("", "null", "None"):
+            continue
         modules += [m.strip().strip("'\"") for m in value.split(",") if m.strip()]
     return rest, modules
 
@@ -99,13 +115,19 @@ def start(argv: list[str] | None = None) -> None:
     written back as a list, the config's type), loaded, and the ConfigStore filled (`prepare_hydra`).
     A plugin that cannot be imported ends the process with its error on stderr (exit status 2)."""
     argv = sys.argv if argv is None else argv
-    _, modules = split_plugins(argv[1:])
-    argv[1:] = [f"plugins=[{','.join(modules)}]" if _WORD.fullmatch(w) else w for w in argv[1:]]
     try:
+        rest, modules = split_plugins(argv[1:])
         prepare_hydra(modules)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    first = next((i for i, w in enumerate(argv[1:]) if _WORD.fullmatch(w)), None)
+    if first is not None:  # one plugins= word, the list of them all, where the first one stood
+        rest.insert(first, f"plugins=[{','.join(modules)}]")
+    # A registered knob's key is in the composed config now: `+sweep.<key>=` (what a plugin's knob needed
+    # before plugins loaded ahead of Hydra) would be refused by Hydra as adding a key that exists.
+    keys = {f"+sweep.{k.sweep}=" for k in knobs().values()}
+    argv[1:] = [w[1:] if any(w.startswith(key) for key in keys) else w for w in rest]
 
 
 def add_plugin_option(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +140,9 @@ def add_plugin_option(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> Any:
-    """`parser.parse_args` over `argv` (None: the command line) without its `plugins=...` words, after
-    loading the plugins they name and those of `--plugin` (one line on stderr names the new spelling)."""
+    """`parser.parse_args` over `argv` (None: the command line) without its `plugins=...` words, then the
+    plugins they name and those of `--plugin` loaded (one line on stderr names the new spelling), before
+    the caller reads any record."""
     rest, modules = split_plugins(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
     older = list(getattr(args, "plugin", None) or [])

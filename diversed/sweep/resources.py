@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from diversed.errors import ConfigError
 from diversed.sweep.methods import METHODS, Files, Knob
 
 log = logging.getLogger(__name__)
@@ -62,9 +63,19 @@ class Resources:
 
 def check_resources(card: Any, sweep: Mapping[str, Any]) -> Resources:
     """Each path knob of `sweep.methods` checked (its `Files.check` over `sweep.<key>`), before any
-    weights load; a warning for a method whose path knob lists nothing (it gets no points)."""
+    weights load (one path under two knobs that load it differently refused first: what is loaded is
+    keyed by path); a warning for a method whose path knob lists nothing (it gets no points)."""
     methods = list(sweep["methods"])
     resources = Resources(path_knobs(methods))
+    taken: dict[str, Knob] = {}  # loaded objects are keyed by path: one path, one way to load it
+    for k in resources.knobs:
+        for path in (str(p) for p in (sweep.get(k.sweep) or ())):
+            other = taken.setdefault(path, k)
+            if other.files.load != k.files.load:  # type: ignore[union-attr]
+                raise ConfigError(
+                    f"{path} is in sweep.{other.sweep} and in sweep.{k.sweep}, whose knobs load it in "
+                    "different ways (a verifier reads what is loaded by path): give each a path of its own"
+                )
     for k in resources.knobs:
         files: Files = k.files  # type: ignore[assignment]
         paths = [str(p) for p in (sweep.get(k.sweep) or ())]

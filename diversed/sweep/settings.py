@@ -9,7 +9,8 @@ knobs are checked as the built-in ones, and takes a list given as one value, as 
 values gives each job (`-m sweep.weights=0.3,0.7`), as the list of it, in the config the runner reads
 too. `evaluate.check_evaluate` checks a config against it (`config/schema.check_settings`).
 
-It checks settings only: the heads', drafts' and context's checks need the files (`preflight.py`).
+It checks settings only: the heads', drafts' and context's checks need the files (`preflight.py`,
+`tasks/context.py`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class SweepSettings(Settings):
         if unknown:
             raise ValueError(
                 f"unknown methods {unknown}; choose from {list(METHODS)}, or register your own and load "
-                'it with plugins: [my_pkg.my_method] (README, "Add your own method")'
+                'it with plugins=[my_pkg.my_method] (README, "Add your own method")'
             )
         return methods
 

@@ -58,7 +58,8 @@ def register_task(name: str, cls: type[Task], *, replace: bool = False) -> type[
             f"carry: set {cls.__name__}.name = {name!r}, or register it as {cls.name!r}"
         )
     old = TASKS.get(name)
-    if old is not None and not replace and old.__qualname__ != cls.__qualname__:
+    same = old is not None and (old.__module__, old.__qualname__) == (cls.__module__, cls.__qualname__)
+    if old is not None and not replace and not same:  # (the same class: its module imported again)
         raise ValueError(
             f"a task named {name!r} is registered already ({old.__module__}.{old.__qualname__}): choose "
             "another name, or register_task(..., replace=True) to replace it"
