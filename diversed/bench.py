@@ -13,7 +13,9 @@ so that load from other processes slows every setting alike:
   `assistant_ensemble_weight`; the draft's `generation_config` has a constant schedule,
   `num_assistant_tokens` = N and `assistant_confidence_threshold` = 0;
 - our engine, each registered method of `--methods` (default lossless, static and dynamic; a plugin's
-  too, loaded by `plugins=[my.mod]`, its knobs by `--knob field=value`), at every batch size (and, at
+  too, loaded by `plugins=[my.mod]`, its knobs by `--knob field=value`; a path knob's value checked
+  before any weights load and loaded as its knob's `Files` says, `sweep.resources`; a fine-tuned draft
+  is timed as `--draft`, not as a knob), at every batch size (and, at
   batch 1, static with transformers' bonus token, the same algorithm as transformers' static
   ensemble); `--first-token target` takes our first new token from the target alone
   (`speculative_generate(first_token=...)`);
@@ -27,8 +29,9 @@ bf16 where the CPU has bf16 instructions, else float32) and its CPU kernels (`--
 models/packed.py) are logged and recorded.
 
 Per setting it reports the median tokens/s over the repeats (new tokens up to and including EOS
-over wall time, prompt processing included), our ratio to transformers on the same setting and to
-llama.cpp at the same temperature, the
+over wall time, prompt processing included; a decode call's time includes padding its batch and
+copying it to the device, microseconds, as `sweep.point.time_point` times a call), our ratio to
+transformers on the same setting and to llama.cpp at the same temperature, the
 α = accepted / verified (the bounds') and accepted / proposed, tokens per target call against its
 bound, and the speedup over autoregressive decoding with the same forward path (same batch size
 and temperature), also with every prompt pass left out of both times (`decode_speedup`: the
@@ -115,9 +118,10 @@ from diversed.models.pair import (
 from diversed.models.quantize import check_quantize, quantized, scheme
 from diversed.models.toy import ToyBuildConfig, load_toy_pair
 from diversed.sweep.intervals import bootstrap_interval, pooled_ratio_quotient
-from diversed.sweep.methods import knobs, method
+from diversed.sweep.methods import HEAD, METHODS, WEIGHT, knobs, method
 from diversed.sweep.plugins import load_plugins, parse_args
-from diversed.sweep.point import decode_task
+from diversed.sweep.point import decode_task, sampling_kwargs
+from diversed.sweep.resources import Resources, check_resources, load_resources
 from diversed.tasks import TASKS, load_task
 
 # ----------------------------------------------------------------------------- settings
@@ -270,9 +274,10 @@ class BenchConfig:
     plugins: tuple[str, ...] = ()  # modules that register methods of one's own, imported first
 
 
-def check_config(config: BenchConfig) -> None:
-    """Bad settings fail here (a ConfigError naming the flag), before anything is loaded."""
-    check_methods(config)
+def check_config(config: BenchConfig) -> Resources:
+    """Bad settings fail here (a ConfigError naming the flag), before anything is loaded; the checked
+    path knobs of `--methods` (`check_methods`)."""
+    resources = check_methods(config)
     at_least = {
         "-N/--num-draft-tokens": (config.num_draft_tokens, 1),
         "--batch-sizes": (min(config.batch_sizes, default=0), 1),
@@ -324,11 +329,15 @@ def check_config(config: BenchConfig) -> None:
         raise ConfigError(
             f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}"
         )
+    return resources
 
 
-def check_methods(config: BenchConfig) -> None:
+def check_methods(config: BenchConfig) -> Resources:
     """The plugins loaded, then each of `--methods` registered and run on our engine, each knob of
-    theirs given a value (`--knob`) that it takes: else a ConfigError naming the fix."""
+    theirs given a value (`--knob`) that it takes, and the values of their path knobs (the head's
+    `--head` too) checked by each knob's `Files.check` (`sweep.resources.check_resources`, no pair card
+    yet): else a ConfigError naming the fix. A knob whose path replaces the pair's draft (a fine-tuned
+    draft) is refused: the bench meters and plans the pair's own draft. Returns the checked paths."""
     load_plugins(config.plugins, where="plugins")
     values = knob_values(config)
     for name in config.methods:
@@ -339,18 +348,45 @@ def check_methods(config: BenchConfig) -> None:
                 "(the target alone and transformers' decoders are timed anyway)"
             )
         for knob in m.knobs:
-            if knob.field in ("weight", "head"):
+            if knob is WEIGHT or knob is HEAD:
                 continue  # --weight, --head
+            if knob.path and knob.files.replaces_draft:  # type: ignore[union-attr]
+                raise ConfigError(
+                    f"--methods {name}: its knob {knob.symbol} replaces the pair's draft, and the bench "
+                    "times the pair's own draft (its forwards metered, its forward path planned): give that "
+                    "draft as --draft (with --target), and time it with --methods lossless"
+                )
             if knob.field not in values:
                 raise ConfigError(
                     f"--methods {name}: give its knob {knob.symbol} as --knob {knob.field}=VALUE"
                 )
             if why := knob.problem(values[knob.field]):
                 raise ConfigError(f"--knob {knob.field}={values[knob.field]!r} {why}")
+    return check_resources(None, resource_sweep(config, values))
+
+
+def resource_sweep(config: BenchConfig, values: dict[str, Any]) -> dict[str, Any]:
+    """The sweep mapping `check_resources` reads for the bench: the methods of `--methods` that take a
+    path (the head's only where `--head` names one: without it `dynamic` decodes with the untrained
+    head), and each path knob's one value (`--head`, `--knob`) under its `sweep.<key>`."""
+    given = {**values, HEAD.field: config.head}
+    taking = [
+        name
+        for name in config.methods
+        if any(k.path and given.get(k.field) is not None for k in METHODS[name].knobs)
+    ]
+    paths = {
+        k.sweep: [str(given[k.field])]
+        for name in taking
+        for k in METHODS[name].knobs
+        if k.path and given.get(k.field) is not None
+    }
+    return {"methods": taking, **paths}
 
 
 def knob_values(config: BenchConfig) -> dict[str, Any]:
-    """`--knob field=value` as {field: value}, each value read as its knob's type."""
+    """`--knob field=value` as {field: value}, each value read as its knob's type; w and the head are
+    --weight and --head."""
     found: dict[str, Any] = {}
     for given in config.knobs:
         field, sep, value = given.partition("=")
@@ -359,6 +395,8 @@ def knob_values(config: BenchConfig) -> dict[str, Any]:
             raise ConfigError(
                 f"--knob {given!r}: give field=value for a registered knob ({', '.join(knobs())})"
             )
+        if known is WEIGHT or known is HEAD:
+            raise ConfigError(f"--knob {given!r}: use --weight / --head for {known.symbol}")
         try:
             found[field] = known.type(value)
         except ValueError:
@@ -449,11 +487,24 @@ class Bench:
     take turns chunk by chunk: a busy second on the machine then slows every setting alike. Every
     setting decodes through `sweep.point.decode_task` (the loop every entry point decodes with): a
     registered method by its `decode`, the bench's own references by `reference`; what is the bench's
-    own is the timing of each call (`timed`, its forwards by `decoding.meter.ForwardMeter`).
+    own is the timing of each call (`timed`, its forwards by `decoding.meter.ForwardMeter`): a call is
+    a batch's padding, its copy to the device and its decoder call (as `time_point` times them; the
+    padding is microseconds, within a run's noise). The values of `--methods`' path knobs
+    (`resources`, checked by `check_methods`) are loaded by their knobs' `Files.load`
+    (`sweep.resources.load_resources`) and given to the verifiers with the bench's head (`--head`, or
+    the untrained one).
     """
 
     def __init__(
-        self, config: BenchConfig, target, draft, prompts, eos: list[int], pad: int, todo: list[Setting]
+        self,
+        config: BenchConfig,
+        target,
+        draft,
+        prompts,
+        eos: list[int],
+        pad: int,
+        todo: list[Setting],
+        resources: Resources | None = None,
     ) -> None:
         self.config, self.target, self.draft, self.eos, self.pad = config, target, draft, eos, pad
         size = max(config.batch_sizes)
@@ -463,21 +514,26 @@ class Bench:
         self.pair = SimpleNamespace(target=target, draft=draft, tokenizer=tokens, device=self.device)
         self.prompts = prompts
         self.chunks = [list(prompts[i : i + size]) for i in range(0, len(prompts), size)]
-        sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
-        head = (
-            WeightHead.from_pretrained(config.head, **sizes) if config.head else WeightHead(*sizes.values())
-        )
-        self.heads = {config.head or UNTRAINED: head.eval().requires_grad_(False)}
+        resources = check_methods(config) if resources is None else resources
+        # each path knob's value loaded as its knob says (`Files.load`), the fine-tuned drafts apart
+        loaded, self.drafts = load_resources(resources, self.pair)
+        key = config.head or UNTRAINED
+        if key not in loaded:  # the untrained head, or --head for the rollout alone
+            sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
+            head = WeightHead.from_pretrained(config.head, **sizes) if config.head else None
+            head = head or WeightHead(*sizes.values())
+            loaded[key] = head.eval().requires_grad_(False)
+        self.loaded = loaded
         self.points = {s: self.point(s) for s in todo}
         self.verifiers: dict[Setting, Verifier | None] = {
             s: (
-                method(s.method).verifier(self.points[s], self.heads)
+                method(s.method).verifier(self.points[s], self.loaded)
                 if s.method and method(s.method).verifier
                 else None
             )
             for s in todo
         }
-        self.rollout = DynamicEnsemble(self.heads[config.head or UNTRAINED])  # sampling from v
+        self.rollout = DynamicEnsemble(self.loaded[key])  # sampling from v
         self.meter = ForwardMeter({"target": target, "draft": draft})
         self.llama_cpp = None
         if config.llama_cpp:
@@ -497,8 +553,8 @@ class Bench:
         """The grid point a registered method decodes `s` at: its temperature and N, and each of its
         knobs' values (w: `--weight`, the head: `--head`, any other: `--knob`)."""
         values = {
-            "weight": self.config.weight,
-            "head": self.config.head or UNTRAINED,
+            WEIGHT.field: self.config.weight,
+            HEAD.field: self.config.head or UNTRAINED,
             **knob_values(self.config),
         }
         fields = method(s.method).fields if s.method else ()
@@ -525,6 +581,8 @@ class Bench:
                 max_new=c.max_new_tokens,
                 score=False,
                 engine=engine,
+                drafts=self.drafts,
+                totals=run.totals,  # every batch's statistics, summed over the chunks
                 call=functools.partial(self.timed, run),
                 decoder=None if s.method else functools.partial(self.reference, s, run),
             )
@@ -542,26 +600,20 @@ class Bench:
         seconds = clock(self.device) - t0
         self.meter.flush(run.forwards)  # (GPU: the forward times of this call, read after the sync)
         run.seconds += seconds
-        run.totals.add(out.stats)
         prompt_s = sum(run.forwards.prefill_s.values()) - before
         run.units.append((int(out.stats.new_tokens.sum()), seconds, prompt_s))
         return out
 
     def reference(
-        self, s: Setting, run: Run, ids: Tensor, mask: Tensor, *, generator, max_new: int, **_: Any
+        self, s: Setting, run: Run, ids: Tensor, mask: Tensor, *, generator, max_new: int, stop, **_: Any
     ):
         """The bench's own references, one batch: llama.cpp, transformers' lossless assisted generation
-        (no registered method), or sampling from v with the dynamic verifier on our loop (a rollout)."""
+        (no registered method), or sampling from v with the dynamic verifier on our loop (a rollout);
+        sampling as every decoder does (`sweep.point.sampling_kwargs`)."""
         c = self.config
-        common = {
-            "max_new_tokens": max_new,
-            "pad_token_id": self.pad,
-            "eos_token_id": self.eos,
-            "do_sample": s.temperature > 0,
-            "temperature": s.temperature or 1.0,
-            "top_k": c.top_k,
-            "top_p": c.top_p,
-        }
+        common = sampling_kwargs(
+            self.pair.tokenizer, s.temperature, max_new, stop=stop, top_k=c.top_k, top_p=c.top_p
+        )
         if s.engine == "llama.cpp":
             return self.llama_cpp.generate(
                 ids, mask, s.temperature, max_new, self.eos, generator, run.forwards
@@ -751,7 +803,7 @@ def run_bench(
         torch.set_num_threads(config.threads)
     malloc = "keep" if keep_freed_memory(config.malloc) else "system"  # (process-wide, not undone)
     try:
-        target, draft, prompts, source = bench_inputs(config, target, draft, prompts)
+        target, draft, prompts, source, resources = bench_inputs(config, target, draft, prompts)
         gc = target.generation_config
         eos = eos_token_id if eos_token_id is not None else gc.eos_token_id
         eos = [] if config.ignore_eos else token_ids(eos)
@@ -770,7 +822,7 @@ def run_bench(
         )
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
-        bench = Bench(config, target, draft, prompts, eos, pad, todo)
+        bench = Bench(config, target, draft, prompts, eos, pad, todo, resources)
         shared = described(bench, source, malloc, log)
         records = [summarize(s, r) for s, r in time_settings(bench, todo).items()]
         compare(records)
@@ -783,21 +835,24 @@ def run_bench(
 
 def bench_inputs(
     config: BenchConfig, target: nn.Module | None, draft: nn.Module | None, prompts: Any
-) -> tuple[nn.Module, nn.Module, list[Sequence[int]], str]:
-    """The pair, the first `num_prompts` prompts and where they come from: as given ("given"), or the
-    configured pair and the toy prompts or `config.task`'s (checked first: `check_config`)."""
+) -> tuple[nn.Module, nn.Module, list[Sequence[int]], str, Resources]:
+    """The pair, the first `num_prompts` prompts, where they come from and the checked path knobs of
+    `--methods`: as given ("given"; the methods checked, `check_methods`), or the configured pair and
+    the toy prompts or `config.task`'s (checked first: `check_config`)."""
     source = "given"
     if target is None or draft is None:
-        check_config(config)
+        resources = check_config(config)
         task = load_prompt_task(config) if prompts is None else None
         pair = load_bench_pair(config)
         target, draft = pair.target, pair.draft
         if prompts is None:
             prompts = task.encode(pair.tokenizer, task.examples)
             source = "toy" if config.task is None else f"{config.task} ({config.num_few_shot}-shot)"
+    else:
+        resources = check_methods(config)
     if prompts is None:
         raise ValueError("pass prompts (lists of token ids) along with the pair")
-    return target, draft, list(prompts)[: config.num_prompts], source
+    return target, draft, list(prompts)[: config.num_prompts], source, resources
 
 
 def described(bench: Bench, source: str, malloc: str, log: Callable[[str], None]) -> dict[str, Any]:

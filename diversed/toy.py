@@ -58,18 +58,19 @@ def alone(model: Any, tokenizer: Any) -> Pair:
 def greedy_accuracy(
     model, tokenizer, exs: list[dict[str, Any]], batch_size: int = 250, skill: str = "add"
 ) -> float:
-    """Exact-match accuracy of greedy completions (scored by the skill's toy task)."""
+    """Greedy accuracy (the skill's toy task's metric: exact match) of the completions."""
     point = {"method": "hf_generate", "temperature": 0.0}
+    task = SKILL_TASKS[skill](exs)
     done = decode_task(
         alone(model, tokenizer),
         point,
         None,
-        SKILL_TASKS[skill](exs),
+        task,
         batch_size=batch_size,
         generator=torch.Generator(),  # (greedy: nothing drawn; torch's global generator left alone)
         stop=False,
     )
-    return sum(m["exact_match"] for m in done.metrics) / max(1, len(exs))
+    return sum(m[task.metric] for m in done.metrics) / max(1, len(exs))
 
 
 @torch.no_grad()
@@ -82,11 +83,13 @@ def acceptance_rate(
     num_draft_tokens: int = 5,
     temperature: float = 1.0,
     seed: int = 0,
+    skill: str = "add",
 ) -> float:
-    """Lossless speculative decoding acceptance rate (accepted / proposed drafts) on the prompts."""
+    """Lossless speculative decoding acceptance rate (accepted / proposed drafts) on the prompts of
+    `exs` (the skill's toy task's prompts)."""
     pair = Pair(target, draft, tokenizer, name="toy", target_name="target", draft_name="draft")
     point = {"method": "lossless", "temperature": temperature, "num_draft_tokens": num_draft_tokens}
-    task = SKILL_TASKS["add"](exs)  # (the prompts: every skill's are read alike)
+    task = SKILL_TASKS[skill](exs)
     done = decode_task(
         pair, point, None, task, batch_size=len(exs), seed=seed, max_new=16, stop=False, score=False
     )
@@ -112,7 +115,7 @@ def quality_gap(
             "target_accuracy": greedy_accuracy(target, tokenizer, exs, skill=skill),
             "draft_accuracy": greedy_accuracy(draft, tokenizer, exs, skill=skill),
             "acceptance_rate": acceptance_rate(
-                target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed
+                target, draft, tokenizer, exs, num_draft_tokens=num_draft_tokens, seed=seed, skill=skill
             ),
         }
     return {**per[skills[0]], "skills": per}

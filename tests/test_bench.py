@@ -753,3 +753,84 @@ def test_a_registered_plugin_method_is_benchmarked_by_name(pair):
                 check_config(BenchConfig(**bad))
     finally:
         unregister("bench_mine")
+
+
+def test_path_knobs_are_checked_before_the_pair_loads_and_w_and_the_head_are_their_flags(monkeypatch):
+    """A path knob's value that is not there, a fine-tuned draft as a knob, and w or the head as a
+    `--knob` are refused by `check_config`, before any weights load."""
+    from diversed.bench import check_config
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the pair was loaded")
+
+    monkeypatch.setattr("diversed.bench.load_bench_pair", no_load)
+    with pytest.raises(ConfigError, match=re.escape("/no/such/head")):
+        check_config(BenchConfig(methods=("dynamic",), head="/no/such/head"))
+    with pytest.raises(ConfigError, match="give that draft as --draft"):
+        check_config(BenchConfig(methods=("finetuned_draft",), knobs=("draft_model=/no/such/path",)))
+    for flag in ("weight=0.3", "head=/some/head"):
+        with pytest.raises(ConfigError, match="use --weight / --head"):
+            check_config(BenchConfig(knobs=(flag,)))
+    from diversed.sweep.methods import unregister
+
+    _file_method()  # a path knob of one's own: its default check, that the path exists
+    try:
+        with pytest.raises(ConfigError, match=re.escape("/no/such/file")):
+            run_bench(BenchConfig(methods=("bench_file",), knobs=("bench_file=/no/such/file",)))
+    finally:
+        unregister("bench_file")
+
+
+def _file_method():
+    """A method whose knob is a path with a loader of its own (`Files.load`), registered once."""
+    from diversed.decoding.verify import StaticEnsemble
+    from diversed.sweep.methods import METHODS, Files, Knob, Method, register
+
+    if "bench_file" not in METHODS:
+        loads: list[list[str]] = []
+
+        def load(paths, pair):
+            loads.append(list(paths))
+            return {p: float(open(p).read()) for p in paths}  # w read from the file
+
+        knob = Knob("bench_file", "bench_files", "file", type=str, path=True, files=Files(load=load))
+        register(
+            Method(
+                "bench_file",
+                "From a file ({bench_file})",
+                knobs=(knob,),
+                verifier=lambda point, loaded: StaticEnsemble(loaded[point["bench_file"]]),
+            )
+        )
+        _file_method.loads = loads
+    return METHODS["bench_file"]
+
+
+def test_a_plugin_path_knob_reaches_its_verifier_through_its_loader(pair, tmp_path):
+    """`--knob field=PATH` of a path knob: checked (it exists), loaded by its knob's `Files.load` once
+    the pair is loaded, and its verifier built from what that loaded: here w read from a file decodes
+    as static with that w."""
+    from diversed.sweep.methods import unregister
+
+    _file_method()
+    try:
+        (tmp_path / "w.txt").write_text("0.5")
+        target, draft = pair
+        common = {"num_draft_tokens": 2, "batch_sizes": (1,), "num_prompts": 2, "max_new_tokens": 4}
+        config = BenchConfig(
+            **common,
+            repeats=1,
+            warmup=0,
+            methods=("static", "bench_file"),
+            knobs=(f"bench_file={tmp_path / 'w.txt'}",),
+        )
+        records = {
+            r["label"]: r for r in run_bench(config, target, draft, [[5, 6, 7], [8, 9]], log=lambda _: None)
+        }
+        assert _file_method.loads == [[str(tmp_path / "w.txt")]]  # loaded once, through its Files.load
+        mine = records["diversed bench_file, greedy, batch 1"]
+        static = records["diversed static w=0.5, greedy, batch 1"]
+        assert mine["method"] == "bench_file"
+        assert (mine["new_tokens"], mine["alpha"]) == (static["new_tokens"], static["alpha"])
+    finally:
+        unregister("bench_file")

@@ -69,3 +69,59 @@ def test_at_a_larger_batch_the_timed_samples_are_scored_themselves(pair):
     assert len(out["latency_example_scores"]) == k and all(0 <= s <= 1 for s in out["latency_example_scores"])
     assert len(out["latency_example_tokens"]) == k and out["latency_examples"] == k
     assert "latency_example_ids" in out and "wall_time_s" not in out  # repeats 0: no pass at the batch size
+
+
+def test_more_latency_examples_than_the_task_has_times_them_all(pair):
+    """`timing.latency_examples` above the number of examples: every example timed alone, and the record
+    says how many were."""
+    task = ToyTask.load(n_examples=3)
+    point = {"method": "autoregressive", "temperature": 0.0}
+    timing = {**TIMING, "latency_examples": 10, "latency_repeats": 1}
+    out = time_point(pair, task, point, None, batch_size=2, seed=0, timing=timing)
+    assert out["latency_examples"] == 3
+    assert len(out["latency_example_s"]) == len(out["latency_example_scores"]) == 3
+
+
+def test_timed_calls_pad_and_no_scoring_runs_between_them(pair, monkeypatch):
+    """Each timed call pads its batch (as it always did: the padding and the copy to the device are in
+    the time), and the timed samples are scored after every timed pass, never between timed calls."""
+    events: list[str] = []
+    real_pad, real_decode = point_module.left_pad, point_module.decode
+
+    def pad(*args, **kw):
+        events.append("pad")
+        return real_pad(*args, **kw)
+
+    def decode(*args, **kw):
+        events.append("decode")
+        return real_decode(*args, **kw)
+
+    real_perf = point_module.time.perf_counter
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            events.append("clock")
+            return real_perf()
+
+    task = ToyTask.load(n_examples=2)
+    real_score = type(task).checked_metrics
+
+    def checked(self, *args, **kw):
+        events.append("score")
+        return real_score(self, *args, **kw)
+
+    monkeypatch.setattr(point_module, "left_pad", pad)
+    monkeypatch.setattr(point_module, "decode", decode)
+    monkeypatch.setattr(point_module, "time", Clock)
+    monkeypatch.setattr(type(task), "checked_metrics", checked)
+    point = {"method": "autoregressive", "temperature": 1.0}
+    timing = {"warmup": 0, "repeats": 1, "latency": True, "latency_examples": 2, "latency_repeats": 2}
+    out = time_point(pair, task, point, None, batch_size=2, seed=0, timing=timing)
+    # every call: the clock started, the batch padded and decoded, the clock read
+    timed = len(events) - events[::-1].index("clock")
+    calls = [events[i : i + 4] for i in range(0, timed, 4)]
+    assert all(c == ["clock", "pad", "decode", "clock"] for c in calls), " ".join(events)
+    assert events[timed:] == ["score"] * 2  # each timed sample once, after the last timed pass
+    assert len(calls) == 1 + 2 * 2 * 2  # the pass at the batch size, then 2 examples x 2 repeats, twice
+    assert len(out["latency_example_scores"]) == 2

@@ -384,19 +384,19 @@ def speculative_generate(
     """
     verifier = Lossless() if verifier is None else verifier
     o = _Options(
-        num_draft_tokens,
-        max_new_tokens,
-        do_sample,
-        temperature,
-        bonus_token,
-        eos_token_id,
-        pad_token_id,
-        num_draft_tokens_schedule,
-        draft_confidence_threshold,
-        stop,
-        first_token,
-        top_k,
-        top_p,
+        num_draft_tokens=num_draft_tokens,
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        temperature=temperature,
+        bonus_token=bonus_token,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        schedule=num_draft_tokens_schedule,
+        threshold=draft_confidence_threshold,
+        stop=stop,
+        first_token=first_token,
+        top_k=top_k,
+        top_p=top_p,
     )
     o.check(target, draft, input_ids, attention_mask, verifier)
     vocab = shared_vocab_size(target, draft)

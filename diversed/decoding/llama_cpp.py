@@ -82,11 +82,10 @@ class LlamaCpp:
                     break
                 self.llm.eval([token])
             steps_s = time.perf_counter() - t1
-            f = times
-            f.calls["target"] += n  # the prompt's eval, then one per token after the first
-            f.prefill_calls["target"] += 1
-            f.seconds["target"] += prompt_s + steps_s
-            f.prefill_s["target"] += prompt_s
+            times.calls["target"] += n  # the prompt's eval, then one per token after the first
+            times.prefill_calls["target"] += 1
+            times.seconds["target"] += prompt_s + steps_s
+            times.prefill_s["target"] += prompt_s
             new.append(n)
         new_tokens = torch.tensor(new)
         zeros = torch.zeros_like(new_tokens)

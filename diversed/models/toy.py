@@ -256,8 +256,8 @@ def build(
 ) -> dict[str, Any]:
     """Train the pair from scratch into `out_dir` (target/, draft/, build.json); returns the report.
     `measure(target, draft, tokenizer, config)`: the quality gap of the trained models, on the build's
-    one thread, recorded as the report's `metrics` (`diversed.toy.quality_gap`: this layer reads no
-    task); without it `metrics` is None."""
+    one thread, recorded as the report's `metrics` (`diversed.toy.measure`, its `quality_gap` with the
+    config's settings: this layer reads no task); without it `metrics` is None."""
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
     threads = torch.get_num_threads()

@@ -97,18 +97,10 @@ def decode(
     `prompt_cache`: the engine's and our loop's prompt passes kept there (transformers' decoders read
     their prompts themselves). Draws come from a generator seeded with `seed` (and transformers' from
     torch's global one, seeded so), or from `generator` and torch's global one as the caller left them."""
-    tok, T, engine = pair.tokenizer, point["temperature"], dict(engine or {})
+    engine = dict(engine or {})
     # the engine's sampling truncation goes to every decoder: the same p and q for each method
-    common = {
-        "max_new_tokens": max_new,
-        "do_sample": T > 0,
-        "temperature": T if T > 0 else 1.0,
-        "eos_token_id": tok.eos_token_id,
-        "pad_token_id": tok.pad_token_id,
-        "stop": stop,
-        "top_k": engine.pop("top_k", 0),
-        "top_p": engine.pop("top_p", 1.0),
-    }
+    truncation = {"top_k": engine.pop("top_k", 0), "top_p": engine.pop("top_p", 1.0)}
+    common = sampling_kwargs(pair.tokenizer, point["temperature"], max_new, stop=stop, **truncation)
     given = generator is not None  # (else its own generators, seeded with `seed`)
     generator = generator if given else torch.Generator(device=ids.device).manual_seed(seed)
     method = METHODS[point["method"]]
@@ -152,6 +144,25 @@ def decode(
     )
 
 
+def sampling_kwargs(
+    tok: Any, temperature: float, max_new: int, *, stop=None, top_k: int = 0, top_p: float = 1.0
+) -> dict[str, Any]:
+    """The keyword arguments every decoder samples with (the engine, our loop, transformers'): greedy at
+    T = 0, else temperature `temperature`, then `top_k` and `top_p` of p and q alike; rows end at the
+    tokenizer's EOS, `max_new` tokens or where `stop` says. The one place they are built (`decode`, and
+    the bench's own references)."""
+    return {
+        "max_new_tokens": max_new,
+        "do_sample": temperature > 0,
+        "temperature": temperature if temperature > 0 else 1.0,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "stop": stop,
+        "top_k": top_k,
+        "top_p": top_p,
+    }
+
+
 def batch_indices(lengths: list[int], batch_size: int, by_length: bool = False) -> list[list[int]]:
     """The examples' indices in batches of `batch_size`: in the task's order, or with `by_length`
     (`sweep.batch_by_length`) in the order of their prompts' lengths (stable), so that a batch's
@@ -168,12 +179,14 @@ def batch_indices(lengths: list[int], batch_size: int, by_length: bool = False) 
 class Decoded:
     """A task's prompts decoded by `decode_task`. `batches` is the decoding order (each batch's example
     indices), `outputs` each batch's `(sequences, stats)` and `widths` its padded prompt width; per
-    example, in the task's order: `completions` and `metrics` (every metric of the task, scored once;
-    empty where not scored). `totals` sums every batch's statistics (`stats.Totals`)."""
+    example, in the task's order: `completions` and `metrics` (every metric of the task, scored once by
+    `score`; empty where not scored). `totals` sums every batch's statistics (`stats.Totals`)."""
 
     examples: list[dict[str, Any]]
     prompts: list[list[int]]
-    cuts: list[int]  # tokens each prompt lost to the task's `max_prompt_tokens`
+    # tokens each prompt lost to the task's `max_prompt_tokens` (all 0 when `decode_task` was given
+    # `prompts=`: it cuts nothing)
+    cuts: list[int]
     batches: list[list[int]] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
     widths: list[int] = field(default_factory=list)
@@ -186,6 +199,18 @@ class Decoded:
         for index, out, width in zip(self.batches, self.outputs, self.widths, strict=True):
             for i, j in enumerate(index):
                 yield j, out, i, width
+
+    def score(self, task: Task, tok: Any) -> None:
+        """Each decoded example's completion and its metrics (`Task.checked_metrics`, each completion
+        scored once, batch by batch in decoding order), in the task's order: the one place a batch's
+        completions are scored (`decode_task`, and `time_point` after its timed passes)."""
+        found: dict[int, tuple[str, dict[str, float]]] = {}
+        for index, batch, width in zip(self.batches, self.outputs, self.widths, strict=True):
+            texts = decode_completions(tok, batch.sequences, width, batch.stats.new_tokens)
+            scored = task.checked_metrics([self.examples[j] for j in index], texts)
+            found.update({j: (texts[i], scored[i]) for i, j in enumerate(index)})
+        self.completions = [found[j][0] for j in sorted(found)]
+        self.metrics = [found[j][1] for j in sorted(found)]
 
     def per_example(self, stat: str) -> list[int]:
         """A per-row statistic (`accepted`, `verified`, `new_tokens`...) of each example, task's order."""
@@ -215,6 +240,7 @@ def decode_task(
     decoder: Callable[..., Any] | None = None,
     batches: list[list[int]] | None = None,
     seeds: list[int] | None = None,
+    totals: Totals | None = None,
 ) -> Decoded:
     """Decode a task's prompts (or `prompts`, token ids, without a task) by the point's method
     (`decode`), in batches of `batch_size` (`batch_indices`, `by_length` too), and score each
@@ -227,9 +253,13 @@ def decode_task(
     at EOS, at `max_new` (default: the task's `max_new_tokens`) or, with `stop`, at the task's stop
     sequences. `batches` (example indices per batch, in decoding order) replaces `batch_indices`'s:
     `time_point` decodes some examples alone, each with the seed its scored batch gave it.
-    `call(decode_batch)` runs each batch's decoder call (the bench and `time_point` time it there, the
-    prompts padded before it); `decoder(ids, mask, **kwargs)` decodes instead of `decode(pair, point,
-    verifier, ...)` (the bench's own references)."""
+    `call(decode_batch)` runs each batch's decoder call (the bench and `time_point` time it there: the
+    batch's prompts are padded and copied to the pair's device inside it, as they always were timed);
+    `decoder(ids, mask, **kwargs)` decodes instead of `decode(pair, point, verifier, ...)` (the bench's
+    own references). The completions are scored after the last batch (`Decoded.score`). `totals`: every
+    batch's statistics are added to it (`Decoded.totals` is it; default a new `Totals`): the bench sums a
+    setting's batches over all its chunks there."""
+
     tok = pair.tokenizer
     examples = list(task) if task is not None else []
     if prompts is None:
@@ -238,7 +268,7 @@ def decode_task(
         cuts = [0] * len(prompts)
     if batches is None:
         batches = batch_indices([len(p) for p in prompts], batch_size, by_length)
-    out = Decoded(examples, prompts, cuts, batches=batches)
+    out = Decoded(examples, prompts, cuts, batches=batches, totals=Totals() if totals is None else totals)
     kwargs = {
         "max_new": max_new or task.max_new_tokens,
         "stop": task.stopper(tok) if stop and task is not None else None,
@@ -250,25 +280,25 @@ def decode_task(
     bar = tqdm(
         total=sum(map(len, out.batches)), desc="decode", unit="example", leave=False, disable=not progress
     )
+
+    def padded(rows: list[list[int]], **kw: Any) -> Any:
+        """One batch padded (and copied to the pair's device), then decoded: the call `call` times."""
+        return decoder(*left_pad(rows, tok.pad_token_id, pair.device), **kw)
+
     start = 0  # the batch's first position in the decoding order (its seed)
-    by_example: dict[int, tuple[str, dict[str, float]]] = {}
     for b, index in enumerate(out.batches):
-        ids, mask = left_pad([prompts[j] for j in index], tok.pad_token_id, pair.device)
+        rows = [prompts[j] for j in index]
         batch_seed = seed + start if seeds is None else seeds[b]
-        run = functools.partial(decoder, ids, mask, seed=batch_seed, generator=generator, **kwargs)
+        run = functools.partial(padded, rows, seed=batch_seed, generator=generator, **kwargs)
         batch = call(run) if call else run()
         out.outputs.append(batch)
-        out.widths.append(ids.shape[1])
+        out.widths.append(max(map(len, rows)))  # (the padded width, `left_pad`'s)
         out.totals.add(batch.stats)
-        if score and task is not None:
-            texts = decode_completions(tok, batch.sequences, ids.shape[1], batch.stats.new_tokens)
-            scored = task.checked_metrics([examples[j] for j in index], texts)  # each completion once
-            by_example.update({j: (texts[i], scored[i]) for i, j in enumerate(index)})
         bar.update(len(index))
         start += len(index)
     bar.close()
-    out.completions = [by_example[j][0] for j in sorted(by_example)]
-    out.metrics = [by_example[j][1] for j in sorted(by_example)]
+    if score and task is not None:
+        out.score(task, tok)
     return out
 
 
@@ -397,31 +427,31 @@ def time_point(
     """Wall times of the point, apart from scoring. Throughput: `repeats` passes over all examples at
     `batch_size` (batched as `run_point` batches them, `by_length` too, with the same seeds: the same
     outputs as scored) after `warmup` passes over the first batch (none when `repeats` is 0); latency:
-    `latency_repeats` passes over the first `latency_examples` (null: all), each alone at batch 1, the
-    mean per sample, and the tokens one such pass generates. Alone, each example decodes with seed + its
-    position in `run_point`'s decoding order: at batch size 1 that is the seed the scored pass gave it, so
-    the timed completion is the scored one; at a larger batch size a row's draws depend on its batch, so
-    timed and scored samples differ. Either way each timed example keeps its own numbers, lists in the
-    task's order: `latency_example_ids`, `latency_example_s` (the median over the repeats of its call's
-    seconds), `latency_example_tokens` and `latency_example_scores` (its timed completion's new tokens and
-    task score, scored once: in the last timed pass, outside its timed calls), so times can be read of
-    samples that were scored. With `progress`, a transient bar counts the examples decoded over all these
-    passes. With `prompt_cache` (the scored pass kept its prompt passes), every timed call reads its
-    prompt in a pass of its own as the scored one did, recomputed (`PromptCache(0)`): a time includes
-    reading it.
+    `latency_repeats` passes over the first `latency_examples` (null, or more than the task has: all),
+    each alone at batch 1, the mean per sample, and the tokens one such pass generates. Alone, each
+    example decodes with seed + its position in `run_point`'s decoding order: at batch size 1 that is the
+    seed the scored pass gave it, so the timed completion is the scored one; at a larger batch size a
+    row's draws depend on its batch, so timed and scored samples differ. Either way each timed example
+    keeps its own numbers, lists in the task's order: `latency_example_ids`, `latency_example_s` (the
+    median over the repeats of its call's seconds), `latency_example_tokens` and
+    `latency_example_scores` (its timed completion's new tokens and task score, scored once after every
+    timed pass), so times can be read of samples that were scored. With `progress`, a transient bar
+    counts the examples decoded over all these passes. With `prompt_cache` (the scored pass kept its
+    prompt passes), every timed call reads its prompt in a pass of its own as the scored one did,
+    recomputed (`PromptCache(0)`): a time includes reading it.
 
-    Every pass is a `decode_task` (each example alone: `batches` of one, `seeds` as above) whose decoder
-    calls are timed (`call`). The seconds are end to end (prompt pass included): the engine reads a prompt
-    in its first round's calls, so no moment inside a call separates reading it from decoding. Decode-only
-    time is measured instead by the same calls stopped after their first new token, `latency_repeats`
-    times more: `latency_example_first_s` (each example's median time to its first token),
-    `latency_first_token_s` (their mean) and `latency_decode_per_token_s` =
-    Σ_e (t_e − f_e) / Σ_e (n_e − 1), the time per new token after the first over the examples that made
-    two or more."""
+    Every pass is a `decode_task` (each example alone: `batches` of one, `seeds` as above), none scored,
+    whose calls are timed (`call`: a batch's padding, its copy to the device and its decoder call). The
+    seconds are end to end (prompt pass included): the engine reads a prompt in its first round's calls,
+    so no moment inside a call separates reading it from decoding. Decode-only time is measured instead
+    by the same calls stopped after their first new token, `latency_repeats` times more:
+    `latency_example_first_s` (each example's median time to its first token), `latency_first_token_s`
+    (their mean) and `latency_decode_per_token_s` = Σ_e (t_e − f_e) / Σ_e (n_e − 1), the time per new
+    token after the first over the examples that made two or more."""
     prompts = task.encode(pair.tokenizer, list(task))
     order = batch_indices([len(p) for p in prompts], batch_size, by_length)  # run_point's batches
     position = {j: k for k, j in enumerate(j for index in order for j in index)}  # in the decoding order
-    k = (timing.get("latency_examples") or len(prompts)) if timing.get("latency") else 0
+    k = min(timing.get("latency_examples") or len(prompts), len(prompts)) if timing.get("latency") else 0
     alone = {"batches": [[j] for j in range(k)], "seeds": [seed + position[j] for j in range(k)]}
     lat_repeats = timing.get("latency_repeats") or max(1, timing["repeats"])
     warmup = timing["warmup"] if timing["repeats"] else 0  # no timed pass at the batch size: none to warm
@@ -445,10 +475,11 @@ def time_point(
         out.update(wall_time_s=statistics.median(runs), wall_time_runs=runs)
     if k:
         passes(timing["warmup"], batches=alone["batches"][:1], seeds=alone["seeds"][:1])
-        timed, last = passes(lat_repeats, score=True, **alone)  # the last pass's samples scored
+        timed, last = passes(lat_repeats, **alone)
         # time to the first token: the same calls stopped after one new token (the prompt read in both
         # models, one token out)
         firsts, _ = passes(lat_repeats, max_new=1, **alone)
+        last.score(task, pair.tokenizer)  # the last timed pass's samples, scored after every timed call
         out.update(_latency_fields(task, timed, firsts, last))
     bar.close()
     return out
@@ -461,12 +492,11 @@ def _timed_passes(
     verifier: Verifier | None,
     bar: Any,
     count: int,
-    *,
-    score: bool = False,
     **kwargs: Any,
 ) -> tuple[list[list[float]], Decoded | None]:
-    """`count` passes of `decode_task(..., **kwargs)`: each pass's seconds per decoder call, and the last
-    pass (scored with `score`). A call's seconds are the decoder's, end to end (prompt pass included)."""
+    """`count` passes of `decode_task(..., **kwargs)`, none scored: each pass's seconds per decoder call,
+    and the last pass. A call's seconds are its batch's padding and decoder call, end to end (prompt pass
+    included)."""
     times, done = [], None
 
     def timed(seconds: list[float], call: Callable[[], Any]) -> Any:
@@ -476,11 +506,10 @@ def _timed_passes(
         bar.update(len(batch.stats.new_tokens))
         return batch
 
-    for i in range(count):
+    for _ in range(count):
         calls: list[float] = []
-        last = score and i == count - 1
         done = decode_task(
-            pair, point, verifier, task, score=last, call=functools.partial(timed, calls), **kwargs
+            pair, point, verifier, task, score=False, call=functools.partial(timed, calls), **kwargs
         )
         times.append(calls)
     return times, done
