@@ -118,7 +118,7 @@ from diversed.models.pair import (
 from diversed.models.quantize import check_quantize, quantized, scheme
 from diversed.models.toy import ToyBuildConfig, load_toy_pair
 from diversed.sweep.intervals import bootstrap_interval, pooled_ratio_quotient
-from diversed.sweep.methods import HEAD, METHODS, WEIGHT, knobs, method
+from diversed.sweep.methods import HEAD, METHODS, WEIGHT, Files, knobs, method
 from diversed.sweep.plugins import load_plugins, parse_args
 from diversed.sweep.point import decode_task, sampling_kwargs
 from diversed.sweep.resources import Resources, check_resources, load_resources
@@ -362,7 +362,19 @@ def check_methods(config: BenchConfig) -> Resources:
                 )
             if why := knob.problem(values[knob.field]):
                 raise ConfigError(f"--knob {knob.field}={values[knob.field]!r} {why}")
-    return check_resources(None, resource_sweep(config, values))
+    try:
+        resources = check_resources(None, resource_sweep(config, values))
+        if config.head and HEAD.field not in resources.found:  # the rollout's head (sampling from v) alone
+            Files.function(HEAD.files.check)(None, [str(config.head)], {}, HEAD)  # type: ignore[union-attr]
+    except ConfigError as e:  # the checks name sweep.<key>: here the values are flags
+        flags = {f"sweep.{k.sweep} entry ": f"--knob {k.field}=" for k in knobs().values() if k.path}
+        message = (
+            str(e).replace(f"sweep.{HEAD.sweep} entry ", "--head ").replace("sweep.methods", "--methods")
+        )
+        for key, flag in flags.items():
+            message = message.replace(key, flag)
+        raise ConfigError(message) from None
+    return resources
 
 
 def resource_sweep(config: BenchConfig, values: dict[str, Any]) -> dict[str, Any]:

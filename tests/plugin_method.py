@@ -46,7 +46,7 @@ METHOD = register(
         "Power β={power_beta:g}",
         knobs=(BETA,),
         family="power_beta",
-        verifier=lambda point, heads: PowerAcceptance(point["power_beta"]),
+        verifier=lambda point, loaded: PowerAcceptance(point["power_beta"]),
         summary="accept x with min(1, (p(x)/q(x))^β): β = 1 is lossless, smaller β accepts more",
     )
 )

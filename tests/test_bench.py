@@ -764,8 +764,10 @@ def test_path_knobs_are_checked_before_the_pair_loads_and_w_and_the_head_are_the
         raise AssertionError("the pair was loaded")
 
     monkeypatch.setattr("diversed.bench.load_bench_pair", no_load)
-    with pytest.raises(ConfigError, match=re.escape("/no/such/head")):
+    with pytest.raises(ConfigError, match=re.escape("--head /no/such/head is not a saved head")):
         check_config(BenchConfig(methods=("dynamic",), head="/no/such/head"))
+    with pytest.raises(ConfigError, match=re.escape("--head /no/such/head")):  # the rollout's head alone
+        check_config(BenchConfig(methods=("lossless",), head="/no/such/head"))
     with pytest.raises(ConfigError, match="give that draft as --draft"):
         check_config(BenchConfig(methods=("finetuned_draft",), knobs=("draft_model=/no/such/path",)))
     for flag in ("weight=0.3", "head=/some/head"):
@@ -775,7 +777,7 @@ def test_path_knobs_are_checked_before_the_pair_loads_and_w_and_the_head_are_the
 
     _file_method()  # a path knob of one's own: its default check, that the path exists
     try:
-        with pytest.raises(ConfigError, match=re.escape("/no/such/file")):
+        with pytest.raises(ConfigError, match=re.escape("--knob bench_file=/no/such/file")):
             run_bench(BenchConfig(methods=("bench_file",), knobs=("bench_file=/no/such/file",)))
     finally:
         unregister("bench_file")
