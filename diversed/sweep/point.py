@@ -218,7 +218,7 @@ class Decoded:
         return [found[j] for j in range(len(found))]
 
 
-def decode_task(
+def decode_task(  # ~80 lines: the one loop every caller decodes with, each option said in one docstring
     pair: Any,
     point: dict[str, Any],
     verifier: Verifier | None,
