@@ -120,7 +120,7 @@ from diversed.models.toy import ToyBuildConfig, load_toy_pair
 from diversed.sweep.intervals import bootstrap_interval, pooled_ratio_quotient
 from diversed.sweep.methods import HEAD, METHODS, WEIGHT, Files, knobs, method
 from diversed.sweep.plugins import load_plugins, parse_args
-from diversed.sweep.point import decode_task, sampling_kwargs
+from diversed.sweep.point import decode_task, load_heads, sampling_kwargs
 from diversed.sweep.resources import Resources, check_resources, load_resources
 from diversed.tasks import TASKS, load_task
 
@@ -530,11 +530,10 @@ class Bench:
         # each path knob's value loaded as its knob says (`Files.load`), the fine-tuned drafts apart
         loaded, self.drafts = load_resources(resources, self.pair)
         key = config.head or UNTRAINED
-        if key not in loaded:  # the untrained head, or --head for the rollout alone
-            sizes = {"draft_hidden_size": hidden_size(draft), "target_hidden_size": hidden_size(target)}
-            head = WeightHead.from_pretrained(config.head, **sizes) if config.head else None
-            head = head or WeightHead(*sizes.values())
-            loaded[key] = head.eval().requires_grad_(False)
+        if config.head and key not in loaded:  # --head for the rollout alone: loaded as a sweep loads it
+            loaded |= load_heads([config.head], self.pair)
+        if key not in loaded:  # the untrained head
+            loaded[key] = WeightHead(hidden_size(draft), hidden_size(target)).eval().requires_grad_(False)
         self.loaded = loaded
         self.points = {s: self.point(s) for s in todo}
         self.verifiers: dict[Setting, Verifier | None] = {

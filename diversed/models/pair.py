@@ -273,7 +273,7 @@ def load_pair(
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     models = {
-        role: _load_member(
+        role: load_member(
             role, names[role], dev, tok, {**kwargs, **extra[role]}, forward, draft_quantize, cpu_kernels
         )
         for role in ("target", "draft")
@@ -324,10 +324,11 @@ def _shared_tokenizer(names: dict[str, str], extra: dict[str, dict], revision: s
     return tok
 
 
-def _load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, quantize: str, kernels: str):
+def load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, quantize: str, kernels: str):
     """One member loaded with `from_pretrained(path, **kwargs)`, frozen on `dev`: a restricted
     vocabulary's head given back, the draft quantized if asked, the linear layers packed, the forward
-    path set."""
+    path set (`ready_member`). A fine-tuned draft a sweep loads (`sweep/point.load_drafts`) is loaded by
+    it too: it costs what the pair's draft does."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -340,8 +341,7 @@ def _load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, qua
 
 def ready_member(model: Any, is_draft: bool, tok: Any, forward: str, quantize: str, kernels: str) -> Any:
     """A loaded, frozen member made ready for the engine: the draft quantized if asked (`quantize.py`),
-    the linear layers packed (`packed.py`), the forward path set (`forward.py`). A fine-tuned draft a
-    sweep loads (`sweep/point.load_drafts`) is made ready by it too: it costs what the pair's draft does."""
+    the linear layers packed (`packed.py`), the forward path set (`forward.py`)."""
     if is_draft:
         quantize_draft(model, quantize, tok)
     pack_linears(model, kernels)  # (after int8: what is left float)

@@ -29,7 +29,6 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from diversed.decoding import draft_vocab
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.engine import speculative_generate
 from diversed.decoding.inputs import left_pad
@@ -39,7 +38,7 @@ from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
 from diversed.decoding.verify import Verifier
 from diversed.models.heads import WeightHead
-from diversed.models.pair import hidden_size, ready_member
+from diversed.models.pair import hidden_size, load_member
 from diversed.sweep.intervals import mean_interval
 from diversed.sweep.methods import METHODS, WEIGHT
 from diversed.tasks.base import Task
@@ -56,22 +55,19 @@ def load_drafts(paths: list[str], pair: Any) -> dict[str, Any]:
     frozen, on the pair's forward path, int8 where the pair's draft is (`pair.draft_quantize`) and on
     the pair's CPU kernels (`pair.cpu_kernels`): the baseline's draft costs what the pair's does;
     keyed by its path."""
-    from transformers import AutoModelForCausalLM
-
-    drafts = {}
-    for path in paths:
-        model = draft_vocab.attach(AutoModelForCausalLM.from_pretrained(path, dtype=pair.target.dtype), path)
-        model = model.to(pair.device)  # (a restricted vocabulary's head put back first)
-        model.eval().requires_grad_(False)
-        drafts[str(path)] = ready_member(
-            model,
-            True,
+    return {
+        str(path): load_member(
+            "draft",
+            str(path),
+            pair.device,
             getattr(pair, "tokenizer", None),
+            {"dtype": pair.target.dtype},
             pair.forward,
             getattr(pair, "draft_quantize", "none"),
             getattr(pair, "cpu_kernels", "auto"),
         )
-    return drafts
+        for path in paths
+    }
 
 
 def decode(
