@@ -102,6 +102,36 @@ def test_direct_cache_follows_growth_crops_and_row_removal(dtype):
     assert ways[1].cache.shape[4] >= end > P + 8  # grew past the first allocation
 
 
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 1), (4, 4)])
+def test_grouped_query_attention_folded_or_copied_agrees_with_the_model(heads, kv_heads):
+    """Short calls fold the query groups into the query axis (no copy of the cache); a prefill
+    longer than 2·heads·head_dim / groups slots copies each kv head per group (as HF): both agree
+    with `model(...)`, ragged rows and a hole included."""
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
+        initializer_range=0.2, pad_token_id=PAD, use_sliding_window=False, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval().requires_grad_(False)
+    long = 2 * heads * (48 // heads) // (heads // kv_heads) + 5  # past the fold's bound
+    ids, mask = ragged_prompts(lengths=(long, long - 9, 4), vocab=VOCAB)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.cat([ids, torch.randint(3, VOCAB, (3, 12), generator=g)], 1)
+    mask = torch.cat([mask, torch.ones(3, 12, dtype=torch.long)], 1)
+    mask[1, -7] = 0  # a hole, as a rejected draft leaves
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    ways = [SlotModel(model, VOCAB, hidden=False, how=Plan(model, direct)) for direct in (False, True)]
+    with torch.inference_mode():
+        start = 0
+        for end in (long, long + 1, long + 7, long + 12):  # the prefill (copied where groups > 1),
+            # then folded calls of 1, 6 and 5 slots
+            outs = [w.forward(ids, mask, pos, end, keep=end - start)[0] for w in ways]
+            text = mask[:, start:end].bool()  # a padding slot's logits are nobody's
+            torch.testing.assert_close(outs[1][text], outs[0][text], rtol=1e-4, atol=1e-4)
+            start = end
+
+
 SLIDING = {
     "gemma3, sliding and full layers": (transformers.Gemma3TextConfig, {"sliding_window": 4, "head_dim": 16}),
     "mistral, every layer sliding": (transformers.MistralConfig, {"sliding_window": 4}),

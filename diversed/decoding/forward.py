@@ -279,6 +279,12 @@ class Plan:
         cos, sin = (t.unsqueeze(1) for t in self.rotary(h, pos, end))  # [b, 1, s, head dim]
         mask = self.additive_mask(mask, start, end)
         groups = self.heads // self.kv_heads
+        # grouped-query attention, each kv head serving `groups` query heads (as HF's repeat_kv): the
+        # groups folded into the query axis while that is the smaller copy (the mask's rows, once per
+        # call, against every layer's keys and values `groups` times over)
+        fold = groups > 1 and groups * s <= 2 * self.heads * self.head_dim
+        if fold and s > 1:  # row g·s + i of a folded head is query i of its g-th group
+            mask = mask[:, :, None].expand(b, 1, groups, s, end).reshape(b, 1, groups * s, end)
         for layer, (k_cache, v_cache) in zip(self.layers, kv, strict=True):
             x = _rms_norm(h, layer.ln1)
             q = _linear(x, layer.q).view(b, s, -1, self.head_dim)
@@ -291,7 +297,9 @@ class Plan:
             k_cache[:, :, start:end] = k
             v_cache[:, :, start:end] = _linear(x, layer.v).view(b, s, -1, self.head_dim).transpose(1, 2)
             keys, values = k_cache[:, :, :end], v_cache[:, :, :end]
-            if groups > 1:  # grouped-query attention: each kv head serves `groups` query heads (as HF)
+            if fold:  # [b, heads, s, d] as [b, kv heads, groups·s, d]: no copy of the cache
+                q = q.reshape(b, self.kv_heads, groups * s, self.head_dim)
+            elif groups > 1:  # each kv head's keys and values copied `groups` times
                 keys, values = (
                     t[:, :, None]
                     .expand(b, self.kv_heads, groups, end, self.head_dim)
@@ -300,6 +308,8 @@ class Plan:
                 )
             # softmax(q kᵀ · scaling + mask) v
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scaling)
+            if fold:
+                o = o.reshape(b, self.heads, s, self.head_dim)
             h = _linear(o.transpose(1, 2).reshape(b * s, -1), layer.o, residual=h)
             x = _rms_norm(h, layer.ln2)
             h = _linear(
