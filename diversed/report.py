@@ -247,7 +247,9 @@ def _times_caption(r: Reading, _: pd.DataFrame) -> str:
 def _outputs_caption(r: Reading, _: pd.DataFrame) -> str:
     return (
         f"**Outputs (T = {r.t:g})**: the same rows; empty %: completions with nothing to score once "
-        "cut at the task's stop sequences (×100), tokens / example: new tokens per example; "
+        "cut at the task's stop sequences (×100), at cap %: completions that ran to the task's "
+        "max_new_tokens, cut there rather than ended by the model (×100), tokens / example: new tokens per "
+        "example; "
         "means over seeds."
     )
 

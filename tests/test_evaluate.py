@@ -208,6 +208,13 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     )
     fields, rows = ev.run_point(pair, stopped_at_once, point, None, batch_size=4, seed=0)
     assert fields["empty_rate"] == sum(r["empty"] for r in rows) / 6 > 0
+    # a completion that ran to max_new_tokens is counted as cut at the cap (none of those that stopped)
+    assert not any(r["at_cap"] for r in rows) and fields["capped_rate"] == 0
+    capped = Counted(ToyTask.load(n_examples=6).examples, max_new_tokens=2, stop=[])
+    fields, rows = ev.run_point(pair, capped, point, None, batch_size=4, seed=0)
+    assert [r["at_cap"] for r in rows] == [r["new_tokens"] == 2 for r in rows]
+    assert fields["capped_rate"] == pytest.approx(sum(r["at_cap"] for r in rows) / 6)
+    assert fields["capped_rate"] > 0
 
 
 def test_batch_indices_by_length_cover_every_example_once_in_length_order():

@@ -455,6 +455,7 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     assert re.search(r"-?\d+\.\d\d \[-?\d+\.\d\d, -?\d+\.\d\d\] (above|below|on the front)", fronts)
     outputs = (out / "outputs_T1.md").read_text()  # empty completions and lengths, every row
     assert "empty %" in outputs and "tokens / example" in outputs and "DIVERSED" in outputs
+    assert "at cap %" in outputs and "max_new_tokens" in outputs  # the column and its caption
 
 
 @pytest.mark.slow

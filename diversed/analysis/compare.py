@@ -90,6 +90,7 @@ VALUE_FIELDS = (
     "time_per_token_s",
     "mean_w",
     "empty_rate",  # completions with nothing to score once cut at the stop sequences
+    "capped_rate",  # completions that ran to the task's max_new_tokens
     "new_tokens",
 )
 # The intervals `mean_over_seeds` adds: (value, low, high) columns.

@@ -351,27 +351,30 @@ def _per_task_frame(
 
 
 # An output table's columns per task: how often a completion had nothing to score (cut at the stop
-# sequences, empty: a model that ends at once, or answers in a format the task does not read) and how
-# long completions are.
-OUTPUTS = ("empty %", "tokens / example")
+# sequences, empty: a model that ends at once, or answers in a format the task does not read), how
+# often one ran to the task's max_new_tokens (cut there: an answer that may never have been written) and
+# how long completions are.
+OUTPUTS = ("empty %", "at cap %", "tokens / example")
 
 
 def outputs_table(
     d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
 ) -> pd.DataFrame | None:
     """The rows of `paper_table` at one temperature with, per task, the columns `OUTPUTS`: the share of
-    empty completions ×100 and the new tokens per example, means over seeds. None where no record
-    counts empty completions (records from before `empty_rate`)."""
+    empty completions ×100, the share that ran to the task's max_new_tokens ×100 (– in records from
+    before `capped_rate`) and the new tokens per example, means over seeds. None where no record counts
+    empty completions (records from before `empty_rate`)."""
     d = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if not pd.to_numeric(d.get("empty_rate", pd.Series(dtype=float)), errors="coerce").notna().any():
         return None
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     keys: list[tuple[int, tuple[str, str, str]]] = []
     for row, r in _row_cells(d, cells, keys):
-        fields = ("empty_rate", "new_tokens", "n_examples")
-        empty, tokens, n = (pd.to_numeric(r.get(f), errors="coerce") for f in fields)
+        fields = ("empty_rate", "capped_rate", "new_tokens", "n_examples")
+        empty, capped, tokens, n = (pd.to_numeric(r.get(f), errors="coerce") for f in fields)
         values = (
             "–" if pd.isna(empty) else f"{100 * empty:.1f}",
+            "–" if pd.isna(capped) else f"{100 * capped:.1f}",
             "–" if pd.isna(tokens) or pd.isna(n) or not n else f"{tokens / n:.1f}",
         )
         row.update({(r["task"], name): v for name, v in zip(OUTPUTS, values, strict=True)})

@@ -353,6 +353,7 @@ def run_point(
         **done.totals.record(drafts=method.speculative),  # the statistics (stats.RECORDED); else None
         "new_tokens": sum(int(o.stats.new_tokens.sum()) for o in done.outputs),
         "empty_rate": sum(r["empty"] for r in rows) / max(len(rows), 1),  # completions with nothing to score
+        "capped_rate": sum(r["at_cap"] for r in rows) / max(len(rows), 1),  # completions cut at the cap
         "scored_wall_time_s": sum(o.stats.wall_time_s for o in done.outputs),
         # prompt passes kept across points (transformers' decoders read their prompts themselves)
         # and the seconds this point spent computing the passes it asked for first
@@ -390,6 +391,8 @@ def example_rows(
             # nothing left to score once cut at the stop sequences (a model that ends at once)
             "empty": not task.truncate(completion).strip(),
             "new_tokens": n,
+            # stopped by the task's max_new_tokens, not by the model (an EOS on the last allowed token too)
+            "at_cap": n >= task.max_new_tokens,
             "accepted_drafts": int(stats.accepted[i]) if speculative else None,
             "proposed_drafts": int(stats.proposed[i])
             if speculative

@@ -154,10 +154,13 @@ _NUMBERS = (
     "scored_wall_time_s",
     "prompt_pass_s",
     "empty_rate",
+    "capped_rate",
     *(f for f in RECORD_FIELDS if f not in RECORD_FLOATS),
 )
 _NUMBER_SET = frozenset(_NUMBERS)
-_FRACTIONS = frozenset(("score", "score_ci_low", "score_ci_high", "empty_rate", *RECORD_FRACTIONS))
+_FRACTIONS = frozenset(
+    ("score", "score_ci_low", "score_ci_high", "empty_rate", "capped_rate", *RECORD_FRACTIONS)
+)
 _COUNTS = ("new_tokens", "accepted_drafts", "proposed_drafts", "verified_drafts")  # an example row's
 _RESULTS_NAME = "results.jsonl"
 
