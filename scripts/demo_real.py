@@ -347,6 +347,30 @@ class StepTimes(dict):
         self.path.write_text(json.dumps(self, indent=1) + "\n")
 
 
+class Invocations(list):
+    """What each invocation of the pair demo into one --out ran (its arguments and a sentence), kept in
+    a file: a demo run in parts (tasks or temperatures apart, resumed) is said whole in its docs."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(json.loads(path.read_text()) if path.is_file() else [])
+        self.path = path
+
+    def add(self, argv: list[str], said: str) -> Invocations:
+        """This invocation, once (a rerun with the same arguments, a resume, replaces its entry)."""
+        self[:] = [r for r in self if r["argv"] != argv] + [{"argv": argv, "said": said}]
+        self.path.write_text(json.dumps(self, indent=1) + "\n")
+        return self
+
+
+def runs_under(out: Path) -> list[Path]:
+    """Every run directory the pair demo wrote under `out` (validation_<task>, sweep_<task>: this
+    invocation's and earlier ones'), validation first."""
+    return sorted(
+        (d for d in out.glob("*_*") if d.name.startswith(("validation_", "sweep_")) and d.is_dir()),
+        key=lambda d: (not d.name.startswith("validation_"), d.name),
+    )
+
+
 class Clock:
     """Elapsed time, the budget left, and an ETA line for each step."""
 
@@ -438,13 +462,19 @@ def pair_demo(args) -> None:
     # points per task: validation (families + head) and test (AR, then per T and N the rest)
     several = sum(len(v) for v in (args.lenience, args.cascade_alphas, args.typical_epsilons) if len(v) > 1)
     val_points = len(temps) * (len(ns) * (1 + several) + (1 if several else 0))
-    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 3 + len(args.families)))
+    family_temps = [t for t in temps if args.families_at is None or t in args.families_at]
+    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 3)) + len(family_temps) * len(ns) * len(
+        args.families
+    )
     train_s = 60 * args.train_min
     val_s = args.seeds * sd_s * val_points * args.val_examples
     # a test row costs one autoregressive decode per temperature and a speculative one per other point
     row_s = args.seeds * (len(temps) * ar_s + (test_points - len(temps)) * sd_s)
     per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
-    share = clock.left() / len(args.tasks) - 60
+    ar_temps = args.ar_temperatures or temps
+    share = (clock.left() - len(args.ar_tasks) * len(ar_temps) * ar_s * args.n_examples) / max(
+        1, len(args.tasks)
+    ) - 60
     n_examples = args.n_examples
     if per_task(n_examples) > share:  # sized to the budget: fewer test rows (the pilot's at least), said
         n_examples = min(args.n_examples, max(args.pilot, int((share - train_s - val_s) / row_s)))
@@ -462,19 +492,34 @@ def pair_demo(args) -> None:
         ),
         flush=True,
     )
-    sweeps = []
+    for task in args.ar_tasks:  # 2. autoregressive quality alone, first: cheap
+        if clock.left() < 2 * 60:
+            print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
+            continue
+        ar_dir = out / f"sweep_{task}"
+        clock.say(f"{task}: autoregressive decoding", len(ar_temps) * ar_s * n_examples)
+        took.add(
+            f"autoregressive {task}",
+            run(
+                f"2. {task}: autoregressive decoding on {n_examples} test rows",
+                *common(task, ar_dir, ar_temps),
+                f"task.n_examples={n_examples}",
+                "sweep.methods=[autoregressive]",
+                limit_s=max(60.0, clock.left() - 60),
+            ),
+        )
     for task in args.tasks:
         if clock.left() < 5 * 60:
             print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
             continue
-        # 2. the head: teacher-forced stage, then REINFORCE (configs/experiment/qwen25coder.yaml)
+        # 3. the head: teacher-forced stage, then REINFORCE (configs/experiment/qwen25coder.yaml)
         head = out / f"train_{task}" / "head"
         if not (head / "head_config.json").is_file():
             clock.say(f"train a head on {task}", train_s)
             took.add(
                 f"train {task}",
                 run(
-                    f"2. train a DIVERSED head on {task} train rows",
+                    f"3. train a DIVERSED head on {task} train rows",
                     "-m",
                     "diversed.train",
                     "+experiment=qwen25coder",
@@ -495,10 +540,9 @@ def pair_demo(args) -> None:
             )
         if not (head / "head_config.json").is_file():
             print(f"(no head for {task}: its training did not finish; DIVERSED rows are missing)")
-        # 3. validation rows: the head's mean w there, and each knob family given more than one setting
+        # 4. validation rows: the head's mean w there, and each knob family given more than one setting
         # (chosen there: the most acceptance non-inferior to autoregressive decoding)
         validation = out / f"validation_{task}"
-        sweeps.append(validation)
         heads = [f"sweep.heads=[{head}]"] if (head / "head_config.json").is_file() else []
         grid_ = {
             "weights": list(args.weights),
@@ -518,7 +562,7 @@ def pair_demo(args) -> None:
             took.add(
                 f"validation {task}",
                 run(
-                    f"3. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
+                    f"4. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
                     *common(task, validation, temps),
                     "task.split=validation",
                     f"task.n_examples={args.val_examples}",
@@ -528,49 +572,72 @@ def pair_demo(args) -> None:
                     limit_s=max(60.0, clock.left() - 60),
                 ),
             )
-        # 4. test rows: the static front and the static ensemble at the head's validation mean w
+        # 5. test rows: the static front and the static ensemble at the head's validation mean w
         mean_w = mean_w_of(validation)
         front = sorted({*args.weights, *([round(mean_w, 2)] if mean_w is not None else [])})
         chosen = chosen_grid(validation, {**grid_, "weights": front}) if to_choose else dict(grid_)
         chosen["weights"] = front  # the whole static front, not one chosen point
         test = out / f"sweep_{task}"
-        sweeps.append(test)
         clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
-        took.add(
-            f"sweep {task}",
-            run(
-                f"4. {task}: every method on {n_examples} test rows (static front w = {front}; the head's "
-                f"validation mean w {mean_w if mean_w is None else round(mean_w, 2)})",
-                *common(task, test, temps),
-                f"task.n_examples={n_examples}",
-                "sweep.methods=["
-                + ",".join(
-                    ["autoregressive", "lossless", "static", *(["dynamic"] if heads else []), *args.families]
-                )
-                + "]",
-                *heads,
-                *knob_args(chosen),
-                "sweep.token_w=true",
-                limit_s=max(60.0, clock.left() - 60),
-            ),
-        )
+        core = ["autoregressive", "lossless", "static", *(["dynamic"] if heads else [])]
+        # every method at every temperature, then the knob families at theirs (--families-at): one
+        # run directory, so the second call adds its points to the first's (and a rerun resumes both)
+        calls = [(core, temps), (list(args.families), family_temps)]
+        for i, (methods, at) in enumerate(c for c in calls if c[0] and c[1]):
+            took.add(
+                f"sweep {task}",
+                run(
+                    f"5{'ab'[i]}. {task}: {', '.join(methods)} at T = {', '.join(f'{x:g}' for x in at)} on "
+                    f"{n_examples} test rows (static front w = {front}; the head's validation mean w "
+                    f"{mean_w if mean_w is None else round(mean_w, 2)})",
+                    *common(task, test, at),
+                    f"task.n_examples={n_examples}",
+                    f"sweep.methods=[{','.join(methods)}]",
+                    *heads,
+                    *knob_args(chosen),
+                    "sweep.token_w=true",
+                    limit_s=max(60.0, clock.left() - 60),
+                ),
+            )
     took.add(
         "report",
-        run("5. the report", *report_argv(sweeps, out)),
+        run("6. the report", *report_argv(runs_under(out), out)),
     )
     minutes = sum(took.values()) / 60  # every invocation's steps (a resumed run's own are short)
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")
+    said = (
+        f"tasks {', '.join(args.tasks) or 'none'}; per task a head ({args.teacher_forced_steps} "
+        f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
+        "steps), its mean w (and the setting of each knob family given several) read on "
+        f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
+        f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, the static front at w in "
+        f"{', '.join(f'{w:g}' for w in args.weights)} and the head's validation mean w, "
+        + (
+            f"{', '.join(args.families)} at T in {', '.join(f'{t:g}' for t in family_temps)}, "
+            if args.families
+            else ""
+        )
+        + (
+            f"autoregressive decoding alone on {', '.join(args.ar_tasks)} at T in "
+            f"{', '.join(f'{t:g}' for t in ar_temps)}, "
+            if args.ar_tasks
+            else ""
+        )
+        + f"{args.seeds} seed(s), batch {args.batch_size}, at most {args.max_new_tokens} new tokens"
+    )
+    runs = Invocations(out / "invocations.json").add(sys.argv[1:], said)  # every invocation's
     if args.docs:
         timing = (
-            f"This run: tasks {', '.join(args.tasks)}; per task a head ({args.teacher_forced_steps} "
-            f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
-            "steps), its mean w (and the setting of each knob family given several) read on "
-            f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
-            f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, {args.seeds} seed(s), "
-            "batch "
-            f"{args.batch_size}, at most {args.max_new_tokens} new tokens; {minutes:.1f} min on "
-            f"{os.cpu_count()} CPU cores: "
+            "This run"
+            + (
+                f", in {len(runs)} invocations of `scripts/demo_real.py` into one --out"
+                if len(runs) > 1
+                else ""
+            )
+            + ": "
+            + "; then ".join(f"{r['said']} (`{' '.join(r['argv'])}`)" for r in runs)
+            + f". {minutes:.1f} min on {os.cpu_count()} CPU cores in all: "
             + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
             + "."
         )
@@ -675,6 +742,29 @@ def main() -> None:
     )
     pair.add_argument(
         "--typical-epsilons", nargs="+", type=float, default=[0.1], help="typical acceptance's ε"
+    )
+    pair.add_argument(
+        "--families-at",
+        nargs="+",
+        type=float,
+        default=None,
+        help="qwen25coder: the temperatures the --families run at (default: every one); the others "
+        "run at every temperature",
+    )
+    pair.add_argument(
+        "--ar-tasks",
+        nargs="*",
+        default=[],
+        help="qwen25coder: tasks decoded autoregressively only (quality and empty completions per "
+        "temperature, on the test rows per point), before --tasks (a task of both: its test sweep "
+        "resumes these points)",
+    )
+    pair.add_argument(
+        "--ar-temperatures",
+        nargs="+",
+        type=float,
+        default=None,
+        help="qwen25coder: the --ar-tasks' temperatures (default: --temperatures)",
     )
     pair.add_argument("--draft-lengths", nargs="+", type=int, default=[3, 5])
     pair.add_argument(
