@@ -348,28 +348,41 @@ class StepTimes(dict):
         self.path.write_text(json.dumps(self, indent=1) + "\n")
 
 
+def _tasks_in(argv: list[str]) -> list[str]:
+    """The --ar-tasks and --tasks an invocation's arguments name (an entry written before `tasks` was)."""
+    tasks, option = [], None
+    for a in argv:
+        option = a if a.startswith("--") else option
+        if not a.startswith("--") and option in ("--tasks", "--ar-tasks"):
+            tasks.append(a)
+    return tasks
+
+
 class Invocations(list):
-    """What each invocation of the pair demo into one --out ran (its arguments and a sentence), kept in
-    a file: a demo run in parts (tasks or temperatures apart, resumed) is said whole in its docs."""
+    """What each invocation of the pair demo into one --out runs (its arguments, its tasks, and once it
+    ends a sentence of what ran), kept in a file: a demo run in parts (tasks or temperatures apart,
+    resumed) is reported and said whole. An invocation is entered when it starts (one stopped before
+    its end still names its run directories) and said when it ends."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(json.loads(path.read_text()) if path.is_file() else [])
         self.path = path
 
-    def add(self, argv: list[str], said: str) -> Invocations:
-        """This invocation, once (a rerun with the same arguments, a resume, replaces its entry)."""
-        self[:] = [r for r in self if r["argv"] != argv] + [{"argv": argv, "said": said}]
+    def add(self, argv: list[str], tasks: list[str], said: str | None = None) -> Invocations:
+        """This invocation's entry (a rerun with the same arguments, a resume, replaces it in place)."""
+        entry = {"argv": argv, "tasks": tasks, "said": said}
+        at = next((i for i, r in enumerate(self) if r["argv"] == argv), len(self))
+        self[at : at + 1] = [entry]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self, indent=1) + "\n")
         return self
 
-
-def runs_under(out: Path) -> list[Path]:
-    """Every run directory the pair demo wrote under `out` (validation_<task>, sweep_<task>: this
-    invocation's and earlier ones'), validation first."""
-    return sorted(
-        (d for d in out.glob("*_*") if d.name.startswith(("validation_", "sweep_")) and d.is_dir()),
-        key=lambda d: (not d.name.startswith("validation_"), d.name),
-    )
+    def run_dirs(self, out: Path) -> list[Path]:
+        """The run directories of every invocation's tasks under `out` (validation_<task>,
+        sweep_<task>; those that exist), validation first: never another demo's in the same folder."""
+        tasks = dict.fromkeys(t for r in self for t in r.get("tasks") or _tasks_in(r["argv"]))
+        names = [f"validation_{t}" for t in tasks] + [f"sweep_{t}" for t in tasks]
+        return [out / n for n in names if (out / n / "results.jsonl").is_file()]
 
 
 class Clock:
@@ -419,6 +432,9 @@ def pair_demo(args) -> None:
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
+    invocations = Invocations(out / "invocations.json")
+    invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks])  # said once it ends
+    ran: dict[str, list[str]] = {"tasks": [], "ar": []}  # what this invocation ran (the budget may skip)
     temps, ns = args.temperatures, args.draft_lengths
 
     def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:
@@ -477,9 +493,8 @@ def pair_demo(args) -> None:
     row_s = args.seeds * (len(temps) * ar_s + (test_points - len(temps)) * sd_s)
     per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
     ar_temps = args.ar_temperatures or temps
-    share = (clock.left() - len(args.ar_tasks) * len(ar_temps) * ar_s * args.n_examples) / max(
-        1, len(args.tasks)
-    ) - 60
+    ar_s_all = args.seeds * len(ar_temps) * ar_s * args.n_examples  # the --ar-tasks' (each)
+    share = (clock.left() - len(args.ar_tasks) * ar_s_all) / max(1, len(args.tasks)) - 60
     n_examples = args.n_examples
     if per_task(n_examples) > share:  # sized to the budget: fewer test rows (the pilot's at least), said
         n_examples = min(args.n_examples, max(args.pilot, int((share - train_s - val_s) / row_s)))
@@ -502,7 +517,8 @@ def pair_demo(args) -> None:
             print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
             continue
         ar_dir = out / f"sweep_{task}"
-        clock.say(f"{task}: autoregressive decoding", len(ar_temps) * ar_s * n_examples)
+        clock.say(f"{task}: autoregressive decoding", args.seeds * len(ar_temps) * ar_s * n_examples)
+        ran["ar"].append(task)
         took.add(
             f"autoregressive {task}",
             run(
@@ -517,6 +533,7 @@ def pair_demo(args) -> None:
         if clock.left() < 5 * 60:
             print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
             continue
+        ran["tasks"].append(task)
         # 3. the head: teacher-forced stage, then REINFORCE (configs/experiment/qwen25coder.yaml)
         head = out / f"train_{task}" / "head"
         if not (head / "head_config.json").is_file():
@@ -606,13 +623,13 @@ def pair_demo(args) -> None:
             )
     took.add(
         "report",
-        run("6. the report", *report_argv(runs_under(out), out)),
+        run("6. the report", *report_argv(invocations.run_dirs(out), out)),
     )
     minutes = sum(took.values()) / 60  # every invocation's steps (a resumed run's own are short)
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")
     said = (
-        f"tasks {', '.join(args.tasks) or 'none'}; per task a head ({args.teacher_forced_steps} "
+        f"tasks {', '.join(ran['tasks']) or 'none'}; per task a head ({args.teacher_forced_steps} "
         f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
         "steps), its mean w (and the setting of each knob family given several) read on "
         f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
@@ -620,18 +637,18 @@ def pair_demo(args) -> None:
         f"{', '.join(f'{w:g}' for w in args.weights)} and the head's validation mean w, "
         + (
             f"{', '.join(args.families)} at T in {', '.join(f'{t:g}' for t in family_temps)}, "
-            if args.families
+            if args.families and family_temps
             else ""
         )
         + (
-            f"autoregressive decoding alone on {', '.join(args.ar_tasks)} at T in "
+            f"autoregressive decoding alone on {', '.join(ran['ar'])} at T in "
             f"{', '.join(f'{t:g}' for t in ar_temps)}, "
-            if args.ar_tasks
+            if ran["ar"]
             else ""
         )
         + f"{args.seeds} seed(s), batch {args.batch_size}, at most {args.max_new_tokens} new tokens"
     )
-    runs = Invocations(out / "invocations.json").add(sys.argv[1:], said)  # every invocation's
+    runs = invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks], said)
     if args.docs:
         timing = (
             "This run"
@@ -641,7 +658,9 @@ def pair_demo(args) -> None:
                 else ""
             )
             + ": "
-            + "; then ".join(f"{r['said']} (`{' '.join(r['argv'])}`)" for r in runs)
+            + "; then ".join(
+                f"{r['said'] or 'stopped before its end'} (`{' '.join(r['argv'])}`)" for r in runs
+            )
             + f". {minutes:.1f} min on {os.cpu_count()} CPU cores in all: "
             + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items())
             + "."
@@ -657,7 +676,12 @@ def pair_demo(args) -> None:
 def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # progress in order with the steps' own output, in a log too
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="outputs/demo_real", help="heads, drafts, results and the report")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="heads, drafts, results and the report (default: outputs/demo_real, or outputs/demo_real_qwen "
+        "with --pair qwen25coder: the two demos' run directories are apart)",
+    )
     parser.add_argument(
         "--data", default=None, help="local rows: DIR/<task>/<split>.jsonl (default: the Hub)"
     )
@@ -793,6 +817,12 @@ def main() -> None:
         "--gpu", action="store_true", help="qwen25coder: train the heads on the GPU (evaluate finds it)"
     )
     args = parser.parse_args()
+    args.out = args.out or ("outputs/demo_real_qwen" if args.pair == "qwen25coder" else "outputs/demo_real")
+    if args.families_at and set(args.families_at) - set(args.temperatures):
+        parser.error(
+            f"--families-at {' '.join(f'{t:g}' for t in args.families_at)}: each must be one of "
+            f"--temperatures {' '.join(f'{t:g}' for t in args.temperatures)}"
+        )
     if args.pair == "qwen25coder":
         pair_demo(args)
         return

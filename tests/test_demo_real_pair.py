@@ -82,11 +82,16 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
         ("diversed.evaluate", "mbpp", "[lossy,typical]", "[1]"),  # the families at --families-at only
         ("diversed.report", None, None, None),
     ]
+    assert _value(calls[4], "hydra.run.dir") == _value(calls[5], "hydra.run.dir")  # one run: resumed
     # the static front: --weights and the head's validation mean w, on the test rows
     assert _value(calls[4], "sweep.weights") == "[0.5,0.8]" and _value(calls[4], "task.split") is None
     assert _value(calls[3], "task.split") == "validation"
 
-    # a second invocation into the same --out: its task, and AR alone at its own temperature
+    # a second invocation into the same --out: its task, and AR alone at its own temperature; another
+    # demo's run directory in the same folder is none of this demo's
+    foreign = out / "sweep_cnndm"
+    foreign.mkdir()
+    (foreign / "results.jsonl").write_text("{}\n")
     calls.clear()
     second = ["--tasks", "gsm8k", "--temperatures", "1", "--families", "--ar-tasks", "gsm8k"]
     second += ["--ar-temperatures", "0.1"]
@@ -95,7 +100,7 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
     assert not any(_value(a, "sweep.methods") == "[]" for a in calls)  # no families: no call for them
     report = calls[-1]
     reported = [Path(a).name for a in report[2 : report.index("--out")]]
-    assert reported == ["validation_gsm8k", "validation_mbpp", "sweep_gsm8k", "sweep_mbpp", "sweep_xsum"]
+    assert reported == ["validation_mbpp", "validation_gsm8k", "sweep_mbpp", "sweep_xsum", "sweep_gsm8k"]
     said = page.read_text()
     assert "in 2 invocations" in said and "tasks mbpp;" in said and "tasks gsm8k;" in said
     assert (
@@ -105,3 +110,20 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
     # a rerun of an invocation (a resume) is said once
     _main(demo, monkeypatch, [*common, *second])
     assert page.read_text().count("tasks gsm8k;") == 1
+
+
+def test_families_at_a_temperature_not_run_is_refused_before_anything_runs(demo, fake, tmp_path, monkeypatch):  # noqa: F811
+    calls, _ = fake
+    argv = [
+        "--pair",
+        "qwen25coder",
+        "--out",
+        str(tmp_path / "out"),
+        "--temperatures",
+        "1",
+        "--families-at",
+        "0.1",
+    ]
+    with pytest.raises(SystemExit) as e:
+        _main(demo, monkeypatch, argv)
+    assert e.value.code == 2 and not calls and not (tmp_path / "out").exists()
