@@ -152,7 +152,8 @@ def test_every_number_in_the_pair_demo_section_comes_from_its_report():
         "pair-demo",
         "scripts/demo_real.py --pair qwen25coder --docs docs",
     )
-    assert "qwen25coder" in section and "Static w=0.84 (DIVERSED's mean w on validation rows" in section
+    assert "qwen25coder" in section and "Static w=0.55 (DIVERSED's mean w on validation rows: 0.540)" in section
+    assert "at cap %" in section and "in 2 invocations" in section  # the cap column, every invocation said
 
 
 HEADLINE_ROWS = [
