@@ -348,16 +348,6 @@ class StepTimes(dict):
         self.path.write_text(json.dumps(self, indent=1) + "\n")
 
 
-def _tasks_in(argv: list[str]) -> list[str]:
-    """The --ar-tasks and --tasks an invocation's arguments name (an entry written before `tasks` was)."""
-    tasks, option = [], None
-    for a in argv:
-        option = a if a.startswith("--") else option
-        if not a.startswith("--") and option in ("--tasks", "--ar-tasks"):
-            tasks.append(a)
-    return tasks
-
-
 class Invocations(list):
     """What each invocation of the pair demo into one --out runs (its arguments, its tasks, and once it
     ends a sentence of what ran), kept in a file: a demo run in parts (tasks or temperatures apart,
@@ -380,7 +370,7 @@ class Invocations(list):
     def run_dirs(self, out: Path) -> list[Path]:
         """The run directories of every invocation's tasks under `out` (validation_<task>,
         sweep_<task>; those that exist), validation first: never another demo's in the same folder."""
-        tasks = dict.fromkeys(t for r in self for t in r.get("tasks") or _tasks_in(r["argv"]))
+        tasks = dict.fromkeys(t for r in self for t in r["tasks"])
         names = [f"validation_{t}" for t in tasks] + [f"sweep_{t}" for t in tasks]
         return [out / n for n in names if (out / n / "results.jsonl").is_file()]
 
@@ -494,7 +484,7 @@ def pair_demo(args) -> None:
     per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
     ar_temps = args.ar_temperatures or temps
     ar_s_all = args.seeds * len(ar_temps) * ar_s * args.n_examples  # the --ar-tasks' (each)
-    share = (clock.left() - len(args.ar_tasks) * ar_s_all) / max(1, len(args.tasks)) - 60
+    share = (clock.left() - len(args.ar_tasks) * ar_s_all) / len(args.tasks) - 60  # --tasks: one at least
     n_examples = args.n_examples
     if per_task(n_examples) > share:  # sized to the budget: fewer test rows (the pilot's at least), said
         n_examples = min(args.n_examples, max(args.pilot, int((share - train_s - val_s) / row_s)))
