@@ -204,6 +204,67 @@ def test_a_teacher_forced_stage_then_reinforce_on_the_mean_metric(tmp_path, toy_
         )
 
 
+def test_the_teacher_forced_objective_trains_without_rollouts_and_resumes_exactly(
+    tmp_path, toy_tiny_dir, monkeypatch
+):
+    """model.objective=teacher_forced: the run's steps minimise the reference's loss on cached rows
+    (no rollout in a training step, no reward logged); a large λ drives w down step by step; a run
+    stopped at step 2 and resumed ends with the uninterrupted run's head, bit for bit."""
+    from safetensors.torch import load_file
+
+    from diversed.training.head_module import DiversedModule
+
+    rollouts: list[bool] = []
+    real = DiversedModule.rollout
+    monkeypatch.setattr(
+        DiversedModule,
+        "rollout",
+        lambda self, *a, **k: rollouts.append(self.trainer.training) or real(self, *a, **k),
+    )
+    tf = [
+        "model.objective=teacher_forced",
+        "model.optimizer.lr=0.05",
+        "model.reg_scale=50",
+        "trainer.log_every_n_steps=1",
+    ]
+    whole = tmp_path / "whole"
+    result = train(compose_small(whole, toy_tiny_dir, *tf, "trainer.max_steps=4"))
+    assert rollouts and not any(rollouts)  # validation decodes; no training step rolls out
+    rows = [r.split(",") for r in next(whole.rglob("metrics.csv")).read_text().splitlines()]
+    col = {name: i for i, name in enumerate(rows[0])}
+    assert "train/reward" not in col and "train/nll" in col
+    mean_w = [float(r[col["train/mean_w"]]) for r in rows[1:] if r[col["train/mean_w"]]]
+    assert len(mean_w) == 4 and mean_w[-1] < mean_w[0] < 0.51  # λ·w·TV pulls w down from 0.5
+
+    parted = tmp_path / "parted"
+    train(compose_small(parted, toy_tiny_dir, *tf, "trainer.max_steps=2"))
+    resumed = train(
+        compose_small(
+            parted,
+            toy_tiny_dir,
+            *tf,
+            "trainer.max_steps=4",
+            f"ckpt_path={parted / 'checkpoints' / 'last.ckpt'}",
+        )
+    )
+    a = load_file(Path(result["head_dir"]) / "head.safetensors")
+    b = load_file(Path(resumed["head_dir"]) / "head.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_teacher_forced_objective_refuses_an_adaptive_lambda_before_anything_loads(
+    tmp_path, toy_tiny_dir
+):
+    from diversed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="model.reg_mode=adaptive.*model.reg_mode=fixed"):
+        train(
+            compose_small(
+                tmp_path / "run", toy_tiny_dir, "model.objective=teacher_forced", "model.reg_mode=adaptive"
+            )
+        )
+
+
 def test_a_reward_the_task_does_not_compute_names_the_metrics_it_has(tmp_path, toy_tiny_dir):
     with pytest.raises(ValueError, match=r"model.reward='nonsense'.*\['exact_match'\]"):
         train(compose_small(tmp_path / "run", toy_tiny_dir, "model.reward=nonsense"))

@@ -40,7 +40,13 @@ fresh optimizer (the run's, at `teacher_forced_lr` if set) on the head alone min
 seed), with λ = `reg_scale` as it is (reg_mode=adaptive scales λ by a policy gradient the stage
 does not have). Its loss and mean w are logged as `teacher_forced/*` (at the stage's own steps) and to the
 console. The cached hidden states take rows × tokens × (both hidden sizes) floats of memory. Under
-DDP every process computes every row and takes the same steps (its gradients are not averaged)."""
+DDP every process computes every row and takes the same steps (its gradients are not averaged).
+
+`objective=teacher_forced` makes that loss the run's own: each of `trainer.max_steps` steps (the run's
+optimizer, schedule, clipping, validation, checkpoints and export, as REINFORCE's) takes
+`data.batch_size` cached rows drawn by the step's seeded generator; no rollout, no reward. The dense
+signal where a task's reward is mostly 0 over the few REINFORCE steps a CPU affords (there, λ alone
+moved w); `teacher_forced_steps` before it is allowed and adds nothing but steps."""
 
 from __future__ import annotations
 
@@ -99,6 +105,7 @@ class DiversedModule(PairModule):
         reward: str = "score",
         teacher_forced_steps: int = 0,
         teacher_forced_lr: float | None = None,
+        objective: str = "reinforce",
     ) -> None:
         super().__init__(optimizer, pair)
         self.save_hyperparameters(ignore=["head", "pair", "optimizer"])
@@ -107,6 +114,7 @@ class DiversedModule(PairModule):
         self.register_buffer("baseline_steps", torch.zeros((), dtype=torch.long))
         # not a buffer: checkpoints saved before the stage existed load strictly as they were
         self.teacher_forced_done = 0
+        self._teacher_forced_cache: list[dict[str, Tensor]] | None = None  # teacher_forced_cache()
 
     def trainable_parameters(self) -> Iterator[nn.Parameter]:
         return self.head.parameters()
@@ -155,6 +163,8 @@ class DiversedModule(PairModule):
         # after a resumed checkpoint is restored (on_fit_start may come before, e.g. under FSDP)
         if self.hparams.teacher_forced_steps and not self.teacher_forced_done:
             self.teacher_forced_stage()
+        if self.hparams.objective == "teacher_forced":
+            self.teacher_forced_cache()  # before the first step: its time is the run's start, not a step's
 
     def head_form(self) -> dict[str, Any]:
         """What the head's weights assume beyond their shapes (a checkpoint's shapes do not tell)."""
@@ -237,13 +247,42 @@ class DiversedModule(PairModule):
                 )
         return rows
 
+    def teacher_forced_cache(self) -> list[dict[str, Tensor]]:
+        """The train rows' cached features (`teacher_forced_rows`), computed once per run (a resumed run
+        computes them again: they are not in its checkpoint)."""
+        if self._teacher_forced_cache is None:
+            size = int(getattr(self.trainer.datamodule, "batch_size", 16))
+            self._teacher_forced_cache = self.teacher_forced_rows(
+                self.train_task, list(self.train_task), size
+            )
+        return self._teacher_forced_cache
+
+    def teacher_forced_batch(self, batch: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+        """`teacher_forced_loss` over cached rows `batch`, with grad through the head: loss, nll, reg,
+        and (detached) the mean w and the acceptance E_t[1 − w_t·TV_t] over their reference tokens."""
+        pad = {k: pad_sequence([r[k] for r in batch], batch_first=True).to(self.device) for k in batch[0]}
+        mask = pad_sequence([torch.ones(len(r["p_y"]), dtype=torch.bool) for r in batch], batch_first=True)
+        mask = mask.to(self.device)
+        w = self.head(pad["h_d"], pad["h_t"], features=pad.get("features")).float()
+        loss, nll, reg = teacher_forced_loss(
+            w, pad["p_y"], pad["q_y"], pad["tv"], mask, self.hparams.reg_scale
+        )
+        n = mask.sum().clamp_min(1)
+        return {
+            "loss": loss,
+            "nll": nll.detach(),
+            "reg": reg.detach(),
+            "mean_w": (w.detach() * mask).sum() / n,
+            "acceptance": 1 - (w.detach() * pad["tv"] * mask).sum() / n,
+        }
+
     def teacher_forced_stage(self) -> None:
         """`teacher_forced_steps` steps of a fresh optimizer on the head alone, minimising
         `teacher_forced_loss` over minibatches of the train rows' cached features."""
         hp = self.hparams
         data = self.trainer.datamodule
         size = int(getattr(data, "batch_size", 16))
-        rows = self.teacher_forced_rows(self.train_task, list(self.train_task), size)
+        rows = self.teacher_forced_cache()
         if not rows:
             log.warning("teacher-forced stage: no train row has a reference token; skipped")
             return
@@ -262,21 +301,14 @@ class DiversedModule(PairModule):
             if len(order) < take:
                 order += torch.randperm(len(rows), generator=gen).tolist()
             batch, order = [rows[i] for i in order[:take]], order[take:]
-            pad = {k: pad_sequence([r[k] for r in batch], batch_first=True).to(self.device) for k in batch[0]}
-            mask = pad_sequence(
-                [torch.ones(len(r["p_y"]), dtype=torch.bool) for r in batch], batch_first=True
-            )
-            mask = mask.to(self.device)
-            w = self.head(pad["h_d"], pad["h_t"], features=pad.get("features")).float()
-            loss, nll, reg = teacher_forced_loss(w, pad["p_y"], pad["q_y"], pad["tv"], mask, hp.reg_scale)
+            out = self.teacher_forced_batch(batch)
             # torch.autograd.grad, not backward: no gradient hooks fire (DDP's would average them)
-            for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+            for p, g in zip(params, torch.autograd.grad(out["loss"], params), strict=True):
                 p.grad = g
             opt.step()
             opt.zero_grad(set_to_none=True)
             self.check_finite_head(f"teacher-forced step {step + 1}")
-            loss, nll, reg = float(loss.detach()), float(nll.detach()), float(reg.detach())
-            mean_w = float((w.detach() * mask).sum() / mask.sum())
+            loss, nll, reg, mean_w = (float(out[k].detach()) for k in ("loss", "nll", "reg", "mean_w"))
             metrics = {
                 "teacher_forced/loss": loss,
                 "teacher_forced/nll": nll,
@@ -318,6 +350,8 @@ class DiversedModule(PairModule):
 
     def training_step(self, batch: list[dict], batch_idx: int) -> Tensor:
         hp = self.hparams
+        if hp.objective == "teacher_forced":
+            return self.teacher_forced_training_step()
         task = self.train_task
         examples = [e for e in batch for _ in range(hp.num_samples)]
         temperature = hp.temperature if hp.do_sample else 1.0
@@ -365,6 +399,25 @@ class DiversedModule(PairModule):
         )
         self.log("train/reward_avg", reward.mean(), prog_bar=True, batch_size=bs)
         return loss
+
+    def teacher_forced_training_step(self) -> Tensor:
+        """`model.objective=teacher_forced`: one step of the run's optimizer on `teacher_forced_loss`
+        over `data.batch_size` cached train rows, drawn by the step's seeded generator (`StepSeeds`:
+        a resumed run draws the same rows); the loader's batch only counts the step."""
+        rows = self.teacher_forced_cache()
+        if not rows:
+            raise ConfigError(
+                "model.objective=teacher_forced: no train row has a reference token (task.target is "
+                "empty for every row): use model.objective=reinforce, or rows with references"
+            )
+        take = min(int(getattr(self.trainer.datamodule, "batch_size", 16)), len(rows))
+        out = self.teacher_forced_batch([rows[i] for i in torch.randperm(len(rows))[:take].tolist()])
+        self.log_dict(
+            {f"train/{k}": v for k, v in out.items() if k != "loss"} | {"train/loss": out["loss"].detach()},
+            prog_bar=False,
+            batch_size=take,
+        )
+        return out["loss"]
 
     # --------------------------------------------------------------------- validation and export
 

@@ -19,6 +19,9 @@ Over a batch of completions ([B, T] per-token inputs, `mask` the completion's to
     loss = −mean_t log(w_t·p_t(y*_t) + (1 − w_t)·q_t(y*_t)) + λ·mean_t w_t·TV(p_t, q_t)
   (means over the batch's reference tokens): w rises where the target predicts the reference
   better than the draft, falls where the draft does, and λ pulls it down where they differ.
+  `OBJECTIVES`: what the run's own steps minimise (`model.objective`): `reinforce` (the paper's
+  policy gradient on the task reward), or `teacher_forced` (this loss: the reference's
+  log-likelihood under v, a dense signal where the task's reward is mostly 0 for a few noisy steps).
 
 The names are the settings' (`training/settings.py` reads them from here). It does not roll out, score or
 keep state (`train.py` does).
@@ -31,6 +34,7 @@ from torch import Tensor
 
 BASELINES = ("running", "group", "constant")
 REG_MODES = ("fixed", "adaptive")
+OBJECTIVES = ("reinforce", "teacher_forced")
 
 
 def advantage(

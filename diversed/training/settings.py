@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 from diversed.config.schema import NonNegativeInt, PositiveInt, Settings, Temperature, Weight
 from diversed.models.heads import FEATURES
 from diversed.tasks.settings import EntrySettings, TaskSettings
-from diversed.training.reinforce import BASELINES, REG_MODES
+from diversed.training.reinforce import BASELINES, OBJECTIVES, REG_MODES
 from diversed.training.schedules import LR_SCHEDULES
 from diversed.training.teacher import DIVERGENCES, ROLLOUTS
 
@@ -94,11 +94,17 @@ class ModelSettings(Settings):
     )
     teacher_forced_steps: NonNegativeInt = 0
     teacher_forced_lr: Annotated[float, Field(gt=0)] | None = None
+    objective: Literal[OBJECTIVES] = "reinforce"  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _group(self) -> ModelSettings:
-        if self.baseline == "group" and self.num_samples < 2:
+        if self.objective == "reinforce" and self.baseline == "group" and self.num_samples < 2:
             raise ValueError("model.baseline=group needs model.num_samples >= 2 completions per prompt")
+        if self.objective == "teacher_forced" and self.reg_mode == "adaptive":
+            raise ValueError(
+                "model.reg_mode=adaptive scales λ by the policy gradient, which model.objective="
+                "teacher_forced does not have: set model.reg_mode=fixed (λ = model.reg_scale)"
+            )
         return self
 
 
