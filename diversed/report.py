@@ -20,6 +20,8 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
     paired_T<t>.md/.csv       DIVERSED minus each row, paired by example (`compare.paired`): "better" /
                               "worse" only where the paired randomisation test's p, Holm-adjusted over
                               the table's tests, is below 0.05 (the caption gives their number)
+    heads_T<t>.md/.csv        every head of a cell (one per λ: DIVERSED's front), chosen on validation or
+                              not, against the static ensemble at its own mean w, paired likewise
     choices.csv               each knob family's choice on the validation run, with its non-inferiority test
     transfer_T<t>.md/.csv     Table 3: a head trained on task A evaluated on task B (the task a head was
                               trained on comes from its record, else from its head_config.json)
@@ -52,6 +54,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from diversed.analysis.compare import mean_over_seeds
+from diversed.analysis.compare import mean_over_seeds, setting_fields
 from diversed.analysis.drawing import has_interval, plot_pareto
 from diversed.analysis.figures import (
     Shown,
@@ -71,6 +74,7 @@ from diversed.analysis.figures import (
 from diversed.analysis.fronts import choose_on
 from diversed.analysis.tables import (
     front_table,
+    heads_table,
     outputs_table,
     paired_table,
     paper_table,
@@ -190,7 +194,7 @@ class Reading:
     selection: pd.DataFrame | None  # the validation records' seed means (paired: DIVERSED's own mean w)
     paper: bool
     select_split: str
-    n_seeds: int
+    paired_over: str  # the seeds a paired difference is over: "3 seed(s)", or each row's own
     how: str
     chosen: str
 
@@ -261,12 +265,25 @@ def _oracle_caption(r: Reading, _: pd.DataFrame) -> str:
     )
 
 
+def _heads_caption(r: Reading, diffs: pd.DataFrame) -> str:
+    return (
+        f"**Every head against the static ensemble at its own mean w (T = {r.t:g})**: each head of a cell "
+        "on its own task (one per λ where several were trained: DIVERSED's front), whether or not the "
+        "tables above show it (they show the head chosen on validation); its quality ×100 and "
+        "accepted/proposed % as in the main table; the static point nearest its mean w (read on the "
+        f"{r.select_split} rows where they have the head, else on the reported ones; none if none within "
+        f"0.05), and the differences from it paired by example over {r.paired_over}, 95 % bootstrap "
+        f"interval (unadjusted); {diffs.attrs['verdicts']}: p from a paired randomisation test, "
+        '"better" / "worse" only where its Holm-adjusted p < 0.05.'
+    )
+
+
 def _paired_caption(r: Reading, diffs: pd.DataFrame) -> str:
     return (
         f"**DIVERSED against each row (T = {r.t:g})**, and against the static ensemble at DIVERSED's "
         f"own mean w (read on the {r.select_split} rows where they have the head, else on the reported "
         "ones: the row that says whether a context-dependent w beats its constant level): paired by "
-        f"example over {r.n_seeds} seed(s), 95 % bootstrap interval of the difference (unadjusted); "
+        f"example over {r.paired_over}, 95 % bootstrap interval of the difference (unadjusted); "
         f"{diffs.attrs['verdicts']}: p from a paired randomisation test (A and B swapped within "
         'examples, 9999 draws), "better" / "worse" only where its Holm-adjusted p < 0.05. Rows '
         "marked (target's law) decode exactly as the target does: their differences from each "
@@ -306,15 +323,42 @@ TABLES = (
     TableSpec(
         "paired", lambda r: paired_table(r.test, r.d, r.t, r.choices, selection=r.selection), _paired_caption
     ),
+    TableSpec("heads", lambda r: heads_table(r.test, r.d, r.t, selection=r.selection), _heads_caption),
     TableSpec("fronts", lambda r: front_table(r.test, r.d, r.t, r.choices), _fronts_caption),
     TableSpec("transfer", lambda r: transfer_table(r.d, r.t, paper=r.paper), _transfer_caption),
 )
 
 
-def _how(seeds: Sequence[int]) -> str:
-    """How every cell is averaged, for the captions."""
+def _point_seeds(test: pd.DataFrame) -> Counter[tuple[int, ...]]:
+    """How many points (a setting across its seeds: `compare.setting_fields`) ran each set of seeds."""
+    fields = [f for f in setting_fields() if f in test]
+    if not len(test) or not fields:
+        return Counter()
+    sets = test.groupby(fields, dropna=False, sort=False)["seed"].agg(
+        lambda s: tuple(sorted({int(x) for x in s.dropna()}))
+    )
+    return Counter(sets.tolist())
+
+
+def _seeds_said(seeds: Sequence[int]) -> str:
+    return f"{len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))})"
+
+
+def _how(seeds: Sequence[int], per_point: Counter[tuple[int, ...]] | None = None) -> str:
+    """How every cell is averaged, for the captions: over the seeds every point ran, or, where points
+    ran different seeds (a run resumed with more seeds for some of them), over each point's own."""
+    if per_point and len(per_point) > 1:
+        parts = ", ".join(
+            f"{_seeds_said(s)} for {n} point{'s' * (n != 1)}"
+            for s, n in sorted(per_point.items(), key=lambda kv: (-len(kv[0]), kv[0]))
+        )
+        over = (
+            f"each point's own seeds ({parts} of the {sum(per_point.values())}: not every row ran every seed)"
+        )
+    else:
+        over = _seeds_said(seeds)
     return (
-        f"mean over {len(seeds)} seed{'s' * (len(seeds) != 1)} ({', '.join(map(str, seeds))}) "
+        f"mean over {over} "
         "and the examples, [95 % interval: bootstrap over examples, each with all its seeds; 0/1 scores: "
         "Wilson's at the effective sample size n·m/deff, deff the seeds' design effect]"
     )
@@ -410,10 +454,16 @@ def write_report(
         write_file(out / "choices.csv", choices.to_csv(index=False))
         written.append(out / "choices.csv")
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
+    per_point = _point_seeds(test)
     selection = mean_over_seeds(val, examples=False) if len(val) else None
-    how, chosen = _how(seeds), _chosen(choices, val, select_split, margin)
+    how, chosen = _how(seeds, per_point), _chosen(choices, val, select_split, margin)
+    paired_over = (
+        "each row's own seeds (an example's mean over them; not every row ran every seed)"
+        if len(per_point) > 1
+        else f"{len(seeds)} seed(s)"
+    )
     for t in sorted(d["temperature"].unique(), reverse=True):
-        reading = Reading(t, test, d, choices, selection, paper, select_split, len(seeds), how, chosen)
+        reading = Reading(t, test, d, choices, selection, paper, select_split, paired_over, how, chosen)
         for spec in TABLES:
             if (table := spec.build(reading)) is None:
                 continue

@@ -489,3 +489,97 @@ def test_published_numbers_match_the_paper_file():
     assert published.TABLES[(1.0, "llama8b_1b", "lossless", "gsm8k")] == (44.60, 67.0)
     assert published.TABLES[(0.1, "qwen3_8b_0p6b", "dynamic", "xsum")] == (71.22, 7.84)
     assert len(published.TABLES) == 2 * 2 * 3 * 3 and len(published.TRANSFER) == 12
+
+
+def test_a_caption_says_each_points_seeds_where_points_ran_different_ones():
+    """A run resumed with more seeds for some points: the captions say how many points ran which seeds,
+    never "mean over 3 seeds" for rows of one."""
+    from collections import Counter
+
+    import pandas as pd
+
+    from diversed.report import _how, _point_seeds
+
+    rows = [
+        {"pair": "p", "task": "t", "method": "autoregressive", "temperature": 1.0, "seed": s}
+        for s in (0, 1, 2)
+    ]
+    rows += [
+        {"pair": "p", "task": "t", "method": "static", "weight": w, "temperature": 1.0, "seed": 0}
+        for w in (0.5, 0.8)
+    ]
+    per_point = _point_seeds(pd.DataFrame(rows))
+    assert per_point == Counter({(0, 1, 2): 1, (0,): 2})
+    said = _how([0, 1, 2], per_point)
+    assert said.startswith(
+        "mean over each point's own seeds (3 seeds (0, 1, 2) for 1 point, 1 seed (0) for 2 points of the 3:"
+    )
+    one = _point_seeds(pd.DataFrame(rows[:1] + rows[3:]))  # every point ran seed 0 alone
+    assert one == Counter({(0,): 3}) and _how([0], one).startswith("mean over 1 seed (0) and the examples")
+
+
+def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_path):
+    """Two heads of one task (a λ sweep): the heads table pairs each against the static point nearest
+    its own mean w (w = 0.4 and 0.8 here), with the head's own cells, and the front table sets each
+    against the static front; one head per cell: no heads table."""
+    from diversed.analysis.tables import front_table, heads_table
+    from diversed.report import load_runs
+
+    store = ResultStore(tmp_path / "run")
+    heads = {}
+    for name, task in (("lam1", "alpha_task"), ("lam4", "alpha_task")):
+        heads[name] = tmp_path / "heads" / name / "head"
+        heads[name].mkdir(parents=True)
+        (heads[name] / "head_config.json").write_text(json.dumps({"task": task}))
+    points = [
+        ("static", {"weight": 0.4}, [1.0] * 10 + [0.0] * 10, 30),
+        ("static", {"weight": 0.8}, [1.0] * 14 + [0.0] * 6, 20),
+        ("dynamic", {"head": str(heads["lam1"]), "mean_w": 0.41}, [1.0] * 10 + [0.0] * 10, 34),
+        ("dynamic", {"head": str(heads["lam4"]), "mean_w": 0.79}, [1.0] * 20, 20),
+    ]
+    for method, extra, scores, accepted in points:
+        rec = _record(
+            "p1",
+            "alpha_task",
+            method,
+            1.0,
+            3,
+            score=float(np.mean(scores)),
+            acc=accepted / 40,
+            comparison_group="g",
+            **extra,
+        )
+        rec["n_examples"] = len(scores)
+        examples = [
+            {
+                "example_id": f"ex{i}",
+                "completion": "x",
+                "score": s,
+                "new_tokens": 4,
+                "accepted_drafts": accepted // 20,
+                "proposed_drafts": 2,
+            }
+            for i, s in enumerate(scores)
+        ]
+        store.write(rec, examples)
+    runs = load_runs([tmp_path / "run"])
+    table = heads_table(runs, with_times(mean_over_seeds(runs), runs), 1.0)
+    assert list(table.index.get_level_values("head")) == ["DIVERSED (lam1/head)", "DIVERSED (lam4/head)"]
+    row = table.loc[("p1", "3", "DIVERSED (lam4/head)")]
+    assert row[("alpha_task", "static at its mean w")].startswith(
+        "Static w=0.8 (DIVERSED's mean w on reported rows: 0.790)"
+    )
+    assert row[("alpha_task", "quality ×100")].startswith("100.00")
+    assert row[("alpha_task", "Δ quality ×100")].startswith("30.00 [")  # 20/20 against 14/20
+    low = table.loc[("p1", "3", "DIVERSED (lam1/head)")]
+    assert low[("alpha_task", "static at its mean w")].startswith("Static w=0.4")
+    assert low[("alpha_task", "Δ quality ×100")].startswith("0.00 [0.00, 0.00] no difference shown")
+    assert "Holm over 4 tests" in table.attrs["verdicts"]
+    # the front table takes every head too, each by its name
+    fronts = front_table(runs, with_times(mean_over_seeds(runs), runs), 1.0)
+    assert sorted(fronts.index.get_level_values(2)) == [
+        "DIVERSED (lam1/head) − static front (2 w)",
+        "DIVERSED (lam4/head) − static front (2 w)",
+    ]
+    one = runs[runs["head"].astype(str) != str(heads["lam4"])]
+    assert heads_table(one, with_times(mean_over_seeds(one), one), 1.0) is None

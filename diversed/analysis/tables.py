@@ -6,7 +6,9 @@
 its interval); `times_table` gives the same rows' times at batch 1 (seconds and tokens per sample,
 relative to autoregressive decoding per sample and per token); `paired_table` puts DIVERSED against
 every other row (`compare.paired`, verdicts by Holm over the table's randomisation tests);
-`transfer_table` is Table 3; `with_times` adds the time intervals over seeds (`times.times_over_seeds`).
+`heads_table` puts every head (one per λ: DIVERSED's front), chosen or not, against the static
+ensemble at its own mean w; `transfer_table` is Table 3; `with_times` adds the time intervals over
+seeds (`times.times_over_seeds`).
 Pure DataFrame functions apart from reading per-example rows: `report` writes the files.
 """
 
@@ -28,7 +30,7 @@ from diversed.analysis.compare import (
     verdict,
 )
 from diversed.analysis.fronts import best_at_quality, choice_field, choice_key, front_gap
-from diversed.sweep.methods import METHODS, exact_law
+from diversed.sweep.methods import METHODS, exact_law, head_label
 from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 
 # ----------------------------------------------------------------------------- cells
@@ -592,19 +594,93 @@ def _gap_cell(value: float, low: float, high: float, undefined: float) -> str:
 _FRONT_OF = ("pair", "task", "num_draft_tokens", "comparison_group", "settings_group")
 
 
+def heads_table(
+    records: pd.DataFrame, d: pd.DataFrame, temperature: float, selection: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """Every head of a cell (pair, task, N) on its own task, chosen on validation or not, against the
+    static ensemble at its own mean w (`_static_at_mean_w`), paired by example over the reported split's
+    records: index (pair, N, head), columns per task: its quality ×100 and accepted/proposed % with
+    their intervals, its mean w (on the selection split where it ran there), the static point, and the
+    two differences "Δ [95 % interval] verdict (Holm p)" with Holm over every test in the table. The
+    heads of a λ sweep trace DIVERSED's front; the main tables show only the head chosen on validation.
+    None where no cell has more than one head."""
+    at = d[np.isclose(d["temperature"].astype(float), temperature)]
+    at = at[(at["method"] != "dynamic") | at["head_task"].isna() | (at["head_task"] == at["task"])]
+    at = at.assign(pair_label=_pair_labels(at))
+    dyn = at[at["method"] == "dynamic"]
+    if "run_dir" not in records or not len(dyn):
+        return None
+    if dyn.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False).size().max() < 2:
+        return None
+    name = METHODS["dynamic"].row_name
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
+    tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []
+    for _, r in dyn.iterrows():
+        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({_head(r)})")
+        row = cells.setdefault(key, {})
+        task = r["task"]
+        for field, column in (("score", "quality ×100"), ("acceptance_rate", "accepted/proposed %")):
+            low, high = INTERVALS[field]
+            row[(task, column)] = _interval(r[field], r.get(low), r.get(high))
+        found = _static_at_mean_w(at, r, temperature, selection)
+        row[(task, "static at its mean w")] = "– (no static point within 0.05)" if found is None else found[1]
+        mine = per_example(_records_of(records, r))
+        if found is None or mine is None:
+            continue
+        theirs = per_example(_records_of(records, found[0]))
+        if theirs is None:
+            continue
+        for what, column in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
+            tests.append((key, (task, column), paired(mine, theirs, what, p_value=True)))
+    adjusted = holm([t[2]["p"] for t in tests])
+    for (key, column, res), p in zip(tests, adjusted, strict=True):
+        shown = "" if np.isnan(p) else f" (Holm p {p:.2g})"
+        cells[key][column] = (
+            f"{_interval(res['diff'], res['low'], res['high'])} {holm_verdict(res['diff'], p)}{shown}"
+        )
+    names = (
+        "quality ×100",
+        "accepted/proposed %",
+        "static at its mean w",
+        "Δ quality ×100",
+        "Δ accepted/proposed %",
+    )
+    tasks = list(dict.fromkeys(dyn["task"]))
+    columns = pd.MultiIndex.from_tuples([(t, n) for t in tasks for n in names], names=["task", "column"])
+    keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "head"])
+    table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
+    m = int(np.sum(~np.isnan(adjusted)))
+    table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
+    return table
+
+
+def _head(r: pd.Series) -> str:
+    """A head's short name in a row label (`methods.head_label`)."""
+    return head_label(r["head"])
+
+
+_HEAD_CELL = ("pair", "task", "num_draft_tokens", "comparison_group", "head")  # one head's row of a cell
+
+
 def front_table(
     records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
 ) -> pd.DataFrame | None:
     """Each speculative row of the table (`table_rows`: DIVERSED, each family at its chosen setting, the
-    fine-tuned draft) against the static ensemble's FRONT over every w run with the same pair, task, N and
-    comparison group (the paper's claim: DIVERSED lies above it), paired by example over the reported
-    split's records (`fronts.front_gap`): index (pair, N, row), columns (task, `FRONT_GAPS`), cells
-    "Δ [95 % interval] above / below / on the front". None where no static front of two or more
-    settings has a row to compare."""
+    fine-tuned draft), and every other head of a cell on its own task (one per λ: DIVERSED's front, the
+    tables showing the head chosen on validation), against the static ensemble's FRONT over every w run
+    with the same pair, task, N and comparison group (the paper's claim: DIVERSED lies above it),
+    paired by example over the reported split's records (`fronts.front_gap`): index (pair, N, row),
+    columns (task, `FRONT_GAPS`), cells "Δ [95 % interval] above / below / on the front". None where no
+    static front of two or more settings has a row to compare."""
     if "run_dir" not in records:
         return None
-    rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
+    rows = table_rows(d, temperature, choices)
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
+    heads = d[(d["method"] == "dynamic") & (d["head_task"].isna() | (d["head_task"] == d["task"]))]
+    shown = {tuple(r.get(f) for f in _HEAD_CELL) for _, r in rows[rows["method"] == "dynamic"].iterrows()}
+    others = [tuple(r.get(f) for f in _HEAD_CELL) not in shown for _, r in heads.iterrows()]
+    rows = pd.concat([rows, heads[others]], ignore_index=True).assign(pair_label=lambda x: _pair_labels(x))
     several = _several(rows)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     fronts: dict[tuple, list[pd.DataFrame] | None] = {}
