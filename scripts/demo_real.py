@@ -325,13 +325,47 @@ def sweep_args(
     ]
 
 
-def mean_w_of(run_dir: Path) -> float | None:
-    """The head's mean w over the tokens it weighed in a run (its dynamic points, mean over them), or
-    None where there is none."""
-    ws = [
-        r["mean_w"] for r in records(run_dir) if r.get("method") == "dynamic" and r.get("mean_w") is not None
-    ]
-    return sum(ws) / len(ws) if ws else None
+def head_dir(out: Path, task: str, objective: str, lam: float) -> Path:
+    """Where the pair demo trains its head for `task` with `objective` at λ = `lam`."""
+    return out / f"train_{task}" / f"{objective}_lam{lam:g}"
+
+
+def candidate_heads(out: Path, task: str) -> list[Path]:
+    """Every head exported under `out/train_<task>`: the ones this invocation trained and any an
+    earlier invocation did (its own `head`, or `<objective>_lam<λ>/head`): validation chooses among
+    them all."""
+    base = out / f"train_{task}"
+    found = [base / "head", *sorted(base.glob("*/head"))]
+    return [h for h in found if (h / "head_config.json").is_file()]
+
+
+def chosen_heads(
+    validation: Path, heads: list[Path], every: bool = False
+) -> dict[float, dict[str, float | None]]:
+    """Per temperature of the validation run, the head(s) chosen there (`fronts.choose_on`: the most
+    acceptance among heads non-inferior to autoregressive decoding, else the best-scoring; one per N),
+    each with its mean w there (over its N's): {T: {head: mean w}}. One head, or `every`: each head,
+    at every temperature it ran at."""
+    dyn = [r for r in records(validation) if r.get("method") == "dynamic" and r.get("head")]
+    picks: dict[float, list[str]] = {}
+    if len(heads) > 1 and not every:
+        from diversed.analysis.fronts import choose_on
+        from diversed.report import load_runs
+
+        choices = choose_on(load_runs([validation]))
+        for _, c in choices[choices["method"] == "dynamic"].iterrows():
+            picks.setdefault(float(c["temperature"]), []).append(str(c["value"]))
+    out: dict[float, dict[str, float | None]] = {}
+    for t in sorted({float(r["temperature"]) for r in dyn}, reverse=True):
+        out[t] = {}
+        for name in dict.fromkeys(picks.get(t) or [str(h) for h in heads]):
+            ws = [
+                r["mean_w"]
+                for r in dyn
+                if float(r["temperature"]) == t and r["head"] == name and r.get("mean_w") is not None
+            ]
+            out[t][name] = sum(ws) / len(ws) if ws else None
+    return out
 
 
 class StepTimes(dict):
@@ -396,21 +430,26 @@ class Clock:
 def pair_demo(args) -> None:
     """`--pair qwen25coder`: the paper's pipeline on a real pair whose draft its authors trained.
 
-    Per task (`--tasks`): a pilot point sizes everything; a head is trained (a teacher-forced stage on
-    the train references, then REINFORCE with the group baseline and a fixed λ); on `--val-examples`
-    validation rows (never trained on, never reported) the head's mean w is measured and each knob
-    family given several settings is swept; on `--n-examples` test rows, per temperature and N:
-    autoregressive decoding, lossless SD, the static front (`--weights` and the static ensemble at the
-    head's validation mean w: the paired comparison that says whether the context matters), DIVERSED
-    (its w at every token kept: the report's histogram) and the `--families` (lossy SD, a cascade,
-    typical acceptance), each at its setting chosen on the validation rows where it was given several,
-    at the temperatures `--families-at` names; `--ar-tasks`, decoded autoregressively alone (at
+    Per task (`--tasks`): a pilot point sizes everything; a head is trained per λ in `--lambdas`
+    (`--objective teacher_forced`, the default: the train references' log-likelihood under v plus λ
+    times the acceptance regulariser, every step; `reinforce`: a teacher-forced stage, then REINFORCE
+    with the group baseline); on `--val-examples` validation rows (never trained on, never reported)
+    every head trained into `--out` for the task, this invocation's and earlier ones', is decoded
+    beside autoregressive decoding, the head is chosen per temperature (`fronts.choose_on`: the most
+    acceptance non-inferior to autoregressive decoding, else the best score) and its mean w read, and
+    each knob family given several settings is swept; on `--n-examples` test rows, per temperature and
+    N: autoregressive decoding, lossless SD, the static front (`--weights` and the static ensemble at
+    the chosen head's validation mean w: the paired comparison that says whether the context matters),
+    the chosen head's DIVERSED (its w at every token kept: the report's histogram) and the
+    `--families` (lossy SD, a cascade, typical acceptance), each at its setting chosen on the
+    validation rows where it was given several, at the temperatures `--families-at` names, and with
+    `--distill` the fine-tuned draft (lossless SD with the draft distilled towards the target on the
+    task's train rows: configs/experiment/distill_qwen25coder.yaml, sized for 2 CPU cores: 64 rows,
+    30 steps, its last 6 of 24 layers trained); `--ar-tasks`, decoded autoregressively alone (at
     `--ar-temperatures`) before the heads; then the report, over every run directory under `--out`.
-    Each step resumes (a head trained is kept, a finished grid point skipped), and a budget too small
-    for one invocation can be spent in several into the same `--out` (tasks or temperatures apart):
-    each one's arguments are kept (`invocations.json`) and the docs say them all. The
-    fine-tuned-draft baseline needs a distilled 0.5B draft, which does not fit 2 CPU cores: on a
-    GPU, `python -m diversed.distill pair=qwen25coder ...` and `sweep.draft_models=[...]` add it."""
+    Each step resumes (a head or a draft trained is kept, a finished grid point skipped), and a budget
+    too small for one invocation can be spent in several into the same `--out` (tasks or temperatures
+    apart): each one's arguments are kept (`invocations.json`) and the docs say them all."""
     from diversed.models.gguf import check_member
 
     check_member("shipped:qwen25coder_1p5b", "target")  # fetched? (make real-setup), before any work
@@ -425,6 +464,7 @@ def pair_demo(args) -> None:
     invocations = Invocations(out / "invocations.json")
     invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks])  # said once it ends
     ran: dict[str, list[str]] = {"tasks": [], "ar": []}  # what this invocation ran (the budget may skip)
+    chose: dict[str, dict[float, dict[str, float | None]]] = {}  # per task, T: the head chosen, its mean w
     temps, ns = args.temperatures, args.draft_lengths
 
     def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:
@@ -470,15 +510,22 @@ def pair_demo(args) -> None:
     )
     per = {r["method"]: r["scored_wall_time_s"] / max(1, r["n_examples"]) for r in records(pilot)}
     ar_s, sd_s = per.get("autoregressive", 60.0), per.get("lossless", 60.0)
-    # points per task: validation (families + head) and test (AR, then per T and N the rest)
+    # points per task: validation (families + a head per λ, AR where something is chosen) and test (AR,
+    # then per T and N the rest)
     several = sum(len(v) for v in (args.lenience, args.cascade_alphas, args.typical_epsilons) if len(v) > 1)
-    val_points = len(temps) * (len(ns) * (1 + several) + (1 if several else 0))
+    n_heads = len(args.lambdas)
+    val_points = len(temps) * (len(ns) * (n_heads + several) + (1 if several or n_heads > 1 else 0))
     family_temps = [t for t in temps if args.families_at is None or t in args.families_at]
-    test_points = len(temps) * (1 + len(ns) * (len(args.weights) + 3)) + len(family_temps) * len(ns) * len(
-        args.families
-    )
-    train_s = 60 * args.train_min
-    val_s = args.seeds * sd_s * val_points * args.val_examples
+    # per T: AR, and per N lossless, the static front (+ the head's mean w), DIVERSED (+ the distilled draft)
+    front_temps = [t for t in temps if args.front_at is None or t in args.front_at]
+    test_points = sum(  # per head tested: DIVERSED and the static ensemble at its mean w
+        1 + len(ns) * (1 + len(args.weights) + 2 * (n_heads if t in front_temps else 1) + args.distill)
+        for t in temps
+    ) + len(family_temps) * len(ns) * len(args.families)
+    # at most (a head or a draft already trained is kept)
+    train_s = 60 * (args.train_min * n_heads + args.distill * args.distill_min)
+    val_seeds = args.val_seeds or args.seeds
+    val_s = val_seeds * sd_s * val_points * args.val_examples
     # a test row costs one autoregressive decode per temperature and a speculative one per other point
     row_s = args.seeds * (len(temps) * ar_s + (test_points - len(temps)) * sd_s)
     per_task = lambda n: train_s + val_s + row_s * n  # noqa: E731
@@ -524,38 +571,75 @@ def pair_demo(args) -> None:
             print(f"\n(skipped {task}: {clock.left() / 60:.0f} min of the budget left)")
             continue
         ran["tasks"].append(task)
-        # 3. the head: teacher-forced stage, then REINFORCE (configs/experiment/qwen25coder.yaml)
-        head = out / f"train_{task}" / "head"
-        if not (head / "head_config.json").is_file():
-            clock.say(f"train a head on {task}", train_s)
+        # 3. the heads, one per λ (configs/experiment/qwen25coder.yaml; --objective): each found is kept
+        for lam in args.lambdas:
+            hdir = head_dir(out, task, args.objective, lam)
+            if (hdir / "head" / "head_config.json").is_file():
+                continue
+            clock.say(f"train a head on {task} (λ = {lam:g})", 60 * args.train_min)
+            steps = (
+                [  # the reference's loss on cached rows is the run's objective: every step, no rollout
+                    f"trainer.max_steps={args.teacher_forced_steps}",
+                    f"trainer.val_check_interval={args.teacher_forced_steps}",
+                    "model.teacher_forced_steps=0",
+                    "model.optimizer.lr=${model.teacher_forced_lr}",
+                ]
+                if args.objective == "teacher_forced"
+                else [  # a teacher-forced stage, then REINFORCE
+                    f"trainer.max_steps={args.train_steps}",
+                    f"trainer.val_check_interval={args.train_steps}",
+                    f"model.teacher_forced_steps={args.teacher_forced_steps}",
+                ]
+            )
             took.add(
                 f"train {task}",
                 run(
-                    f"3. train a DIVERSED head on {task} train rows",
+                    f"3. train a DIVERSED head on {task} train rows ({args.objective}, λ = {lam:g})",
                     "-m",
                     "diversed.train",
                     "+experiment=qwen25coder",
                     f"task={task}",
                     *data_overrides(task, args.data),
                     "logger=csv",
-                    f"hydra.run.dir={out / f'train_{task}'}",
+                    f"hydra.run.dir={hdir}",
                     "trainer.enable_progress_bar=false",
-                    f"trainer.max_steps={args.train_steps}",
-                    f"trainer.val_check_interval={args.train_steps}",
+                    *steps,
                     f"data.n_train={args.train_rows}",
                     f"data.n_val={args.train_val_rows}",
-                    f"model.teacher_forced_steps={args.teacher_forced_steps}",
+                    f"model.objective={args.objective}",
+                    f"model.reg_scale={lam:g}",
                     *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
                     f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
                     limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
                 ),
             )
-        if not (head / "head_config.json").is_file():
+        # 3b. the fine-tuned draft (--distill): the 0.5B draft distilled towards the target on the task
+        draft = out / f"distill_{task}" / "draft"
+        if args.distill and not (draft / "config.json").is_file():
+            clock.say(f"distil the draft on {task}", 60 * args.distill_min)
+            took.add(
+                f"distill {task}",
+                run(
+                    f"3b. distil the draft towards the target on {task} train rows (the fine-tuned draft)",
+                    "-m",
+                    "diversed.distill",
+                    "+experiment=distill_qwen25coder",
+                    f"task={task}",
+                    *data_overrides(task, args.data),
+                    "logger=csv",
+                    f"hydra.run.dir={draft.parent}",
+                    "trainer.enable_progress_bar=false",
+                    *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
+                    limit_s=max(60.0, min(60 * args.distill_min * 1.5, clock.left() - 60)),
+                ),
+            )
+        drafts = [str(draft)] if args.distill and (draft / "config.json").is_file() else []
+        heads = candidate_heads(out, task)
+        if not heads:
             print(f"(no head for {task}: its training did not finish; DIVERSED rows are missing)")
-        # 4. validation rows: the head's mean w there, and each knob family given more than one setting
-        # (chosen there: the most acceptance non-inferior to autoregressive decoding)
+        # 4. validation rows: each head's mean w there and the head chosen (λ, objective), and each knob
+        # family given more than one setting (chosen there: the most acceptance non-inferior to AR)
         validation = out / f"validation_{task}"
-        heads = [f"sweep.heads=[{head}]"] if (head / "head_config.json").is_file() else []
         grid_ = {
             "weights": list(args.weights),
             "lenience": list(args.lenience),
@@ -566,47 +650,64 @@ def pair_demo(args) -> None:
         family = {m: k for m, k in family.items() if m in args.families}
         to_choose = [m for m, k in family.items() if len(grid_[k]) > 1]
         val_methods = [
-            *(["autoregressive", *to_choose] if to_choose else []),
+            *(["autoregressive"] if to_choose or len(heads) > 1 else []),
+            *to_choose,
             *(["dynamic"] if heads else []),
         ]
         if val_methods:
-            clock.say(f"{task}: validation sweep", args.seeds * sd_s * val_points * args.val_examples)
+            clock.say(f"{task}: validation sweep", val_s)
             took.add(
                 f"validation {task}",
                 run(
-                    f"4. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows",
-                    *common(task, validation, temps),
+                    f"4. {task}: {', '.join(val_methods)} on {args.val_examples} validation rows"
+                    + (f" ({len(heads)} heads)" if len(heads) > 1 else ""),
+                    *[a for a in common(task, validation, temps) if not a.startswith("sweep.num_seeds")],
+                    f"sweep.num_seeds={val_seeds}",
                     "task.split=validation",
                     f"task.n_examples={args.val_examples}",
                     f"sweep.methods=[{','.join(val_methods)}]",
-                    *heads,
+                    *([f"sweep.heads=[{','.join(map(str, heads))}]"] if heads else []),
                     *knob_args(grid_),
                     limit_s=max(60.0, clock.left() - 60),
                 ),
             )
-        # 5. test rows: the static front and the static ensemble at the head's validation mean w
-        mean_w = mean_w_of(validation)
-        front = sorted({*args.weights, *([round(mean_w, 2)] if mean_w is not None else [])})
-        chosen = chosen_grid(validation, {**grid_, "weights": front}) if to_choose else dict(grid_)
-        chosen["weights"] = front  # the whole static front, not one chosen point
+        picked = chosen_heads(validation, heads) if heads else {}
+        every = chosen_heads(validation, heads, every=True) if heads else {}
+        chose[task] = picked
+        chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)
+        # 5. test rows, per temperature: the chosen head, the static front (--weights and the static
+        # ensemble at that head's validation mean w: the paired comparison that says whether the context
+        # matters), then the knob families at theirs (--families-at): one run directory, so each call
+        # adds its points to the others' (and a rerun resumes them all)
         test = out / f"sweep_{task}"
         clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
-        core = ["autoregressive", "lossless", "static", *(["dynamic"] if heads else [])]
-        # every method at every temperature, then the knob families at theirs (--families-at): one
-        # run directory, so the second call adds its points to the first's (and a rerun resumes both)
-        calls = [(core, temps), (list(args.families), family_temps)]
-        for i, (methods, at) in enumerate(c for c in calls if c[0] and c[1]):
+        calls = []
+        for t in temps:  # at --front-at, every head (DIVERSED's front over λ); elsewhere the chosen one
+            at = (every if args.front_at is None or t in args.front_at else picked).get(float(t), {})
+            front = sorted({*args.weights, *(round(w, 2) for w in at.values() if w is not None)})
+            methods = ["autoregressive", "lossless", *(["finetuned_draft"] if drafts else [])]
+            methods += ["static", *(["dynamic"] if at else [])]
+            calls.append((methods, [t], list(at), front))
+        if args.families and family_temps:
+            calls.append((list(args.families), family_temps, [], list(args.weights)))
+        for i, (methods, at, use, front) in enumerate(calls):
             took.add(
                 f"sweep {task}",
                 run(
-                    f"5{'ab'[i]}. {task}: {', '.join(methods)} at T = {', '.join(f'{x:g}' for x in at)} on "
-                    f"{n_examples} test rows (static front w = {front}; the head's validation mean w "
-                    f"{mean_w if mean_w is None else round(mean_w, 2)})",
+                    f"5{'abcdefgh'[i % 8]}. {task}: {', '.join(methods)} at T = "
+                    f"{', '.join(f'{x:g}' for x in at)} "
+                    f"on {n_examples} test rows"
+                    + (
+                        f" (static front w = {front}: --weights and each head's validation mean w)"
+                        if use
+                        else ""
+                    ),
                     *common(task, test, at),
                     f"task.n_examples={n_examples}",
                     f"sweep.methods=[{','.join(methods)}]",
-                    *heads,
-                    *knob_args(chosen),
+                    *([f"sweep.heads=[{','.join(use)}]"] if use else []),
+                    *([f"sweep.draft_models=[{','.join(drafts)}]"] if "finetuned_draft" in methods else []),
+                    *knob_args({**chosen, "weights": front}),
                     "sweep.token_w=true",
                     limit_s=max(60.0, clock.left() - 60),
                 ),
@@ -619,12 +720,35 @@ def pair_demo(args) -> None:
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")
     said = (
-        f"tasks {', '.join(ran['tasks']) or 'none'}; per task a head ({args.teacher_forced_steps} "
-        f"teacher-forced steps on {args.train_rows} train rows, then {args.train_steps} REINFORCE "
-        "steps), its mean w (and the setting of each knob family given several) read on "
-        f"{args.val_examples} validation rows, {n_examples} test rows per grid point, T in "
+        f"tasks {', '.join(ran['tasks']) or 'none'}; per task a head per λ in "
+        f"{', '.join(f'{lam:g}' for lam in args.lambdas)} ("
+        + (
+            f"{args.teacher_forced_steps} steps of the teacher-forced objective"
+            if args.objective == "teacher_forced"
+            else f"{args.teacher_forced_steps} teacher-forced steps, then {args.train_steps} REINFORCE steps"
+        )
+        + f" on {args.train_rows} train rows), "
+        + (
+            "the fine-tuned draft (the draft distilled on the task's train rows, "
+            "configs/experiment/distill_qwen25coder.yaml), "
+            if args.distill
+            else ""
+        )
+        + "each head's mean w (and the setting of each knob family "
+        f"given several) read on {args.val_examples} validation rows, "
+        + "".join(
+            f"the head chosen there for {task} at T = {t:g}: "
+            + ", ".join(
+                f"{Path(h).parent.name} (mean w {w if w is None else f'{w:.3f}'})" for h, w in hs.items()
+            )
+            + "; "
+            for task, per_t in chose.items()
+            for t, hs in per_t.items()
+        )
+        + f"{n_examples} test rows per grid point, T in "
         f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, the static front at w in "
-        f"{', '.join(f'{w:g}' for w in args.weights)} and the head's validation mean w, "
+        f"{', '.join(f'{w:g}' for w in args.weights)} and each tested head's validation mean w, every "
+        f"head tested at T in {', '.join(f'{t:g}' for t in front_temps)} (the chosen one elsewhere), "
         + (
             f"{', '.join(args.families)} at T in {', '.join(f'{t:g}' for t in family_temps)}, "
             if args.families and family_temps
@@ -636,7 +760,9 @@ def pair_demo(args) -> None:
             if ran["ar"]
             else ""
         )
-        + f"{args.seeds} seed(s), batch {args.batch_size}, at most {args.max_new_tokens} new tokens"
+        + f"{args.seeds} seed(s)"
+        + (f" ({val_seeds} on the validation rows)" if val_seeds != args.seeds else "")
+        + f", batch {args.batch_size}, at most {args.max_new_tokens} new tokens"
     )
     runs = invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks], said)
     if args.docs:
@@ -804,10 +930,56 @@ def main() -> None:
     )
     pair.add_argument("--train-min", type=float, default=20.0, help="qwen25coder: minutes allowed per head")
     pair.add_argument(
+        "--objective",
+        default="teacher_forced",
+        choices=("teacher_forced", "reinforce"),
+        help="qwen25coder: the heads' model.objective: teacher_forced (--teacher-forced-steps steps on the "
+        "train references' log-likelihood under v, no rollout: what learns on a CPU budget) or reinforce "
+        "(that many teacher-forced steps, then --train-steps REINFORCE steps on the task reward)",
+    )
+    pair.add_argument(
+        "--front-at",
+        nargs="+",
+        type=float,
+        default=None,
+        help="qwen25coder: the temperatures at which every head (one per λ, and earlier invocations') is "
+        "decoded on the test rows, each beside the static ensemble at its own validation mean w: "
+        "DIVERSED's front (default: every one); elsewhere only the head chosen on the validation rows",
+    )
+    pair.add_argument(
+        "--val-seeds",
+        type=int,
+        default=None,
+        help="qwen25coder: seeds per validation point (default: --seeds); a rerun with more --seeds "
+        "for the test rows keeps the choices made on the validation rows as they were",
+    )
+    pair.add_argument(
+        "--distill",
+        action="store_true",
+        help="qwen25coder: the fine-tuned-draft baseline: the 0.5B draft distilled towards the target on "
+        "each task's train rows (configs/experiment/distill_qwen25coder.yaml), lossless SD with it",
+    )
+    pair.add_argument(
+        "--distill-min", type=float, default=20.0, help="qwen25coder: minutes allowed per distillation"
+    )
+    pair.add_argument(
+        "--lambdas",
+        nargs="+",
+        type=float,
+        default=[0.5, 1.0, 2.0],
+        help="qwen25coder: a head per λ (model.reg_scale), chosen on the validation rows with every head "
+        "an earlier invocation trained into --out",
+    )
+    pair.add_argument(
         "--gpu", action="store_true", help="qwen25coder: train the heads on the GPU (evaluate finds it)"
     )
     args = parser.parse_args()
     args.out = args.out or ("outputs/demo_real_qwen" if args.pair == "qwen25coder" else "outputs/demo_real")
+    if args.front_at and set(args.front_at) - set(args.temperatures):
+        parser.error(
+            f"--front-at {' '.join(f'{t:g}' for t in args.front_at)}: each must be one of "
+            f"--temperatures {' '.join(f'{t:g}' for t in args.temperatures)}"
+        )
     if args.families_at and set(args.families_at) - set(args.temperatures):
         parser.error(
             f"--families-at {' '.join(f'{t:g}' for t in args.families_at)}: each must be one of "

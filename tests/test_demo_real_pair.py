@@ -35,15 +35,24 @@ def fake(demo, monkeypatch, tmp_path):  # noqa: F811
             head = Path(_value(argv, "hydra.run.dir")) / "head"
             head.mkdir(parents=True)
             (head / "head_config.json").write_text("{}")
+        elif module == "diversed.distill":
+            draft = Path(_value(argv, "hydra.run.dir")) / "draft"
+            draft.mkdir(parents=True)
+            (draft / "config.json").write_text("{}")
         elif module == "diversed.evaluate":
             run_dir = Path(_value(argv, "hydra.run.dir"))
             run_dir.mkdir(parents=True, exist_ok=True)
             n = int(_value(argv, "task.n_examples"))
             methods = _value(argv, "sweep.methods").strip("[]").split(",")
+            temps = [float(t) for t in _value(argv, "sweep.temperatures").strip("[]").split(",")]
+            heads = (_value(argv, "sweep.heads") or "[]").strip("[]").split(",")
             with (run_dir / "results.jsonl").open("a") as f:
                 for m in methods:
-                    rec = {"method": m, "n_examples": n, "scored_wall_time_s": 2.0 * n, "mean_w": 0.8}
-                    f.write(json.dumps(rec) + "\n")
+                    for t in temps:
+                        for i, h in enumerate(heads if m == "dynamic" else [None]):
+                            rec = {"method": m, "n_examples": n, "scored_wall_time_s": 2.0 * n}
+                            rec |= {"temperature": t, "head": h, "mean_w": 0.8 - 0.1 * i}
+                            f.write(json.dumps(rec) + "\n")
         elif module == "diversed.report":
             out = Path(argv[argv.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +75,7 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
     out = tmp_path / "out"
     common = ["--pair", "qwen25coder", "--out", str(out), "--draft-lengths", "5", "--weights", "0.5"]
     common += ["--pilot", "4", "--n-examples", "4", "--budget-min", "600", "--docs", str(tmp_path / "docs")]
-    common += ["--page", str(page)]
+    common += ["--page", str(page), "--lambdas", "4"]
     first = ["--tasks", "mbpp", "--temperatures", "1", "0.1", "--families", "lossy", "typical"]
     first += ["--families-at", "1", "--ar-tasks", "xsum"]
     _main(demo, monkeypatch, [*common, *first])
@@ -78,13 +87,21 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
         ("diversed.evaluate", "xsum", "[autoregressive]", "[1,0.1]"),  # AR alone, before the heads
         ("diversed.train", "mbpp", None, None),
         ("diversed.evaluate", "mbpp", "[dynamic]", "[1,0.1]"),  # the head's mean w on validation rows
-        ("diversed.evaluate", "mbpp", "[autoregressive,lossless,static,dynamic]", "[1,0.1]"),
+        ("diversed.evaluate", "mbpp", "[autoregressive,lossless,static,dynamic]", "[1]"),
+        ("diversed.evaluate", "mbpp", "[autoregressive,lossless,static,dynamic]", "[0.1]"),
         ("diversed.evaluate", "mbpp", "[lossy,typical]", "[1]"),  # the families at --families-at only
         ("diversed.report", None, None, None),
     ]
-    assert _value(calls[4], "hydra.run.dir") == _value(calls[5], "hydra.run.dir")  # one run: resumed
+    train = calls[2]  # the teacher-forced objective at λ = 4, its steps the run's own
+    head = out / "train_mbpp" / "teacher_forced_lam4"
+    assert _value(train, "hydra.run.dir") == str(head) and _value(train, "model.reg_scale") == "4"
+    assert (
+        _value(train, "model.objective") == "teacher_forced" and _value(train, "trainer.max_steps") == "200"
+    )
+    assert len({_value(c, "hydra.run.dir") for c in calls[4:7]}) == 1  # one run: resumed
     # the static front: --weights and the head's validation mean w, on the test rows
     assert _value(calls[4], "sweep.weights") == "[0.5,0.8]" and _value(calls[4], "task.split") is None
+    assert _value(calls[4], "sweep.heads") == f"[{head / 'head'}]"
     assert _value(calls[3], "task.split") == "validation"
 
     # a second invocation into the same --out: its task, and AR alone at its own temperature; another
@@ -127,3 +144,71 @@ def test_families_at_a_temperature_not_run_is_refused_before_anything_runs(demo,
     with pytest.raises(SystemExit) as e:
         _main(demo, monkeypatch, argv)
     assert e.value.code == 2 and not calls and not (tmp_path / "out").exists()
+
+
+def test_the_head_is_chosen_per_temperature_on_validation_among_every_head_trained(
+    demo,  # noqa: F811
+    fake,
+    tmp_path,
+    monkeypatch,
+):
+    """Two λ and a head an earlier invocation trained: validation decodes all three and autoregressive
+    decoding (one seed: --val-seeds); the test sweep at --front-at takes every head, elsewhere the head
+    chosen there (choose_on), each with the static ensemble at its validation mean w on the front; the
+    fine-tuned draft beside lossless SD; the docs name the choice."""
+    import pandas as pd
+
+    import diversed.analysis.fronts as fronts
+    import diversed.report as report
+
+    calls, page = fake
+    out = tmp_path / "out"
+    earlier = out / "train_mbpp" / "head"
+    earlier.mkdir(parents=True)
+    (earlier / "head_config.json").write_text("{}")
+    lam16 = out / "train_mbpp" / "teacher_forced_lam16" / "head"
+    picked = {1.0: str(lam16), 0.1: str(earlier)}
+    monkeypatch.setattr(report, "load_runs", lambda dirs: pd.DataFrame())
+    monkeypatch.setattr(
+        fronts,
+        "choose_on",
+        lambda runs: pd.DataFrame(
+            [{"method": "dynamic", "temperature": t, "value": h} for t, h in picked.items()]
+        ),
+    )
+    argv = ["--pair", "qwen25coder", "--out", str(out), "--draft-lengths", "5", "--weights", "0.5"]
+    argv += ["--pilot", "4", "--n-examples", "4", "--budget-min", "600", "--docs", str(tmp_path / "docs")]
+    argv += ["--page", str(page), "--tasks", "mbpp", "--families", "--lambdas", "1", "16", "--distill"]
+    argv += ["--seeds", "3", "--val-seeds", "1", "--front-at", "1"]
+    _main(demo, monkeypatch, argv)
+    trained = [
+        (a[1], _value(a, "hydra.run.dir")) for a in calls if a[1] in ("diversed.train", "diversed.distill")
+    ]
+    assert trained == [
+        *(("diversed.train", str(out / "train_mbpp" / f"teacher_forced_lam{x}")) for x in (1, 16)),
+        ("diversed.distill", str(out / "distill_mbpp")),  # the fine-tuned draft, before validation
+    ]
+    validation = next(a for a in calls if _value(a, "task.split") == "validation")
+    assert _value(validation, "sweep.methods") == "[autoregressive,dynamic]"
+    assert _value(validation, "sweep.num_seeds") == "1"  # --val-seeds: the test rows' 3 do not apply
+    heads = _value(validation, "sweep.heads").strip("[]").split(",")
+    assert heads == [str(earlier), str(lam16.parent.parent / "teacher_forced_lam1" / "head"), str(lam16)]
+    tests = [a for a in calls if a[1] == "diversed.evaluate" and "sweep_mbpp" in _value(a, "hydra.run.dir")]
+    by_t = {_value(a, "sweep.temperatures"): a for a in tests if _value(a, "sweep.heads")}
+    # --front-at 1: every head at T = 1, each beside the static ensemble at its own mean w (fake: 0.8,
+    # 0.7, 0.6); at T = 0.1 the head chosen there
+    assert _value(by_t["[1]"], "sweep.heads") == f"[{','.join(heads)}]"
+    assert _value(by_t["[1]"], "sweep.weights") == "[0.5,0.6,0.7,0.8]"
+    for a in by_t.values():  # lossless SD with the distilled draft beside the pair's own
+        assert _value(a, "sweep.methods") == "[autoregressive,lossless,finetuned_draft,static,dynamic]"
+        assert _value(a, "sweep.draft_models") == f"[{out / 'distill_mbpp' / 'draft'}]"
+        assert _value(a, "sweep.num_seeds") == "3"
+    assert (
+        _value(by_t["[0.1]"], "sweep.heads") == f"[{earlier}]"
+        and _value(by_t["[0.1]"], "sweep.weights") == "[0.5,0.8]"
+    )
+    said = page.read_text()
+    assert "the head chosen there for mbpp at T = 1: teacher_forced_lam16 (mean w 0.600)" in said
+    assert "for mbpp at T = 0.1: train_mbpp (mean w 0.800)" in said
+    assert "the fine-tuned draft (the draft distilled on the task's train rows" in said
+    assert "3 seed(s) (1 on the validation rows), batch 8" in said

@@ -152,7 +152,9 @@ def test_every_number_in_the_pair_demo_section_comes_from_its_report():
         "pair-demo",
         "scripts/demo_real.py --pair qwen25coder --docs docs",
     )
-    assert "qwen25coder" in section and "Static w=0.55 (DIVERSED's mean w on validation rows: 0.540)" in section
+    assert (
+        "qwen25coder" in section and "Static w=0.55 (DIVERSED's mean w on validation rows: 0.540)" in section
+    )
     assert "at cap %" in section and "in 2 invocations" in section  # the cap column, every invocation said
 
 
@@ -268,17 +270,19 @@ def test_fill_readme_replaces_only_the_marked_section(tmp_path):
         demo.fill_readme(readme, "x")
 
 
-def test_the_pair_demo_reads_the_heads_mean_w_from_its_dynamic_points(tmp_path):
+def test_the_pair_demo_reads_each_heads_mean_w_per_temperature_from_its_dynamic_points(tmp_path):
     demo = _demo("demo_real")
-    assert demo.mean_w_of(tmp_path) is None  # no run yet
+    assert demo.chosen_heads(tmp_path, [Path("h")]) == {}  # no run yet
     lines = [
-        {"method": "dynamic", "mean_w": 0.4},
-        {"method": "static", "mean_w": 0.9},  # another method's w is not the head's
-        {"method": "dynamic", "mean_w": 0.6},
-        {"method": "dynamic", "mean_w": None},
+        {"method": "dynamic", "head": "h", "temperature": 1.0, "mean_w": 0.4},
+        {"method": "static", "head": None, "temperature": 1.0, "mean_w": 0.9},  # not the head's w
+        {"method": "dynamic", "head": "h", "temperature": 1.0, "mean_w": 0.6},  # another N
+        {"method": "dynamic", "head": "h", "temperature": 0.1, "mean_w": 0.2},
+        {"method": "dynamic", "head": "h", "temperature": 0.1, "mean_w": None},
     ]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    assert demo.mean_w_of(tmp_path) == pytest.approx(0.5)
+    got = demo.chosen_heads(tmp_path, [Path("h")])
+    assert list(got) == [1.0, 0.1] and got[1.0] == {"h": pytest.approx(0.5)} and got[0.1] == {"h": 0.2}
 
 
 def test_two_builds_give_each_cell_the_hull_of_their_intervals():
