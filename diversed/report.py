@@ -453,16 +453,17 @@ def write_report(
     if choices is not None and len(choices):
         write_file(out / "choices.csv", choices.to_csv(index=False))
         written.append(out / "choices.csv")
-    seeds = sorted(int(s) for s in test["seed"].dropna().unique())
-    per_point = _point_seeds(test)
     selection = mean_over_seeds(val, examples=False) if len(val) else None
-    how, chosen = _how(seeds, per_point), _chosen(choices, val, select_split, margin)
-    paired_over = (
-        "each row's own seeds (an example's mean over them; not every row ran every seed)"
-        if len(per_point) > 1
-        else f"{len(seeds)} seed(s)"
-    )
+    chosen = _chosen(choices, val, select_split, margin)
     for t in sorted(d["temperature"].unique(), reverse=True):
+        at = test[np.isclose(test["temperature"].astype(float), float(t))]  # a table's own points
+        seeds, per_point = sorted(int(s) for s in at["seed"].dropna().unique()), _point_seeds(at)
+        paired_over = (
+            "each row's own seeds (an example's mean over them; not every row ran every seed)"
+            if len(per_point) > 1
+            else f"{len(seeds)} seed(s)"
+        )
+        how = _how(seeds, per_point)
         reading = Reading(t, test, d, choices, selection, paper, select_split, paired_over, how, chosen)
         for spec in TABLES:
             if (table := spec.build(reading)) is None:

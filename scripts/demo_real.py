@@ -46,11 +46,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from demo import fill_readme
 
@@ -76,7 +78,7 @@ def run(title: str, *argv: str, eta_s: float | None = None, limit_s: float | Non
     """Run `python argv...` (its output shown); with `limit_s`, stop it after that many seconds (an
     evaluate run keeps every grid point it finished; re-running resumes). Its seconds."""
     eta = f" (estimate {eta_s / 60:.1f} min)" if eta_s else ""
-    print(f"\n=== {title}{eta}\n$ python {' '.join(argv)}", flush=True)
+    print(f"\n=== {title}{eta}\n$ python {shlex.join(argv)}", flush=True)  # as a shell would take it
     start = time.perf_counter()
     try:
         subprocess.run([sys.executable, *argv], check=True, timeout=limit_s)
@@ -339,33 +341,78 @@ def candidate_heads(out: Path, task: str) -> list[Path]:
     return [h for h in found if (h / "head_config.json").is_file()]
 
 
+class Tested(NamedTuple):
+    """The heads a temperature's test sweep decodes, each with its validation mean w (None: not read
+    there), and how they were picked: "chosen" (on the validation rows), "only" (one head), "every"
+    (--front-at), "unchosen" (several heads and no choice made: every one), "unread" (the validation
+    run has no head at that temperature: every one, no mean w)."""
+
+    heads: dict[str, float | None]
+    how: str
+
+
 def chosen_heads(
-    validation: Path, heads: list[Path], every: bool = False
-) -> dict[float, dict[str, float | None]]:
-    """Per temperature of the validation run, the head(s) chosen there (`fronts.choose_on`: the most
-    acceptance among heads non-inferior to autoregressive decoding, else the best-scoring; one per N),
-    each with its mean w there (over its N's): {T: {head: mean w}}. One head, or `every`: each head,
-    at every temperature it ran at."""
+    validation: Path, heads: list[Path], temps: list[float], every: bool = False
+) -> dict[float, Tested]:
+    """Per temperature in `temps`, the head(s) chosen on the validation run (`fronts.choose_on`: the
+    most acceptance among heads non-inferior to autoregressive decoding, else the best-scoring; one per
+    N), each with its mean w there (over its N's); `every`: each head. A validation run cut short
+    (no record, no choice at a temperature) leaves every head, said so (`Tested.how`)."""
     dyn = [r for r in records(validation) if r.get("method") == "dynamic" and r.get("head")]
     picks: dict[float, list[str]] = {}
-    if len(heads) > 1 and not every:
+    if len(heads) > 1 and not every and dyn:
         from diversed.analysis.fronts import choose_on
         from diversed.report import load_runs
 
         choices = choose_on(load_runs([validation]))
-        for _, c in choices[choices["method"] == "dynamic"].iterrows():
-            picks.setdefault(float(c["temperature"]), []).append(str(c["value"]))
-    out: dict[float, dict[str, float | None]] = {}
-    for t in sorted({float(r["temperature"]) for r in dyn}, reverse=True):
-        out[t] = {}
-        for name in dict.fromkeys(picks.get(t) or [str(h) for h in heads]):
-            ws = [
-                r["mean_w"]
-                for r in dyn
-                if float(r["temperature"]) == t and r["head"] == name and r.get("mean_w") is not None
-            ]
-            out[t][name] = sum(ws) / len(ws) if ws else None
+        if len(choices) and "method" in choices:
+            for _, c in choices[choices["method"] == "dynamic"].iterrows():
+                picks.setdefault(float(c["temperature"]), []).append(str(c["value"]))
+    out: dict[float, Tested] = {}
+    for t in map(float, temps):
+        at = [r for r in dyn if float(r["temperature"]) == t]
+        how = (
+            "unread"
+            if not at
+            else "every"
+            if every and len(heads) > 1
+            else "only"
+            if len(heads) == 1
+            else "chosen"
+            if t in picks
+            else "unchosen"
+        )
+        tested: dict[str, float | None] = {}
+        for name in dict.fromkeys(picks[t] if how == "chosen" else [str(h) for h in heads]):
+            ws = [r["mean_w"] for r in at if r["head"] == name and r.get("mean_w") is not None]
+            tested[name] = sum(ws) / len(ws) if ws else None
+        out[t] = Tested(tested, how)
     return out
+
+
+def head_said(head: str) -> str:
+    """A head in the docs: its run directory and how it was trained (its head_config.json: the
+    objective, REINFORCE for heads exported before there was a choice, and λ)."""
+    config = json.loads((Path(head) / "head_config.json").read_text())
+    lam = config.get("reg_scale")
+    return (
+        f"{Path(head).parent.name} ({config.get('objective', 'reinforce')}"
+        + (f", λ = {lam:g}" if isinstance(lam, (int, float)) else "")
+        + ")"
+    )
+
+
+def validation_sizes(validation: Path, n: int) -> str | None:
+    """Why `validation`'s records cannot be read beside this invocation's: some score another number
+    of rows than `n` (--val-examples), and the choice and the mean w would pool both sets."""
+    other = sorted({r.get("n_examples") for r in records(validation)} - {n}, key=str)
+    return (
+        f"{validation} holds validation points on {', '.join(map(str, other))} rows, this invocation "
+        f"reads {n} (--val-examples): a choice or a mean w would pool both sets of rows. Move that "
+        "directory out of --out, or give the same --val-examples as before"
+        if other
+        else None
+    )
 
 
 class StepTimes(dict):
@@ -460,10 +507,13 @@ def pair_demo(args) -> None:
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
+    for task in args.tasks:  # before any work: validation rows of another size would pool with these
+        if problem := validation_sizes(out / f"validation_{task}", args.val_examples):
+            raise SystemExit(problem)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
     invocations = Invocations(out / "invocations.json")
     invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks])  # said once it ends
-    ran: dict[str, list[str]] = {"tasks": [], "ar": []}  # what this invocation ran (the budget may skip)
+    ran: dict[str, Any] = {"tasks": [], "ar": [], "heads": {}, "distilled": []}  # what this one ran
     chose: dict[str, dict[float, dict[str, float | None]]] = {}  # per task, T: the head chosen, its mean w
     temps, ns = args.temperatures, args.draft_lengths
 
@@ -610,7 +660,7 @@ def pair_demo(args) -> None:
                     f"model.reg_scale={lam:g}",
                     *(["trainer.accelerator=gpu", "trainer.devices=1"] if args.gpu else []),
                     f"model.max_new_tokens={min(args.max_new_tokens, args.train_max_new_tokens)}",
-                    limit_s=max(60.0, min(train_s * 1.5, clock.left() - 60)),
+                    limit_s=max(60.0, min(60 * args.train_min * 1.5, clock.left() - 60)),
                 ),
             )
         # 3b. the fine-tuned draft (--distill): the 0.5B draft distilled towards the target on the task
@@ -634,6 +684,9 @@ def pair_demo(args) -> None:
                 ),
             )
         drafts = [str(draft)] if args.distill and (draft / "config.json").is_file() else []
+        ran["distilled"] += [task] if drafts else []
+        mine = [head_dir(out, task, args.objective, lam) / "head" for lam in args.lambdas]
+        ran["heads"][task] = f"{sum((h / 'head_config.json').is_file() for h in mine)} of {len(mine)}"
         heads = candidate_heads(out, task)
         if not heads:
             print(f"(no head for {task}: its training did not finish; DIVERSED rows are missing)")
@@ -671,9 +724,13 @@ def pair_demo(args) -> None:
                     limit_s=max(60.0, clock.left() - 60),
                 ),
             )
-        picked = chosen_heads(validation, heads) if heads else {}
-        every = chosen_heads(validation, heads, every=True) if heads else {}
-        chose[task] = picked
+        picked = chosen_heads(validation, heads, temps) if heads else {}
+        every = chosen_heads(validation, heads, temps, every=True) if heads else {}
+        tested = {
+            t: (every if args.front_at is None or t in args.front_at else picked)[float(t)] for t in temps
+        }
+        tested = {t: x for t, x in tested.items() if heads}
+        chose[task] = tested
         chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)
         # 5. test rows, per temperature: the chosen head, the static front (--weights and the static
         # ensemble at that head's validation mean w: the paired comparison that says whether the context
@@ -683,7 +740,9 @@ def pair_demo(args) -> None:
         clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
         calls = []
         for t in temps:  # at --front-at, every head (DIVERSED's front over λ); elsewhere the chosen one
-            at = (every if args.front_at is None or t in args.front_at else picked).get(float(t), {})
+            at = tested[t].heads if t in tested else {}
+            if t in tested and tested[t].how in ("unread", "unchosen"):
+                print(f"({task} at T = {t:g}: no head chosen on the validation rows; every head decoded)")
             front = sorted({*args.weights, *(round(w, 2) for w in at.values() if w is not None)})
             methods = ["autoregressive", "lossless", *(["finetuned_draft"] if drafts else [])]
             methods += ["static", *(["dynamic"] if at else [])]
@@ -719,6 +778,13 @@ def pair_demo(args) -> None:
     minutes = sum(took.values()) / 60  # every invocation's steps (a resumed run's own are short)
     print(f"\n=== done in {minutes:.1f} min: " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in took.items()))
     print(f"report: {out / 'report' / 'README.md'}")
+    how_said = {
+        "chosen": "the head chosen there",
+        "only": "its only head",
+        "every": "every head",
+        "unchosen": "every head (none chosen on the validation rows there)",
+        "unread": "every head (the validation run did not reach this temperature)",
+    }
     said = (
         f"tasks {', '.join(ran['tasks']) or 'none'}; per task a head per λ in "
         f"{', '.join(f'{lam:g}' for lam in args.lambdas)} ("
@@ -727,28 +793,29 @@ def pair_demo(args) -> None:
             if args.objective == "teacher_forced"
             else f"{args.teacher_forced_steps} teacher-forced steps, then {args.train_steps} REINFORCE steps"
         )
-        + f" on {args.train_rows} train rows), "
+        + f" on {args.train_rows} train rows; {', '.join(f'{k}: {v}' for k, v in ran['heads'].items())} "
+        "exported), "
         + (
-            "the fine-tuned draft (the draft distilled on the task's train rows, "
+            f"the fine-tuned draft (the draft distilled on the train rows of {', '.join(ran['distilled'])}: "
             "configs/experiment/distill_qwen25coder.yaml), "
-            if args.distill
+            if ran["distilled"]
             else ""
         )
-        + "each head's mean w (and the setting of each knob family "
-        f"given several) read on {args.val_examples} validation rows, "
+        + "every head trained into --out for the task decoded on "
+        f"{args.val_examples} validation rows (and each knob family given several settings), "
         + "".join(
-            f"the head chosen there for {task} at T = {t:g}: "
+            f"{how_said[x.how]} on the test rows for {task} at T = {t:g}: "
             + ", ".join(
-                f"{Path(h).parent.name} (mean w {w if w is None else f'{w:.3f}'})" for h, w in hs.items()
+                f"{head_said(h)}, mean w {'not read' if w is None else f'{w:.3f}'}"
+                for h, w in x.heads.items()
             )
             + "; "
             for task, per_t in chose.items()
-            for t, hs in per_t.items()
+            for t, x in per_t.items()
         )
         + f"{n_examples} test rows per grid point, T in "
         f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, the static front at w in "
-        f"{', '.join(f'{w:g}' for w in args.weights)} and each tested head's validation mean w, every "
-        f"head tested at T in {', '.join(f'{t:g}' for t in front_temps)} (the chosen one elsewhere), "
+        f"{', '.join(f'{w:g}' for w in args.weights)} and each tested head's validation mean w, "
         + (
             f"{', '.join(args.families)} at T in {', '.join(f'{t:g}' for t in family_temps)}, "
             if args.families and family_temps

@@ -34,7 +34,11 @@ def fake(demo, monkeypatch, tmp_path):  # noqa: F811
         if module == "diversed.train":
             head = Path(_value(argv, "hydra.run.dir")) / "head"
             head.mkdir(parents=True)
-            (head / "head_config.json").write_text("{}")
+            config = {
+                "reg_scale": float(_value(argv, "model.reg_scale")),
+                "objective": _value(argv, "model.objective"),
+            }
+            (head / "head_config.json").write_text(json.dumps(config))
         elif module == "diversed.distill":
             draft = Path(_value(argv, "hydra.run.dir")) / "draft"
             draft.mkdir(parents=True)
@@ -165,7 +169,7 @@ def test_the_head_is_chosen_per_temperature_on_validation_among_every_head_train
     out = tmp_path / "out"
     earlier = out / "train_mbpp" / "head"
     earlier.mkdir(parents=True)
-    (earlier / "head_config.json").write_text("{}")
+    (earlier / "head_config.json").write_text(json.dumps({"reg_scale": 0.5}))  # before --objective
     lam16 = out / "train_mbpp" / "teacher_forced_lam16" / "head"
     picked = {1.0: str(lam16), 0.1: str(earlier)}
     monkeypatch.setattr(report, "load_runs", lambda dirs: pd.DataFrame())
@@ -208,7 +212,45 @@ def test_the_head_is_chosen_per_temperature_on_validation_among_every_head_train
         and _value(by_t["[0.1]"], "sweep.weights") == "[0.5,0.8]"
     )
     said = page.read_text()
-    assert "the head chosen there for mbpp at T = 1: teacher_forced_lam16 (mean w 0.600)" in said
-    assert "for mbpp at T = 0.1: train_mbpp (mean w 0.800)" in said
-    assert "the fine-tuned draft (the draft distilled on the task's train rows" in said
+    assert (
+        "every head on the test rows for mbpp at T = 1: train_mbpp (reinforce, λ = 0.5), mean w 0.800, "
+        "teacher_forced_lam1 (teacher_forced, λ = 1), mean w 0.700, teacher_forced_lam16 (teacher_forced, "
+        "λ = 16), mean w 0.600;" in said
+    )
+    assert (
+        "the head chosen there on the test rows for mbpp at T = 0.1: train_mbpp (reinforce, λ = 0.5)" in said
+    )
+    assert "mbpp: 2 of 2 exported" in said
+    assert "the fine-tuned draft (the draft distilled on the train rows of mbpp" in said
     assert "3 seed(s) (1 on the validation rows), batch 8" in said
+
+
+def test_validation_rows_of_another_size_are_refused_before_anything_runs(demo, fake, tmp_path, monkeypatch):  # noqa: F811
+    """An earlier invocation's validation points on 16 rows, this one's on 32: the choice and the mean w
+    would pool them; refused, naming the directory and the fix, before any step."""
+    calls, _ = fake
+    out = tmp_path / "out"
+    (out / "validation_mbpp").mkdir(parents=True)
+    (out / "validation_mbpp" / "results.jsonl").write_text(
+        json.dumps({"method": "dynamic", "n_examples": 16}) + "\n"
+    )
+    argv = ["--pair", "qwen25coder", "--out", str(out), "--tasks", "mbpp", "--val-examples", "32"]
+    with pytest.raises(SystemExit, match=r"validation_mbpp holds validation points on 16 rows.*Move that"):
+        _main(demo, monkeypatch, argv)
+    assert not calls
+
+
+def test_a_validation_run_cut_short_leaves_every_head_and_says_so(demo, tmp_path):  # noqa: F811
+    """No record at a temperature (the run stopped at its budget) or none at all: every head is
+    decoded, said "unread"; never a crash, never a choice that was not made."""
+    heads = [tmp_path / "a" / "head", tmp_path / "b" / "head"]
+    assert {t: x.how for t, x in demo.chosen_heads(tmp_path / "none", heads, [1.0]).items()} == {
+        1.0: "unread"
+    }
+    run = tmp_path / "validation"
+    run.mkdir()
+    rec = {"method": "dynamic", "head": str(heads[0]), "temperature": 1.0, "mean_w": 0.3}
+    (run / "results.jsonl").write_text(json.dumps(rec) + "\n")
+    got = demo.chosen_heads(run, heads, [1.0, 0.1], every=True)
+    assert got[1.0].how == "every" and got[1.0].heads == {str(heads[0]): 0.3, str(heads[1]): None}
+    assert got[0.1].how == "unread" and set(got[0.1].heads) == set(map(str, heads))

@@ -272,7 +272,6 @@ def test_fill_readme_replaces_only_the_marked_section(tmp_path):
 
 def test_the_pair_demo_reads_each_heads_mean_w_per_temperature_from_its_dynamic_points(tmp_path):
     demo = _demo("demo_real")
-    assert demo.chosen_heads(tmp_path, [Path("h")]) == {}  # no run yet
     lines = [
         {"method": "dynamic", "head": "h", "temperature": 1.0, "mean_w": 0.4},
         {"method": "static", "head": None, "temperature": 1.0, "mean_w": 0.9},  # not the head's w
@@ -281,8 +280,13 @@ def test_the_pair_demo_reads_each_heads_mean_w_per_temperature_from_its_dynamic_
         {"method": "dynamic", "head": "h", "temperature": 0.1, "mean_w": None},
     ]
     (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    got = demo.chosen_heads(tmp_path, [Path("h")])
-    assert list(got) == [1.0, 0.1] and got[1.0] == {"h": pytest.approx(0.5)} and got[0.1] == {"h": 0.2}
+    got = demo.chosen_heads(tmp_path, [Path("h")], [1.0, 0.1])
+    assert (
+        list(got) == [1.0, 0.1]
+        and got[1.0].heads == {"h": pytest.approx(0.5)}
+        and got[0.1].heads == {"h": 0.2}
+    )
+    assert got[1.0].how == "only"
 
 
 def test_two_builds_give_each_cell_the_hull_of_their_intervals():

@@ -575,11 +575,33 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
     assert low[("alpha_task", "static at its mean w")].startswith("Static w=0.4")
     assert low[("alpha_task", "Δ quality ×100")].startswith("0.00 [0.00, 0.00] no difference shown")
     assert "Holm over 4 tests" in table.attrs["verdicts"]
-    # the front table takes every head too, each by its name
-    fronts = front_table(runs, with_times(mean_over_seeds(runs), runs), 1.0)
-    assert sorted(fronts.index.get_level_values(2)) == [
-        "DIVERSED (lam1/head) − static front (2 w)",
-        "DIVERSED (lam4/head) − static front (2 w)",
-    ]
+    # the front table takes every head too, each by its name, the one chosen on validation said so
+    chose_lam1 = pd.DataFrame(
+        [
+            {
+                "pair": "p1",
+                "task": "alpha_task",
+                "temperature": 1.0,
+                "comparison_group": "g",
+                "num_draft_tokens": 3,
+                "method": "dynamic",
+                "family": "head",
+                "value": str(heads["lam1"]),
+                "split": "validation",
+                "non_inferior": True,
+                "margin": 0.05,
+            }
+        ]
+    )
+    d = with_times(mean_over_seeds(runs), runs)
+    for choices, first in (
+        (None, "DIVERSED (lam1/head)"),
+        (chose_lam1, "DIVERSED (lam1/head), chosen on validation"),
+    ):
+        fronts = front_table(runs, d, 1.0, choices)
+        assert sorted(fronts.index.get_level_values(2)) == [
+            f"{first} − static front (2 w)",
+            "DIVERSED (lam4/head) − static front (2 w)",
+        ]
     one = runs[runs["head"].astype(str) != str(heads["lam4"])]
     assert heads_table(one, with_times(mean_over_seeds(one), one), 1.0) is None

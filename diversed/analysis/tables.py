@@ -610,7 +610,7 @@ def heads_table(
     dyn = at[at["method"] == "dynamic"]
     if "run_dir" not in records or not len(dyn):
         return None
-    if dyn.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False).size().max() < 2:
+    if dyn.groupby(["pair_label", "task", "num_draft_tokens"], dropna=False)["head"].nunique().max() < 2:
         return None
     name = METHODS["dynamic"].row_name
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
@@ -663,6 +663,11 @@ def _head(r: pd.Series) -> str:
 _HEAD_CELL = ("pair", "task", "num_draft_tokens", "comparison_group", "head")  # one head's row of a cell
 
 
+def _head_cell(r: pd.Series) -> tuple:
+    """A head's row of a cell as a key, a missing value as None (NaN never equals NaN)."""
+    return tuple(None if not isinstance(v := r.get(f), str) and pd.isna(v) else v for f in _HEAD_CELL)
+
+
 def front_table(
     records: pd.DataFrame, d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None
 ) -> pd.DataFrame | None:
@@ -678,8 +683,8 @@ def front_table(
     rows = table_rows(d, temperature, choices)
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
     heads = d[(d["method"] == "dynamic") & (d["head_task"].isna() | (d["head_task"] == d["task"]))]
-    shown = {tuple(r.get(f) for f in _HEAD_CELL) for _, r in rows[rows["method"] == "dynamic"].iterrows()}
-    others = [tuple(r.get(f) for f in _HEAD_CELL) not in shown for _, r in heads.iterrows()]
+    shown = {_head_cell(r) for _, r in rows[rows["method"] == "dynamic"].iterrows()}
+    others = [_head_cell(r) not in shown for _, r in heads.iterrows()]
     rows = pd.concat([rows, heads[others]], ignore_index=True).assign(pair_label=lambda x: _pair_labels(x))
     several = _several(rows)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}

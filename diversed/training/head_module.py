@@ -327,6 +327,8 @@ class DiversedModule(PairModule):
                     f"(nll {nll:.4f}, reg {reg:.4f}), mean w {mean_w:.3f}"
                 )
         self.teacher_forced_done = hp.teacher_forced_steps
+        if hp.objective != "teacher_forced":
+            self._teacher_forced_cache = None  # REINFORCE follows: the rows' features are not needed again
 
     # --------------------------------------------------------------------- training
 
@@ -441,8 +443,13 @@ class DiversedModule(PairModule):
         }
 
     def export(self, directory: Path, checkpoint: str) -> None:
-        """The head's weights and config (its pair, task, λ and the checkpoint it came from)."""
-        self.head.save_pretrained(directory, reg_scale=self.hparams.reg_scale, checkpoint=checkpoint or None)
+        """The head's weights and config (its pair, task, λ, objective and the checkpoint it came from)."""
+        self.head.save_pretrained(
+            directory,
+            reg_scale=self.hparams.reg_scale,
+            objective=self.hparams.objective,
+            checkpoint=checkpoint or None,
+        )
 
 
 def build_head(head_factory: Callable[..., nn.Module], pair: Any, task_name: str) -> nn.Module:
