@@ -850,8 +850,9 @@ def pair_demo(args) -> None:
         )
         claims = (out / "report" / "claims.md").read_text() + "\n" + timing + "\n"
         Path(args.docs).mkdir(parents=True, exist_ok=True)
-        for fig in (out / "report" / "figures").glob("w_by_token_class_qwen25coder_*.png"):  # the head's w
-            shutil.copy(fig, Path(args.docs) / f"real_pair_{fig.name.split('_head-')[0]}.png")
+        # each head's w (the head's tag kept: a cell of several heads has a figure per head)
+        for fig in (out / "report" / "figures").glob("w_by_token_class_qwen25coder_*.png"):
+            shutil.copy(fig, Path(args.docs) / f"real_pair_{fig.name}")
         (Path(args.docs) / "demo_real_qwen25coder_claims.md").write_text(claims)
         fill_readme(Path(args.page), claims, (PAIR_BEGIN, PAIR_END))
 
