@@ -726,10 +726,10 @@ def pair_demo(args) -> None:
             )
         picked = chosen_heads(validation, heads, temps) if heads else {}
         every = chosen_heads(validation, heads, temps, every=True) if heads else {}
-        tested = {
-            t: (every if args.front_at is None or t in args.front_at else picked)[float(t)] for t in temps
+        tested = {  # none without a head (its training did not export one)
+            t: (every if args.front_at is None or t in args.front_at else picked)[float(t)]
+            for t in (temps if heads else [])
         }
-        tested = {t: x for t, x in tested.items() if heads}
         chose[task] = tested
         chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)
         # 5. test rows, per temperature: the chosen head, the static front (--weights and the static

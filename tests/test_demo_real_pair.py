@@ -254,3 +254,27 @@ def test_a_validation_run_cut_short_leaves_every_head_and_says_so(demo, tmp_path
     got = demo.chosen_heads(run, heads, [1.0, 0.1], every=True)
     assert got[1.0].how == "every" and got[1.0].heads == {str(heads[0]): 0.3, str(heads[1]): None}
     assert got[0.1].how == "unread" and set(got[0.1].heads) == set(map(str, heads))
+
+
+def test_a_task_whose_heads_did_not_export_runs_without_diversed(demo, fake, tmp_path, monkeypatch):  # noqa: F811
+    """Every head's training stopped before its export: the demo goes on without DIVERSED rows (no
+    validation of heads, no dynamic point), and says that none of its heads exported."""
+    import shutil
+
+    calls, page = fake
+    recorder = demo.run
+
+    def no_export(title, *argv, **k):
+        took = recorder(title, *argv, **k)
+        if argv[1] == "diversed.train":
+            shutil.rmtree(Path(_value(argv, "hydra.run.dir")) / "head")
+        return took
+
+    monkeypatch.setattr(demo, "run", no_export)
+    argv = ["--pair", "qwen25coder", "--out", str(tmp_path / "out"), "--tasks", "mbpp", "--families"]
+    argv += ["--temperatures", "1", "--draft-lengths", "5", "--pilot", "4", "--n-examples", "4"]
+    argv += ["--budget-min", "600", "--docs", str(tmp_path / "docs"), "--page", str(page)]
+    _main(demo, monkeypatch, argv)
+    methods = [_value(a, "sweep.methods") for a in calls if a[1] == "diversed.evaluate"]
+    assert methods == ["[autoregressive,lossless]", "[autoregressive,lossless,static]"]
+    assert "mbpp: 0 of 3 exported" in page.read_text()
