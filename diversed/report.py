@@ -76,6 +76,7 @@ from diversed.analysis.tables import (
     front_table,
     heads_table,
     outputs_table,
+    own_task,
     paired_table,
     paper_table,
     times_table,
@@ -389,9 +390,7 @@ def _figures(
     test: pd.DataFrame, d: pd.DataFrame, choices, figs: Path, n_examples: int, formats
 ) -> list[Shown]:
     """Every figure with its caption: Proposition 1, quality and time, what each head learned, Pareto."""
-    own = d[
-        (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
-    ]  # heads on their own task
+    own = d[own_task(d)]  # heads on their own task
     shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
     for _, r in test[(test["method"] == "dynamic")].iterrows():

@@ -51,6 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -352,15 +353,17 @@ class Tested(NamedTuple):
 
 
 def chosen_heads(
-    validation: Path, heads: list[Path], temps: list[float], every: bool = False
+    validation: Path, heads: list[Path], temps: list[float], every_at: Collection[float] = ()
 ) -> dict[float, Tested]:
     """Per temperature in `temps`, the head(s) chosen on the validation run (`fronts.choose_on`: the
     most acceptance among heads non-inferior to autoregressive decoding, else the best-scoring; one per
-    N), each with its mean w there (over its N's); `every`: each head. A validation run cut short
-    (no record, no choice at a temperature) leaves every head, said so (`Tested.how`)."""
+    N), each with its mean w there (over its N's); at the temperatures `every_at`, each head (nothing
+    is chosen for them). A validation run cut short (no record, no choice at a temperature) leaves
+    every head, said so (`Tested.how`)."""
+    every_at = {float(t) for t in every_at}
     dyn = [r for r in records(validation) if r.get("method") == "dynamic" and r.get("head")]
     picks: dict[float, list[str]] = {}
-    if len(heads) > 1 and not every and dyn:
+    if len(heads) > 1 and dyn and {float(t) for t in temps} - every_at:
         from diversed.analysis.fronts import choose_on
         from diversed.report import load_runs
 
@@ -375,7 +378,7 @@ def chosen_heads(
             "unread"
             if not at
             else "every"
-            if every and len(heads) > 1
+            if t in every_at and len(heads) > 1
             else "only"
             if len(heads) == 1
             else "chosen"
@@ -724,12 +727,9 @@ def pair_demo(args) -> None:
                     limit_s=max(60.0, clock.left() - 60),
                 ),
             )
-        picked = chosen_heads(validation, heads, temps) if heads else {}
-        every = chosen_heads(validation, heads, temps, every=True) if heads else {}
-        tested = {  # none without a head (its training did not export one)
-            t: (every if args.front_at is None or t in args.front_at else picked)[float(t)]
-            for t in (temps if heads else [])
-        }
+        # at --front-at every head (DIVERSED's front over λ), elsewhere the chosen one; none without a
+        # head (its training did not export one)
+        tested = chosen_heads(validation, heads, temps, every_at=front_temps) if heads else {}
         chose[task] = tested
         chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)
         # 5. test rows, per temperature: the chosen head, the static front (--weights and the static
@@ -739,9 +739,9 @@ def pair_demo(args) -> None:
         test = out / f"sweep_{task}"
         clock.say(f"{task}: test sweep", args.seeds * sd_s * test_points * n_examples)
         calls = []
-        for t in temps:  # at --front-at, every head (DIVERSED's front over λ); elsewhere the chosen one
-            at = tested[t].heads if t in tested else {}
-            if t in tested and tested[t].how in ("unread", "unchosen"):
+        for t in temps:
+            at = tested[float(t)].heads if float(t) in tested else {}
+            if at and tested[float(t)].how in ("unread", "unchosen"):
                 print(f"({task} at T = {t:g}: no head chosen on the validation rows; every head decoded)")
             front = sorted({*args.weights, *(round(w, 2) for w in at.values() if w is not None)})
             methods = ["autoregressive", "lossless", *(["finetuned_draft"] if drafts else [])]

@@ -251,7 +251,7 @@ def test_a_validation_run_cut_short_leaves_every_head_and_says_so(demo, tmp_path
     run.mkdir()
     rec = {"method": "dynamic", "head": str(heads[0]), "temperature": 1.0, "mean_w": 0.3}
     (run / "results.jsonl").write_text(json.dumps(rec) + "\n")
-    got = demo.chosen_heads(run, heads, [1.0, 0.1], every=True)
+    got = demo.chosen_heads(run, heads, [1.0, 0.1], every_at=[1.0, 0.1])
     assert got[1.0].how == "every" and got[1.0].heads == {str(heads[0]): 0.3, str(heads[1]): None}
     assert got[0.1].how == "unread" and set(got[0.1].heads) == set(map(str, heads))
 

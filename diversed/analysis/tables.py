@@ -191,6 +191,12 @@ def _pair_labels(d: pd.DataFrame) -> pd.Series:
 # ----------------------------------------------------------------------------- which rows
 
 
+def own_task(d: pd.DataFrame) -> pd.Series:
+    """Which rows of `d` are not a head decoded on a task other than the one it was trained on (those
+    are Table 3's): every other method's, and heads on their own task or of no known task."""
+    return (d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])
+
+
 def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of a table at one temperature from seed-averaged records `d` of the reported split:
     every row of methods without a knob family (heads on their own task), and per knob family the
@@ -200,7 +206,7 @@ def table_rows(d: pd.DataFrame, temperature: float, choices: pd.DataFrame | None
     `chosen_on` "test", or "only" where the family ran one setting there (nothing was chosen on test:
     a setting fixed before, e.g. chosen on another task)."""
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
-    d = d[(d["method"] != "dynamic") | d["head_task"].isna() | (d["head_task"] == d["task"])]
+    d = d[own_task(d)]
     oracle = best_at_quality(d)
     only = oracle.get("n_settings", pd.Series(np.nan, index=oracle.index)).eq(1)
     oracle = oracle.assign(chosen_on=np.where(only, "only", "test"))
@@ -468,13 +474,7 @@ def paired_table(
                 tests.append((key, (dyn["task"], name), paired(mine, theirs, what, p_value=True)))
     if not cells and not tests:
         return None
-    adjusted = holm([r["p"] for _, _, r in tests])
-    for (key, column, r), p in zip(tests, adjusted, strict=True):
-        shown = "" if np.isnan(p) else f" (Holm p {p:.2g})"
-        cells.setdefault(key, {})[column] = (
-            f"{_interval(r['diff'], r['low'], r['high'])} {holm_verdict(r['diff'], p)}{shown}"
-        )
-    m = int(np.sum(~np.isnan(adjusted)))
+    verdicts = _holm_cells(cells, tests)
     tasks = list(dict.fromkeys(rows["task"]))
     columns = pd.MultiIndex.from_tuples(
         [(t, n) for t in tasks for n in ("Δ quality ×100", "Δ accepted/proposed %")],
@@ -483,8 +483,25 @@ def paired_table(
     keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "DIVERSED − baseline"])
     table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
-    table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
+    table.attrs["verdicts"] = verdicts
     return table
+
+
+def _holm_cells(
+    cells: dict[tuple[str, str, str], dict[tuple[str, str], str]],
+    tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]],
+) -> str:
+    """Each paired test's cell (`tests`: row key, column, `compare.paired` result with p) written into
+    `cells` as "Δ [95 % interval] verdict (Holm p)", p adjusted by Holm over all of `tests`; returns the
+    table's verdicts note (how many tests)."""
+    adjusted = holm([r["p"] for _, _, r in tests])
+    for (key, column, r), p in zip(tests, adjusted, strict=True):
+        shown = "" if np.isnan(p) else f" (Holm p {p:.2g})"
+        cells.setdefault(key, {})[column] = (
+            f"{_interval(r['diff'], r['low'], r['high'])} {holm_verdict(r['diff'], p)}{shown}"
+        )
+    m = int(np.sum(~np.isnan(adjusted)))
+    return f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
 
 
 def _baselines(rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature: float, selection):
@@ -605,7 +622,7 @@ def heads_table(
     heads of a λ sweep trace DIVERSED's front; the main tables show only the head chosen on validation.
     None where no cell has more than one head."""
     at = d[np.isclose(d["temperature"].astype(float), temperature)]
-    at = at[(at["method"] != "dynamic") | at["head_task"].isna() | (at["head_task"] == at["task"])]
+    at = at[own_task(at)]
     at = at.assign(pair_label=_pair_labels(at))
     dyn = at[at["method"] == "dynamic"]
     if "run_dir" not in records or not len(dyn):
@@ -616,7 +633,7 @@ def heads_table(
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []
     for _, r in dyn.iterrows():
-        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({_head(r)})")
+        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({head_label(r['head'])})")
         row = cells.setdefault(key, {})
         task = r["task"]
         for field, column in (("score", "quality ×100"), ("acceptance_rate", "accepted/proposed %")):
@@ -632,12 +649,7 @@ def heads_table(
             continue
         for what, column in (("score", "Δ quality ×100"), ("acceptance_rate", "Δ accepted/proposed %")):
             tests.append((key, (task, column), paired(mine, theirs, what, p_value=True)))
-    adjusted = holm([t[2]["p"] for t in tests])
-    for (key, column, res), p in zip(tests, adjusted, strict=True):
-        shown = "" if np.isnan(p) else f" (Holm p {p:.2g})"
-        cells[key][column] = (
-            f"{_interval(res['diff'], res['low'], res['high'])} {holm_verdict(res['diff'], p)}{shown}"
-        )
+    verdicts = _holm_cells(cells, tests)
     names = (
         "quality ×100",
         "accepted/proposed %",
@@ -650,14 +662,8 @@ def heads_table(
     keys = sorted(cells, key=lambda k: (k[0], _n_order(k[1]), k[2]))
     index = pd.MultiIndex.from_tuples(keys, names=["pair", "N", "head"])
     table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
-    m = int(np.sum(~np.isnan(adjusted)))
-    table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
+    table.attrs["verdicts"] = verdicts
     return table
-
-
-def _head(r: pd.Series) -> str:
-    """A head's short name in a row label (`methods.head_label`)."""
-    return head_label(r["head"])
 
 
 _HEAD_CELL = ("pair", "task", "num_draft_tokens", "comparison_group", "head")  # one head's row of a cell
@@ -682,7 +688,7 @@ def front_table(
         return None
     rows = table_rows(d, temperature, choices)
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
-    heads = d[(d["method"] == "dynamic") & (d["head_task"].isna() | (d["head_task"] == d["task"]))]
+    heads = d[(d["method"] == "dynamic") & own_task(d)]
     shown = {_head_cell(r) for _, r in rows[rows["method"] == "dynamic"].iterrows()}
     others = [_head_cell(r) not in shown for _, r in heads.iterrows()]
     rows = pd.concat([rows, heads[others]], ignore_index=True).assign(pair_label=lambda x: _pair_labels(x))
