@@ -49,7 +49,10 @@ N + 1 tokens like a one-token step; the report also gives v, our target decoding
 one-token step (`v/d`), the fraction of the bound at that cost, bound / (N·c + v) (`frac@v`: what
 is left is the engine's own overhead), and the shares of wall time spent in forwards (`fwd%`,
 prompt passes included) and in prompt passes (`pre%`).
-`--output FILE.json` writes one record per setting.
+`--output FILE.json` writes one record per setting, each saying what it decoded: the pair config,
+the models' directories, the task, and its grid point with the digests of the point's files (a head's,
+`Bench.decoded_with`), so that `scripts/bench_goals.py --quality` finds a sweep's point of the same
+method, knobs, head, numerics and temperature and judges the speed floors at the quality measured there.
 
 The pair is the toy pair, a saved one (`--target/--draft`), a pair config by name (`--pair smollm2`:
 real weights, see `weights.py` and `drafts.py`), or `--pair random-llama-8b-1b`:
@@ -534,7 +537,7 @@ class Bench:
             loaded |= load_heads([config.head], self.pair)
         if key not in loaded:  # the untrained head
             loaded[key] = WeightHead(hidden_size(draft), hidden_size(target)).eval().requires_grad_(False)
-        self.loaded = loaded
+        self.loaded, self.resources = loaded, resources
         self.points = {s: self.point(s) for s in todo}
         self.verifiers: dict[Setting, Verifier | None] = {
             s: (
@@ -571,6 +574,17 @@ class Bench:
         fields = method(s.method).fields if s.method else ()
         point = {"method": s.method, "temperature": s.temperature, **{f: values[f] for f in fields}}
         return point | ({"num_draft_tokens": s.num_draft_tokens} if s.num_draft_tokens else {})
+
+    def decoded_with(self, s: Setting) -> dict[str, Any]:
+        """What a setting's record says it decoded with beyond its `Setting` fields: its grid point
+        (`point`: method, temperature, N and each knob's value, the head's path among them) and the
+        digests of the point's files under the keys a sweep's settings give them (`files`:
+        `Resources.settings`), so that a bench record can be matched with a sweep's point (the same
+        head, not one of the same name). None and {} for the bench's own references."""
+        if not s.method:
+            return {"point": None, "files": {}}
+        point = self.points[s]
+        return {"point": point, "files": self.resources.settings(point)}
 
     def run(self, s: Setting, chunk: int, seed: int, run: Run) -> None:
         """Generate from the prompts of `chunk` in batches of `s.batch_size`, adding to `run`."""
@@ -814,6 +828,7 @@ def run_bench(
         torch.set_num_threads(config.threads)
     malloc = "keep" if keep_freed_memory(config.malloc) else "system"  # (process-wide, not undone)
     try:
+        loaded = target is None or draft is None  # the configured pair, not models passed in
         target, draft, prompts, source, resources = bench_inputs(config, target, draft, prompts)
         gc = target.generation_config
         eos = eos_token_id if eos_token_id is not None else gc.eos_token_id
@@ -834,8 +849,8 @@ def run_bench(
         if config.only:
             todo = [s for s in todo if any(o in s.label for o in config.only)]
         bench = Bench(config, target, draft, prompts, eos, pad, todo, resources)
-        shared = described(bench, source, malloc, log)
-        records = [summarize(s, r) for s, r in time_settings(bench, todo).items()]
+        shared = described(bench, source, malloc, log, loaded=loaded)
+        records = [summarize(s, r) | bench.decoded_with(s) for s, r in time_settings(bench, todo).items()]
         compare(records)
         for r in records:
             r.update(shared)
@@ -866,7 +881,9 @@ def bench_inputs(
     return target, draft, list(prompts)[: config.num_prompts], source, resources
 
 
-def described(bench: Bench, source: str, malloc: str, log: Callable[[str], None]) -> dict[str, Any]:
+def described(
+    bench: Bench, source: str, malloc: str, log: Callable[[str], None], *, loaded: bool = True
+) -> dict[str, Any]:
     """What every record of this run shares (the machine, the prompts, the pair's dtype, kernels and
     quantization, threads, llama.cpp's build, malloc, the sampling truncation), logged first."""
     config, target, draft, prompts = bench.config, bench.target, bench.draft, bench.prompts
@@ -894,6 +911,17 @@ def described(bench: Bench, source: str, malloc: str, log: Callable[[str], None]
     return {
         "machine": env,
         "prompts": source,
+        # the pair and the prompts, as a sweep's settings name them (`scripts/bench_goals.py --quality`
+        # matches a record with a sweep's points by them): the pair config (None for --target/--draft or
+        # models passed in), each model's directory, the task (None: the toy prompts or prompts passed in)
+        "pair": config.pair if loaded and config.target is None else None,
+        "models": {"target": model_path(target), "draft": model_path(draft)},
+        "task": config.task if source != "given" else None,
+        "num_few_shot": config.num_few_shot if source != "given" else None,
+        "num_prompts": len(prompts),
+        "max_new_tokens": config.max_new_tokens,
+        "ignore_eos": config.ignore_eos,
+        "seed": config.seed,
         "mean_prompt_tokens": mean_len,
         "dtype": str(weight.dtype).removeprefix("torch."),
         "draft_quantize": how,
@@ -908,6 +936,11 @@ def described(bench: Bench, source: str, malloc: str, log: Callable[[str], None]
         "top_k": config.top_k,
         "top_p": config.top_p,
     }
+
+
+def model_path(model: nn.Module) -> str | None:
+    """The directory (or Hub id) a model was loaded from, as transformers keeps it; None if unknown."""
+    return getattr(getattr(model, "config", None), "name_or_path", None) or None
 
 
 def time_settings(bench: Bench, todo: list[Setting]) -> dict[Setting, list[Run]]:

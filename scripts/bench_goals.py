@@ -4,13 +4,26 @@ issue (#42, `--floors cpu`), on a bench run's records.
     python -m diversed.bench --output bench.json
     python scripts/bench_goals.py bench.json [--temperature 1.0]
     python scripts/bench_goals.py qwen.json --floors cpu
+    python scripts/bench_goals.py qwen.json --floors cpu --quality RUN_DIR... [--margin 0.05]
 
 The CPU floors, per generated token at batch 1, end to end and decode only (prompt passes left out):
 lossless speculative decoding at least 1.0x autoregressive decoding with the same target, forward
-path and temperature; the static ensemble (or DIVERSED) at least 1.5x; every speculative setting at
-least 0.8 of the bound (1 - a^(N+1)) / ((1 - a)(N c + 1)), a and c measured in the same run; a
-verification pass at most 1.5 one-token steps (v/d). A floor "holds" where the 95 % interval's lower
-end clears it, is "point" where only the estimate does, else "MISS".
+path and temperature; the static ensemble (or DIVERSED) at least 1.5x at quality non-inferior to
+autoregressive decoding; every speculative setting at least 0.8 of the bound
+(1 - a^(N+1)) / ((1 - a)(N c + 1)), a and c measured in the same run; a verification pass at most 1.5
+one-token steps (v/d). A floor "holds" where the 95 % interval's lower end clears it, is "point" where
+only the estimate does, else "MISS".
+
+Quality is not the bench's to measure (it decodes a few prompts, unscored). `--quality RUN_DIR...`
+takes it from `python -m diversed.evaluate` runs: for each timed static / DIVERSED setting, the test
+split's points that decoded what it timed (`matching_points`: the same method, temperature, N and
+knobs, the same head by its digest, the same target, draft, dtype and draft quantization, the same
+engine options), paired by example against autoregressive decoding of the same task rows, target and
+dtype (the same run directory first); non-inferior where the one-sided 95 % lower bound of the
+difference clears -delta, delta = `--margin` (default 0.05) x autoregressive quality, as the sweep
+chooses knobs (`analysis.compare.non_inferior`). The 1.5x floor then "holds" only where the speedup's
+interval clears 1.5 AND quality is non-inferior ("point" where only the estimate clears 1.5); "none"
+where no point matches, or its per-example rows are missing.
 
 The goals are the issue's, not the product's (so they live here, not in `diversed.bench`): our
 engine at batch 1 at least 2x transformers' assisted generation; batch 8 at least 3x batch 1; the
@@ -56,10 +69,13 @@ def goals(records: list[dict[str, Any]], temperature: float) -> str:
 
 FLOORS = {"lossless": 1.0, "static": 1.5, "dynamic": 1.5}  # speedup over autoregressive decoding
 BOUND_FLOOR, VERIFY_CEILING = 0.8, 1.5
+AT_QUALITY = ("static", "dynamic")  # their floor holds at quality non-inferior to autoregressive decoding
+MARGIN = 0.05  # delta = MARGIN x autoregressive quality, as the sweep's knob choice (fronts.choose_on)
 
 
-def cpu_floors(records: list[dict[str, Any]]) -> str:
-    """The real-pair speed issue's floors on our engine's batch-1 records (module docstring)."""
+def cpu_floors(records: list[dict[str, Any]], quality: dict[str, dict[str, Any]] | None = None) -> str:
+    """The real-pair speed issue's floors on our engine's batch-1 records (module docstring); with
+    `quality` (`quality_against_ar`, by record label), the static / DIVERSED floor at that quality."""
     rows = []
     for r in records:
         if r["engine"] != "diversed" or r["batch_size"] != 1 or r.get("speedup") is None:
@@ -72,6 +88,8 @@ def cpu_floors(records: list[dict[str, Any]]) -> str:
             verdict = "holds" if low is not None and low >= floor else "point" if r[key] >= floor else "MISS"
             interval = "" if low is None else f"[{low:.2f}, {r[f'{key}_high']:.2f}]"
             rows.append((verdict, what, r["label"], f"{r[key]:.2f} {interval}", f">= {floor:g}"))
+            if quality is not None and r["verifier"] in AT_QUALITY:
+                rows.append(_at_quality(verdict, what, r, quality.get(r["label"]), floor))
         theory = r["theoretical_speedup"]
         for what, key in (
             ("of the bound, end to end", "speedup"),
@@ -85,9 +103,196 @@ def cpu_floors(records: list[dict[str, Any]]) -> str:
         if v is not None:
             rows.append(("holds" if v <= VERIFY_CEILING else "MISS", "v/d", r["label"], f"{v:.2f}", "<= 1.5"))
     return "\n".join(
-        f"{verdict:<5} {what:<26} {label:<56} {value:<20} {goal}"
+        f"{verdict:<5} {what:<34} {label:<56} {value:<20} {goal}"
         for verdict, what, label, value, goal in rows
     )
+
+
+def _at_quality(speed: str, what: str, r: dict[str, Any], q: dict[str, Any] | None, floor: float) -> tuple:
+    """The floor's row at quality: the speed verdict joined with non-inferiority (`quality_against_ar`)."""
+    if q is None:
+        return ("none", f"{what}, at quality", r["label"], "no quality point", "--quality")
+    shown = f"quality {100 * q['diff']:+.2f}, low {100 * q['low']:+.2f} (n {q['n']})"
+    verdict = (
+        "holds" if speed == "holds" and q["holds"] else "point" if speed != "MISS" and q["holds"] else "MISS"
+    )
+    return (verdict, f"{what}, at quality", r["label"], shown, f">= {floor:g} and >= -{100 * q['delta']:.2f}")
+
+
+def quality_against_ar(
+    records: list[dict[str, Any]], run_dirs: list[str], margin: float = MARGIN
+) -> dict[str, dict[str, Any]]:
+    """For each batch-1 static / DIVERSED record of our engine, its quality against autoregressive
+    decoding from the sweep points under `run_dirs` that decoded what it timed (`matching_points`),
+    by record label: {diff, low (one-sided 95 %), n, delta, holds, run_dir, n_examples}. Records
+    that no point matches are left out."""
+    from diversed.analysis.compare import non_inferior, per_example
+    from diversed.sweep.results import load_runs
+
+    runs = load_runs(*run_dirs)
+    runs = runs[runs["split"].fillna("test") == "test"]  # held-out rows: never the validation split's
+    out = {}
+    for r in records:
+        if r["engine"] != "diversed" or r["batch_size"] != 1 or r["verifier"] not in AT_QUALITY:
+            continue
+        found = matching_points(r, runs)
+        if found is None:
+            continue
+        points, reference = found
+        a, ref = per_example(points), per_example(reference)
+        if a is None or ref is None:
+            continue
+        delta = margin * float(ref["score"].mean())
+        test = non_inferior(a, ref, delta)
+        out[r["label"]] = test | {
+            "delta": delta,
+            "run_dir": str(points["run_dir"].iloc[0]),
+            "n_examples": int(points["n_examples"].iloc[0]),
+        }
+    return out
+
+
+def _settings(row: Any) -> dict[str, Any]:
+    """A sweep record's settings (`settings/<digest>.json` in its run directory; {} if unreadable)."""
+    from diversed.files.rundir import read_json
+
+    path = Path(row["run_dir"]) / "settings" / f"{row['settings']}.json"
+    return (read_json(path) or {}) if path.is_file() else {}
+
+
+def _digest(found: Any) -> Any:
+    """A path knob's files' digest as a sweep's settings keep it: a head of another pair (allowed) is kept
+    with that pair's identity beside it (`preflight.check_heads`)."""
+    return found.get("files") if isinstance(found, dict) else found
+
+
+def _same_model(identity: dict[str, Any], given: Any) -> bool:
+    """A settings file's model (a local directory, or a Hub id) is the model a bench record names."""
+    if given is None:
+        return False
+    if identity.get("path") is not None:
+        return Path(str(identity["path"])).resolve() == Path(str(given)).resolve()
+    return identity.get("id") is not None and identity["id"] == str(given)
+
+
+def _dtype(pair: dict[str, Any]) -> Any:
+    """The dtype a settings file's pair ran in: "auto" is bf16 on a GPU, float32 on a CPU (`pair._dtype`)."""
+    dtype = pair.get("dtype")
+    if dtype == "auto":
+        return "bfloat16" if str(pair.get("device", "")).startswith("cuda") else "float32"
+    return dtype
+
+
+# The engine options a bench decodes with but for the temperature, and what a sweep's settings mean by
+# leaving one out (`sweep.grid.engine_settings` drops a later option at its old behaviour).
+ENGINE_DEFAULTS = {
+    "bonus_token": "ensemble",
+    "first_token": "ensemble",
+    "top_k": 0,
+    "top_p": 1.0,
+    "num_draft_tokens_schedule": "constant",
+    "draft_confidence_threshold": None,
+}
+
+
+def _engine(options: dict[str, Any]) -> dict[str, Any]:
+    out = ENGINE_DEFAULTS | {k: v for k, v in options.items() if k in ENGINE_DEFAULTS}
+    out["top_k"] = out["top_k"] or 0  # None and 0: no truncation
+    return out
+
+
+def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
+    """The sweep records (every seed) of the point that decoded what bench record `r` timed, and the
+    autoregressive records of the same task rows, target, dtype and sampling (those of the point's own
+    settings group where there are any); None where either is missing. A point matches on method,
+    temperature, N, each knob (a path knob by its files' digest, `r["files"]`: a bench record without a
+    digest, the untrained head, matches none), the target's and the draft's directories (or Hub ids),
+    the dtype, the draft's quantization (not for lossless, whose law is the target's whatever the
+    draft), the engine options (a sweep's settings leave out those at their defaults) and few-shot
+    examples. Points of several settings groups (another batch size, other task rows) are not pooled:
+    SystemExit names them."""
+    import math
+
+    from diversed.sweep.methods import METHODS
+
+    point, task = r.get("point"), r.get("task")
+    if not point or not task or point.get("method") not in METHODS:
+        return None
+    method = METHODS[point["method"]]
+    models = r.get("models") or {}
+    timed = _engine(r)
+
+    def close(a: Any, b: Any) -> bool:
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+        except (TypeError, ValueError):  # None, NaN-like markers, strings
+            return False
+
+    def same_knob(k: Any, row: Any, s: dict[str, Any]) -> bool:
+        if k.path:
+            digest = _digest((r.get("files") or {}).get(k.files.settings))
+            return digest is not None and _digest(s.get(k.files.settings)) == digest
+        want = point.get(k.field)
+        return close(row.get(k.field), want) if isinstance(want, (int, float)) else row.get(k.field) == want
+
+    def same_run(s: dict[str, Any], draft: bool) -> bool:
+        pair = s.get("pair", {})
+        ok = _dtype(pair) == r.get("dtype") and _same_model(pair.get("target", {}), models.get("target"))
+        ok = ok and _engine(s.get("engine", {})) == timed
+        if "num_few_shot" in r:
+            ok = ok and s.get("task", {}).get("num_few_shot", 0) == r["num_few_shot"]
+        if draft:
+            ok = ok and _same_model(pair.get("draft", {}), models.get("draft"))
+            ok = ok and (
+                point["method"] == "lossless" or pair.get("draft_quantize") == r.get("quantize_scheme")
+            )
+        return ok
+
+    rows = runs[(runs["task"] == task) & (runs["method"] == point["method"])]
+    keep = []
+    for i, row in rows.iterrows():
+        if not close(row["temperature"], point["temperature"]):
+            continue
+        if point.get("num_draft_tokens") is not None and not close(
+            row["num_draft_tokens"], point["num_draft_tokens"]
+        ):
+            continue
+        s = _settings(row)
+        if all(same_knob(k, row, s) for k in method.knobs) and same_run(s, draft=True):
+            keep.append(i)
+    if not keep:
+        return None
+    points = rows.loc[keep]
+    groups = points.groupby(["run_dir", "settings_group"]).groups
+    if len(groups) > 1:
+        raise SystemExit(
+            f"{r['label']}: points of {len(groups)} settings groups decoded it "
+            f"({', '.join(map(str, groups))}): give --quality run directories that hold it once"
+        )
+    rows_key = json.dumps(_settings(points.iloc[0]).get("task"), sort_keys=True)  # the same task rows
+    ar = runs[(runs["task"] == task) & (runs["method"] == "autoregressive")]
+    ref = [
+        i
+        for i, row in ar.iterrows()
+        if close(row["temperature"], point["temperature"])
+        and json.dumps(_settings(row).get("task"), sort_keys=True) == rows_key
+        and same_run(_settings(row), draft=False)
+    ]
+    if not ref:
+        return None
+    reference = ar.loc[ref]
+    own = reference[
+        (reference["run_dir"] == points["run_dir"].iloc[0])
+        & (reference["settings_group"] == points["settings_group"].iloc[0])
+    ]
+    if len(own):
+        return points, own
+    if reference.groupby(["run_dir", "settings_group"]).ngroups > 1:
+        raise SystemExit(
+            f"{r['label']}: autoregressive decoding of its task rows is in several settings groups: give "
+            "--quality run directories that hold it once"
+        )
+    return points, reference
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -95,9 +300,21 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("records", help="a `python -m diversed.bench --output` file")
     parser.add_argument("--temperature", type=float, default=1.0, help="the bench's --temperature")
     parser.add_argument("--floors", choices=("cpu",), default=None, help="cpu: the real-pair CPU floors")
+    parser.add_argument(
+        "--quality",
+        nargs="+",
+        default=None,
+        metavar="RUN_DIR",
+        help="--floors cpu: evaluate runs whose test points give each static / DIVERSED setting's quality",
+    )
+    parser.add_argument("--margin", type=float, default=MARGIN, help="non-inferiority margin, x AR quality")
     args = parser.parse_args(argv)
     records = json.loads(Path(args.records).read_text())
-    text = cpu_floors(records) if args.floors == "cpu" else goals(records, args.temperature)
+    if args.floors == "cpu":
+        quality = None if args.quality is None else quality_against_ar(records, args.quality, args.margin)
+        text = cpu_floors(records, quality)
+    else:
+        text = goals(records, args.temperature)
     print(text)
     return text
 

@@ -44,6 +44,12 @@ REQUIRED = {
     "tokens_per_s",
     "acceptance_rate",
     "tokens_per_target_call",
+    # what it decoded: the pair, the task, its grid point and its files' digests (bench_goals --quality)
+    "pair",
+    "models",
+    "task",
+    "point",
+    "files",
 }
 
 
@@ -698,6 +704,128 @@ def test_the_cpu_floors_judge_by_the_interval():
     )
     assert verdict("of the bound, decode", "lossless") == verdict("of the bound, decode", "static") == "holds"
     assert not any("batch 8" in line for line in lines)  # batch 8: no floor
+
+
+def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_was_timed(tmp_path):
+    """`bench_goals --quality`: each timed static / DIVERSED setting takes its quality from the test
+    point of the same method, w, head (by its digest, not its path), draft quantization and engine
+    options, paired against autoregressive decoding of the same rows; a validation point, a point with
+    the float draft, another head of the same path or another first token never stands in for it."""
+    from diversed.sweep.results import ResultStore, run_record
+
+    rng = np.random.default_rng(0)
+    n = 60
+    ar = (rng.random(n) < 0.5).astype(float)
+    worse = ar.copy()
+    worse[np.flatnonzero(ar)[:15]] = 0.0  # 15 fewer solved: inferior at any 5 % margin
+    int8 = "int8, SmoothQuant a=0.5 on the fixed passage, head int8"
+    rows_of = {"task": "mbpp", "n_examples": n, "seed": 0}  # the same task rows in every settings file
+    store = ResultStore(tmp_path)
+
+    def point(method, digest, scores, split="test", quant=int8, head_digest=None, **knobs):
+        settings = {
+            "task": rows_of,
+            "pair": {
+                "dtype": "bfloat16",
+                "draft_quantize": quant,
+                "target": {"path": "/models/t"},
+                "draft": {"path": "/models/d"},
+            },
+            "engine": {"bonus_token": "ensemble"},
+        } | ({"head": head_digest} if head_digest else {})
+        (tmp_path / "settings").mkdir(exist_ok=True)
+        (tmp_path / "settings" / f"{digest}.json").write_text(json.dumps(settings))
+        record = run_record(
+            pair="qwen25coder",
+            task="mbpp",
+            metric="pass@1",
+            method=method,
+            num_draft_tokens=None if method == "autoregressive" else 5,
+            temperature=1.0,
+            seed=0,
+            n_examples=n,
+            score=float(scores.mean()),
+            split=split,
+            settings=digest,
+            settings_group="g",
+            comparison_group="c",
+            wall_time_s=1.0,
+            **knobs,
+        )
+        store.write(
+            record,
+            [
+                {
+                    "example_id": f"e{i}",
+                    "completion": "",
+                    "score": float(x),
+                    "new_tokens": 4,
+                    "accepted_drafts": None,
+                }
+                for i, x in enumerate(scores)
+            ],
+        )
+
+    point("autoregressive", "ar", ar)
+    point("static", "s-int8", ar, weight=0.55)  # what was timed: as good as autoregressive
+    point("static", "s-float", worse, quant="none", weight=0.55)  # the float draft's: not what was timed
+    point("static", "s-val", np.ones(n), split="validation", weight=0.55)  # validation rows: never
+    point("dynamic", "h-one", worse, head_digest="digest-1", head="/heads/h")  # the timed head: inferior
+    point("dynamic", "h-two", ar, head_digest="digest-2", head="/heads/h")  # another head, same path
+
+    def timed(verifier, label, point_, files=None):
+        return {
+            "engine": "diversed",
+            "batch_size": 1,
+            "verifier": verifier,
+            "bonus_token": "ensemble",
+            "first_token": "ensemble",
+            "label": label,
+            "temperature": 1.0,
+            "speedup": 1.7,
+            "speedup_low": 1.6,
+            "speedup_high": 1.8,
+            "decode_speedup": 1.9,
+            "decode_speedup_low": 1.8,
+            "decode_speedup_high": 2.0,
+            "theoretical_speedup": 2.0,
+            "task": "mbpp",
+            "dtype": "bfloat16",
+            "quantize_scheme": int8,
+            "models": {"target": "/models/t", "draft": "/models/d"},
+            "point": {"temperature": 1.0, "num_draft_tokens": 5, **point_},
+            "files": files or {},
+        }
+
+    records = [
+        timed("static", "static w=0.55", {"method": "static", "weight": 0.55}),
+        timed("dynamic", "dynamic", {"method": "dynamic", "head": "/heads/h"}, {"head": "digest-1"}),
+        timed("static", "static w=0.3", {"method": "static", "weight": 0.3}),  # no such point
+        # the same point decoded with the target's first token: not what the sweep decoded
+        timed("static", "static w=0.55 first", {"method": "static", "weight": 0.55})
+        | {"first_token": "target"},
+        # a head given by path alone (an older bench record, or the untrained head): never matched by name
+        timed("dynamic", "dynamic by path", {"method": "dynamic", "head": "/heads/h"}),
+        {
+            k: v
+            for k, v in timed("static", "an older record", {}).items()
+            if k not in ("point", "files", "task", "models")
+        },
+    ]
+    quality = bench_goals.quality_against_ar(records, [str(tmp_path)])
+    assert set(quality) == {"static w=0.55", "dynamic"}
+    assert quality["static w=0.55"]["diff"] == 0.0 and quality["static w=0.55"]["holds"]
+    assert quality["static w=0.55"]["delta"] == pytest.approx(0.05 * ar.mean())
+    assert quality["dynamic"]["diff"] == pytest.approx(-15 / n) and not quality["dynamic"]["holds"]
+    lines = bench_goals.cpu_floors(records, quality).splitlines()
+
+    def verdict(label: str) -> str:
+        return next(line.split()[0] for line in lines if "end to end, at quality" in line and label in line)
+
+    assert verdict("static w=0.55") == "holds"
+    assert verdict("dynamic") == "MISS"  # fast, but at a quality below autoregressive decoding's
+    assert verdict("static w=0.3") == verdict("static w=0.55 first") == verdict("dynamic by path") == "none"
+    assert verdict("an older record") == "none"  # a record from before the bench said what it decoded
 
 
 def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypatch):
