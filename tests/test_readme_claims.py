@@ -343,13 +343,17 @@ def test_the_prose_after_a_demo_section_quotes_only_its_report(page, end, claims
 
 
 def test_the_speed_bullet_quotes_the_bench_run_in_benchmarks_md():
-    """Every number in docs/real-models.md's CPU speed bullet is in BENCHMARKS.md's section of the run that
-    measured it (its tables are the bench's printed output)."""
+    """Every number in docs/real-models.md's CPU speed bullet and in the README's speed line is in
+    BENCHMARKS.md's section of the run that measured it (its tables are the bench's printed output)."""
     page = REAL.read_text()
     start = page.index("- **Speed on 2 CPU cores**")
     bullet = page[start : page.index("\n- **", start + 1)]
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("**Speed on 2 CPU cores**")
+    line = readme[start : readme.index("\n\n", start)]
     bench = (ROOT / "BENCHMARKS.md").read_text()
     head = "## The Qwen pair on 2 CPU cores"
     section = bench[bench.index(head) : bench.index("\n## ", bench.index(head) + 1)]
-    missing = _numbers(bullet) - _numbers(section) - {"2", "1", "8"}  # cores, batch sizes
-    assert not missing, f"docs/real-models.md's speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
+    for where, text in (("docs/real-models.md", bullet), ("README.md", line)):
+        missing = _numbers(text) - _numbers(section) - {"2", "1", "8"}  # cores, batch sizes
+        assert not missing, f"{where}'s speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
