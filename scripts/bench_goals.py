@@ -19,10 +19,10 @@ takes it from `python -m diversed.evaluate` runs: for each timed static / DIVERS
 split's points that decoded what it timed (`matching_points`: the same method, temperature, N and
 knobs, the same head by its digest, the same target, draft, dtype and draft quantization, the same
 engine options), paired by example against autoregressive decoding of the same task rows, target and
-dtype (the same run directory first); non-inferior where the one-sided 95 % lower bound of the
-difference clears -delta, delta = `--margin` (default 0.05) x autoregressive quality, as the sweep
-chooses knobs (`analysis.compare.non_inferior`). The 1.5x floor then "holds" only where the speedup's
-interval clears 1.5 AND quality is non-inferior ("point" where only the estimate clears 1.5); "none"
+dtype (those of the point's own settings group first); non-inferior where the one-sided 95 % lower
+bound of the difference clears -delta, delta = `--margin` (default 0.05) x autoregressive quality, as
+the sweep chooses knobs (`analysis.compare.non_inferior`). The 1.5x floor then "holds" only where the
+speedup's interval clears 1.5 AND quality is non-inferior ("point" where only the estimate clears 1.5); "none"
 where no point matches, or its per-example rows are missing.
 
 The goals are the issue's, not the product's (so they live here, not in `diversed.bench`): our
@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> str:
     )
     parser.add_argument("--margin", type=float, default=MARGIN, help="non-inferiority margin, x AR quality")
     args = parser.parse_args(argv)
+    if args.quality is not None and args.floors != "cpu":
+        parser.error("--quality judges the CPU floors: give --floors cpu with it")
     records = json.loads(Path(args.records).read_text())
     if args.floors == "cpu":
         quality = None if args.quality is None else quality_against_ar(records, args.quality, args.margin)
