@@ -33,6 +33,7 @@ speedup at least 0.8 of the theoretical one; training rollouts at least 2x sampl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,15 @@ def quality_against_ar(
 
 def _settings(row: Any) -> dict[str, Any]:
     """A sweep record's settings (`settings/<digest>.json` in its run directory; {} if unreadable)."""
+    return _settings_file(str(Path(row["run_dir"]) / "settings" / f"{row['settings']}.json"))
+
+
+@functools.cache
+def _settings_file(path: str) -> dict[str, Any]:
+    """One settings file, read once however many records and bench settings look at it."""
     from diversed.files.rundir import read_json
 
-    path = Path(row["run_dir"]) / "settings" / f"{row['settings']}.json"
-    return (read_json(path) or {}) if path.is_file() else {}
+    return (read_json(path) or {}) if Path(path).is_file() else {}
 
 
 def _digest(found: Any) -> Any:
@@ -183,22 +189,18 @@ def _dtype(pair: dict[str, Any]) -> Any:
     return dtype
 
 
-# The engine options a bench decodes with but for the temperature, and what a sweep's settings mean by
-# leaving one out (`sweep.grid.engine_settings` drops a later option at its old behaviour).
-ENGINE_DEFAULTS = {
-    "bonus_token": "ensemble",
-    "first_token": "ensemble",
-    "top_k": 0,
-    "top_p": 1.0,
-    "num_draft_tokens_schedule": "constant",
-    "draft_confidence_threshold": None,
-}
+# A bench record's own engine options, and what the bench decodes with beyond them: N constant, no
+# confidence stop.
+RECORDED_ENGINE = ("bonus_token", "first_token", "top_k", "top_p")
+BENCH_ENGINE = {"num_draft_tokens_schedule": "constant", "draft_confidence_threshold": None}
 
 
-def _engine(options: dict[str, Any]) -> dict[str, Any]:
-    out = ENGINE_DEFAULTS | {k: v for k, v in options.items() if k in ENGINE_DEFAULTS}
-    out["top_k"] = out["top_k"] or 0  # None and 0: no truncation
-    return out
+def _engine(r: dict[str, Any]) -> dict[str, Any]:
+    """A bench record's engine options as a sweep's settings keep them (`sweep.grid.engine_settings`:
+    an option at its old behaviour left out), to compare with a settings file's `engine`."""
+    from diversed.sweep.grid import engine_settings  # (imports torch: only where --quality is given)
+
+    return engine_settings(BENCH_ENGINE | {k: r[k] for k in RECORDED_ENGINE if k in r})
 
 
 def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
@@ -220,7 +222,7 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
         return None
     method = METHODS[point["method"]]
     models = r.get("models") or {}
-    timed = _engine(r)
+    timed = _engine(r)  # the engine options of what was timed, as a sweep's settings would say them
 
     def close(a: Any, b: Any) -> bool:
         try:
@@ -238,7 +240,7 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
     def same_run(s: dict[str, Any], draft: bool) -> bool:
         pair = s.get("pair", {})
         ok = _dtype(pair) == r.get("dtype") and _same_model(pair.get("target", {}), models.get("target"))
-        ok = ok and _engine(s.get("engine", {})) == timed
+        ok = ok and s.get("engine", {}) == timed
         if "num_few_shot" in r:
             ok = ok and s.get("task", {}).get("num_few_shot", 0) == r["num_few_shot"]
         if draft:
@@ -275,8 +277,8 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
         i
         for i, row in ar.iterrows()
         if close(row["temperature"], point["temperature"])
-        and json.dumps(_settings(row).get("task"), sort_keys=True) == rows_key
-        and same_run(_settings(row), draft=False)
+        and json.dumps((s := _settings(row)).get("task"), sort_keys=True) == rows_key
+        and same_run(s, draft=False)
     ]
     if not ref:
         return None

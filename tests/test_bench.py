@@ -731,7 +731,12 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
                 "target": {"path": "/models/t"},
                 "draft": {"path": "/models/d"},
             },
-            "engine": {"bonus_token": "ensemble"},
+            # as evaluate writes it: the options at their old behaviour (first token, top-k, top-p) left out
+            "engine": {
+                "bonus_token": "ensemble",
+                "num_draft_tokens_schedule": "constant",
+                "draft_confidence_threshold": None,
+            },
         } | ({"head": head_digest} if head_digest else {})
         (tmp_path / "settings").mkdir(exist_ok=True)
         (tmp_path / "settings" / f"{digest}.json").write_text(json.dumps(settings))
