@@ -5,9 +5,10 @@
 # llama-greedy, llama-t1: random-initialised Llama-3.1-8B / Llama-3.2-1B shapes in bf16 (no
 #               download), greedy or sampled settings, exactly --max-new-tokens per row (random
 #               models never say EOS on cue). Transformers' assisted generation on an 8B target
-#               takes tens of ms per token, so each part is sized for one ~10-minute command
-#               (an estimate: no GPU has run it yet); run the parts one by one where commands
-#               are time-limited.
+#               takes tens of ms per token, so each part was sized for one ~10-minute command;
+#               on an H200 (2026-11-28) a cut of llama-greedy with 1/8 of its tokens at batch 1
+#               only took 57 s, so a part runs past 10 minutes: where commands are time-limited,
+#               lower --num-prompts (scripts/gpu_checklist.sh runs the cut).
 # qwen:         the real pair (Qwen2.5-Coder-1.5B verified by its 0.5B sibling) in bf16 on MBPP prompts,
 #               batch 1 and 8, T = 0.1 and 1, against transformers' assisted generation: the CPU table of
 #               BENCHMARKS.md ("The Qwen pair on CPU") on a GPU. Needs the pair fetched and converted on

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' tiny pair
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run from a checkout, not installed; the tests' tiny pair
 
 from tiny_models import EOS, PAD, ragged_prompts, tiny_pair  # noqa: E402
 
@@ -64,28 +65,41 @@ def chi2_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
     return float(chi2.sf(stat, obs.numel() - 1))
 
 
-def mismatches(target, got: torch.Tensor, ref: torch.Tensor) -> list[dict]:
-    """Each differing row's first mismatch, the target's top-2 logit gap there (one unpadded forward over
-    the reference's prefix) and the logits' largest magnitude, which sets their rounding step."""
-    out, n = [], min(got.shape[1], ref.shape[1])
+def mismatches(
+    target, got: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, draft=None, w=1.0
+) -> list[dict]:
+    """Each differing row's first mismatch and the gap there between the score of the reference's token
+    and ours, from one unpadded forward of `target` (the model that decoded, in its dtype) over the
+    common prefix (`mask`: the prompts' attention mask; generated tokens are all kept, pad id or not),
+    with the scores' largest magnitude. The score is the target's logit, or with `draft` the static
+    ensemble's v = w·p + (1 − w)·q that greedy verification takes the argmax of. A gap within the
+    rounding of the scores in the models' dtype is a tie that the kernels of a one-token step and of a
+    verification pass may break differently; a wide one is a bug."""
+    out, n, P = [], min(got.shape[1], ref.shape[1]), mask.shape[1]
     for row in range(ref.shape[0]):
         diff = (got[row, :n] != ref[row, :n]).nonzero()
         if diff.numel() == 0 and got.shape[1] == ref.shape[1]:
             continue
         j = int(diff[0]) if diff.numel() else n  # or one ran on where the other had stopped
-        seq = ref[row : row + 1, :j]
-        keep = seq != PAD
+        keep = torch.cat([mask[row].bool(), torch.ones(j - P, dtype=torch.bool, device=mask.device)])
         with torch.no_grad():
-            logits = target(seq[keep].view(1, -1)).logits[0, -1].float()
-        top = logits.topk(2).values
-        gap, scale = float(top[0] - top[1]), float(logits.abs().max())
-        out.append({"row": row, "position": j, "top2_gap": gap, "logit_scale": scale})
+            prefix = ref[row, :j][keep].view(1, -1)
+            score = target(prefix).logits[0, -1].float()
+            if draft is not None:
+                score = mix(score.softmax(-1), draft(prefix).logits[0, -1].float().softmax(-1), w)
+        entry = {"row": row, "position": j, "scale": float(score.abs().max())}
+        if j < n:
+            entry["gap"] = float(score[ref[row, j]] - score[got[row, j]])
+        out.append(entry)
     return out
 
 
-def exactness(device: torch.device, dtype: torch.dtype) -> list[dict]:
-    """Item 1 on the tiny pair in `dtype` on `device`."""
+def exactness(device: torch.device, dtype: torch.dtype, path: str = "auto") -> list[dict]:
+    """Item 1 on the tiny pair in `dtype` on `device`, the engine's forward path `path` for both models
+    (`forward: auto` is hf on a GPU)."""
     target, draft = (m.to(device=device, dtype=dtype) for m in tiny_pair())
+    for model in (target, draft):
+        use_forward(model, path)
     results = []
     ids, mask = (t.to(device) for t in ragged_prompts())
     ref = target.generate(
@@ -102,7 +116,7 @@ def exactness(device: torch.device, dtype: torch.dtype) -> list[dict]:
                     "check": f"lossless greedy = generate (N={n}, bonus={bonus})",
                     "pass": same,
                     "rows": ref.shape[0],
-                    "mismatches": [] if same else mismatches(target, out.sequences, ref),
+                    "mismatches": [] if same else mismatches(target, out.sequences, ref, mask),
                 }
             )
     w, n = 0.4, 3
@@ -110,8 +124,7 @@ def exactness(device: torch.device, dtype: torch.dtype) -> list[dict]:
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0
     for seed in range(3):
-        one, _ = ragged_prompts(lengths=(4 + 3 * seed,), seed=seed)
-        one = one.to(device)
+        one, one_mask = (t.to(device) for t in ragged_prompts(lengths=(4 + 3 * seed,), seed=seed))
         try:
             hf = target.generate(
                 one,
@@ -141,7 +154,7 @@ def exactness(device: torch.device, dtype: torch.dtype) -> list[dict]:
             {
                 "check": f"static greedy w={w}, target bonus = assistant_ensemble_weight (seed {seed})",
                 "pass": same,
-                "mismatches": [] if same else mismatches(target, out.sequences, hf),
+                "mismatches": [] if same else mismatches(target, out.sequences, hf, one_mask, draft, w),
             }
         )
     prompt = torch.tensor([[5, 17, 33, 8, 61, 12]], device=device)
@@ -292,6 +305,7 @@ def main() -> int:
     ap.add_argument("--pair-dtype", default="bfloat16")
     ap.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--forward", nargs="+", default=["auto", "direct"], help="item 1's forward paths")
     ap.add_argument("--skip", nargs="*", default=[], choices=["exactness", "paths"])
     a = ap.parse_args()
     device = torch.device(a.device)
@@ -305,19 +319,18 @@ def main() -> int:
     def save() -> None:
         (a.out / "gpu_checks.json").write_text(json.dumps(report, indent=1, default=str))
 
-    if "exactness" not in a.skip:
-        for name in a.dtypes:
-            t = time.perf_counter()
-            try:
-                report[f"exactness {name}"] = exactness(device, getattr(torch, name))
-            except Exception:
-                report[f"exactness {name}"] = [{"error": traceback.format_exc()}]
-            print(f"exactness {name}: {time.perf_counter() - t:.1f} s", flush=True)
-            for r in report[f"exactness {name}"]:
-                verdict = "PASS" if r.get("pass") else "FAIL" if "pass" in r else "ERROR"
-                rest = {k: v for k, v in r.items() if k not in ("check", "pass")}
-                print(f"  {verdict}  {r.get('check', '')}  {rest}"[:400], flush=True)
-            save()
+    for name, path in [(n, f) for n in a.dtypes for f in a.forward] if "exactness" not in a.skip else []:
+        key, t = f"exactness {name} forward={path}", time.perf_counter()
+        try:
+            report[key] = exactness(device, getattr(torch, name), path)
+        except Exception:
+            report[key] = [{"error": traceback.format_exc()}]
+        print(f"{key}: {time.perf_counter() - t:.1f} s", flush=True)
+        for r in report[key]:
+            verdict = "PASS" if r.get("pass") else "FAIL" if "pass" in r else "ERROR"
+            rest = {k: v for k, v in r.items() if k not in ("check", "pass")}
+            print(f"  {verdict}  {r.get('check', '')}  {rest}"[:400], flush=True)
+        save()
     if "paths" not in a.skip:
         t = time.perf_counter()
         try:

@@ -26,9 +26,9 @@ fi
 step() {  # name, command...
   local name=$1 start
   shift
-  start=$(date +%s.%N)
+  start=$(date +%s%N)
   "$@" >"$out/$name.log" 2>&1 || { tail -20 "$out/$name.log" >&2; exit 1; }
-  echo "$name: $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a "$out/times.txt"
+  echo "$name: $((($(date +%s%N) - start) / 1000000)) ms" | tee -a "$out/times.txt"  # (no bc on GPU images)
 }
 step train "$py" -m diversed.train "${common[@]}" trainer.accelerator="$accel" logger=csv data.n_train=32 data.n_val=8 \
   data.val_batch_size=8 trainer.max_epochs=1 trainer.val_check_interval=2 trainer.enable_progress_bar=false \

@@ -218,6 +218,31 @@ def test_every_experiment_passes_every_entry_points_checks(experiment):
             check(compose(entry, overrides=[f"+experiment={experiment}"], return_hydra_config=True))
 
 
+PAIRS = sorted(p.stem for p in (Path(CONFIG_DIR) / "pair").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_every_pair_resolves_under_the_paper_preset(pair):
+    """Train logs its whole config resolved (`log_hyperparams`), and the paper preset's paths name the
+    pair (`${pair.name}`): a pair config without a name failed there only after its models had loaded
+    (random_llama8b_1b on a GPU, 2026-11-28)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    extra = ["pair.target=/models/big", "pair.draft=/models/small"] if pair == "local" else []
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="train"):
+        cfg = compose("train", overrides=["+paper=gsm8k", f"pair={pair}", *extra], return_hydra_config=True)
+    before = HydraConfig.instance().cfg
+    HydraConfig.instance().set_config(cfg)  # ${hydra:...} as in a run
+    try:
+        for key in cfg:
+            if key != "hydra" and OmegaConf.is_config(cfg[key]):
+                OmegaConf.to_container(cfg[key], resolve=True)
+    finally:
+        HydraConfig.instance().cfg = before
+    assert f"/{cfg.pair.name}/gsm8k/" in cfg.sweep.heads[0]
+
+
 def test_unknown_keys_are_found_in_every_kind_of_section():
     """Sections of the schema, of another entry point, `_target_` nodes (by the target's signature,
     anything for a **kwargs target), collections of loggers and callbacks."""
