@@ -6,9 +6,10 @@
    - static greedy with the target's bonus against transformers' `assistant_ensemble_weight`;
    - the first new token's law: static and dynamic verifiers, 6000 rows, chi-square against
      v = w·p + (1 − w)·q (and against p and q, to show the test has power).
-   Where a greedy comparison differs, each differing row's first mismatch is reported with the
-   target's top-2 logit gap there: a gap of a few bf16 ulps is rounding (a verification pass over
-   N + 1 tokens runs other kernels than a one-token step), a wide one a bug.
+   Where a greedy comparison differs, each differing row's first mismatch is reported with the gap
+   there between the reference's token and ours (`mismatches`): a gap of a few bf16 steps is a tie
+   that rounding breaks (a verification pass over N + 1 tokens runs other kernels than a one-token
+   step), a wide one a bug.
 2. The forward paths at the shapes of `--pair` (random-llama-8b-1b on a GPU): the direct path against
    transformers' own (`forward: hf`) on the check batch the engine itself compares them on
    (`decoding.forward._both_ways`), both against float32, and the autoregressive loop's tokens/s on
@@ -68,13 +69,15 @@ def chi2_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
 def mismatches(
     target, got: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, draft=None, w=1.0
 ) -> list[dict]:
-    """Each differing row's first mismatch and the gap there between the score of the reference's token
-    and ours, from one unpadded forward of `target` (the model that decoded, in its dtype) over the
-    common prefix (`mask`: the prompts' attention mask; generated tokens are all kept, pad id or not),
-    with the scores' largest magnitude. The score is the target's logit, or with `draft` the static
-    ensemble's v = w·p + (1 − w)·q that greedy verification takes the argmax of. A gap within the
-    rounding of the scores in the models' dtype is a tie that the kernels of a one-token step and of a
-    verification pass may break differently; a wide one is a bug."""
+    """Each differing row's first mismatch and the gap there between the score of the reference's token and
+    ours, from one unpadded `target(...)` forward (the weights and dtype that decoded, through
+    transformers' path whichever path decoded) over the common prefix (`mask`: the prompts' attention
+    mask; generated tokens are all kept, pad id or not), with the scores' largest magnitude. The score
+    is the target's logit, or with `draft` the static ensemble's v = w·p + (1 − w)·q that greedy
+    verification takes the argmax of (a mismatch at a target-bonus position is argmax p: its gap on v is
+    then only indicative). A gap within the rounding of the scores in the models' dtype is a tie that
+    the kernels of a one-token step and of a verification pass may break differently; a wide one is a
+    bug."""
     out, n, P = [], min(got.shape[1], ref.shape[1]), mask.shape[1]
     for row in range(ref.shape[0]):
         diff = (got[row, :n] != ref[row, :n]).nonzero()

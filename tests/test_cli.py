@@ -15,8 +15,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ("train", "evaluate", "plot", "bench", "toy", "show", "distill", "report", "weights", "drafts")
-HYDRA = ("train", "evaluate", "distill")
+SCRIPTS = (
+    "train",
+    "evaluate",
+    "likelihood",
+    "plot",
+    "bench",
+    "toy",
+    "show",
+    "distill",
+    "report",
+    "weights",
+    "drafts",
+)
+HYDRA = ("train", "evaluate", "likelihood", "distill")
 
 
 def script(name: str) -> Path:
@@ -150,7 +162,7 @@ def test_console_scripts_exit_0_and_user_errors_2(run_dir, tmp_path):
 
 @pytest.mark.slow
 def test_every_console_script_runs_from_the_shell(run_dir, toy_tiny_dir, tmp_path):
-    """All ten scripts' --help, and show, plot, report, toy and bench on tiny inputs, as subprocesses."""
+    """All eleven scripts' --help, and show, plot, report, toy and bench on tiny inputs, as subprocesses."""
     names = [script(n) for n in SCRIPTS]
     running = [
         subprocess.Popen(

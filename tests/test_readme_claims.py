@@ -357,3 +357,15 @@ def test_the_speed_bullet_quotes_the_bench_run_in_benchmarks_md():
     for where, text in (("docs/real-models.md", bullet), ("README.md", line)):
         missing = _numbers(text) - _numbers(section) - {"2", "1", "8"}  # cores, batch sizes
         assert not missing, f"{where}'s speed numbers not in BENCHMARKS.md's run: {sorted(missing)}"
+
+
+def test_the_likelihood_section_quotes_only_its_runs():
+    """docs/real-models.md's section on the heads against a constant at equal acceptance: every decimal
+    in it is in the runs' printed tables (docs/likelihood_qwen25coder.md), never one computed beside them."""
+    page = REAL.read_text()
+    start = page.index("### The heads against a constant at equal acceptance")
+    section = page[start : page.index("\n## ", start)]
+    section = re.sub(r"`[^`]*`", " ", section)
+    runs = (ROOT / "docs" / "likelihood_qwen25coder.md").read_text()
+    missing = {n for n in _numbers(section) if "." in n} - _numbers(runs)
+    assert not missing, f"decimals in the likelihood section that no run printed: {sorted(missing)}"

@@ -14,6 +14,8 @@ Over a batch of completions ([B, T] per-token inputs, `mask` the completion's to
   `fixed`, or `adaptive` (λ·|pg|/reg, detached: the regulariser keeps a fixed share of the policy
   gradient's magnitude as the reward signal grows or fades).
 
+- `log_v`, `equal_acceptance_weight`: the reference's log-likelihood under v, and the constant w with
+  a head's mean rejection (`diversed.likelihood` sets a head against it on held-out references).
 - `teacher_forced_loss(...)`: the cheap first stage's objective (`model.teacher_forced_steps`), on
   the reference completions y* instead of samples, with no reward:
     loss = −mean_t log(w_t·p_t(y*_t) + (1 − w_t)·q_t(y*_t)) + λ·mean_t w_t·TV(p_t, q_t)
@@ -72,8 +74,7 @@ def policy_loss(
     """REINFORCE on v plus the acceptance regulariser, over completion tokens ([B, T] inputs).
     Returns (pg + λ·reg, pg, reg)."""
     m = mask.to(w.dtype)
-    log_v = torch.log((w * p_x + (1.0 - w) * q_x).clamp_min(1e-30))
-    pg = -(advantage * (log_v * m).sum(1)).mean()
+    pg = -(advantage * (log_v(w, p_x, q_x) * m).sum(1)).mean()
     reg = ((w * tv) * m).sum(1).mean()
     return pg + reg_scale * reg, pg, reg
 
@@ -97,6 +98,21 @@ def regularised_loss(
     return (*policy_loss(w, p_x, q_x, tv, mask, advantage, scale), scale)
 
 
+def log_v(w: Tensor | float, p_y: Tensor, q_y: Tensor) -> Tensor:
+    """log v_t(y_t) = log(w_t·p_t(y_t) + (1 − w_t)·q_t(y_t)), floored at log 1e-30 (a token both laws
+    rule out)."""
+    return torch.log((w * p_y + (1.0 - w) * q_y).clamp_min(1e-30))
+
+
+def equal_acceptance_weight(w: Tensor, tv: Tensor, mask: Tensor) -> float:
+    """The constant w* that rejects as much as the head over the masked tokens:
+    w* = Σ_t w_t·TV_t / Σ_t TV_t, so that mean_t w*·TV_t = mean_t w_t·TV_t (a draft token's
+    acceptance, 1 − w·TV, the same on average). 1.0 where the laws never differ (TV = 0)."""
+    m = mask.to(tv.dtype)
+    total = (tv * m).sum()
+    return float((w * tv * m).sum() / total) if total > 0 else 1.0
+
+
 def teacher_forced_loss(
     w: Tensor,
     p_y: Tensor,
@@ -110,7 +126,6 @@ def teacher_forced_loss(
     m = mask.to(w.dtype)
     n = m.sum().clamp_min(1)
     # loss = −mean_t log(w_t·p_t(y*_t) + (1 − w_t)·q_t(y*_t)) + λ·mean_t w_t·TV(p_t, q_t)
-    log_v = torch.log((w * p_y + (1.0 - w) * q_y).clamp_min(1e-30))
-    nll = -(log_v * m).sum() / n
+    nll = -(log_v(w, p_y, q_y) * m).sum() / n
     reg = ((w * tv) * m).sum() / n
     return nll + reg_scale * reg, nll, reg
