@@ -38,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run from a checkout, not installed; the tests' tiny pair
 
+from test_engine import chi2_pvalue  # noqa: E402  (the tests' own chi-square, pooled as they pool)
 from tiny_models import EOS, PAD, ragged_prompts, tiny_pair  # noqa: E402
 
 from diversed import DynamicEnsemble, StaticEnsemble, WeightHead, speculative_generate  # noqa: E402
@@ -50,20 +51,6 @@ from diversed.decoding.verify import mix, total_variation  # noqa: E402
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def chi2_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's chi-square p-value of `samples` against `probs`, rare categories pooled (as the tests)."""
-    from scipy.stats import chi2
-
-    samples, probs = samples.cpu(), probs.double().cpu()
-    counts = torch.bincount(samples, minlength=probs.numel()).double()
-    expected = probs * samples.numel()
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum().view(1)])
-    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
-    stat = ((obs - exp) ** 2 / exp.clamp_min(1e-12)).sum().item()
-    return float(chi2.sf(stat, obs.numel() - 1))
 
 
 def mismatches(

@@ -7,25 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_cli import SCRIPTS
+
 from diversed.models import toy
 
 ROOT = Path(__file__).resolve().parents[1]
-# every console script: `main` returns its exit status (tests/test_cli.py runs them)
-ENTRY_POINTS = {
-    name: f"diversed.{name}:main"
-    for name in (
-        "train",
-        "evaluate",
-        "plot",
-        "bench",
-        "toy",
-        "show",
-        "distill",
-        "report",
-        "weights",
-        "drafts",
-    )
-}
+# every console script (tests/test_cli.py's list, which runs them): `main` returns its exit status
+ENTRY_POINTS = {name: f"diversed.{name}:main" for name in SCRIPTS}
 
 COMPOSE = """
 import sys
@@ -35,7 +23,7 @@ from hydra import compose, initialize_config_dir
 assert Path(diversed.__file__).is_relative_to(sys.argv[1]), diversed.__file__
 assert Path(diversed.CONFIG_DIR).is_relative_to(sys.argv[1]), diversed.CONFIG_DIR
 with initialize_config_dir(config_dir=diversed.CONFIG_DIR, version_base="1.3"):
-    for name in ("train", "evaluate"):
+    for name in ("train", "evaluate", "likelihood"):
         for experiment in ("toy", "llama8b_1b", "qwen3_8b_0p6b"):
             cfg = compose(name, overrides=[f"+experiment={experiment}"])
             assert cfg.pair._target_.startswith("diversed."), cfg.pair
