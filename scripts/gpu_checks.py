@@ -38,10 +38,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run from a checkout, not installed; the tests' tiny pair
 
-from test_engine import chi2_pvalue  # noqa: E402  (the tests' own chi-square, pooled as they pool)
+from test_engine import chi2_pvalue, random_head  # noqa: E402  (the tests' own chi-square and head)
 from tiny_models import EOS, PAD, ragged_prompts, tiny_pair  # noqa: E402
 
-from diversed import DynamicEnsemble, StaticEnsemble, WeightHead, speculative_generate  # noqa: E402
+from diversed import DynamicEnsemble, StaticEnsemble, speculative_generate  # noqa: E402
 from diversed.decoding.autoregressive import autoregressive_generate  # noqa: E402
 from diversed.decoding.forward import _both_ways, _check_batch, use_forward  # noqa: E402
 from diversed.decoding.inputs import ordinary_ids  # noqa: E402
@@ -148,11 +148,7 @@ def exactness(device: torch.device, dtype: torch.dtype, path: str = "auto") -> l
             }
         )
     prompt = torch.tensor([[5, 17, 33, 8, 61, 12]], device=device)
-    torch.manual_seed(0)
-    head = WeightHead(draft.config.hidden_size, target.config.hidden_size)
-    with torch.no_grad():
-        head.net[-1].weight.normal_(0, 0.05)
-    head = head.eval().to(device)
+    head = random_head(target, draft).to(device)  # the tests' head: w varies with the context
     for kind in ("static", "dynamic"):
         with torch.no_grad():
             t = target(prompt, output_hidden_states=True)
