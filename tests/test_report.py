@@ -523,46 +523,8 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
     its own mean w (w = 0.4 and 0.8 here), with the head's own cells, and the front table sets each
     against the static front; one head per cell: no heads table."""
     from diversed.analysis.tables import front_table, heads_table
-    from diversed.report import load_runs
 
-    store = ResultStore(tmp_path / "run")
-    heads = {}
-    for name, task in (("lam1", "alpha_task"), ("lam4", "alpha_task")):
-        heads[name] = tmp_path / "heads" / name / "head"
-        heads[name].mkdir(parents=True)
-        (heads[name] / "head_config.json").write_text(json.dumps({"task": task}))
-    points = [
-        ("static", {"weight": 0.4}, [1.0] * 10 + [0.0] * 10, 30),
-        ("static", {"weight": 0.8}, [1.0] * 14 + [0.0] * 6, 20),
-        ("dynamic", {"head": str(heads["lam1"]), "mean_w": 0.41}, [1.0] * 10 + [0.0] * 10, 34),
-        ("dynamic", {"head": str(heads["lam4"]), "mean_w": 0.79}, [1.0] * 20, 20),
-    ]
-    for method, extra, scores, accepted in points:
-        rec = _record(
-            "p1",
-            "alpha_task",
-            method,
-            1.0,
-            3,
-            score=float(np.mean(scores)),
-            acc=accepted / 40,
-            comparison_group="g",
-            **extra,
-        )
-        rec["n_examples"] = len(scores)
-        examples = [
-            {
-                "example_id": f"ex{i}",
-                "completion": "x",
-                "score": s,
-                "new_tokens": 4,
-                "accepted_drafts": accepted // 20,
-                "proposed_drafts": 2,
-            }
-            for i, s in enumerate(scores)
-        ]
-        store.write(rec, examples)
-    runs = load_runs([tmp_path / "run"])
+    runs, heads = _two_heads(tmp_path, {"lam1": "heads/lam1/head", "lam4": "heads/lam4/head"})
     table = heads_table(runs, with_times(mean_over_seeds(runs), runs), 1.0)
     assert list(table.index.get_level_values("head")) == ["DIVERSED (lam1/head)", "DIVERSED (lam4/head)"]
     row = table.loc[("p1", "3", "DIVERSED (lam4/head)")]
@@ -605,3 +567,72 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
         ]
     one = runs[runs["head"].astype(str) != str(heads["lam4"])]
     assert heads_table(one, with_times(mean_over_seeds(one), one), 1.0) is None
+
+
+def _two_heads(tmp_path, paths: dict[str, str]):
+    """A run of one task with two heads (name: path under tmp_path; the first at mean w 0.41, the second
+    at 0.79 and better) and static points at w = 0.4 and 0.8: (records, {name: head dir})."""
+    from diversed.report import load_runs
+
+    store = ResultStore(tmp_path / "run")
+    heads = {}
+    for name, path in paths.items():
+        heads[name] = tmp_path / path
+        heads[name].mkdir(parents=True)
+        (heads[name] / "head_config.json").write_text(json.dumps({"task": "alpha_task"}))
+    first, second = paths
+    points = [
+        ("static", {"weight": 0.4}, [1.0] * 10 + [0.0] * 10, 30),
+        ("static", {"weight": 0.8}, [1.0] * 14 + [0.0] * 6, 20),
+        ("dynamic", {"head": str(heads[first]), "mean_w": 0.41}, [1.0] * 10 + [0.0] * 10, 34),
+        ("dynamic", {"head": str(heads[second]), "mean_w": 0.79}, [1.0] * 20, 20),
+    ]
+    for method, extra, scores, accepted in points:
+        rec = _record(
+            "p1",
+            "alpha_task",
+            method,
+            1.0,
+            3,
+            score=float(np.mean(scores)),
+            acc=accepted / 40,
+            comparison_group="g",
+            **extra,
+        )
+        rec["n_examples"] = len(scores)
+        examples = [
+            {
+                "example_id": f"ex{i}",
+                "completion": "x",
+                "score": s,
+                "new_tokens": 4,
+                "accepted_drafts": accepted // 20,
+                "proposed_drafts": 2,
+            }
+            for i, s in enumerate(scores)
+        ]
+        store.write(rec, examples)
+    return load_runs([tmp_path / "run"]), heads
+
+
+def test_two_heads_whose_paths_end_alike_keep_a_row_each(tmp_path):
+    """Heads from two runs' directories, both `.../train_mbpp/head`: every table names each by the
+    shortest tail of its path that tells them apart, where the last two parts would have merged their
+    rows (one head's cells written over the other's)."""
+    from diversed.analysis.tables import front_table, heads_table, paired_table
+    from diversed.sweep.methods import head_labels
+
+    runs, _ = _two_heads(tmp_path, {"a": "run_a/train_mbpp/head", "b": "run_b/train_mbpp/head"})
+    d = with_times(mean_over_seeds(runs), runs)
+    names = ["DIVERSED (run_a/train_mbpp/head)", "DIVERSED (run_b/train_mbpp/head)"]
+    table = heads_table(runs, d, 1.0)
+    assert list(table.index.get_level_values("head")) == names
+    assert table.loc[("p1", "3", names[1]), ("alpha_task", "quality ×100")].startswith("100.00")
+    assert table.loc[("p1", "3", names[0]), ("alpha_task", "quality ×100")].startswith("50.00")
+    fronts = front_table(runs, d, 1.0)
+    assert sorted(fronts.index.get_level_values(2)) == [f"{n} − static front (2 w)" for n in names]
+    paired = paired_table(runs, d, 1.0)
+    assert {k.split(" − ")[0] for k in paired.index.get_level_values(2)} == set(names)
+    # the labels themselves: two parts where they differ, as long as needed where they do not
+    labels = head_labels(["x/a/h", "y/b/h", "z/q/a/h", "x/a/h"])
+    assert labels == {"x/a/h": "x/a/h", "y/b/h": "b/h", "z/q/a/h": "q/a/h"}

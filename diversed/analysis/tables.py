@@ -30,7 +30,7 @@ from diversed.analysis.compare import (
     verdict,
 )
 from diversed.analysis.fronts import best_at_quality, choice_field, choice_key, front_gap
-from diversed.sweep.methods import METHODS, exact_law, head_label
+from diversed.sweep.methods import METHODS, exact_law, head_labels
 from diversed.sweep.times import ci_fields, shown_time, times_over_seeds
 
 # ----------------------------------------------------------------------------- cells
@@ -103,17 +103,20 @@ def _knob_note(r: pd.Series) -> str:
     return f" ({knob.symbol}={knob.show(r[m.family])}){star}"
 
 
-def _row_label(r: pd.Series, several: set[str]) -> str:
+def _row_label(r: pd.Series, several: dict[str, dict[str, str]]) -> str:
     """The row of a record: its method's `row_name` ("SD (lossless)", "Static"); a knob family's with its
     other knobs (a str knob by its value, "Cascade chow"; a number by its symbol, "Typical δ=0.3") and
     where its setting was chosen; a method without a family with its knobs' values where a cell has
-    several (`several`: "DIVERSED (pair/head)")."""
+    several (`several`, `_several`'s: "DIVERSED (pair/head)", a path by its label there)."""
     m = METHODS.get(r["method"])
     if m is None:
         return str(r["method"])
     on = r.get("chosen_on")
     if m.family is None:
-        named = " ".join(k.show(r[k.field]) for k in m.knobs) if m.name in several else ""
+        labels = several.get(m.name, {})  # a path knob's values by their labels in the table
+        shown = [labels.get(str(r[k.field])) if k.path else None for k in m.knobs]
+        named = " ".join(s or k.show(r[k.field]) for s, k in zip(shown, m.knobs, strict=True))
+        named = named if m.name in several else ""
         chosen = f", chosen on {on}" if isinstance(on, str) and on not in ("test", "only") else ""
         return m.row_name + (f" ({named})" if named else "") + chosen
     others = "".join(
@@ -131,10 +134,11 @@ def _row_label(r: pd.Series, several: set[str]) -> str:
     return f"{m.row_name}{others}, {chosen}"
 
 
-def _several(d: pd.DataFrame) -> set[str]:
+def _several(d: pd.DataFrame) -> dict[str, dict[str, str]]:
     """The methods without a knob family (DIVERSED, the fine-tuned draft) with more than one setting of their
-    knobs (heads, drafts) in a cell of `d`: their rows then name them."""
-    several = set()
+    knobs (heads, drafts) in a cell of `d`: their rows then name them, each path by a label that no other
+    path of that knob in `d` has (`methods.head_labels`), so two heads never share a row."""
+    several: dict[str, dict[str, str]] = {}
     for name, rows in d.groupby("method", sort=False):
         m = METHODS.get(name)
         if m is None or m.family is not None or not m.knobs:
@@ -146,11 +150,14 @@ def _several(d: pd.DataFrame) -> set[str]:
             .max()
             > 1
         ):
-            several.add(name)
+            several[name] = {}
+            for k in m.knobs:
+                if k.path:
+                    several[name].update(head_labels(rows[k.field].dropna()))
     return several
 
 
-def _row_key(r: pd.Series, several: set[str]) -> tuple[str, str, str]:
+def _row_key(r: pd.Series, several: dict[str, dict[str, str]]) -> tuple[str, str, str]:
     """A table row's index: (pair label, row label, N or "–")."""
     n = "–" if pd.isna(r["num_draft_tokens"]) else str(int(r["num_draft_tokens"]))
     return r["pair_label"], _row_label(r, several), n
@@ -514,7 +521,7 @@ def _baselines(rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature:
         & (rows["method"] != "dynamic")
         & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
     ]
-    baselines = [(base, _row_label(base, set())) for _, base in same.iterrows()]
+    baselines = [(base, _row_label(base, {})) for _, base in same.iterrows()]
     baselines = [(b, f"{label} (target's law)" if exact_law(b) else label) for b, label in baselines]
     at_mean = _static_at_mean_w(d, dyn, temperature, selection)
     if at_mean is not None:
@@ -632,8 +639,9 @@ def heads_table(
     name = METHODS["dynamic"].row_name
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []
+    labels = head_labels(dyn["head"])  # one row per head, whatever directories its path shares
     for _, r in dyn.iterrows():
-        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({head_label(r['head'])})")
+        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({labels[str(r['head'])]})")
         row = cells.setdefault(key, {})
         task = r["task"]
         for field, column in (("score", "quality ×100"), ("acceptance_rate", "accepted/proposed %")):

@@ -321,10 +321,26 @@ class Method:
         return self.row or self.name_only
 
 
-def head_label(head: Any) -> str:
-    """A short name for a head or model path: its last two path parts without the suffix."""
-    parts = Path(str(head)).with_suffix("").parts
-    return "/".join(parts[-2:]) if parts else str(head)
+def head_label(head: Any, parts: int = 2) -> str:
+    """A short name for a head or model path: its last `parts` path parts without the suffix."""
+    names = Path(str(head)).with_suffix("").parts
+    return "/".join(names[-parts:]) if names else str(head)
+
+
+def head_labels(heads: Iterable[Any]) -> dict[str, str]:
+    """Each distinct path of `heads` (by `str`) with a label no other of them has: `head_label`, its tail
+    lengthened one part at a time while two of them would read the same (`runs/a/train_mbpp/head` and
+    `runs/b/train_mbpp/head` are `a/train_mbpp/head` and `b/train_mbpp/head`, never one row)."""
+    paths = list(dict.fromkeys(str(h) for h in heads))
+    labels = {}
+    for path in paths:
+        n, longest = 2, len(Path(path).with_suffix("").parts)
+        while n < longest and any(
+            other != path and head_label(other, n) == head_label(path, n) for other in paths
+        ):
+            n += 1
+        labels[path] = head_label(path, n)
+    return labels
 
 
 # ----------------------------------------------------------------------------- the registry
