@@ -87,7 +87,9 @@ def likelihood(cfg: DictConfig) -> Path:
             "scored under the full softmax, not the truncated laws a sweep with these decodes from; "
             "set engine.top_k=0 engine.top_p=1.0"
         )
-    task = instantiate(cfg.task)
+    # it scores references and runs no completion: a task's code-execution opt-in (MBPP's) is not asked
+    opt_in = {"allow_code_execution": True} if "allow_code_execution" in cfg.task else {}
+    task = instantiate(cfg.task, **opt_in)
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
     # the heads checked as a sweep checks them (finite, of this pair's shapes), digested for the records

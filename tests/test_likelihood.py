@@ -197,9 +197,9 @@ def test_bad_input_is_refused_before_any_weights_load(
     monkeypatch.setattr(lk, "load_heads", lambda *a: pytest.fail("weights loaded"))
     real = lk.instantiate
 
-    def no_pair(c):  # the task may be built; the pair's weights may not be read
+    def no_pair(c, **kwargs):  # the task may be built; the pair's weights may not be read
         assert "models.pair" not in str(c.get("_target_")), "the pair was loaded"
-        return real(c)
+        return real(c, **kwargs)
 
     monkeypatch.setattr(lk, "instantiate", no_pair)
     with pytest.raises((ConfigError, ValueError), match=message):
@@ -223,4 +223,28 @@ def test_a_task_without_references_is_refused_before_any_weights_load(
         [f"sweep.heads=[{head_dirs[0]}]", "sweep.temperatures=[1.0]"],
     )
     with pytest.raises(ConfigError, match="has a reference to score"):
+        likelihood(cfg)
+
+
+def test_mbpp_is_scored_without_the_code_execution_opt_in(tmp_path, toy_tiny_dir, monkeypatch):
+    """The verb scores references and runs no completion: MBPP, which a sweep builds only with the
+    opt-in, is built without it, and the run goes on to its next check (here a missing head's)."""
+    from test_tasks import MBPP_FULL_ROWS
+
+    import diversed.likelihood as lk
+    from diversed.tasks.execution import ALLOW_ENV
+
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    rows = tmp_path / "mbpp.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in MBPP_FULL_ROWS))
+    monkeypatch.setattr(lk, "load_heads", lambda *a: pytest.fail("weights loaded"))
+    overrides = [
+        "task=mbpp",
+        f"task.data_files={rows}",
+        "sweep.heads=[/nonexistent/head]",
+        "sweep.temperatures=[1.0]",
+    ]
+    cfg = compose_run("likelihood", tmp_path / "run", toy_tiny_dir, BASE, overrides)
+    assert cfg.task.name == "mbpp" and not cfg.task.allow_code_execution
+    with pytest.raises((ConfigError, ValueError), match="/nonexistent/head"):
         likelihood(cfg)
