@@ -395,11 +395,17 @@ def chosen_heads(
 
 def head_said(head: str) -> str:
     """A head in the docs: its run directory and how it was trained (its head_config.json: the
-    objective, REINFORCE for heads exported before there was a choice, and λ)."""
+    objective, else the training run's own config beside it for heads exported before the export wrote
+    it, else REINFORCE for heads trained before there was a choice; and λ)."""
     config = json.loads((Path(head) / "head_config.json").read_text())
-    lam = config.get("reg_scale")
+    lam, objective = config.get("reg_scale"), config.get("objective")
+    run_config = Path(head).parent / ".hydra" / "config.yaml"
+    if objective is None and run_config.is_file():
+        from omegaconf import OmegaConf
+
+        objective = OmegaConf.select(OmegaConf.load(run_config), "model.objective")
     return (
-        f"{Path(head).parent.name} ({config.get('objective', 'reinforce')}"
+        f"{Path(head).parent.name} ({objective or 'reinforce'}"
         + (f", λ = {lam:g}" if isinstance(lam, (int, float)) else "")
         + ")"
     )

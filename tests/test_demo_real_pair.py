@@ -278,3 +278,27 @@ def test_a_task_whose_heads_did_not_export_runs_without_diversed(demo, fake, tmp
     methods = [_value(a, "sweep.methods") for a in calls if a[1] == "diversed.evaluate"]
     assert methods == ["[autoregressive,lossless]", "[autoregressive,lossless,static]"]
     assert "mbpp: 0 of 3 exported" in page.read_text()
+
+
+def test_a_head_is_said_with_the_objective_it_was_trained_on(demo, tmp_path):  # noqa: F811
+    """The docs name each head's objective: its head_config.json's; for a head exported before the
+    export wrote it, the training run's own config beside it (`.hydra/config.yaml`); REINFORCE only
+    where neither says (heads trained before there was a choice)."""
+    said = {}
+    for name, config, run_objective in (
+        ("exported", {"reg_scale": 2, "objective": "teacher_forced"}, None),
+        ("older", {"reg_scale": 1}, "teacher_forced"),
+        ("oldest", {"reg_scale": 0.5}, None),
+    ):
+        head = tmp_path / name / "head"
+        head.mkdir(parents=True)
+        (head / "head_config.json").write_text(json.dumps(config))
+        if run_objective:
+            (tmp_path / name / ".hydra").mkdir()
+            (tmp_path / name / ".hydra" / "config.yaml").write_text(f"model:\n  objective: {run_objective}\n")
+        said[name] = demo.head_said(str(head))
+    assert said == {
+        "exported": "exported (teacher_forced, λ = 2)",
+        "older": "older (teacher_forced, λ = 1)",
+        "oldest": "oldest (reinforce, λ = 0.5)",
+    }
