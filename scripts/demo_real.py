@@ -403,7 +403,9 @@ def head_said(head: str) -> str:
     if objective is None and run_config.is_file():
         from omegaconf import OmegaConf
 
-        objective = OmegaConf.select(OmegaConf.load(run_config), "model.objective")
+        objective = OmegaConf.select(
+            OmegaConf.load(run_config), "model.objective", throw_on_resolution_failure=False
+        )
     return (
         f"{Path(head).parent.name} ({objective or 'reinforce'}"
         + (f", λ = {lam:g}" if isinstance(lam, (int, float)) else "")

@@ -633,6 +633,14 @@ def test_two_heads_whose_paths_end_alike_keep_a_row_each(tmp_path):
     assert sorted(fronts.index.get_level_values(2)) == [f"{n} − static front (2 w)" for n in names]
     paired = paired_table(runs, d, 1.0)
     assert {k.split(" − ")[0] for k in paired.index.get_level_values(2)} == set(names)
+    from diversed.analysis.drawing import summary_table  # plot's table.md: a row each too
+
+    summary = summary_table(runs, temperature=1.0)
+    assert {m for m in summary.index.get_level_values("method") if m.startswith("DIVERSED")} == set(names)
     # the labels themselves: two parts where they differ, as long as needed where they do not
     labels = head_labels(["x/a/h", "y/b/h", "z/q/a/h", "x/a/h"])
     assert labels == {"x/a/h": "x/a/h", "y/b/h": "b/h", "z/q/a/h": "q/a/h"}
+    assert head_labels(["runs/x/lam0.5", "runs/x/lam0.25"]) == {  # the same without their suffixes
+        "runs/x/lam0.5": "runs/x/lam0.5",
+        "runs/x/lam0.25": "runs/x/lam0.25",
+    }

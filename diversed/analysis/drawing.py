@@ -33,7 +33,7 @@ from matplotlib.transforms import Bbox, ScaledTranslation
 from diversed.analysis.compare import mean_over_seeds
 from diversed.analysis.fronts import best_at_quality, choice_key, pareto_front
 from diversed.files.atomic import write_file
-from diversed.sweep.methods import METHODS, knobs
+from diversed.sweep.methods import METHODS, head_labels, knobs
 
 # ----------------------------------------------------------------------------- the look
 
@@ -333,11 +333,18 @@ def note_missed(fig: Figure, legend, missed: Sequence[PointLabel]) -> None:
 # ----------------------------------------------------------------------------- Pareto figures
 
 
-def method_label(method: str, weight: float | None = None, head: str | None = None, **knobs: object) -> str:
-    """The row label of the summary table, e.g. "Static w=0.5", "DIVERSED (llama/head)"."""
+def method_label(
+    method: str,
+    weight: float | None = None,
+    head: str | None = None,
+    labels: dict[str, str] | None = None,
+    **knobs: object,
+) -> str:
+    """The row label of the summary table, e.g. "Static w=0.5", "DIVERSED (llama/head)" (a path by its
+    label in `labels` where it has one: `methods.head_labels`)."""
     if method not in METHODS:
         return str(method)
-    return METHODS[method].describe({"weight": weight, "head": head, **knobs})
+    return METHODS[method].describe({"weight": weight, "head": head, **knobs}, labels)
 
 
 def safe_name(name: object) -> str:
@@ -701,8 +708,12 @@ def _labelled(d: pd.DataFrame) -> pd.DataFrame:
     fields = [f for f in knobs() if f in d]
     others = [f for f in fields if not any(m.family == f for m in METHODS.values())]
     d = d.sort_values(["pair", "order", *others, "_w"], na_position="first")
+    labels: dict[str, str] = {}  # every head and draft path by a label no other path of the table has
+    for f in dict.fromkeys(k.field for m in METHODS.values() for k in m.knobs if k.path):
+        if f in d:
+            labels.update(head_labels(d[f].dropna()))
     d["label"] = [
-        method_label(r["method"], **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
+        method_label(r["method"], labels=labels, **{f: (None if pd.isna(r[f]) else r[f]) for f in fields})
         for _, r in d.iterrows()
     ]
     groups = d["settings_group"].fillna("")

@@ -134,10 +134,12 @@ def _row_label(r: pd.Series, several: dict[str, dict[str, str]]) -> str:
     return f"{m.row_name}{others}, {chosen}"
 
 
-def _several(d: pd.DataFrame) -> dict[str, dict[str, str]]:
+def _several(d: pd.DataFrame, over: pd.DataFrame | None = None) -> dict[str, dict[str, str]]:
     """The methods without a knob family (DIVERSED, the fine-tuned draft) with more than one setting of their
     knobs (heads, drafts) in a cell of `d`: their rows then name them, each path by a label that no other
-    path of that knob in `d` has (`methods.head_labels`), so two heads never share a row."""
+    path of that knob has in `over` (default `d`; every temperature's rows, so that a head has one name in
+    every table of a report; `methods.head_labels`), so two heads never share a row."""
+    over = d if over is None else over
     several: dict[str, dict[str, str]] = {}
     for name, rows in d.groupby("method", sort=False):
         m = METHODS.get(name)
@@ -153,7 +155,8 @@ def _several(d: pd.DataFrame) -> dict[str, dict[str, str]]:
             several[name] = {}
             for k in m.knobs:
                 if k.path:
-                    several[name].update(head_labels(rows[k.field].dropna()))
+                    paths = over.loc[over["method"] == name, k.field] if k.field in over else rows[k.field]
+                    several[name].update(head_labels(paths.dropna()))
     return several
 
 
@@ -457,14 +460,14 @@ def paired_table(
     rows = table_rows(d, temperature, choices).assign(pair_label=lambda x: _pair_labels(x))
     if "run_dir" not in records or not (rows["method"] == "dynamic").any():
         return None
-    several = _several(rows)
+    several = _several(rows, over=d)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []  # Holm adjusts them together
     for _, dyn in rows[rows["method"] == "dynamic"].iterrows():
         mine = per_example(_records_of(records, dyn))
         if mine is None:
             continue
-        for base, label in _baselines(rows, d, dyn, temperature, selection):
+        for base, label in _baselines(rows, d, dyn, temperature, selection, several):
             theirs = per_example(_records_of(records, base))
             if theirs is None:
                 continue
@@ -511,7 +514,9 @@ def _holm_cells(
     return f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
 
 
-def _baselines(rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature: float, selection):
+def _baselines(
+    rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature: float, selection, several: dict
+):
     """(row, label) of each baseline DIVERSED row `dyn` is paired against: the table's other rows of its
     pair, task and N (labelled "(target's law)" where `methods.exact_law`), then the static ensemble at
     its own mean w (`_static_at_mean_w`) where there is one."""
@@ -521,7 +526,7 @@ def _baselines(rows: pd.DataFrame, d: pd.DataFrame, dyn: pd.Series, temperature:
         & (rows["method"] != "dynamic")
         & (rows["num_draft_tokens"].isna() | (rows["num_draft_tokens"] == dyn["num_draft_tokens"]))
     ]
-    baselines = [(base, _row_label(base, {})) for _, base in same.iterrows()]
+    baselines = [(base, _row_label(base, several)) for _, base in same.iterrows()]
     baselines = [(b, f"{label} (target's law)" if exact_law(b) else label) for b, label in baselines]
     at_mean = _static_at_mean_w(d, dyn, temperature, selection)
     if at_mean is not None:
@@ -628,6 +633,7 @@ def heads_table(
     two differences "Δ [95 % interval] verdict (Holm p)" with Holm over every test in the table. The
     heads of a λ sweep trace DIVERSED's front; the main tables show only the head chosen on validation.
     None where no cell has more than one head."""
+    labels = head_labels(d.loc[d["method"] == "dynamic", "head"].dropna())  # one name at every temperature
     at = d[np.isclose(d["temperature"].astype(float), temperature)]
     at = at[own_task(at)]
     at = at.assign(pair_label=_pair_labels(at))
@@ -639,7 +645,6 @@ def heads_table(
     name = METHODS["dynamic"].row_name
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []
-    labels = head_labels(dyn["head"])  # one row per head, whatever directories its path shares
     for _, r in dyn.iterrows():
         key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({labels[str(r['head'])]})")
         row = cells.setdefault(key, {})
@@ -694,13 +699,13 @@ def front_table(
     static front of two or more settings has a row to compare."""
     if "run_dir" not in records:
         return None
-    rows = table_rows(d, temperature, choices)
+    rows, every = table_rows(d, temperature, choices), d
     d = d[np.isclose(d["temperature"].astype(float), temperature)]
     heads = d[(d["method"] == "dynamic") & own_task(d)]
     shown = {_head_cell(r) for _, r in rows[rows["method"] == "dynamic"].iterrows()}
     others = [_head_cell(r) not in shown for _, r in heads.iterrows()]
     rows = pd.concat([rows, heads[others]], ignore_index=True).assign(pair_label=lambda x: _pair_labels(x))
-    several = _several(rows)
+    several = _several(rows, over=every)
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     fronts: dict[tuple, list[pd.DataFrame] | None] = {}
     for _, r in rows.iterrows():

@@ -301,12 +301,13 @@ class Method:
     def knob(self, field: str) -> Knob:
         return next(k for k in self.knobs if k.field == field)
 
-    def describe(self, record: Mapping[str, Any]) -> str:
-        """The label of one record, e.g. "Static w=0.5"."""
+    def describe(self, record: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> str:
+        """The label of one record, e.g. "Static w=0.5"; a path by its label in `labels` where it has one
+        (`head_labels` of a table's paths), else `head_label`."""
         values = {k.field: record.get(k.field) for k in self.knobs}
         for k in self.knobs:
             if k.path and values[k.field] is not None:
-                values[k.field] = head_label(values[k.field])
+                values[k.field] = (labels or {}).get(str(values[k.field])) or head_label(values[k.field])
         return self.label.format(**values)
 
     @property
@@ -330,16 +331,20 @@ def head_label(head: Any, parts: int = 2) -> str:
 def head_labels(heads: Iterable[Any]) -> dict[str, str]:
     """Each distinct path of `heads` (by `str`) with a label no other of them has: `head_label`, its tail
     lengthened one part at a time while two of them would read the same (`runs/a/train_mbpp/head` and
-    `runs/b/train_mbpp/head` are `a/train_mbpp/head` and `b/train_mbpp/head`, never one row)."""
+    `runs/b/train_mbpp/head` are `a/train_mbpp/head` and `b/train_mbpp/head`, never one row), the path
+    itself where even whole paths read the same without their suffixes."""
     paths = list(dict.fromkeys(str(h) for h in heads))
+
+    def clash(path: str, n: int) -> bool:
+        return any(o != path and head_label(o, n) == head_label(path, n) for o in paths)
+
     labels = {}
     for path in paths:
         n, longest = 2, len(Path(path).with_suffix("").parts)
-        while n < longest and any(
-            other != path and head_label(other, n) == head_label(path, n) for other in paths
-        ):
+        while n < longest and clash(path, n):
             n += 1
-        labels[path] = head_label(path, n)
+        # whole paths that read alike without their suffixes (runs/lam0.5, runs/lam0.25): the paths
+        labels[path] = path if clash(path, n) else head_label(path, n)
     return labels
 
 
