@@ -646,7 +646,11 @@ def heads_table(
     cells: dict[tuple[str, str, str], dict[tuple[str, str], str]] = {}
     tests: list[tuple[tuple[str, str, str], tuple[str, str], dict]] = []
     for _, r in dyn.iterrows():
-        key = (r["pair_label"], str(int(r["num_draft_tokens"])), f"{name} ({labels[str(r['head'])]})")
+        key = (
+            r["pair_label"],
+            str(int(r["num_draft_tokens"])),
+            f"{name} ({labels.get(str(r['head']), r['head'])})",
+        )
         row = cells.setdefault(key, {})
         task = r["task"]
         for field, column in (("score", "quality ×100"), ("acceptance_rate", "accepted/proposed %")):
