@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # run from a checkout, not installed; the tests' tiny pair
 
-from test_engine import chi2_pvalue, random_head  # noqa: E402  (the tests' own chi-square and head)
+from test_engine import chi2_pvalue, first_position, random_head  # noqa: E402  (the tests' own checks)
 from tiny_models import EOS, PAD, ragged_prompts, tiny_pair  # noqa: E402
 
 from diversed import DynamicEnsemble, StaticEnsemble, speculative_generate  # noqa: E402
@@ -150,15 +150,8 @@ def exactness(device: torch.device, dtype: torch.dtype, path: str = "auto") -> l
     prompt = torch.tensor([[5, 17, 33, 8, 61, 12]], device=device)
     head = random_head(target, draft).to(device)  # the tests' head: w varies with the context
     for kind in ("static", "dynamic"):
-        with torch.no_grad():
-            t = target(prompt, output_hidden_states=True)
-            d = draft(prompt, output_hidden_states=True)
-            p, q = t.logits[0, -1].float().softmax(-1), d.logits[0, -1].float().softmax(-1)
-            w = (
-                0.6
-                if kind == "static"
-                else float(head(d.hidden_states[-1][:, -1:].float(), t.hidden_states[-1][:, -1:].float()))
-            )
+        p, q, w = first_position(target, draft, prompt, head if kind == "dynamic" else None)
+        w = 0.6 if kind == "static" else w
         verifier = StaticEnsemble(w) if kind == "static" else DynamicEnsemble(head)
         n = 6000
         out = speculative_generate(

@@ -247,12 +247,14 @@ def test_bf16_models_run_and_accept_in_float32(prompts):
 
 
 def first_position(target, draft, prompt, head=None):
-    """p, q (T = 1) and the dynamic w at the first generated position, by a direct forward."""
+    """p, q (T = 1) and the dynamic w at the first generated position, by a direct forward; in float32
+    whatever the models' dtype (scripts/gpu_checks.py runs it on bf16 models, with a float32 head)."""
     with torch.no_grad():
         t = target(prompt, output_hidden_states=True)
         d = draft(prompt, output_hidden_states=True)
-        p, q = t.logits[0, -1].softmax(-1), d.logits[0, -1].softmax(-1)
-        w = None if head is None else float(head(d.hidden_states[-1][:, -1:], t.hidden_states[-1][:, -1:]))
+        p, q = t.logits[0, -1].float().softmax(-1), d.logits[0, -1].float().softmax(-1)
+        states = d.hidden_states[-1][:, -1:].float(), t.hidden_states[-1][:, -1:].float()
+        w = None if head is None else float(head(*states))
     return p, q, w
 
 
