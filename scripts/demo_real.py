@@ -51,8 +51,9 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from demo import fill_readme
@@ -344,24 +345,37 @@ def candidate_heads(out: Path, task: str) -> list[Path]:
 
 class Tested(NamedTuple):
     """The heads a temperature's test sweep decodes, each with its validation mean w (None: not read
-    there), and how they were picked: "chosen" (on the validation rows), "only" (one head), "every"
-    (--front-at), "unchosen" (several heads and no choice made: every one), "unread" (the validation
-    run has no head at that temperature: every one, no mean w)."""
+    there, over the invocation's N's), and how they were picked: "chosen" (on the validation rows),
+    "only" (one head), "every" (--front-at), "unchosen" (several heads and no choice made: every one),
+    "unread" (the validation run has no head at that temperature: every one, no mean w); `by_n`, each
+    head's mean w per N (the static front gets each: the report pairs a head with the static point at
+    its mean w at the same N)."""
 
     heads: dict[str, float | None]
     how: str
+    by_n: Mapping[str, Mapping[int, float]] = MappingProxyType({})
 
 
 def chosen_heads(
-    validation: Path, heads: list[Path], temps: list[float], every_at: Collection[float] = ()
+    validation: Path,
+    heads: list[Path],
+    temps: list[float],
+    every_at: Collection[float] = (),
+    ns: Collection[int] = (),
 ) -> dict[float, Tested]:
     """Per temperature in `temps`, the head(s) chosen on the validation run (`fronts.choose_on`: the
     most acceptance among heads non-inferior to autoregressive decoding, else the best-scoring; one per
-    N), each with its mean w there (over its N's); at the temperatures `every_at`, each head (nothing
-    is chosen for them). A validation run cut short (no record, no choice at a temperature) leaves
-    every head, said so (`Tested.how`)."""
+    N), each with its mean w there (over its N's; with `ns`, only the validation points at those N:
+    another invocation's N neither picks nor moves a head's w); at the temperatures `every_at`, each
+    head (nothing is chosen for them). A validation run cut short (no record, no choice at a
+    temperature) leaves every head, said so (`Tested.how`)."""
     every_at = {float(t) for t in every_at}
-    dyn = [r for r in records(validation) if r.get("method") == "dynamic" and r.get("head")]
+    at_n = lambda n: not ns or n is None or int(n) in set(ns)  # noqa: E731 (a record without N: kept)
+    dyn = [
+        r
+        for r in records(validation)
+        if r.get("method") == "dynamic" and r.get("head") and at_n(r.get("num_draft_tokens"))
+    ]
     picks: dict[float, list[str]] = {}
     if len(heads) > 1 and dyn and {float(t) for t in temps} - every_at:
         from diversed.analysis.fronts import choose_on
@@ -370,6 +384,8 @@ def chosen_heads(
         choices = choose_on(load_runs([validation]))
         if len(choices) and "method" in choices:
             for _, c in choices[choices["method"] == "dynamic"].iterrows():
+                if not at_n(c.get("num_draft_tokens")):
+                    continue
                 picks.setdefault(float(c["temperature"]), []).append(str(c["value"]))
     out: dict[float, Tested] = {}
     for t in map(float, temps):
@@ -386,10 +402,15 @@ def chosen_heads(
             else "unchosen"
         )
         tested: dict[str, float | None] = {}
+        by_n: dict[str, dict[int, float]] = {}
         for name in dict.fromkeys(picks[t] if how == "chosen" else [str(h) for h in heads]):
-            ws = [r["mean_w"] for r in at if r["head"] == name and r.get("mean_w") is not None]
+            mine = [r for r in at if r["head"] == name and r.get("mean_w") is not None]
+            ws = [r["mean_w"] for r in mine]
             tested[name] = sum(ws) / len(ws) if ws else None
-        out[t] = Tested(tested, how)
+            for n in {r.get("num_draft_tokens") for r in mine} - {None}:
+                w_n = [r["mean_w"] for r in mine if r.get("num_draft_tokens") == n]
+                by_n.setdefault(name, {})[int(n)] = sum(w_n) / len(w_n)
+        out[t] = Tested(tested, how, by_n)
     return out
 
 
@@ -737,7 +758,7 @@ def pair_demo(args) -> None:
             )
         # at --front-at every head (DIVERSED's front over λ), elsewhere the chosen one; none without a
         # head (its training did not export one)
-        tested = chosen_heads(validation, heads, temps, every_at=front_temps) if heads else {}
+        tested = chosen_heads(validation, heads, temps, every_at=front_temps, ns=ns) if heads else {}
         chose[task] = tested
         chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)
         # 5. test rows, per temperature: the chosen head, the static front (--weights and the static
@@ -751,7 +772,10 @@ def pair_demo(args) -> None:
             at = tested[float(t)].heads if float(t) in tested else {}
             if at and tested[float(t)].how in ("unread", "unchosen"):
                 print(f"({task} at T = {t:g}: no head chosen on the validation rows; every head decoded)")
-            front = sorted({*args.weights, *(round(w, 2) for w in at.values() if w is not None)})
+            by_n = tested[float(t)].by_n if float(t) in tested else {}
+            # each head's mean w at each N (the report pairs a head with the static point at its own N's)
+            ws = [w for h, w in at.items() for w in (by_n[h].values() if by_n.get(h) else [w])]
+            front = sorted({*args.weights, *(round(w, 2) for w in ws if w is not None)})
             methods = ["autoregressive", "lossless", *(["finetuned_draft"] if drafts else [])]
             methods += ["static", *(["dynamic"] if at else [])]
             calls.append((methods, [t], list(at), front))

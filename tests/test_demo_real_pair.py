@@ -50,13 +50,16 @@ def fake(demo, monkeypatch, tmp_path):  # noqa: F811
             methods = _value(argv, "sweep.methods").strip("[]").split(",")
             temps = [float(t) for t in _value(argv, "sweep.temperatures").strip("[]").split(",")]
             heads = (_value(argv, "sweep.heads") or "[]").strip("[]").split(",")
+            ns = [int(x) for x in (_value(argv, "sweep.draft_lengths") or "[5]").strip("[]").split(",")]
             with (run_dir / "results.jsonl").open("a") as f:
                 for m in methods:
                     for t in temps:
-                        for i, h in enumerate(heads if m == "dynamic" else [None]):
-                            rec = {"method": m, "n_examples": n, "scored_wall_time_s": 2.0 * n}
-                            rec |= {"temperature": t, "head": h, "mean_w": 0.8 - 0.1 * i}
-                            f.write(json.dumps(rec) + "\n")
+                        for N in ns:  # a head's w: 0.8, 0.7, ... at N = 5, 0.03 lower per draft token less
+                            for i, h in enumerate(heads if m == "dynamic" else [None]):
+                                rec = {"method": m, "n_examples": n, "scored_wall_time_s": 2.0 * n}
+                                w = round(0.8 - 0.1 * i - 0.03 * (5 - N), 4)
+                                rec |= {"temperature": t, "head": h, "mean_w": w, "num_draft_tokens": N}
+                                f.write(json.dumps(rec) + "\n")
         elif module == "diversed.report":
             out = Path(argv[argv.index("--out") + 1])
             out.mkdir(parents=True, exist_ok=True)
@@ -302,3 +305,25 @@ def test_a_head_is_said_with_the_objective_it_was_trained_on(demo, tmp_path):  #
         "older": "older (teacher_forced, λ = 1)",
         "oldest": "oldest (reinforce, λ = 0.5)",
     }
+
+
+def test_a_second_draft_length_gets_the_static_point_at_each_heads_mean_w_at_that_length(
+    demo, fake, tmp_path, monkeypatch  # noqa: F811
+):
+    """The static ensemble the report pairs a head with is at the head's mean w at the same N: an
+    invocation at N = 3 into an --out whose validation run already holds N = 5 reads the heads' w at
+    N = 3 only (not the mean over both lengths), and one at N = 3 and 5 puts each length's w in the
+    front."""
+    calls, _ = fake
+    out = tmp_path / "out"
+    argv = ["--pair", "qwen25coder", "--out", str(out), "--tasks", "mbpp", "--temperatures", "1"]
+    argv += ["--weights", "0.5", "--pilot", "4", "--n-examples", "4", "--budget-min", "600"]
+    argv += ["--lambdas", "1", "--front-at", "1"]
+    front = {}
+    for ns in (["5"], ["3"], ["3", "5"]):
+        calls.clear()
+        _main(demo, monkeypatch, [*argv, "--draft-lengths", *ns])
+        (test,) = [a for a in calls if "static" in (_value(a, "sweep.methods") or "")]
+        front[" ".join(ns)] = _value(test, "sweep.weights")
+    # the head's w on the validation rows: 0.8 at N = 5, 0.74 at N = 3 (the mean over both: 0.77)
+    assert front == {"5": "[0.5,0.8]", "3": "[0.5,0.74]", "3 5": "[0.5,0.74,0.8]"}
