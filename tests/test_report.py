@@ -644,3 +644,38 @@ def test_two_heads_whose_paths_end_alike_keep_a_row_each(tmp_path):
         "runs/x/lam0.5": "runs/x/lam0.5",
         "runs/x/lam0.25": "runs/x/lam0.25",
     }
+
+
+def test_a_heads_w_figure_pools_the_points_seeds(tmp_path):
+    """The w-by-token figure is named per point and head (no seed in the name), so a point decoded at
+    several seeds gets one figure and one caption over every seed's tokens, not one per seed each
+    overwriting the last."""
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "head_config.json").write_text(json.dumps({"task": "alpha_task"}))
+    store = ResultStore(tmp_path / "run")
+    store.write(_record("p1", "alpha_task", "autoregressive", 1.0), [])
+    for seed, ws in ((0, [0.1, 0.9]), (1, [0.5, 0.5, 0.3])):
+        r = _record("p1", "alpha_task", "dynamic", 1.0, 3, head=str(head), head_task="alpha_task", seed=seed)
+        store.write(
+            r,
+            [
+                {
+                    "key": r["key"],
+                    "example_id": f"ex{seed}",
+                    "completion": "x",
+                    "score": 1.0,
+                    "new_tokens": len(ws),
+                    "accepted_drafts": 1,
+                    "token_text": [" so", " 42", "."][: len(ws)],
+                    "token_w": ws,
+                }
+            ],
+        )
+    out = tmp_path / "report"
+    run([str(tmp_path / "run"), "--out", str(out), "--formats", "png"])
+    assert len(list((out / "figures").glob("w_by_token_class_*.png"))) == 1
+    readme = (out / "README.md").read_text()
+    (caption,) = re.findall(r"What the head learned[^\n]*", readme)
+    # five tokens of two completions, one per seed: the median of 0.1, 0.9, 0.5, 0.5, 0.3
+    assert "over 5 tokens of 2 completions (2 seeds pooled)" in caption and "median 0.50" in caption

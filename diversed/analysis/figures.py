@@ -421,9 +421,12 @@ def head_learned(
     *,
     n_examples: int = 5,
     formats: Sequence[str] = ("png", "pdf"),
+    seeds: int = 1,
 ) -> list[Shown]:
     """One dynamic point's completions with each token coloured by the head's w (HTML), and the
-    mean w by token class (bars, the count above each). Needs rows written with sweep.token_w."""
+    mean w by token class (bars, the count above each), over `rows`: the point's per-example rows of
+    its `seeds` seeds pooled (one figure per point, not per seed). Needs rows written with
+    sweep.token_w."""
     rows = [r for r in rows if r.get("token_w") and r.get("token_text")]
     if not rows:
         return []
@@ -447,7 +450,8 @@ def head_learned(
     fig, w, (lo, hi), at_bounds = _w_by_token_class(frame, title, record.get("w_bounds"))
     caption = (
         f"What the head learned, {title}: mean w by token class over {len(frame)} tokens of {len(rows)} "
-        "completions (bars: ± one standard deviation over the class's tokens), "
+        + (f"completions ({seeds} seeds pooled) " if seeds > 1 else "completions ")
+        + "(bars: ± one standard deviation over the class's tokens), "
         f"and the distribution of w over those tokens (median {np.median(w):.2f}, IQR "
         f"[{np.quantile(w, 0.25):.2f}, {np.quantile(w, 0.75):.2f}], min {w.min():.2f}, "
         f"{100 * at_bounds:.0f} % within 0.01 of the extremes {lo:.2f} / {hi:.2f}); coloured completions in "
