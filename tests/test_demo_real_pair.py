@@ -307,12 +307,7 @@ def test_a_head_is_said_with_the_objective_it_was_trained_on(demo, tmp_path):  #
     }
 
 
-def test_a_second_draft_length_gets_the_static_point_at_each_heads_mean_w_at_that_length(
-    demo,
-    fake,
-    tmp_path,
-    monkeypatch,  # noqa: F811
-):
+def test_a_second_draft_length_gets_the_static_point_at_its_own_mean_w(demo, fake, tmp_path, monkeypatch):  # noqa: F811
     """The static ensemble the report pairs a head with is at the head's mean w at the same N: an
     invocation at N = 3 into an --out whose validation run already holds N = 5 reads the heads' w at
     N = 3 only (not the mean over both lengths), and one at N = 3 and 5 puts each length's w in the

@@ -640,9 +640,18 @@ def test_two_heads_whose_paths_end_alike_keep_a_row_each(tmp_path):
     # the labels themselves: two parts where they differ, as long as needed where they do not
     labels = head_labels(["x/a/h", "y/b/h", "z/q/a/h", "x/a/h"])
     assert labels == {"x/a/h": "x/a/h", "y/b/h": "b/h", "z/q/a/h": "q/a/h"}
-    assert head_labels(["runs/x/lam0.5", "runs/x/lam0.25"]) == {  # the same without their suffixes
-        "runs/x/lam0.5": "runs/x/lam0.5",
-        "runs/x/lam0.25": "runs/x/lam0.25",
+    # a dot in a name is the name's own (lam0.5, Qwen2.5-Coder-0.5B), a weights file's suffix dropped
+    assert head_labels(["runs/x/lam0.5", "runs/x/lam0.25"]) == {
+        "runs/x/lam0.5": "x/lam0.5",
+        "runs/x/lam0.25": "x/lam0.25",
+    }
+    assert head_labels(["m/Qwen2.5-Coder-0.5B", "d/draft.gguf"]) == {
+        "m/Qwen2.5-Coder-0.5B": "m/Qwen2.5-Coder-0.5B",
+        "d/draft.gguf": "d/draft",
+    }
+    assert head_labels(["runs/h.pt", "runs/h.gguf"]) == {
+        "runs/h.pt": "runs/h.pt",
+        "runs/h.gguf": "runs/h.gguf",
     }
 
 

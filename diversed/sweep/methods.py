@@ -322,9 +322,16 @@ class Method:
         return self.row or self.name_only
 
 
+# the file suffixes a label drops (a weights or config file); any other dot is the name's own: a model
+# directory `Qwen2.5-Coder-0.5B` or a head `lam0.5` keeps its number
+MODEL_FILE_SUFFIXES = frozenset({".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".gguf", ".json", ".onnx"})
+
+
 def head_label(head: Any, parts: int = 2) -> str:
-    """A short name for a head or model path: its last `parts` path parts without the suffix."""
-    names = Path(str(head)).with_suffix("").parts
+    """A short name for a head or model path: its last `parts` path parts, a weights file's suffix
+    (`MODEL_FILE_SUFFIXES`) dropped."""
+    path = Path(str(head))
+    names = (path.with_suffix("") if path.suffix.lower() in MODEL_FILE_SUFFIXES else path).parts
     return "/".join(names[-parts:]) if names else str(head)
 
 
@@ -332,7 +339,7 @@ def head_labels(heads: Iterable[Any]) -> dict[str, str]:
     """Each distinct path of `heads` (by `str`) with a label no other of them has: `head_label`, its tail
     lengthened one part at a time while two of them would read the same (`runs/a/train_mbpp/head` and
     `runs/b/train_mbpp/head` are `a/train_mbpp/head` and `b/train_mbpp/head`, never one row), the path
-    itself where even whole paths read the same without their suffixes."""
+    itself where even whole paths read the same (`runs/h.pt` and `runs/h.gguf`)."""
     paths = list(dict.fromkeys(str(h) for h in heads))
 
     def clash(path: str, n: int) -> bool:
@@ -340,10 +347,10 @@ def head_labels(heads: Iterable[Any]) -> dict[str, str]:
 
     labels = {}
     for path in paths:
-        n, longest = 2, len(Path(path).with_suffix("").parts)
+        n, longest = 2, len(Path(path).parts)
         while n < longest and clash(path, n):
             n += 1
-        # whole paths that read alike without their suffixes (runs/lam0.5, runs/lam0.25): the paths
+        # whole paths that read alike without their file suffixes (runs/h.pt, runs/h.gguf): the paths
         labels[path] = path if clash(path, n) else head_label(path, n)
     return labels
 
