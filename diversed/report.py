@@ -393,19 +393,26 @@ def _figures(
     own = d[own_task(d)]  # heads on their own task
     shown = acceptance_vs_w(_with_verified(own, test), figs, formats) + quality_vs_time(own, figs, formats)
     shown += time_vs_acceptance(own, figs, formats)
-    # one figure per head and point (its name has no seed), its tokens pooled over the point's seeds
+    # one figure per head, point and settings (its name has no seed), its tokens pooled over the seeds;
+    # a point decoded under several settings names each figure by its settings group
     point = ["pair", "task", "temperature", "num_draft_tokens", "head"]
-    dyn = test[test["method"] == "dynamic"]
-    for _, g in dyn.sort_values("seed").groupby(point, sort=False, dropna=False) if len(dyn) else []:
+    dyn = test[test["method"] == "dynamic"].sort_values("seed", kind="stable")
+    several = dyn.groupby(point, dropna=False)["settings_group"].transform("nunique") > 1 if len(dyn) else []
+    for _, g in dyn.groupby([*point, "settings_group"], sort=False, dropna=False) if len(dyn) else []:
         r = g.iloc[0]
         bounds = head_metadata(r["head"]).get("w_bounds") if isinstance(r.get("head"), str) else None
         shown += head_learned(
             {**r.to_dict(), "w_bounds": bounds},
-            [row for _, s in g.iterrows() for row in read_examples(s["run_dir"], s["key"])],
+            [
+                {**row, "seed": s["seed"]}
+                for _, s in g.iterrows()
+                for row in read_examples(s["run_dir"], s["key"])
+            ],
             figs,
             n_examples=n_examples,
             formats=formats,
-            seeds=len(g),
+            seeds=g["seed"].nunique(),
+            tag=str(r["settings_group"])[:6] if several[g.index].any() else "",
         )
     pareto = plot_pareto(test, figs, formats=formats, choices=choices)
     quality_bars = has_interval(d, "score_ci_low", "score_ci_high").any()

@@ -370,7 +370,7 @@ def chosen_heads(
     head (nothing is chosen for them). A validation run cut short (no record, no choice at a
     temperature) leaves every head, said so (`Tested.how`)."""
     every_at = {float(t) for t in every_at}
-    at_n = lambda n: not ns or n is None or int(n) in set(ns)  # noqa: E731 (a record without N: kept)
+    at_n = lambda n: not ns or _n(n) is None or _n(n) in set(ns)  # noqa: E731 (a record without N: kept)
     dyn = [
         r
         for r in records(validation)
@@ -407,11 +407,27 @@ def chosen_heads(
             mine = [r for r in at if r["head"] == name and r.get("mean_w") is not None]
             ws = [r["mean_w"] for r in mine]
             tested[name] = sum(ws) / len(ws) if ws else None
-            for n in {r.get("num_draft_tokens") for r in mine} - {None}:
-                w_n = [r["mean_w"] for r in mine if r.get("num_draft_tokens") == n]
-                by_n.setdefault(name, {})[int(n)] = sum(w_n) / len(w_n)
+            for n in {_n(r.get("num_draft_tokens")) for r in mine} - {None}:
+                w_n = [r["mean_w"] for r in mine if _n(r.get("num_draft_tokens")) == n]
+                by_n.setdefault(name, {})[n] = sum(w_n) / len(w_n)
         out[t] = Tested(tested, how, by_n)
     return out
+
+
+def _n(value: Any) -> int | None:
+    """A record's N as an int (5, 5.0, "5"); None where it has none (missing, NaN, not a number)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def w_said(w: float | None, by_n: Mapping[int, float]) -> str:
+    """A head's validation mean w in the run's description: per N where it was read at several (the
+    static front holds each), else the one value."""
+    if len(by_n) > 1:
+        return ", ".join(f"{v:.3f} (N = {n})" for n, v in sorted(by_n.items()))
+    return "not read" if w is None else f"{w:.3f}"
 
 
 def head_said(head: str) -> str:
@@ -546,10 +562,10 @@ def pair_demo(args) -> None:
     invocations = Invocations(out / "invocations.json")
     invocations.add(sys.argv[1:], [*args.tasks, *args.ar_tasks])  # said once it ends
     ran: dict[str, Any] = {"tasks": [], "ar": [], "heads": {}, "distilled": []}  # what this one ran
-    chose: dict[str, dict[float, dict[str, float | None]]] = {}  # per task, T: the head chosen, its mean w
+    chose: dict[str, dict[float, Tested]] = {}  # per task, T: the heads tested, their mean w
     temps, ns = args.temperatures, args.draft_lengths
 
-    def common(task: str, run_dir: Path, temperatures: list[float]) -> list[str]:
+    def common(task: str, run_dir: Path, temperatures: list[float], lengths: list[int] = ns) -> list[str]:
         return [
             "-m",
             "diversed.evaluate",
@@ -561,7 +577,7 @@ def pair_demo(args) -> None:
             f"sweep.batch_size={args.batch_size}",
             "sweep.batch_by_length=true",
             f"sweep.temperatures=[{','.join(f'{t:g}' for t in temperatures)}]",
-            f"sweep.draft_lengths=[{','.join(str(n) for n in ns)}]",
+            f"sweep.draft_lengths=[{','.join(str(n) for n in lengths)}]",
             f"sweep.num_seeds={args.seeds}",
             "timing.warmup=0",
             "timing.repeats=0",
@@ -773,27 +789,44 @@ def pair_demo(args) -> None:
             if at and tested[float(t)].how in ("unread", "unchosen"):
                 print(f"({task} at T = {t:g}: no head chosen on the validation rows; every head decoded)")
             by_n = tested[float(t)].by_n if float(t) in tested else {}
-            # each head's mean w at each N (the report pairs a head with the static point at its own N's)
-            ws = [w for h, w in at.items() for w in (by_n[h].values() if by_n.get(h) else [w])]
-            front = sorted({*args.weights, *(round(w, 2) for w in ws if w is not None)})
             methods = ["autoregressive", "lossless", *(["finetuned_draft"] if drafts else [])]
             methods += ["static", *(["dynamic"] if at else [])]
-            calls.append((methods, [t], list(at), front))
+            # the static ensemble at each head's mean w at each N: the point the report pairs it with.
+            # A grid crosses w with N, so where the heads' w differ by N each N is a call of its own
+            # (its w only); one call where they do not (a single N, or w read over every N)
+            fronts = {
+                n: sorted(
+                    {
+                        *args.weights,
+                        *(
+                            round(by_n[h][n] if n in by_n.get(h, {}) else w, 2)
+                            for h, w in at.items()
+                            if w is not None
+                        ),
+                    }
+                )
+                for n in ns
+            }
+            if len({tuple(f) for f in fronts.values()}) > 1:
+                calls += [(methods, [t], list(at), fronts[n], [n]) for n in ns]
+            else:
+                calls.append((methods, [t], list(at), fronts[ns[0]], list(ns)))
         if args.families and family_temps:
-            calls.append((list(args.families), family_temps, [], list(args.weights)))
-        for i, (methods, at, use, front) in enumerate(calls):
+            calls.append((list(args.families), family_temps, [], list(args.weights), list(ns)))
+        for i, (methods, at, use, front, lengths) in enumerate(calls):
             took.add(
                 f"sweep {task}",
                 run(
                     f"5{'abcdefgh'[i % 8]}. {task}: {', '.join(methods)} at T = "
-                    f"{', '.join(f'{x:g}' for x in at)} "
-                    f"on {n_examples} test rows"
+                    f"{', '.join(f'{x:g}' for x in at)}"
+                    + (f", N = {lengths[0]}" if len(lengths) < len(ns) else "")
+                    + f" on {n_examples} test rows"
                     + (
                         f" (static front w = {front}: --weights and each head's validation mean w)"
                         if use
                         else ""
                     ),
-                    *common(task, test, at),
+                    *common(task, test, at, lengths),
                     f"task.n_examples={n_examples}",
                     f"sweep.methods=[{','.join(methods)}]",
                     *([f"sweep.heads=[{','.join(use)}]"] if use else []),
@@ -815,7 +848,7 @@ def pair_demo(args) -> None:
         "only": "its only head",
         "every": "every head",
         "unchosen": "every head (none chosen on the validation rows there)",
-        "unread": "every head (the validation run did not reach this temperature)",
+        "unread": "every head (the validation run did not reach this temperature at these N)",
     }
     said = (
         f"tasks {', '.join(ran['tasks']) or 'none'}; per task a head per λ in "
@@ -837,10 +870,7 @@ def pair_demo(args) -> None:
         f"{args.val_examples} validation rows (and each knob family given several settings), "
         + "".join(
             f"{how_said[x.how]} on the test rows for {task} at T = {t:g}: "
-            + ", ".join(
-                f"{head_said(h)}, mean w {'not read' if w is None else f'{w:.3f}'}"
-                for h, w in x.heads.items()
-            )
+            + ", ".join(f"{head_said(h)}, mean w {w_said(w, x.by_n.get(h, {}))}" for h, w in x.heads.items())
             + "; "
             for task, per_t in chose.items()
             for t, x in per_t.items()

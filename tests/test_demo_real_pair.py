@@ -310,18 +310,23 @@ def test_a_head_is_said_with_the_objective_it_was_trained_on(demo, tmp_path):  #
 def test_a_second_draft_length_gets_the_static_point_at_its_own_mean_w(demo, fake, tmp_path, monkeypatch):  # noqa: F811
     """The static ensemble the report pairs a head with is at the head's mean w at the same N: an
     invocation at N = 3 into an --out whose validation run already holds N = 5 reads the heads' w at
-    N = 3 only (not the mean over both lengths), and one at N = 3 and 5 puts each length's w in the
-    front."""
-    calls, _ = fake
+    N = 3 only (not the mean over both lengths), and one at N = 3 and 5 decodes each length beside
+    its own w (one grid call per N: a grid crosses w with N), and says both."""
+    calls, page = fake
     out = tmp_path / "out"
     argv = ["--pair", "qwen25coder", "--out", str(out), "--tasks", "mbpp", "--temperatures", "1"]
     argv += ["--weights", "0.5", "--pilot", "4", "--n-examples", "4", "--budget-min", "600"]
-    argv += ["--lambdas", "1", "--front-at", "1"]
+    argv += ["--lambdas", "1", "--front-at", "1", "--docs", str(tmp_path / "docs"), "--page", str(page)]
     front = {}
     for ns in (["5"], ["3"], ["3", "5"]):
         calls.clear()
         _main(demo, monkeypatch, [*argv, "--draft-lengths", *ns])
-        (test,) = [a for a in calls if "static" in (_value(a, "sweep.methods") or "")]
-        front[" ".join(ns)] = _value(test, "sweep.weights")
+        tests = [a for a in calls if "static" in (_value(a, "sweep.methods") or "")]
+        front[" ".join(ns)] = [(_value(a, "sweep.draft_lengths"), _value(a, "sweep.weights")) for a in tests]
     # the head's w on the validation rows: 0.8 at N = 5, 0.74 at N = 3 (the mean over both: 0.77)
-    assert front == {"5": "[0.5,0.8]", "3": "[0.5,0.74]", "3 5": "[0.5,0.74,0.8]"}
+    assert front == {
+        "5": [("[5]", "[0.5,0.8]")],
+        "3": [("[3]", "[0.5,0.74]")],
+        "3 5": [("[3]", "[0.5,0.74]"), ("[5]", "[0.5,0.8]")],
+    }
+    assert "mean w 0.740 (N = 3), 0.800 (N = 5)" in page.read_text()

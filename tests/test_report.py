@@ -686,5 +686,27 @@ def test_a_heads_w_figure_pools_the_points_seeds(tmp_path):
     assert len(list((out / "figures").glob("w_by_token_class_*.png"))) == 1
     readme = (out / "README.md").read_text()
     (caption,) = re.findall(r"What the head learned[^\n]*", readme)
-    # five tokens of two completions, one per seed: the median of 0.1, 0.9, 0.5, 0.5, 0.3
-    assert "over 5 tokens of 2 completions (2 seeds pooled)" in caption and "median 0.50" in caption
+    # five tokens of two completions, one per seed: 0.1, 0.9, 0.5, 0.5, 0.3 (seed 1's alone: min 0.30)
+    assert "over 5 tokens of 2 completions (2 seeds pooled)" in caption and "min 0.10" in caption
+    (page,) = (out / "figures").glob("head_learned_*.html")
+    assert "(score 1.0, seed 0)" in page.read_text() and "(score 1.0, seed 1)" in page.read_text()
+    # the same head and point decoded under another setting: a figure of its own, named by its settings
+    r = _record(
+        "p1",
+        "alpha_task",
+        "dynamic",
+        1.0,
+        3,
+        head=str(head),
+        head_task="alpha_task",
+        settings="s-other",
+        settings_group="g-other-max-tokens",
+    )
+    row = {"key": r["key"], "example_id": "ex9", "completion": "x", "score": 0.0, "new_tokens": 1}
+    store.write(r, [row | {"accepted_drafts": 0, "token_text": ["."], "token_w": [0.7]}])
+    out = tmp_path / "report2"
+    run([str(tmp_path / "run"), "--out", str(out), "--formats", "png"])
+    figures = sorted(p.name for p in (out / "figures").glob("w_by_token_class_*.png"))
+    assert [f.split("_settings-")[1] for f in figures] == ["g-othe.png", "g-p1-a.png"], figures
+    captions = re.findall(r"What the head learned[^\n]*", (out / "README.md").read_text())
+    assert sorted(re.search(r"over (\d+) tokens", c).group(1) for c in captions) == ["1", "5"]

@@ -422,11 +422,13 @@ def head_learned(
     n_examples: int = 5,
     formats: Sequence[str] = ("png", "pdf"),
     seeds: int = 1,
+    tag: str = "",
 ) -> list[Shown]:
     """One dynamic point's completions with each token coloured by the head's w (HTML), and the
     mean w by token class (bars, the count above each), over `rows`: the point's per-example rows of
-    its `seeds` seeds pooled (one figure per point, not per seed). Needs rows written with
-    sweep.token_w."""
+    its `seeds` seeds pooled (one figure per point, not per seed; each row's `seed`, where it has one,
+    heads its completion); `tag` (a settings group's) names a point decoded under several settings.
+    Needs rows written with sweep.token_w."""
     rows = [r for r in rows if r.get("token_w") and r.get("token_text")]
     if not rows:
         return []
@@ -436,10 +438,12 @@ def head_learned(
     name = (
         f"{safe_name(record['pair'])}_{safe_name(record['task'])}_T{record['temperature']:g}_N{int(record['num_draft_tokens'])}"
         f"_head-{safe_name(trained)}-{hashlib.sha1(str(record['head']).encode()).hexdigest()[:6]}"
+        + (f"_settings-{safe_name(tag)}" if tag else "")
     )
     title = (
         f"{record['pair']} · {record['task']} · T={record['temperature']:g} · "
         f"N={int(record['num_draft_tokens'])} · head trained on {trained}"
+        + (f" · settings {tag}" if tag else "")
     )
     page = out_dir / f"head_learned_{name}.html"
     write_file(page, _coloured_completions(title, rows[:n_examples]))
@@ -470,9 +474,8 @@ def _coloured_completions(title: str, rows: Sequence[dict]) -> str:
             f'<span style="background:{_w_colour(w)}" title="w={w:.2f}">{html.escape(t)}</span>'
             for t, w in zip(r["token_text"], r["token_w"], strict=True)
         )
-        spans.append(
-            f"<h3>{html.escape(str(r.get('example_id')))} (score {r.get('score')})</h3><pre>{toks}</pre>"
-        )
+        said = f"score {r.get('score')}" + (f", seed {r['seed']}" if r.get("seed") is not None else "")
+        spans.append(f"<h3>{html.escape(str(r.get('example_id')))} ({said})</h3><pre>{toks}</pre>")
     legend = "".join(
         f'<span style="background:{_w_colour(w)}">&nbsp;w={w:.1f}&nbsp;</span>' for w in np.linspace(0, 1, 6)
     )
