@@ -397,23 +397,24 @@ def _figures(
     # a point decoded under several settings names each figure by its settings group
     point = ["pair", "task", "temperature", "num_draft_tokens", "head"]
     dyn = test[test["method"] == "dynamic"].sort_values("seed", kind="stable")
-    several = dyn.groupby(point, dropna=False)["settings_group"].transform("nunique") > 1 if len(dyn) else []
-    for _, g in dyn.groupby([*point, "settings_group"], sort=False, dropna=False) if len(dyn) else []:
-        r = g.iloc[0]
-        bounds = head_metadata(r["head"]).get("w_bounds") if isinstance(r.get("head"), str) else None
-        shown += head_learned(
-            {**r.to_dict(), "w_bounds": bounds},
-            [
-                {**row, "seed": s["seed"]}
-                for _, s in g.iterrows()
-                for row in read_examples(s["run_dir"], s["key"])
-            ],
-            figs,
-            n_examples=n_examples,
-            formats=formats,
-            seeds=g["seed"].nunique(),
-            tag=str(r["settings_group"])[:6] if several[g.index].any() else "",
-        )
+    for _, at_point in dyn.groupby(point, sort=False, dropna=False):
+        settings = at_point.groupby("settings_group", sort=False, dropna=False)
+        for group, g in settings:
+            r = g.iloc[0]
+            bounds = head_metadata(r["head"]).get("w_bounds") if isinstance(r.get("head"), str) else None
+            shown += head_learned(
+                {**r.to_dict(), "w_bounds": bounds},
+                [
+                    {**row, "seed": s["seed"]}
+                    for _, s in g.iterrows()
+                    for row in read_examples(s["run_dir"], s["key"])
+                ],
+                figs,
+                n_examples=n_examples,
+                formats=formats,
+                seeds=g["seed"].nunique(),
+                tag=str(group)[:6] if settings.ngroups > 1 else "",
+            )
     pareto = plot_pareto(test, figs, formats=formats, choices=choices)
     quality_bars = has_interval(d, "score_ci_low", "score_ci_high").any()
     shown.append(

@@ -370,7 +370,8 @@ def chosen_heads(
     head (nothing is chosen for them). A validation run cut short (no record, no choice at a
     temperature) leaves every head, said so (`Tested.how`)."""
     every_at = {float(t) for t in every_at}
-    at_n = lambda n: not ns or _n(n) is None or _n(n) in set(ns)  # noqa: E731 (a record without N: kept)
+    wanted = {int(n) for n in ns}
+    at_n = lambda n: not wanted or _n(n) in (None, *wanted)  # noqa: E731 (a record without N: kept)
     dyn = [
         r
         for r in records(validation)
@@ -407,9 +408,12 @@ def chosen_heads(
             mine = [r for r in at if r["head"] == name and r.get("mean_w") is not None]
             ws = [r["mean_w"] for r in mine]
             tested[name] = sum(ws) / len(ws) if ws else None
-            for n in {_n(r.get("num_draft_tokens")) for r in mine} - {None}:
-                w_n = [r["mean_w"] for r in mine if _n(r.get("num_draft_tokens")) == n]
-                by_n.setdefault(name, {})[n] = sum(w_n) / len(w_n)
+            per_n: dict[int, list[float]] = {}
+            for r in mine:
+                if (n := _n(r.get("num_draft_tokens"))) is not None:
+                    per_n.setdefault(n, []).append(r["mean_w"])
+            if per_n:
+                by_n[name] = {n: sum(w_n) / len(w_n) for n, w_n in per_n.items()}
         out[t] = Tested(tested, how, by_n)
     return out
 
