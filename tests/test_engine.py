@@ -10,7 +10,7 @@ from scipy.stats import chi2
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
 from diversed import DynamicEnsemble, Lossless, StaticEnsemble, WeightHead, speculative_generate
-from diversed.decoding.verify import mix, total_variation
+from diversed.decoding.verify import mix, sample, total_variation
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +266,38 @@ def chi2_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
     exp = torch.cat([expected[big], expected[~big].sum().view(1)])
     stat = ((obs - exp) ** 2 / exp.clamp_min(1e-12)).sum().item()
     return float(chi2.sf(stat, obs.numel() - 1))
+
+
+def test_sample_inverts_the_running_mass_and_never_draws_an_empty_id():
+    """`sample` by inversion: u in [0, 1) picks the id whose interval [F(x − 1), F(x)) of the running
+    mass holds u·F(V); ids with p = 0 (the first, the last, between) are skipped at every edge, and an
+    unnormalised row is read as its normalisation."""
+    p = torch.tensor([0.0, 0.25, 0.0, 0.5, 0.25, 0.0])  # F = 0, .25, .25, .75, 1, 1
+    u = torch.tensor([0.0, 0.2499, 0.25, 0.7499, 0.75, 1.0 - 2.0**-53], dtype=torch.float64)
+    assert sample(p.expand(6, 6), noise=u).tolist() == [1, 1, 3, 3, 4, 4]
+    assert sample(3.0 * p.expand(6, 6), noise=u).tolist() == [1, 1, 3, 3, 4, 4]
+    # a u of 1 (out of range, or rounded there in float32) still lands on an id with mass
+    assert sample(p.expand(2, 6), noise=torch.tensor([1.0, 1.0])).tolist() == [4, 4]
+    # [b, n, V] in, [b, n] out, one uniform per row
+    assert sample(p.expand(2, 3, 6), noise=u.view(2, 3)).tolist() == [[1, 1, 3], [3, 4, 4]]
+
+
+def test_sample_draws_the_law_over_a_large_vocabulary():
+    """χ² over 8,192 draws from a peaked law on 151,936 ids whose mass sits at both ends of the
+    vocabulary (float64 running sums: the last ids keep their share), zeros never drawn."""
+    V = 151_936
+    p = torch.zeros(V)
+    p[[0, 7, V // 2, V - 3, V - 1]] = torch.tensor([0.3, 0.05, 0.15, 0.1, 0.4])
+    p[1000:1100] = 1e-5  # a tail of small ids
+    p = p / p.sum()
+    g = torch.Generator().manual_seed(0)
+    x = torch.cat([sample(p.expand(512, V), g) for _ in range(16)])  # 0.6 GB of running sums each
+    assert bool((p[x] > 0).all())
+    assert chi2_pvalue(x, p) > 1e-3
+    # a generator's seed fixes the draws; another seed gives others
+    again = sample(p.expand(64, V), torch.Generator().manual_seed(5))
+    assert torch.equal(again, sample(p.expand(64, V), torch.Generator().manual_seed(5)))
+    assert not torch.equal(again, sample(p.expand(64, V), torch.Generator().manual_seed(6)))
 
 
 @pytest.mark.parametrize("kind", ["static", "dynamic"])

@@ -112,7 +112,8 @@ def test_a_path_knob_without_a_loader_hands_the_verifier_its_path(plugin, tmp_pa
     one = tmp_path / "w1.txt"
     one.write_text("1.0")
     run = tmp_path / "run"
-    overrides = ["sweep.methods=[autoregressive,static,weight_file]", "sweep.weights=[0.0,1.0]"]
+    # seed 1: draws where w = 1 rejects a draft within the 4 x 6 tokens (the comparison with w = 0 below)
+    overrides = ["sweep.methods=[autoregressive,static,weight_file]", "sweep.weights=[0.0,1.0]", "seed=1"]
     cfg = compose_run("evaluate", run, toy_tiny_dir, SMALL, [*overrides, f"sweep.weight_files=[{one}]"])
     ev.evaluate(cfg)
     store = ResultStore(run)

@@ -65,12 +65,12 @@ def test_the_laws_caught_while_sampling_are_the_second_forwards(path, prompt_pos
     use_forward(target, path)
     support = torch.arange(3, VOCAB, 2) if restricted else None  # a restricted draft's ids
     m, task = module(target, prompt_positions, support), Task()
-    with torch.no_grad():
-        torch.manual_seed(3)
+    with torch.no_grad():  # (a seed whose draws end the rows every way: the last assert below)
+        torch.manual_seed(4)
         sequences, new_tokens, at, weight, reference = two_pass(m, task, examples, support)
-        torch.manual_seed(3)
+        torch.manual_seed(4)
         samples = m._draw(task, examples, support)
-        torch.manual_seed(3)  # the laws themselves, before they are kept in half precision
+        torch.manual_seed(4)  # the laws themselves, before they are kept in half precision
         laws = TeacherLaws(support, 8, 0.8, Task.max_new_tokens)
         _, prompt_mask, _, _, at_f, _ = m.rollout_inputs(task, examples, laws)
         fused = laws.at(torch.arange(len(examples)), at_f, prompt_mask.shape[1])

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 from test_engine import chi2_pvalue
-from tiny_models import EOS, PAD, VOCAB, compose_run, ragged_prompts, tiny_pair
+from tiny_models import EOS, PAD, compose_run, ragged_prompts, tiny_pair
 
 from diversed import TypicalAcceptance, autoregressive_generate
 from diversed.decoding.rules import entropy, typical_threshold, typical_truncation
@@ -42,7 +42,7 @@ def test_typical_truncation_is_its_formula_and_the_rules_own_law():
 
 def _replayed(target, ids, mask, steps, seed, law, T=1.0):
     """The loop's tokens, drawn again from `law(p)` of the target's recorded logits at each step with
-    the loop's own noise (one [B, V] exponential draw per step, rows as the batch started)."""
+    the loop's own noise (one uniform per row of the batch as it started, per step)."""
     seen = []
     out = autoregressive_generate(
         target,
@@ -59,7 +59,7 @@ def _replayed(target, ids, mask, steps, seed, law, T=1.0):
     g = torch.Generator().manual_seed(seed)
     B, P = ids.shape
     for step, (rows, logits) in enumerate(seen):
-        noise = torch.empty(B, VOCAB).exponential_(1.0, generator=g)[rows]
+        noise = torch.rand(B, dtype=torch.float64, generator=g)[rows]
         x = sample(law(torch.softmax(logits / T, -1)), noise=noise)
         assert torch.equal(out.sequences[rows, P + step], x)
     return out

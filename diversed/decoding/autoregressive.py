@@ -138,9 +138,7 @@ def autoregressive_generate(
         # noise for every row of the batch as it started, rows that left included: a row's draws do
         # not depend on when the others end
         noise = (
-            None
-            if greedy
-            else torch.empty(B, vocab, device=device).exponential_(1.0, generator=generator)[b.rows]
+            None if greedy else torch.rand(B, dtype=torch.float64, device=device, generator=generator)[b.rows]
         )
         x, w = _draw(verifier, greedy, dist, logits_p, h_t, drafted, noise)
         b.ids[:, P + step] = x
