@@ -202,6 +202,11 @@ def settings(
                 out.append(
                     Setting("diversed", "static", 1, t, weight, n, bonus_token="target", method="static")
                 )
+            if bonus == "ensemble" and "dynamic" in methods:
+                # DIVERSED with the released code's bonus (from p, `paper_sampling/released`): no draft
+                # call for q after a fully accepted round
+                released = {"bonus_token": "target", "first_token": first, "method": "dynamic"}
+                out.append(Setting("diversed", "dynamic", 1, t, None, n, **released))
         for b in batch_sizes:
             for name in methods:
                 w = {"lossless": 1.0, "static": weight}.get(name)

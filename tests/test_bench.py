@@ -347,7 +347,9 @@ def test_first_token_target_reaches_our_settings_and_transformers_algorithm_stay
     ours = [s for s in todo if s.engine == "diversed"]
     assert {s.first_token for s in ours if s.bonus_token == "ensemble"} == {"target"}
     assert all(("target-first" in s.label) == (s.first_token == "target") for s in ours)
-    assert [s.first_token for s in ours if s.bonus_token == "target"] == ["ensemble"] * 2  # greedy, T=1
+    # greedy and T = 1: transformers' algorithm (static), and DIVERSED with the released code's bonus
+    released = [(s.verifier, s.first_token) for s in ours if s.bonus_token == "target"]
+    assert released == [("static", "ensemble"), ("dynamic", "target")] * 2
     target, draft = pair
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 7, 5)]
@@ -630,6 +632,10 @@ def test_the_temperatures_timed_and_llama_cpp_at_batch_1(tmp_path):
     assert [label for label in labels if label.startswith("llama.cpp")] == [
         "llama.cpp target (GGUF), T=0.1, batch 1",
         "llama.cpp target (GGUF), T=1, batch 1",
+    ]
+    released = [f"diversed {m} target-bonus" for m in ("static w=0.5", "dynamic")]
+    assert [label for label in labels if "target-bonus" in label] == [
+        f"{m}, T={t}, batch 1" for t in ("0.1", "1") for m in released
     ]
     default = [s.label for s in settings(3, (1,), 1.0, 0.5, "ensemble")]
     assert any("greedy" in label for label in default) and not any("llama" in label for label in default)
