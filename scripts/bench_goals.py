@@ -23,7 +23,12 @@ dtype (those of the point's own settings group first); non-inferior where the on
 bound of the difference clears -delta, delta = `--margin` (default 0.05) x autoregressive quality, as
 the sweep chooses knobs (`analysis.compare.non_inferior`). The 1.5x floor then "holds" only where the
 speedup's interval clears 1.5 AND quality is non-inferior ("point" where only the estimate clears 1.5); "none"
-where no point matches, or its per-example rows are missing.
+where no point matches, or its per-example rows are missing. Where quality is not shown, the line
+also says how many paired examples would show it with 80 % power at the differences' observed spread
+(`compare.examples_needed`): were the setting as good as autoregressive decoding, and were it worse by
+the difference observed ("no n" where that difference is below -delta). Lossless records get the same
+quality line as information ("info": no floor, their law is the target's): how far a test of this size
+resolves quality at all.
 
 The goals are the issue's, not the product's (so they live here, not in `diversed.bench`): our
 engine at batch 1 at least 2x transformers' assisted generation; batch 8 at least 3x batch 1; the
@@ -71,6 +76,7 @@ def goals(records: list[dict[str, Any]], temperature: float) -> str:
 FLOORS = {"lossless": 1.0, "static": 1.5, "dynamic": 1.5}  # speedup over autoregressive decoding
 BOUND_FLOOR, VERIFY_CEILING = 0.8, 1.5
 AT_QUALITY = ("static", "dynamic")  # their floor holds at quality non-inferior to autoregressive decoding
+QUALITY_LINES = (*AT_QUALITY, "lossless")  # lossless: a line of information (the target's law, no floor)
 MARGIN = 0.05  # delta = MARGIN x autoregressive quality, as the sweep's knob choice (fronts.choose_on)
 
 
@@ -91,6 +97,10 @@ def cpu_floors(records: list[dict[str, Any]], quality: dict[str, dict[str, Any]]
             rows.append((verdict, what, r["label"], f"{r[key]:.2f} {interval}", f">= {floor:g}"))
             if quality is not None and r["verifier"] in AT_QUALITY:
                 rows.append(_at_quality(verdict, what, r, quality.get(r["label"]), floor))
+        if quality is not None and r["verifier"] not in AT_QUALITY and r["label"] in quality:
+            # exact (the target's law): no floor; how far a test of this size resolves quality at all
+            shown = _quality_shown(quality[r["label"]])
+            rows.append(("info", "quality, the target's law", r["label"], shown, "(no floor: exact)"))
         theory = r["theoretical_speedup"]
         for what, key in (
             ("of the bound, end to end", "speedup"),
@@ -113,20 +123,37 @@ def _at_quality(speed: str, what: str, r: dict[str, Any], q: dict[str, Any] | No
     """The floor's row at quality: the speed verdict joined with non-inferiority (`quality_against_ar`)."""
     if q is None:
         return ("none", f"{what}, at quality", r["label"], "no quality point", "--quality")
-    shown = f"quality {100 * q['diff']:+.2f}, low {100 * q['low']:+.2f} (n {q['n']})"
+    shown = _quality_shown(q)
     verdict = (
         "holds" if speed == "holds" and q["holds"] else "point" if speed != "MISS" and q["holds"] else "MISS"
     )
     return (verdict, f"{what}, at quality", r["label"], shown, f">= {floor:g} and >= -{100 * q['delta']:.2f}")
 
 
+def _quality_shown(q: dict[str, Any]) -> str:
+    """A quality comparison's value: the paired difference ×100, its one-sided lower bound and n, and
+    where non-inferiority is not shown, the paired examples that would show it (80 % power,
+    `compare.examples_needed`): were the setting as good as autoregressive decoding, and at this diff."""
+    shown = f"quality {100 * q['diff']:+.2f}, low {100 * q['low']:+.2f} (n {q['n']}"
+    if not q["holds"]:
+        needed = (_count(q["n_needed"]), _count(q["n_needed_at_diff"]))
+        shown += f"; to show it: {needed[0]} if as good, {needed[1]} at this diff"
+    return shown + ")"
+
+
+def _count(n: float) -> str:
+    """An example count for the verdict line: "no n" where none would do (inf), "?" where unknown."""
+    return "no n" if n == float("inf") else "?" if n != n else f"{int(n):,}"
+
+
 def quality_against_ar(
     records: list[dict[str, Any]], run_dirs: list[str], margin: float = MARGIN
 ) -> dict[str, dict[str, Any]]:
-    """For each batch-1 static / DIVERSED record of our engine, its quality against autoregressive
-    decoding from the sweep points under `run_dirs` that decoded what it timed (`matching_points`),
-    by record label: {diff, low (one-sided 95 %), n, delta, holds, run_dir, n_examples}. Records
-    that no point matches are left out."""
+    """For each batch-1 static / DIVERSED / lossless record of our engine, its quality against
+    autoregressive decoding from the sweep points under `run_dirs` that decoded what it timed
+    (`matching_points`), by record label: {diff, low (one-sided 95 %), n, delta, holds, n_needed,
+    n_needed_at_diff, run_dir, n_examples}. Records that no point matches are left out. Lossless has no
+    floor at quality (it is the target's law); its line says what a test of this size resolves."""
     from diversed.analysis.compare import non_inferior, per_example
     from diversed.sweep.results import load_runs
 
@@ -134,7 +161,7 @@ def quality_against_ar(
     runs = runs[runs["split"].fillna("test") == "test"]  # held-out rows: never the validation split's
     out = {}
     for r in records:
-        if r["engine"] != "diversed" or r["batch_size"] != 1 or r["verifier"] not in AT_QUALITY:
+        if r["engine"] != "diversed" or r["batch_size"] != 1 or r["verifier"] not in QUALITY_LINES:
             continue
         found = matching_points(r, runs)
         if found is None:

@@ -19,6 +19,7 @@ import pytest
 import torch
 from tiny_models import EOS, PAD, VOCAB, ragged_prompts, tiny_pair
 
+from diversed.analysis.compare import examples_needed
 from diversed.bench import BenchConfig, check_config, run, run_bench, settings, table
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
@@ -783,6 +784,9 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     point("static", "s-val", np.ones(n), split="validation", weight=0.55)  # validation rows: never
     point("dynamic", "h-one", worse, head_digest="digest-1", head="/heads/h")  # the timed head: inferior
     point("dynamic", "h-two", ar, head_digest="digest-2", head="/heads/h")  # another head, same path
+    near = ar.copy()
+    near[np.flatnonzero(ar)[:2]], near[np.flatnonzero(ar == 0)[:2]] = 0.0, 1.0  # 4 differ, 2 each way
+    point("lossless", "lossless", near, quant="none")  # the target's law: no floor, a line of information
 
     def timed(verifier, label, point_, files=None):
         return {
@@ -811,6 +815,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     records = [
         timed("static", "static w=0.55", {"method": "static", "weight": 0.55}),
         timed("dynamic", "dynamic", {"method": "dynamic", "head": "/heads/h"}, {"head": "digest-1"}),
+        timed("lossless", "lossless", {"method": "lossless"}),
         timed("static", "static w=0.3", {"method": "static", "weight": 0.3}),  # no such point
         # the same point decoded with the target's first token: not what the sweep decoded
         timed("static", "static w=0.55 first", {"method": "static", "weight": 0.55})
@@ -824,7 +829,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
         },
     ]
     quality = bench_goals.quality_against_ar(records, [str(tmp_path)])
-    assert set(quality) == {"static w=0.55", "dynamic"}
+    assert set(quality) == {"static w=0.55", "dynamic", "lossless"}
     assert quality["static w=0.55"]["diff"] == 0.0 and quality["static w=0.55"]["holds"]
     assert quality["static w=0.55"]["delta"] == pytest.approx(0.05 * ar.mean())
     assert quality["dynamic"]["diff"] == pytest.approx(-15 / n) and not quality["dynamic"]["holds"]
@@ -837,6 +842,14 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     assert verdict("dynamic") == "MISS"  # fast, but at a quality below autoregressive decoding's
     assert verdict("static w=0.3") == verdict("static w=0.55 first") == verdict("dynamic by path") == "none"
     assert verdict("an older record") == "none"  # a record from before the bench said what it decoded
+    # where quality is not shown, how many paired examples would show it (80 % power): none at the
+    # head's loss of 25 points; for lossless, with 4 of 60 examples differing, the count at 0 difference
+    (exact,) = [line for line in lines if line.startswith("info") and "lossless" in line]
+    needed = examples_needed(near - ar, 0.05 * ar.mean())
+    assert quality["lossless"]["diff"] == 0.0 and not quality["lossless"]["holds"]
+    assert f"to show it: {int(needed):,} if as good" in exact and 60 < needed < 2000
+    assert "no n at this diff" in next(line for line in lines if "at quality" in line and "dynamic" in line)
+    assert not any("to show it" in line for line in lines if "static w=0.55" in line)  # shown: no count
 
 
 def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypatch):

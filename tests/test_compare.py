@@ -14,6 +14,7 @@ from diversed.analysis.compare import (
     _sum_difference,
     _sum_ratio_difference,
     cell_intervals,
+    examples_needed,
     holm,
     holm_verdict,
     mean_over_seeds,
@@ -300,7 +301,33 @@ def test_paired_difference_and_non_inferiority():
     assert non_inferior(worse, base, 0.05)["holds"] and not non_inferior(worse, base, 0.0)["holds"]
     # only the examples both scored are paired
     assert paired(better.iloc[:50], base)["n"] == 50
+    shown = non_inferior(worse, base, 0.05)
+    assert shown["n_needed"] < shown["n_needed_at_diff"] < 200  # a loss of 0.01 needs more than none
+    lost = -shown["diff"]  # a margin under the loss observed: no n shows it
+    assert lost > 0 and non_inferior(worse, base, lost / 2)["n_needed_at_diff"] == math.inf
     assert per_example(pd.DataFrame([{"run_dir": None, "key": "k"}])) is None
+
+
+def test_examples_needed_gives_the_power_it_promises():
+    """Pass@1-like scores (0/1) where 10 % of the examples differ, half each way: at the n that
+    `examples_needed` asks for, the one-sided 95 % bound of the mean difference clears −margin in
+    about 80 % of simulated runs, and in about half as many at a quarter of that n."""
+    rng = np.random.default_rng(0)
+    pilot = rng.choice([-1.0, 0.0, 1.0], p=[0.05, 0.9, 0.05], size=400)
+    margin = 0.02
+    n = int(examples_needed(pilot, margin))
+    z = stats.norm.ppf(0.95) + stats.norm.ppf(0.8)  # 1.645 + 0.842
+    assert n == math.ceil((z * pilot.std(ddof=1) / margin) ** 2)
+
+    def shown(size: int) -> float:
+        d = rng.choice([-1.0, 0.0, 1.0], p=[0.05, 0.9, 0.05], size=(4000, size))
+        low = d.mean(1) - 1.6449 * d.std(1, ddof=1) / math.sqrt(size)
+        return float((low > -margin).mean())
+
+    assert 0.76 < shown(n) < 0.84 and shown(n // 4) < 0.5
+    assert examples_needed(pilot, margin, diff=-0.02) == math.inf  # a true loss of the margin: none
+    assert examples_needed(pilot, margin, diff=-0.01) > n  # a smaller loss: more examples
+    assert math.isnan(examples_needed(pilot[:1], margin))
 
 
 def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):
