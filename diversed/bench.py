@@ -17,8 +17,9 @@ so that load from other processes slows every setting alike:
   before any weights load and loaded as its knob's `Files` says, `sweep.resources`; a fine-tuned draft
   is timed as `--draft`, not as a knob), at every batch size (and, at
   batch 1, static with transformers' bonus token, the same algorithm as transformers' static
-  ensemble); `--first-token target` takes our first new token from the target alone
-  (`speculative_generate(first_token=...)`);
+  ensemble, and DIVERSED with it: the bonus after a fully accepted round from p, as the paper's
+  released code draws it, which takes no draft call for q there); `--first-token target` takes our
+  first new token from the target alone (`speculative_generate(first_token=...)`);
 - with `--llama-cpp GGUF` (or `auto`: the file the target was converted from), llama.cpp decoding that
   file autoregressively at batch 1 on the same threads (`decoding.llama_cpp`; the optional extra
   `diversed[llamacpp]`): the anchor for what this CPU does with the model, not a quality baseline.
@@ -203,8 +204,8 @@ def settings(
                     Setting("diversed", "static", 1, t, weight, n, bonus_token="target", method="static")
                 )
             if bonus == "ensemble" and "dynamic" in methods:
-                # DIVERSED with the released code's bonus (from p, `paper_sampling/released`): no draft
-                # call for q after a fully accepted round
+                # DIVERSED with the released code's bonus token (from p; `paper_sampling/released` sets
+                # it, with that code's top-k too): no draft call for q after a fully accepted round
                 released = {"bonus_token": "target", "first_token": first, "method": "dynamic"}
                 out.append(Setting("diversed", "dynamic", 1, t, None, n, **released))
         for b in batch_sizes:

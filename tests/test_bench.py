@@ -729,7 +729,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     rows_of = {"task": "mbpp", "n_examples": n, "seed": 0}  # the same task rows in every settings file
     store = ResultStore(tmp_path)
 
-    def point(method, digest, scores, split="test", quant=int8, head_digest=None, **knobs):
+    def point(method, digest, scores, split="test", quant=int8, head_digest=None, group="g", **knobs):
         settings = {
             "task": rows_of,
             "pair": {
@@ -759,7 +759,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
             score=float(scores.mean()),
             split=split,
             settings=digest,
-            settings_group="g",
+            settings_group=group,
             comparison_group="c",
             wall_time_s=1.0,
             **knobs,
@@ -816,6 +816,9 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
         timed("static", "static w=0.55", {"method": "static", "weight": 0.55}),
         timed("dynamic", "dynamic", {"method": "dynamic", "head": "/heads/h"}, {"head": "digest-1"}),
         timed("lossless", "lossless", {"method": "lossless"}),
+        # the released code's bonus (from p): not what the sweep's points (ensemble bonus) decoded
+        timed("static", "static w=0.55 target-bonus", {"method": "static", "weight": 0.55})
+        | {"bonus_token": "target"},
         timed("static", "static w=0.3", {"method": "static", "weight": 0.3}),  # no such point
         # the same point decoded with the target's first token: not what the sweep decoded
         timed("static", "static w=0.55 first", {"method": "static", "weight": 0.55})
@@ -849,7 +852,16 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     assert quality["lossless"]["diff"] == 0.0 and not quality["lossless"]["holds"]
     assert f"to show it: {int(needed):,} if as good" in exact and 60 < needed < 2000
     assert "no n at this diff" in next(line for line in lines if "at quality" in line and "dynamic" in line)
-    assert not any("to show it" in line for line in lines if "static w=0.55" in line)  # shown: no count
+    shown = [line for line in lines if "static w=0.55 " in line and "target-bonus" not in line]
+    assert shown and not any("to show it" in line for line in shown)  # quality shown: no count
+    # a target-bonus row is judged like the others (its speed floors), with no quality point of its own
+    assert verdict("static w=0.55 target-bonus") == "none"
+    assert any(line.startswith("holds") and "static w=0.55 target-bonus" in line for line in lines)
+    # lossless decoded by two settings groups (an int8 and a float draft, say): its line of information
+    # is left out, where a static or DIVERSED setting would be refused
+    point("lossless", "lossless-int8", near, group="g2")
+    again = bench_goals.quality_against_ar(records, [str(tmp_path)])
+    assert "lossless" not in again and set(again) == {"static w=0.55", "dynamic"}
 
 
 def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypatch):

@@ -328,6 +328,8 @@ def test_examples_needed_gives_the_power_it_promises():
     assert examples_needed(pilot, margin, diff=-0.02) == math.inf  # a true loss of the margin: none
     assert examples_needed(pilot, margin, diff=-0.01) > n  # a smaller loss: more examples
     assert math.isnan(examples_needed(pilot[:1], margin))
+    assert math.isnan(examples_needed(np.array([0.0, math.nan, 1.0]), margin))  # a missing score: unknown
+    assert math.isnan(examples_needed(pilot, math.nan))
 
 
 def test_knobs_are_chosen_on_validation_and_reported_on_test(tmp_path):

@@ -11,10 +11,11 @@ and an interval covers both what the prompts were and how decoding fell (a clust
 
 Intervals are scipy's BCa bootstrap over examples (`intervals.bootstrap_interval`: `scipy.stats.bootstrap`,
 fixed generator, so a report is reproducible), two-sided unless asked; a one-sided one is for non-inferiority:
-quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ. A score whose every
-per-record value is 0 or 1 (accuracy, pass@1) is a proportion instead: Wilson's interval, at the
-effective sample size of the cluster sample where several seeds score each example (`binary_interval`:
-n_eff = n·m / deff, Kish's design effect deff = max(1, var_cluster / var_binomial)).
+quality(A) ≥ quality(B) − δ is shown when the lower one-sided bound of Δ exceeds −δ, and where it is
+not, `examples_needed` says how many examples would show it (80 % power, at the differences' spread).
+A score whose every per-record value is 0 or 1 (accuracy, pass@1) is a proportion instead: Wilson's
+interval, at the effective sample size of the cluster sample where several seeds score each example
+(`binary_interval`: n_eff = n·m / deff, Kish's design effect deff = max(1, var_cluster / var_binomial)).
 Records without per-example rows (written elsewhere, or before the rows had both denominators) fall
 back to a Student-t interval over the per-seed values (`intervals.t_interval`, clipped to [0, 1]), and
 to the record's own interval with one seed. That one, the interval of a record's score over its
@@ -227,7 +228,7 @@ def paired(
         columns = [["score"], ["score"]]
         est = bootstrap_interval(
             sample_mean,
-            [a["score"].to_numpy() - b["score"].to_numpy()],
+            [score_differences(a, b)],
             confidence=confidence,
             alternative=alternative,
         )
@@ -339,8 +340,7 @@ def non_inferior(
     at the paired differences' observed spread: were A as good as the reference (`n_needed`), and were
     it worse by the difference observed (`n_needed_at_diff`)."""
     d = paired(a, reference, "score", confidence=confidence, alternative="greater")
-    common = a.index.intersection(reference.index)
-    diffs = (a.loc[common, "score"] - reference.loc[common, "score"]).to_numpy(dtype=float)
+    diffs = score_differences(a, reference)
     return {
         "diff": d["diff"],
         "low": d["low"],
@@ -349,6 +349,12 @@ def non_inferior(
         "n_needed": examples_needed(diffs, margin, 0.0, confidence),
         "n_needed_at_diff": examples_needed(diffs, margin, d["diff"], confidence),
     }
+
+
+def score_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    """a − b per example on the examples both scored (`per_example` frames, indexed by example id)."""
+    common = a.index.intersection(b.index)
+    return (a.loc[common, "score"] - b.loc[common, "score"]).to_numpy(dtype=float)
 
 
 def examples_needed(
@@ -365,10 +371,13 @@ def examples_needed(
         n = ((z_c + z_p)·s / (diff + margin))²,   z_c, z_p the normal quantiles of `confidence`
                                                   (one-sided) and `power`: 1.645 and 0.842
 
-    Inf where diff ≤ −margin (no n shows it), NaN with fewer than two differences. A planning number,
-    for the size of the next run: the test itself is `non_inferior`'s bootstrap."""
+    `diffs` are per-example differences as `paired` pairs them: each the difference of the example's
+    means over its seeds, so n counts examples decoded with as many seeds (more seeds per example
+    shrink s). Inf where diff ≤ −margin (no n shows it); NaN with fewer than two differences or
+    anything not finite. A planning number, for the size of the next run: the test itself is
+    `non_inferior`'s bootstrap."""
     diffs = np.asarray(diffs, dtype=float)
-    if diffs.size < 2 or math.isnan(diff):
+    if diffs.size < 2 or not (np.isfinite(diffs).all() and math.isfinite(diff) and math.isfinite(margin)):
         return math.nan
     if diff + margin <= 0:
         return math.inf

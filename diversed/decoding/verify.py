@@ -80,8 +80,14 @@ def sample(probs: Tensor, generator: torch.Generator | None = None, noise: Tenso
     One uniform per row, where the exponential race (argmax p(x)/E_x, E_x ~ Exp(1)) drew V
     exponentials: 2.3 ms per row at V = 151,936 on a CPU core, against 0.2 ms here.
     `noise` holds the u ([...], in [0, 1)) if the caller drew them (e.g. for rows that left a batch
-    too, so that the others' draws do not depend on them); else they are drawn here.
+    too, so that the others' draws do not depend on them); else they are drawn here. A row with no
+    mass (all zeros, or a NaN) gives its last id: a law that is not one is the caller's to catch (the
+    engine warns of logits that are not finite, `stats.py`).
     """
+    if noise is not None and noise.shape != probs.shape[:-1]:
+        raise ValueError(
+            f"sample: noise of shape {tuple(noise.shape)}, one u per row needs {tuple(probs.shape[:-1])}"
+        )
     V = probs.shape[-1]
     cdf = probs.reshape(-1, V).double().cumsum(-1)  # F(x) = Σ_{y <= x} p(y)
     u = (
