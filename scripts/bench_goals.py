@@ -235,6 +235,12 @@ def _engine(r: dict[str, Any]) -> dict[str, Any]:
     return engine_settings(BENCH_ENGINE | {k: r[k] for k in RECORDED_ENGINE if k in r})
 
 
+def _sampling(engine: dict[str, Any]) -> dict[str, Any]:
+    """The engine options autoregressive decoding reads (the truncation of p); the bonus token, the
+    first token and the draft's schedule are a speculative decoder's alone."""
+    return {k: v for k, v in engine.items() if k in ("top_k", "top_p")}
+
+
 def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
     """The sweep records (every seed) of the point that decoded what bench record `r` timed, and the
     autoregressive records of the same task rows, target, dtype and sampling (those of the point's own
@@ -242,9 +248,9 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
     temperature, N, each knob (a path knob by its files' digest, `r["files"]`: a bench record without a
     digest, the untrained head, matches none), the target's and the draft's directories (or Hub ids),
     the dtype, the draft's quantization (not for lossless, whose law is the target's whatever the
-    draft), the engine options (a sweep's settings leave out those at their defaults) and few-shot
-    examples. Points of several settings groups (another batch size, other task rows) are not pooled:
-    SystemExit names them."""
+    draft), the engine options (a sweep's settings leave out those at their defaults; autoregressive
+    decoding's only its truncation of p, `_sampling`) and few-shot examples. Points of several
+    settings groups (another batch size, other task rows) are not pooled: SystemExit names them."""
     import math
 
     from diversed.sweep.methods import METHODS
@@ -272,7 +278,9 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
     def same_run(s: dict[str, Any], draft: bool) -> bool:
         pair = s.get("pair", {})
         ok = _dtype(pair) == r.get("dtype") and _same_model(pair.get("target", {}), models.get("target"))
-        ok = ok and s.get("engine", {}) == timed
+        # the point: every engine option; autoregressive decoding: only what it reads (p's truncation)
+        engine = s.get("engine", {})
+        ok = ok and (engine == timed if draft else _sampling(engine) == _sampling(timed))
         if "num_few_shot" in r:
             ok = ok and s.get("task", {}).get("num_few_shot", 0) == r["num_few_shot"]
         if draft:

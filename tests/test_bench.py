@@ -729,7 +729,17 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     rows_of = {"task": "mbpp", "n_examples": n, "seed": 0}  # the same task rows in every settings file
     store = ResultStore(tmp_path)
 
-    def point(method, digest, scores, split="test", quant=int8, head_digest=None, group="g", **knobs):
+    def point(
+        method,
+        digest,
+        scores,
+        split="test",
+        quant=int8,
+        head_digest=None,
+        group="g",
+        bonus="ensemble",
+        **knobs,
+    ):
         settings = {
             "task": rows_of,
             "pair": {
@@ -740,7 +750,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
             },
             # as evaluate writes it: the options at their old behaviour (first token, top-k, top-p) left out
             "engine": {
-                "bonus_token": "ensemble",
+                "bonus_token": bonus,
                 "num_draft_tokens_schedule": "constant",
                 "draft_confidence_threshold": None,
             },
@@ -854,7 +864,7 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     assert "no n at this diff" in next(line for line in lines if "at quality" in line and "dynamic" in line)
     shown = [line for line in lines if "static w=0.55 " in line and "target-bonus" not in line]
     assert shown and not any("to show it" in line for line in shown)  # quality shown: no count
-    # a target-bonus row is judged like the others (its speed floors), with no quality point of its own
+    # a target-bonus row is judged like the others (its speed floors), never at an ensemble-bonus point
     assert verdict("static w=0.55 target-bonus") == "none"
     assert any(line.startswith("holds") and "static w=0.55 target-bonus" in line for line in lines)
     # lossless decoded by two settings groups (an int8 and a float draft, say): its line of information
@@ -862,6 +872,10 @@ def test_the_1p5x_floor_is_judged_at_the_quality_of_the_point_that_decoded_what_
     point("lossless", "lossless-int8", near, group="g2")
     again = bench_goals.quality_against_ar(records, [str(tmp_path)])
     assert "lossless" not in again and set(again) == {"static w=0.55", "dynamic"}
+    # ... but at its own, against autoregressive decoding (which has no bonus token to match)
+    point("static", "s-tb", worse, bonus="target", weight=0.55)
+    tb = bench_goals.quality_against_ar(records, [str(tmp_path)])["static w=0.55 target-bonus"]
+    assert tb["diff"] == pytest.approx(-15 / n) and not tb["holds"]
 
 
 def test_llama_cpp_problems_are_refused_before_the_pair_loads(tmp_path, monkeypatch):
