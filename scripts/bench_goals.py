@@ -223,7 +223,8 @@ def _dtype(pair: dict[str, Any]) -> Any:
 
 # A bench record's own engine options, and what the bench decodes with beyond them: N constant, no
 # confidence stop.
-RECORDED_ENGINE = ("bonus_token", "first_token", "top_k", "top_p")
+SAMPLING_ENGINE = ("top_k", "top_p")  # the options autoregressive decoding reads too
+RECORDED_ENGINE = ("bonus_token", "first_token", *SAMPLING_ENGINE)
 BENCH_ENGINE = {"num_draft_tokens_schedule": "constant", "draft_confidence_threshold": None}
 
 
@@ -238,7 +239,7 @@ def _engine(r: dict[str, Any]) -> dict[str, Any]:
 def _sampling(engine: dict[str, Any]) -> dict[str, Any]:
     """The engine options autoregressive decoding reads (the truncation of p); the bonus token, the
     first token and the draft's schedule are a speculative decoder's alone."""
-    return {k: v for k, v in engine.items() if k in ("top_k", "top_p")}
+    return {k: v for k, v in engine.items() if k in SAMPLING_ENGINE}
 
 
 def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
