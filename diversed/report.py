@@ -22,6 +22,9 @@ Writes under DIR (Markdown + CSV tables, PNG + PDF figures):
                               the table's tests, is below 0.05 (the caption gives their number)
     heads_T<t>.md/.csv        every head of a cell (one per λ: DIVERSED's front), chosen on validation or
                               not, against the static ensemble at its own mean w, paired likewise
+    pooled.md/.csv            the same comparisons pooled over every task, temperature and N, an example's
+                              differences averaged over its cells (`compare.pooled_difference`): the
+                              head chosen on validation, and every head
     choices.csv               each knob family's choice on the validation run, with its non-inferiority test
     transfer_T<t>.md/.csv     Table 3: a head trained on task A evaluated on task B (the task a head was
                               trained on comes from its record, else from its head_config.json)
@@ -43,7 +46,7 @@ Run directories without one readable record (every line skipped, each named in a
 error, one line and exit status 2, not a report of nothing.
 
 The tables at each temperature are `TABLES`, one `TableSpec` each (builder, file name, caption, whether
-it goes in claims.md), in the order the index shows them.
+it goes in claims.md), in the order the index shows them; the pooled table follows them, once.
 
 It reads results and heads only: nothing is decoded, rescored or retrained.
 """
@@ -79,6 +82,7 @@ from diversed.analysis.tables import (
     own_task,
     paired_table,
     paper_table,
+    pooled_table,
     times_table,
     transfer_table,
     with_times,
@@ -305,6 +309,23 @@ def _fronts_caption(r: Reading, _: pd.DataFrame) -> str:
     )
 
 
+def _pooled_caption(pooled: pd.DataFrame, test: pd.DataFrame) -> str:
+    seeds = sorted(int(s) for s in test["seed"].dropna().unique())
+    return (
+        "**DIVERSED against the static ensemble at its own mean w, pooled over every cell** (task, "
+        "temperature, N): each comparison of the heads tables (a head against the static point nearest its "
+        "mean w, paired by example over its seeds), one row for the head each table shows where it was "
+        "chosen on validation (or was its cell's only head) and, where a cell has several, one for every "
+        "head; each example's differences averaged over the comparisons it is in, then the mean over "
+        "examples (an example counts once however many cells decoded it; where every comparison of a "
+        "task holds all its examples, each task's mean over its comparisons, weighted by its examples); "
+        "95 % BCa bootstrap over examples "
+        f"(unadjusted); {pooled.attrs['verdicts']}: p from a paired sign-flip test on each example's "
+        f'mean difference, "better" / "worse" only where its Holm-adjusted p < 0.05. Seeds in the records: '
+        f"{_seeds_said(seeds)}."
+    )
+
+
 def _transfer_caption(r: Reading, _: pd.DataFrame) -> str:
     return (
         f"**Cross-task transfer (T = {r.t:g})**: rows the task "
@@ -485,6 +506,11 @@ def write_report(
             sections.extend([md, ""])
             if spec.claim:
                 claims.extend([md, ""])
+    if (pooled := pooled_table(test, d, choices, selection)) is not None:  # every temperature at once
+        paths, md = _write_table(pooled, out, "pooled", _pooled_caption(pooled, test))
+        written.extend(paths)
+        sections.extend([md, ""])
+        claims.extend([md, ""])
     shown = _figures(test, d, choices, out / "figures", n_examples, formats)
     sections += ["## Figures", ""]
     claims += ["Proposition 1 and what the heads learned, in the figures:", ""]

@@ -21,6 +21,7 @@ from diversed.analysis.compare import (
     non_inferior,
     paired,
     per_example,
+    pooled_difference,
     randomization_p,
     verdict,
 )
@@ -268,6 +269,34 @@ def test_mean_over_seeds_pools_examples_and_seeds(tmp_path):
     # without the rows: a t-interval over the two seeds' values
     plain = mean_over_seeds(load_runs([tmp_path]), examples=False).iloc[0]
     assert plain["interval_from"] == "seeds" and plain["score"] == pytest.approx(row["score"])
+
+
+def test_a_difference_pooled_over_cells_resamples_examples_not_cells():
+    """Two cells over one task's examples (one problem at two temperatures): each example's differences
+    are averaged over its cells, the estimate is their mean, and the bootstrap resamples examples, so a
+    cell counted twice is the same evidence, where cells of different tasks are more."""
+    rng = np.random.default_rng(5)
+    ids = [f"e{i}" for i in range(60)]
+    one = pd.Series(rng.choice([-1.0, 0.0, 0.0, 1.0], 60), index=pd.MultiIndex.from_product([["t"], ids]))
+    other = pd.Series(rng.choice([0.0, 1.0], 60), index=one.index)
+    both = pooled_difference([one, other], p_value=True)
+    assert both["diff"] == pytest.approx((one.mean() + other.mean()) / 2) and both["n"] == 60
+    assert both["cells"] == 2 and both["low"] < both["diff"] < both["high"]
+    twice, once = pooled_difference([one, one]), pooled_difference([one])
+    assert (twice["diff"], twice["low"], twice["high"]) == (once["diff"], once["low"], once["high"])
+    elsewhere = one.copy()
+    elsewhere.index = pd.MultiIndex.from_product([["u"], ids])  # the same values on another task's examples
+    wider = pooled_difference([one, elsewhere])
+    assert wider["n"] == 120 and wider["high"] - wider["low"] < once["high"] - once["low"]
+    # an example missing from one cell counts once, at its other cell's value; NaN and empty cells drop
+    part = pooled_difference([one.iloc[:30], other, pd.Series(dtype=float)])
+    expected = pd.concat([(one.iloc[:30] + other.iloc[:30]) / 2, other.iloc[30:]]).mean()
+    assert part["diff"] == pytest.approx(expected) and part["cells"] == 2 and part["n"] == 60
+    # the sign-flip test: a shift every example shows is significant, a symmetric one is not
+    assert pooled_difference([other], p_value=True)["p"] < 0.001
+    assert pooled_difference([pd.Series([1.0, -1.0] * 30, index=one.index)], p_value=True)["p"] > 0.5
+    nothing = pooled_difference([pd.Series(dtype=float)], p_value=True)
+    assert math.isnan(nothing["diff"]) and math.isnan(nothing["p"]) and nothing["n"] == 0
 
 
 def test_paired_difference_and_non_inferiority():

@@ -456,6 +456,12 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     outputs = (out / "outputs_T1.md").read_text()  # empty completions and lengths, every row
     assert "empty %" in outputs and "tokens / example" in outputs and "DIVERSED" in outputs
     assert "at cap %" in outputs and "max_new_tokens" in outputs  # the column and its caption
+    # the same comparison pooled over the cells (one head: the chosen row alone; on toy_count the head
+    # is Table 3's transfer, not DIVERSED on its own task), in the claims
+    pooled = (out / "pooled.md").read_text()
+    assert "| the head chosen on validation | 1 | 6 |" in pooled and "| every head" not in pooled
+    assert "| toy T=1 N=2 |" in pooled and "toy_count" not in pooled
+    assert pooled in (out / "claims.md").read_text()
 
 
 @pytest.mark.slow
@@ -567,6 +573,52 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
         ]
     one = runs[runs["head"].astype(str) != str(heads["lam4"])]
     assert heads_table(one, with_times(mean_over_seeds(one), one), 1.0) is None
+
+
+def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen_head(tmp_path):
+    """Two heads of one cell (lam1 equal to the static point at its mean w, lam4 one better on 6 of 20
+    examples): every head pooled gives each example the mean of its two differences (15 points); with
+    lam1 chosen on validation the chosen row holds lam1 alone (0 points); one head per cell: no second
+    row, the only head counts as chosen."""
+    from diversed.analysis.tables import POOLED_ROWS, pooled_table
+
+    runs, heads = _two_heads(tmp_path / "a", {"lam1": "heads/lam1/head", "lam4": "heads/lam4/head"})
+    d = with_times(mean_over_seeds(runs), runs)
+    every = pooled_table(runs, d)
+    assert list(every.index) == [("p1", POOLED_ROWS[1])]  # nothing chosen: no chosen row
+    row = every.loc[("p1", POOLED_ROWS[1])]
+    assert (
+        row["comparisons"] == "2" and row["examples"] == "20" and row["cells pooled"] == "alpha_task T=1 N=3"
+    )
+    assert row["Δ quality ×100"].startswith("15.00 [") and row["their own Δ ×100"] == "0.00 to 30.00"
+    chose = pd.DataFrame(
+        [
+            {
+                "pair": "p1",
+                "task": "alpha_task",
+                "temperature": 1.0,
+                "comparison_group": "g",
+                "num_draft_tokens": 3,
+                "method": "dynamic",
+                "family": "head",
+                "value": str(heads["lam1"]),
+                "split": "validation",
+                "non_inferior": True,
+                "margin": 0.05,
+            }
+        ]
+    )
+    both = pooled_table(runs, d, chose)
+    assert list(both.index) == [("p1", POOLED_ROWS[0]), ("p1", POOLED_ROWS[1])]
+    assert both.loc[("p1", POOLED_ROWS[0]), "Δ quality ×100"].startswith("0.00 [0.00, 0.00]")
+    assert both.loc[("p1", POOLED_ROWS[0]), "comparisons"] == "1"
+    assert "Holm over 2 tests" in both.attrs["verdicts"]
+    one = runs[runs["head"].astype(str) != str(heads["lam1"])]
+    alone = pooled_table(one, with_times(mean_over_seeds(one), one))
+    assert list(alone.index) == [("p1", POOLED_ROWS[0])]
+    assert alone.loc[("p1", POOLED_ROWS[0]), "Δ quality ×100"].startswith("30.00 [")
+    statics = runs[runs["method"] != "dynamic"]
+    assert pooled_table(statics, with_times(mean_over_seeds(statics), statics)) is None
 
 
 def _two_heads(tmp_path, paths: dict[str, str]):

@@ -28,9 +28,10 @@ randomisation test (`randomization_p`: A and B swapped within examples), and `ho
 p-values so that "better" / "worse" (`holm_verdict`) hold at a family-wise error rate of 5 %.
 
 `mean_over_seeds` gives one row per setting (the tables' and figures' input); `paired` one
-difference; `verdict` the word an interval alone allows, `holm_verdict` the one a table of many tests
-prints. It reads per-example rows through `results.read_examples` and writes nothing; which setting a
-table shows is `fronts`' business.
+difference, `pooled_difference` one over many cells (tasks, temperatures) with examples as clusters;
+`verdict` the word an interval alone allows, `holm_verdict` the one a table of many tests prints.
+It reads per-example rows through `results.read_examples` and writes nothing; which setting a table
+shows is `fronts`' business.
 """
 
 from __future__ import annotations
@@ -349,6 +350,42 @@ def non_inferior(
         "n_needed": examples_needed(diffs, margin, 0.0, confidence),
         "n_needed_at_diff": examples_needed(diffs, margin, d["diff"], confidence),
     }
+
+
+def pooled_difference(
+    cells: Sequence[pd.Series], *, confidence: float = CONFIDENCE, p_value: bool = False
+) -> dict[str, float]:
+    """One claim over many cells: `cells` are paired score differences A − B, one Series per cell (a
+    task, temperature, N, or another pair of settings), each indexed by its examples' cluster (the task
+    and example id: an example decoded in several cells is one cluster). Each cluster's differences are
+    averaged over the cells it was decoded in, and the estimate is their mean over clusters,
+
+        Δ = mean_e d̄_e,   d̄_e = mean over the cells c holding e of d_ce
+
+    (with every example in every cell of its task, the mean over cells of each cell's Δ, each task's
+    examples weighing alike), its interval the BCa bootstrap over clusters, so an example's cells stay
+    together and their dependence (one problem at two temperatures) is kept. Returns {diff, low, high,
+    n (clusters), cells}, with `p_value` also p of the paired sign-flip test on the d̄_e
+    (`randomization_p`). NaN where no cell has a difference."""
+    found = [c.dropna() for c in cells if len(c.dropna())]
+    out = {"diff": math.nan, "low": math.nan, "high": math.nan, "n": 0, "cells": len(found)}
+    if p_value:
+        out["p"] = math.nan
+    if not found:
+        return out
+    every = pd.concat(found)
+    per_cluster = every.groupby(level=list(range(every.index.nlevels))).mean().to_numpy(dtype=float)
+    out.update(
+        zip(
+            ("diff", "low", "high"),
+            bootstrap_interval(sample_mean, [per_cluster], confidence=confidence),
+            strict=True,
+        )
+    )
+    out["n"] = len(per_cluster)
+    if p_value:  # A − B against 0: a swap within a cluster flips the sign of its d̄_e
+        out["p"] = randomization_p(per_cluster, np.zeros_like(per_cluster), _sum_difference(len(per_cluster)))
+    return out
 
 
 def score_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:

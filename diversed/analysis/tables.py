@@ -7,7 +7,8 @@ its interval); `times_table` gives the same rows' times at batch 1 (seconds and 
 relative to autoregressive decoding per sample and per token); `paired_table` puts DIVERSED against
 every other row (`compare.paired`, verdicts by Holm over the table's randomisation tests);
 `heads_table` puts every head (one per λ: DIVERSED's front), chosen or not, against the static
-ensemble at its own mean w; `transfer_table` is Table 3; `with_times` adds the time intervals over
+ensemble at its own mean w, and `pooled_table` the same comparisons pooled over every task,
+temperature and N; `transfer_table` is Table 3; `with_times` adds the time intervals over
 seeds (`times.times_over_seeds`).
 Pure DataFrame functions apart from reading per-example rows: `report` writes the files.
 """
@@ -26,6 +27,7 @@ from diversed.analysis.compare import (
     holm_verdict,
     paired,
     per_example,
+    pooled_difference,
     setting_fields,
     verdict,
 )
@@ -681,6 +683,95 @@ def heads_table(
     table = pd.DataFrame([[cells[k].get(c, "") for c in columns] for k in keys], index=index, columns=columns)
     table.attrs["verdicts"] = verdicts
     return table
+
+
+# The rows of the pooled table: which heads of each cell are pooled.
+POOLED_ROWS = ("the head chosen on validation", "every head (one per λ)")
+
+
+def pooled_table(
+    records: pd.DataFrame,
+    d: pd.DataFrame,
+    choices: pd.DataFrame | None = None,
+    selection: pd.DataFrame | None = None,
+) -> pd.DataFrame | None:
+    """The paper's claim over every cell at once: per pair, DIVERSED's quality minus the static
+    ensemble's at the head's own mean w (`_static_at_mean_w`, as `heads_table` pairs them), pooled over
+    every task, temperature and N (`compare.pooled_difference`: each example's differences averaged over
+    the cells it was decoded in, the mean over examples, a bootstrap over examples): for the head the
+    tables show where it was chosen on validation (or was a cell's only head), and for every head of
+    every cell: a difference too small for one cell's examples to resolve may show over all of them.
+    Index (pair, row), columns: the comparisons pooled (one per head and cell), the examples (clusters),
+    the range of the comparisons' own Δ, the pooled Δ quality ×100 [95 % interval] with its verdict
+    (Holm over the table's tests), and the cells. None where no head has a static point to pair."""
+    if "run_dir" not in records or not (d["method"] == "dynamic").any():
+        return None
+    pooled: dict[tuple[str, str], list[pd.Series]] = {}
+    named: dict[tuple[str, str], list[str]] = {}
+    several: set[str] = set()  # pairs with a cell of two heads or more
+    for t in sorted(d["temperature"].astype(float).unique(), reverse=True):
+        at = d[np.isclose(d["temperature"].astype(float), t)]
+        at = at[own_task(at)]
+        heads = at[at["method"] == "dynamic"]
+        per_cell = heads.groupby(["pair", "task", "num_draft_tokens", "comparison_group"], dropna=False)[
+            "head"
+        ].transform("nunique")
+        shown = table_rows(d, t, choices)
+        shown = shown[shown["method"] == "dynamic"]
+        chosen = {
+            _head_cell(r)
+            for _, r in shown.iterrows()
+            if r.get("chosen_on") != "test" or per_cell[_same_cell(heads, r)].max() == 1
+        }
+        for _, r in heads.iterrows():
+            found = _static_at_mean_w(at, r, t, selection)
+            mine = per_example(_records_of(records, r))
+            theirs = per_example(_records_of(records, found[0])) if found is not None else None
+            if mine is None or theirs is None:
+                continue
+            common = mine.index.intersection(theirs.index)
+            diff = mine.loc[common, "score"] - theirs.loc[common, "score"]
+            diff.index = pd.MultiIndex.from_arrays([[r["task"]] * len(common), common])
+            cell = f"{r['task']} T={t:g} N={int(r['num_draft_tokens'])}"
+            several |= {r["pair"]} if per_cell[_same_cell(heads, r)].max() > 1 else set()
+            for row in [*(POOLED_ROWS[:1] if _head_cell(r) in chosen else []), POOLED_ROWS[1]]:
+                pooled.setdefault((r["pair"], row), []).append(diff)
+                named.setdefault((r["pair"], row), []).append(cell)
+    # every head is the chosen one where no cell of the pair has two: the second row would repeat it
+    pooled = {k: v for k, v in pooled.items() if k[1] == POOLED_ROWS[0] or k[0] in several}
+    if not pooled:
+        return None
+    tests = []
+    for key in sorted(pooled, key=lambda k: (k[0], POOLED_ROWS.index(k[1]))):
+        tests.append((key, pooled_difference(pooled[key], p_value=True)))
+    adjusted = holm([r["p"] for _, r in tests])
+    rows = []
+    for (key, r), p in zip(tests, adjusted, strict=True):
+        own = [float(x.mean()) for x in pooled[key]]
+        rows.append(
+            {
+                "comparisons": str(len(pooled[key])),
+                "examples": str(int(r["n"])),
+                "their own Δ ×100": f"{_num(100 * min(own))} to {_num(100 * max(own))}",
+                "Δ quality ×100": f"{_interval(r['diff'], r['low'], r['high'])} {holm_verdict(r['diff'], p)}"
+                + ("" if np.isnan(p) else f" (Holm p {p:.2g})"),
+                "cells pooled": "; ".join(dict.fromkeys(named[key])),
+            }
+        )
+    index = pd.MultiIndex.from_tuples(
+        [k for k, _ in tests], names=["pair", "DIVERSED − static at its mean w"]
+    )
+    table = pd.DataFrame(rows, index=index)
+    m = int(np.sum(~np.isnan(adjusted)))
+    table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
+    return table
+
+
+def _same_cell(heads: pd.DataFrame, r: pd.Series) -> pd.Series:
+    """The rows of `heads` in DIVERSED row `r`'s cell (pair, task, N, comparison group)."""
+    return np.logical_and.reduce(
+        [_same(heads, f, r.get(f)) for f in ("pair", "task", "num_draft_tokens", "comparison_group")]
+    )
 
 
 _HEAD_CELL = ("pair", "task", "num_draft_tokens", "comparison_group", "head")  # one head's row of a cell
