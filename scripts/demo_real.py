@@ -59,6 +59,8 @@ from typing import Any, NamedTuple
 from demo import fill_readme
 
 from diversed.drafts import data_overrides
+from diversed.sweep.grid import WHICH_EXAMPLES
+from diversed.sweep.methods import METHODS
 
 FIXED = ("autoregressive", "lossless", "finetuned_draft", "dynamic")  # one point each
 FAMILIES = "sweep.methods=[autoregressive,static,lossy,cascade,typical]"  # the validation sweep's
@@ -454,17 +456,56 @@ def head_said(head: str) -> str:
     )
 
 
-def validation_sizes(validation: Path, n: int) -> str | None:
-    """Why `validation`'s records cannot be read beside this invocation's: some score another number
-    of rows than `n` (--val-examples), and the choice and the mean w would pool both sets."""
-    other = sorted({r.get("n_examples") for r in records(validation)} - {n}, key=str)
+def validation_pooled(validation: Path, n: int) -> str | None:
+    """Why `validation`'s records cannot be read beside this invocation's, where a choice and a mean w
+    would pool points of two protocols: some score another number of rows than `n` (--val-examples), or
+    they hold several comparison groups (settings other than which rows and the seed: e.g. another
+    --max-new-tokens or --batch-size), each named with the settings that differ. None: one protocol."""
+    found = records(validation)
+    other = sorted({r.get("n_examples") for r in found} - {n}, key=str)
+    if other:
+        return (
+            f"{validation} holds validation points on {', '.join(map(str, other))} rows, this invocation "
+            f"reads {n} (--val-examples): a choice or a mean w would pool both sets of rows. Move that "
+            "directory out of --out, or give the same --val-examples as before"
+        )
+    groups = {r["comparison_group"]: r.get("settings") for r in found if r.get("comparison_group")}
+    if len(groups) < 2:
+        return None
+    said = [_settings_of(validation, digest) for digest in groups.values()]
+    differ = sorted({k for a in said for b in said for k in set(a) | set(b) if a.get(k) != b.get(k)})
+    shown = "; ".join(f"{k}: {' / '.join(str(x.get(k, '–')) for x in said)}" for k in differ[:4])
     return (
-        f"{validation} holds validation points on {', '.join(map(str, other))} rows, this invocation "
-        f"reads {n} (--val-examples): a choice or a mean w would pool both sets of rows. Move that "
-        "directory out of --out, or give the same --val-examples as before"
-        if other
-        else None
+        f"{validation} holds validation points of {len(groups)} protocols (comparison groups "
+        f"{', '.join(groups)}{': ' + shown if shown else ''}): a choice or a mean w would pool them. "
+        "Move that directory out of --out (its points are kept there), or give the settings of the points "
+        "it holds"
     )
+
+
+def _settings_of(run_dir: Path, digest: str | None) -> dict[str, Any]:
+    """A settings fingerprint's file (`settings/<digest>.json`) flattened to dotted keys, without the
+    fields that say which rows and the seed (left out of a comparison group); {} where it is missing."""
+    path = run_dir / "settings" / f"{digest}.json"
+    try:
+        settings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    flat: dict[str, Any] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        else:
+            flat[prefix] = value
+
+    walk(settings, "")
+    which = {"seed", *(f"task.{k}" for k in WHICH_EXAMPLES)}
+    # a point's own path values (its head's digest, a draft's) are no part of its group either
+    own = {k.files.settings or k.field for m in METHODS.values() for k in m.knobs if k.path and k.files}
+    left_out = lambda k: k.split(".")[0] in own or any(k == w or k.startswith(w + ".") for w in which)  # noqa: E731
+    return {k: v for k, v in flat.items() if not left_out(k)}
 
 
 class StepTimes(dict):
@@ -559,8 +600,8 @@ def pair_demo(args) -> None:
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
-    for task in args.tasks:  # before any work: validation rows of another size would pool with these
-        if problem := validation_sizes(out / f"validation_{task}", args.val_examples):
+    for task in args.tasks:  # before any work: validation points of another size or protocol would pool
+        if problem := validation_pooled(out / f"validation_{task}", args.val_examples):
             raise SystemExit(problem)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
     invocations = Invocations(out / "invocations.json")
@@ -778,6 +819,8 @@ def pair_demo(args) -> None:
             )
         # at --front-at every head (DIVERSED's front over λ), elsewhere the chosen one; none without a
         # head (its training did not export one)
+        if problem := validation_pooled(validation, args.val_examples):  # this invocation's points added
+            raise SystemExit(problem)
         tested = chosen_heads(validation, heads, temps, every_at=front_temps, ns=ns) if heads else {}
         chose[task] = tested
         chosen = chosen_grid(validation, grid_) if to_choose else dict(grid_)

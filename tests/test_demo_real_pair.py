@@ -243,6 +243,90 @@ def test_validation_rows_of_another_size_are_refused_before_anything_runs(demo, 
     assert not calls
 
 
+def test_validation_points_of_two_protocols_are_refused_naming_what_differs(
+    demo,  # noqa: F811
+    fake,
+    tmp_path,
+    monkeypatch,
+):
+    """An earlier invocation's validation points at 128 new tokens beside this protocol's at 256: one
+    comparison group each, so a head's mean w or a choice would pool two protocols. Refused before any
+    step where the directory holds both, naming the setting that differs (not the rows, seeds or heads,
+    which no group has); and after this invocation's validation sweep where that sweep added the second
+    (its points kept)."""
+    calls, _ = fake
+    out = tmp_path / "out"
+    validation = out / "validation_mbpp"
+    (validation / "settings").mkdir(parents=True)
+
+    def point(group: str, tokens: int, seed: int, head: str) -> dict:
+        settings = {
+            "task": {
+                "max_new_tokens": tokens,
+                "split": "validation",
+                "n_examples": 32,
+                "data_files": {"x": seed},
+            },
+            "batch_size": 8,
+            "seed": seed,
+            "head": head,
+        }
+        (validation / "settings" / f"{group}{seed}.json").write_text(json.dumps(settings))
+        return {
+            "method": "dynamic",
+            "n_examples": 32,
+            "comparison_group": group,
+            "settings": f"{group}{seed}",
+        }
+
+    lines = [point("g256", 256, 0, "a"), point("g256", 256, 1, "b")]
+    (validation / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert demo.validation_pooled(validation, 32) is None  # one protocol: seeds and heads differ only
+    lines.append(point("g128", 128, 2, "c"))
+    (validation / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    said = demo.validation_pooled(validation, 32)
+    assert "2 protocols (comparison groups g256, g128: task.max_new_tokens: 256 / 128)" in said
+    assert "head" not in said.split("Move")[0].split("g128")[1] and "seed" not in said
+    argv = ["--pair", "qwen25coder", "--out", str(out), "--tasks", "mbpp", "--val-examples", "32"]
+    with pytest.raises(SystemExit, match=r"validation_mbpp holds validation points of 2 protocols"):
+        _main(demo, monkeypatch, argv)
+    assert not calls
+    # one protocol before; this invocation's validation sweep adds the other: refused after it, kept
+    (validation / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:2]))
+    real_run = demo.run
+
+    def adding(title, *argv, **kw):
+        took = real_run(title, *argv, **kw)
+        if "task.split=validation" in argv:
+            with (validation / "results.jsonl").open("a") as f:
+                f.write(json.dumps(point("g128", 128, 3, "d")) + "\n")
+        return took
+
+    monkeypatch.setattr(demo, "run", adding)
+    argv += [
+        "--lambdas",
+        "1",
+        "2",
+        "--draft-lengths",
+        "5",
+        "--pilot",
+        "4",
+        "--n-examples",
+        "4",
+        "--budget-min",
+        "600",
+    ]
+    with pytest.raises(SystemExit, match=r"2 protocols \(comparison groups g256, g128"):
+        _main(demo, monkeypatch, argv)
+    assert any("task.split=validation" in a for a in calls)
+    assert not any(
+        a[1] == "diversed.evaluate"
+        and "sweep_mbpp" in (_value(a, "hydra.run.dir") or "")
+        and _value(a, "sweep.heads")
+        for a in calls
+    )
+
+
 def test_a_validation_run_cut_short_leaves_every_head_and_says_so(demo, tmp_path):  # noqa: F811
     """No record at a temperature (the run stopped at its budget) or none at all: every head is
     decoded, said "unread"; never a crash, never a choice that was not made."""

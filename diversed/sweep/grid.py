@@ -22,7 +22,7 @@ from diversed.tasks.base import Task
 LATER_ENGINE_OPTIONS = {"first_token": ("ensemble",), "top_k": (0, None), "top_p": (1.0,)}
 
 # What says which examples a run scored: left out of the comparison group (see evaluate).
-_WHICH_EXAMPLES = (
+WHICH_EXAMPLES = (
     "split",
     "n_examples",
     "n_loaded",
@@ -102,5 +102,5 @@ def settings_fingerprint(cfg: DictConfig, task: Task, card: Any) -> dict[str, An
 def comparison_group(common: dict[str, Any]) -> str:
     """Digest of the settings without the seed and without which examples were scored: records of one
     protocol on its validation and its test split share it."""
-    task = {k: v for k, v in common["task"].items() if k not in _WHICH_EXAMPLES}
+    task = {k: v for k, v in common["task"].items() if k not in WHICH_EXAMPLES}
     return digest({**{k: v for k, v in common.items() if k != "seed"}, "task": task})
