@@ -544,23 +544,7 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
     assert low[("alpha_task", "Δ quality ×100")].startswith("0.00 [0.00, 0.00] no difference shown")
     assert "Holm over 4 tests" in table.attrs["verdicts"]
     # the front table takes every head too, each by its name, the one chosen on validation said so
-    chose_lam1 = pd.DataFrame(
-        [
-            {
-                "pair": "p1",
-                "task": "alpha_task",
-                "temperature": 1.0,
-                "comparison_group": "g",
-                "num_draft_tokens": 3,
-                "method": "dynamic",
-                "family": "head",
-                "value": str(heads["lam1"]),
-                "split": "validation",
-                "non_inferior": True,
-                "margin": 0.05,
-            }
-        ]
-    )
+    chose_lam1 = _chose(heads["lam1"])
     d = with_times(mean_over_seeds(runs), runs)
     for choices, first in (
         (None, "DIVERSED (lam1/head)"),
@@ -591,23 +575,7 @@ def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen
         row["comparisons"] == "2" and row["examples"] == "20" and row["cells pooled"] == "alpha_task T=1 N=3"
     )
     assert row["Δ quality ×100"].startswith("15.00 [") and row["their own Δ ×100"] == "0.00 to 30.00"
-    chose = pd.DataFrame(
-        [
-            {
-                "pair": "p1",
-                "task": "alpha_task",
-                "temperature": 1.0,
-                "comparison_group": "g",
-                "num_draft_tokens": 3,
-                "method": "dynamic",
-                "family": "head",
-                "value": str(heads["lam1"]),
-                "split": "validation",
-                "non_inferior": True,
-                "margin": 0.05,
-            }
-        ]
-    )
+    chose = _chose(heads["lam1"])
     both = pooled_table(runs, d, chose)
     assert list(both.index) == [("p1", POOLED_ROWS[0]), ("p1", POOLED_ROWS[1])]
     assert both.loc[("p1", POOLED_ROWS[0]), "Δ quality ×100"].startswith("0.00 [0.00, 0.00]")
@@ -619,6 +587,27 @@ def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen
     assert alone.loc[("p1", POOLED_ROWS[0]), "Δ quality ×100"].startswith("30.00 [")
     statics = runs[runs["method"] != "dynamic"]
     assert pooled_table(statics, with_times(mean_over_seeds(statics), statics)) is None
+
+
+def _chose(head) -> pd.DataFrame:
+    """A validation choice (`fronts.choose_on`'s row) of `head` in `_two_heads`' cell."""
+    return pd.DataFrame(
+        [
+            {
+                "pair": "p1",
+                "task": "alpha_task",
+                "temperature": 1.0,
+                "comparison_group": "g",
+                "num_draft_tokens": 3,
+                "method": "dynamic",
+                "family": "head",
+                "value": str(head),
+                "split": "validation",
+                "non_inferior": True,
+                "margin": 0.05,
+            }
+        ]
+    )
 
 
 def _two_heads(tmp_path, paths: dict[str, str]):
