@@ -166,6 +166,16 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
             f"batch {body.get('batch_size')}, seed {body.get('seed')}, "
             f"engine {json.dumps(body.get('engine'))}"
         )
+    drawn = (
+        r["sampler"].astype(object).where(r["sampler"].notna(), "not recorded") if "sampler" in r else None
+    )
+    if drawn is not None and (drawn != "not recorded").any():  # one seed's tokens differ between schemes
+        lines += [
+            "",
+            "Tokens drawn by (the same law; which tokens a seed gives differs between schemes; greedy "
+            "points and records from before 2026-11-29 say none): "
+            + ", ".join(f"{k} {v} record{'s' * (v != 1)}" for k, v in drawn.value_counts().items()),
+        ]
     lines += ["", "## Records per method", "", "| method | records | settings groups |", "|---|---:|---:|"]
     lines += [
         f"| {m} | {len(g)} | {g['settings_group'].nunique()} |" for m, g in r.groupby("method", sort=False)

@@ -216,6 +216,12 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     assert [r["at_cap"] for r in rows] == [r["new_tokens"] == 2 for r in rows]
     assert fields["capped_rate"] == pytest.approx(sum(r["at_cap"] for r in rows) / 6)
     assert fields["capped_rate"] > 0
+    # which sampler drew the tokens is recorded (one seed's draws differ between schemes); greedy: none
+    assert fields["sampler"] == "inversion"
+    greedy, _ = ev.run_point(pair, capped, {**point, "temperature": 0.0}, None, batch_size=4, seed=0)
+    assert greedy["sampler"] is None
+    theirs, _ = ev.run_point(pair, capped, {**point, "method": "hf_generate"}, None, batch_size=4, seed=0)
+    assert theirs["sampler"] == "transformers"  # generate's own draws
 
 
 def test_batch_indices_by_length_cover_every_example_once_in_length_order():

@@ -462,6 +462,9 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     assert "| the head chosen on validation | 1 | 6 |" in pooled and "| every head" not in pooled
     assert "| toy T=1 N=2 |" in pooled and "toy_count" not in pooled
     assert pooled in (out / "claims.md").read_text()
+    # each run's page says which sampler drew its records' tokens (every point here sampled, T = 1)
+    page = next((out / "runs").glob("*toy_count*.md")).read_text()
+    assert re.search(r"Tokens drawn by .*: inversion \d+ records\n", page) and "not recorded" not in page
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ from diversed.decoding.prompt_cache import PromptCache
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
-from diversed.decoding.verify import Verifier
+from diversed.decoding.verify import SAMPLER, Verifier
 from diversed.models.heads import WeightHead
 from diversed.models.pair import hidden_size, load_member
 from diversed.sweep.intervals import mean_interval
@@ -355,6 +355,12 @@ def run_point(
         "empty_rate": sum(r["empty"] for r in rows) / max(len(rows), 1),  # completions with nothing to score
         "capped_rate": sum(r["at_cap"] for r in rows) / max(len(rows), 1),  # completions cut at the cap
         "scored_wall_time_s": sum(o.stats.wall_time_s for o in done.outputs),
+        # which draws a seed gives (not the law): our sampler's, transformers' own for its decoders
+        "sampler": None
+        if float(point.get("temperature", 1.0)) == 0.0
+        else "transformers"
+        if method.decoder == "transformers"
+        else SAMPLER,
         # prompt passes kept across points (transformers' decoders read their prompts themselves)
         # and the seconds this point spent computing the passes it asked for first
         **(
