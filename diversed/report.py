@@ -323,10 +323,11 @@ def _pooled_caption(pooled: pd.DataFrame, test: pd.DataFrame) -> str:
     seeds = sorted(int(s) for s in test["seed"].dropna().unique())
     return (
         "**DIVERSED against the static ensemble at its own mean w, pooled over every cell** (task, "
-        "temperature, N): each comparison of the heads tables (a head against the static point nearest its "
-        "mean w, paired by example over its seeds), one row for the head each table shows where it was "
-        "chosen on validation (or was its cell's only head) and, where a cell has several, one for every "
-        "head; each example's differences averaged over the comparisons it is in, then the mean over "
+        "temperature, N): each head against the static point nearest its mean w, as the heads and paired "
+        "tables pair them (by example, over its seeds); one row for the head each table shows where it was "
+        "chosen on validation or was its cell's only head (cells whose heads were not chosen among are "
+        "left out of it: see its cells), and, where a cell has several heads, one for every head; each "
+        "example's differences averaged over the comparisons it is in, then the mean over "
         "examples (an example counts once however many cells decoded it; where every comparison of a "
         "task holds all its examples, each task's mean over its comparisons, weighted by its examples); "
         "95 % BCa bootstrap over examples "

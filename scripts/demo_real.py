@@ -456,11 +456,13 @@ def head_said(head: str) -> str:
     )
 
 
-def validation_pooled(validation: Path, n: int) -> str | None:
+def validation_pooled(validation: Path, n: int, this: Mapping[str, Any] | None = None) -> str | None:
     """Why `validation`'s records cannot be read beside this invocation's, where a choice and a mean w
-    would pool points of two protocols: some score another number of rows than `n` (--val-examples), or
-    they hold several comparison groups (settings other than which rows and the seed: e.g. another
-    --max-new-tokens or --batch-size), each named with the settings that differ. None: one protocol."""
+    would pool points of two protocols: some score another number of rows than `n` (--val-examples),
+    some were decoded under other values of the settings this invocation sets (`this`, dotted keys of
+    settings/<digest>.json: e.g. "task.max_new_tokens"), or they hold several comparison groups
+    (settings other than which rows and the seed), each named with the settings that differ. None: one
+    protocol, this one's as far as `this` says."""
     found = records(validation)
     other = sorted({r.get("n_examples") for r in found} - {n}, key=str)
     if other:
@@ -470,16 +472,33 @@ def validation_pooled(validation: Path, n: int) -> str | None:
             "directory out of --out, or give the same --val-examples as before"
         )
     groups = {r["comparison_group"]: r.get("settings") for r in found if r.get("comparison_group")}
+    said = {g: _settings_of(validation, digest) for g, digest in groups.items()}
+    move = "Move that directory out of --out (its points are kept there)"
+    for key, value in (this or {}).items():
+        if theirs := sorted({str(x[key]) for x in said.values() if key in x and x[key] != value}):
+            return (
+                f"{validation} holds validation points at {key} {' / '.join(theirs)}, this invocation "
+                f"decodes at {value}: a choice or a mean w would pool both. {move}, or give the "
+                "settings of the points it holds"
+            )
     if len(groups) < 2:
         return None
-    said = [_settings_of(validation, digest) for digest in groups.values()]
-    differ = sorted({k for a in said for b in said for k in set(a) | set(b) if a.get(k) != b.get(k)})
-    shown = "; ".join(f"{k}: {' / '.join(str(x.get(k, '–')) for x in said)}" for k in differ[:4])
+    known = [x for x in said.values() if x]
+    differ = sorted(
+        {k for a in known for b in known for k in set(a) | set(b) if a.get(k) != b.get(k)},
+        key=lambda k: (
+            not k.startswith("task."),
+            k.startswith("pair."),
+            k,
+        ),  # the task's first, the pair's last
+    )
+    shown = "; ".join(f"{k}: {' / '.join(str(x.get(k, '–')) for x in known)}" for k in differ[:4])
+    shown += f"; and {len(differ) - 4} more" if len(differ) > 4 else ""
+    unread = [g for g, x in said.items() if not x]
+    shown += f"{'; ' if shown else ''}settings of {', '.join(unread)} not readable" if unread else ""
     return (
         f"{validation} holds validation points of {len(groups)} protocols (comparison groups "
-        f"{', '.join(groups)}{': ' + shown if shown else ''}): a choice or a mean w would pool them. "
-        "Move that directory out of --out (its points are kept there), or give the settings of the points "
-        "it holds"
+        f"{', '.join(groups)}{': ' + shown if shown else ''}): a choice or a mean w would pool them. {move}"
     )
 
 
@@ -601,7 +620,8 @@ def pair_demo(args) -> None:
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
     for task in args.tasks:  # before any work: validation points of another size or protocol would pool
-        if problem := validation_pooled(out / f"validation_{task}", args.val_examples):
+        this = {"task.max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
+        if problem := validation_pooled(out / f"validation_{task}", args.val_examples, this):
             raise SystemExit(problem)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
     invocations = Invocations(out / "invocations.json")

@@ -287,9 +287,23 @@ def test_validation_points_of_two_protocols_are_refused_naming_what_differs(
     said = demo.validation_pooled(validation, 32)
     assert "2 protocols (comparison groups g256, g128: task.max_new_tokens: 256 / 128)" in said
     assert "head" not in said.split("Move")[0].split("g128")[1] and "seed" not in said
+    # a group whose settings cannot be read: said so, no setting named for it
+    lines.append({**point("g64", 64, 4, "e"), "settings": "gone"})
+    (validation / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    said = demo.validation_pooled(validation, 32)
+    assert "3 protocols (comparison groups g256, g128, g64: task.max_new_tokens: 256 / 128; " in said
+    assert "; settings of g64 not readable)" in said
     argv = ["--pair", "qwen25coder", "--out", str(out), "--tasks", "mbpp", "--val-examples", "32"]
-    with pytest.raises(SystemExit, match=r"validation_mbpp holds validation points of 2 protocols"):
+    with pytest.raises(
+        SystemExit, match=r"validation_mbpp holds validation points at task.max_new_tokens 128"
+    ):
         _main(demo, monkeypatch, argv)
+    # one protocol, not this invocation's (--max-new-tokens 256, the default): refused before any step too
+    (validation / "results.jsonl").write_text(json.dumps(lines[2]) + "\n")
+    assert demo.validation_pooled(validation, 32) is None  # one group: only this invocation's settings tell
+    with pytest.raises(SystemExit, match=r"at task.max_new_tokens 128, this invocation decodes at 256"):
+        _main(demo, monkeypatch, argv)
+    assert demo.validation_pooled(validation, 32, {"task.max_new_tokens": 128, "batch_size": 8}) is None
     assert not calls
     # one protocol before; this invocation's validation sweep adds the other: refused after it, kept
     (validation / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[:2]))

@@ -388,6 +388,7 @@ def test_bad_input_is_named(tmp_path, capsys):
 def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     """A head trained on the toy task, swept on both toy tasks with per-token w, then the report:
     records carry head_task and token text, and the transfer table fills in."""
+    from diversed.analysis.tables import POOLED_ROWS
     from diversed.evaluate import evaluate
     from diversed.train import train
 
@@ -459,7 +460,7 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     # the same comparison pooled over the cells (one head: the chosen row alone; on toy_count the head
     # is Table 3's transfer, not DIVERSED on its own task), in the claims
     pooled = (out / "pooled.md").read_text()
-    assert "| the head chosen on validation | 1 | 6 |" in pooled and "| every head" not in pooled
+    assert f"| {POOLED_ROWS[0]} | 1 | 6 |" in pooled and f"| {POOLED_ROWS[1]}" not in pooled
     assert "| toy T=1 N=2 |" in pooled and "toy_count" not in pooled
     assert pooled in (out / "claims.md").read_text()
     # each run's page says which sampler drew its records' tokens (every point here sampled, T = 1)
@@ -592,6 +593,29 @@ def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen
     assert pooled_table(statics, with_times(mean_over_seeds(statics), statics)) is None
 
 
+def test_the_pooled_table_counts_an_example_once_across_temperatures_and_apart_across_tasks(tmp_path):
+    """The same two heads at T = 1 and 0.1 with the same outcomes: four comparisons of the same 20
+    examples, so the pooled difference and its interval are one temperature's (an example is one cluster
+    whatever its cells); a second task with the same example ids adds 20 examples of its own."""
+    from diversed.analysis.tables import POOLED_ROWS, pooled_table
+
+    heads = {"lam1": "heads/lam1/head", "lam4": "heads/lam4/head"}
+    one, _ = _two_heads(tmp_path / "one", heads)
+    two, _ = _two_heads(tmp_path / "two", heads, temperatures=(1.0, 0.1))
+    once, twice = (
+        pooled_table(r, with_times(mean_over_seeds(r), r)).loc[("p1", POOLED_ROWS[1])] for r in (one, two)
+    )
+    assert (twice["comparisons"], twice["examples"]) == ("4", "20")
+    assert twice["cells pooled"] == "alpha_task T=1 N=3; alpha_task T=0.1 N=3"
+    assert twice["Δ quality ×100"] == once["Δ quality ×100"] and once["Δ quality ×100"].startswith("15.00 [")
+    both, _ = _two_heads(tmp_path / "two", {"b1": "beta/lam1/head", "b4": "beta/lam4/head"}, task="beta_task")
+    row = pooled_table(both, with_times(mean_over_seeds(both), both)).loc[("p1", POOLED_ROWS[1])]
+    assert (row["comparisons"], row["examples"]) == ("6", "40") and "beta_task T=1 N=3" in row["cells pooled"]
+    lo, hi = (float(x) for x in re.findall(r"-?\d+\.\d+", row["Δ quality ×100"])[1:3])
+    lo1, hi1 = (float(x) for x in re.findall(r"-?\d+\.\d+", once["Δ quality ×100"])[1:3])
+    assert hi - lo < hi1 - lo1  # twice the examples, a narrower interval
+
+
 def _chose(head) -> pd.DataFrame:
     """A validation choice (`fronts.choose_on`'s row) of `head` in `_two_heads`' cell."""
     return pd.DataFrame(
@@ -613,17 +637,18 @@ def _chose(head) -> pd.DataFrame:
     )
 
 
-def _two_heads(tmp_path, paths: dict[str, str]):
+def _two_heads(tmp_path, paths: dict[str, str], temperatures=(1.0,), task: str = "alpha_task"):
     """A run of one task with two heads (name: path under tmp_path; the first at mean w 0.41, the second
-    at 0.79 and better) and static points at w = 0.4 and 0.8: (records, {name: head dir})."""
+    at 0.79 and better) and static points at w = 0.4 and 0.8, each at every temperature given and on the
+    same 20 example ids: (records, {name: head dir})."""
     from diversed.report import load_runs
 
     store = ResultStore(tmp_path / "run")
     heads = {}
     for name, path in paths.items():
         heads[name] = tmp_path / path
-        heads[name].mkdir(parents=True)
-        (heads[name] / "head_config.json").write_text(json.dumps({"task": "alpha_task"}))
+        heads[name].mkdir(parents=True, exist_ok=True)
+        (heads[name] / "head_config.json").write_text(json.dumps({"task": task}))
     first, second = paths
     points = [
         ("static", {"weight": 0.4}, [1.0] * 10 + [0.0] * 10, 30),
@@ -631,12 +656,12 @@ def _two_heads(tmp_path, paths: dict[str, str]):
         ("dynamic", {"head": str(heads[first]), "mean_w": 0.41}, [1.0] * 10 + [0.0] * 10, 34),
         ("dynamic", {"head": str(heads[second]), "mean_w": 0.79}, [1.0] * 20, 20),
     ]
-    for method, extra, scores, accepted in points:
+    for (method, extra, scores, accepted), t in ((p, t) for t in temperatures for p in points):
         rec = _record(
             "p1",
-            "alpha_task",
+            task,
             method,
-            1.0,
+            t,
             3,
             score=float(np.mean(scores)),
             acc=accepted / 40,

@@ -362,8 +362,8 @@ def pooled_difference(
 
         Δ = mean_e d̄_e,   d̄_e = mean over the cells c holding e of d_ce
 
-    (with every example in every cell of its task, the mean over cells of each cell's Δ, each task's
-    examples weighing alike), its interval the BCa bootstrap over clusters, so an example's cells stay
+    (where every cell of a task holds all its examples: each task's mean over its cells' Δ, the tasks
+    weighted by their examples), its interval the BCa bootstrap over clusters, so an example's cells stay
     together and their dependence (one problem at two temperatures) is kept. Returns {diff, low, high,
     n (clusters), cells}, with `p_value` also p of the paired sign-flip test on the d̄_e
     (`randomization_p`). NaN where no cell has a difference."""

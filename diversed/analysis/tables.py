@@ -686,7 +686,7 @@ def heads_table(
 
 
 # The rows of the pooled table: which heads of each cell are pooled.
-POOLED_ROWS = ("the head chosen on validation", "every head (one per λ)")
+POOLED_ROWS = ("the head chosen on validation (or a cell's only head)", "every head (one per λ)")
 
 
 def pooled_table(
@@ -695,17 +695,20 @@ def pooled_table(
     choices: pd.DataFrame | None = None,
     selection: pd.DataFrame | None = None,
 ) -> pd.DataFrame | None:
-    """The paper's claim over every cell at once: per pair, DIVERSED's quality minus the static
-    ensemble's at the head's own mean w (`_static_at_mean_w`, as `heads_table` pairs them), pooled over
-    every task, temperature and N (`compare.pooled_difference`: each example's differences averaged over
-    the cells it was decoded in, the mean over examples, a bootstrap over examples): for the head the
-    tables show where it was chosen on validation (or was a cell's only head), and for every head of
-    every cell: a difference too small for one cell's examples to resolve may show over all of them.
-    Index (pair, row), columns: the comparisons pooled (one per head and cell), the examples (clusters),
-    the range of the comparisons' own Δ, the pooled Δ quality ×100 [95 % interval] with its verdict
-    (Holm over the table's tests), and the cells. None where no head has a static point to pair."""
+    """The paper's claim over every cell at once: per pair (and settings group, `_pair_labels`), each
+    head's quality minus the static ensemble's at the head's own mean w (`_static_at_mean_w`, as the
+    heads and paired tables pair them), pooled over every task, temperature and N
+    (`compare.pooled_difference`: each example's differences averaged over the comparisons it is in,
+    the mean over examples, a bootstrap over examples): one row for the head the tables show where it
+    was chosen on validation or was its cell's only head (a cell whose heads were not chosen among is
+    left out of it; the cells column names those in), one for every head of every cell (a cell of four
+    heads weighs four comparisons). A difference too small for one cell's examples may show over all.
+    Index (pair, row), columns: the comparisons pooled, the examples (clusters), the range of the
+    comparisons' own Δ, the pooled Δ quality ×100 [95 % interval] with its verdict (Holm over the
+    table's tests), and the cells. None where no head has a static point to pair."""
     if "run_dir" not in records or not (d["method"] == "dynamic").any():
         return None
+    d = d.assign(pair_label=_pair_labels(d))  # a pair under several settings: a row each
     pooled: dict[tuple[str, str], list[pd.Series]] = {}
     named: dict[tuple[str, str], list[str]] = {}
     several: set[str] = set()  # pairs with a cell of two heads or more
@@ -725,50 +728,51 @@ def pooled_table(
         }
         for _, r in heads.iterrows():
             found = _static_at_mean_w(at, r, t, selection)
-            mine = per_example(_records_of(records, r))
-            theirs = per_example(_records_of(records, found[0])) if found is not None else None
-            if mine is None or theirs is None:
+            if found is None or pd.isna(r["num_draft_tokens"]):
                 continue
-            common = mine.index.intersection(theirs.index)
+            mine, theirs = (per_example(_records_of(records, x)) for x in (r, found[0]))
+            if mine is None or theirs is None or not len(common := mine.index.intersection(theirs.index)):
+                continue
             diff = mine.loc[common, "score"] - theirs.loc[common, "score"]
             diff.index = pd.MultiIndex.from_arrays([[r["task"]] * len(common), common])
-            cell = f"{r['task']} T={t:g} N={int(r['num_draft_tokens'])}"
-            several |= {r["pair"]} if per_cell[_same_cell(heads, r)].max() > 1 else set()
+            label = r["pair_label"]
+            if per_cell[_same_cell(heads, r)].max() > 1:
+                several.add(label)
             for row in [*(POOLED_ROWS[:1] if _head_cell(r) in chosen else []), POOLED_ROWS[1]]:
-                pooled.setdefault((r["pair"], row), []).append(diff)
-                named.setdefault((r["pair"], row), []).append(cell)
+                pooled.setdefault((label, row), []).append(diff)
+                named.setdefault((label, row), []).append(
+                    f"{r['task']} T={t:g} N={int(r['num_draft_tokens'])}"
+                )
     # every head is the chosen one where no cell of the pair has two: the second row would repeat it
     pooled = {k: v for k, v in pooled.items() if k[1] == POOLED_ROWS[0] or k[0] in several}
     if not pooled:
         return None
-    tests = []
-    for key in sorted(pooled, key=lambda k: (k[0], POOLED_ROWS.index(k[1]))):
-        tests.append((key, pooled_difference(pooled[key], p_value=True)))
-    adjusted = holm([r["p"] for _, r in tests])
+    keys = sorted(pooled, key=lambda k: (k[0], POOLED_ROWS.index(k[1])))
+    tests = [pooled_difference(pooled[k], p_value=True) for k in keys]
+    adjusted = holm([r["p"] for r in tests])
     rows = []
-    for (key, r), p in zip(tests, adjusted, strict=True):
+    for key, r, p in zip(keys, tests, adjusted, strict=True):
         own = [float(x.mean()) for x in pooled[key]]
+        shown_p = "" if np.isnan(p) else f" (Holm p {p:.2g})"
         rows.append(
             {
                 "comparisons": str(len(pooled[key])),
                 "examples": str(int(r["n"])),
                 "their own Δ ×100": f"{_num(100 * min(own))} to {_num(100 * max(own))}",
                 "Δ quality ×100": f"{_interval(r['diff'], r['low'], r['high'])} {holm_verdict(r['diff'], p)}"
-                + ("" if np.isnan(p) else f" (Holm p {p:.2g})"),
+                + shown_p,
                 "cells pooled": "; ".join(dict.fromkeys(named[key])),
             }
         )
-    index = pd.MultiIndex.from_tuples(
-        [k for k, _ in tests], names=["pair", "DIVERSED − static at its mean w"]
-    )
+    index = pd.MultiIndex.from_tuples(keys, names=["pair", "DIVERSED − static at its mean w"])
     table = pd.DataFrame(rows, index=index)
     m = int(np.sum(~np.isnan(adjusted)))
     table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
     return table
 
 
-def _same_cell(heads: pd.DataFrame, r: pd.Series) -> pd.Series:
-    """The rows of `heads` in DIVERSED row `r`'s cell (pair, task, N, comparison group)."""
+def _same_cell(heads: pd.DataFrame, r: pd.Series) -> np.ndarray:
+    """Which rows of `heads` are in DIVERSED row `r`'s cell (pair, task, N, comparison group)."""
     return np.logical_and.reduce(
         [_same(heads, f, r.get(f)) for f in ("pair", "task", "num_draft_tokens", "comparison_group")]
     )
