@@ -156,7 +156,7 @@ def test_every_number_in_the_pair_demo_section_comes_from_its_report():
     assert (
         "qwen25coder" in section and "Static w=0.55 (DIVERSED's mean w on validation rows: 0.545)" in section
     )
-    assert "at cap %" in section and "in 10 invocations" in section  # the cap column, every invocation said
+    assert "at cap %" in section and "in 12 invocations" in section  # the cap column, every invocation said
     assert "Every head against the static ensemble at its own mean w" in section  # DIVERSED's front over λ
 
 
