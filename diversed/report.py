@@ -172,8 +172,8 @@ def run_summary(run_dir: Path, df: pd.DataFrame, figures: Sequence[Shown], page:
     if drawn is not None and (drawn != "not recorded").any():  # one seed's tokens differ between schemes
         lines += [
             "",
-            "Tokens drawn by (the same law; which tokens a seed gives differs between schemes; greedy "
-            "points and records from before 2026-11-29 say none): "
+            "Tokens drawn by (the same law; which tokens a seed gives differs between schemes; records "
+            "written before 83f2159, 2026-11-29 02:12 UTC, say none): "
             + ", ".join(f"{k} {v} record{'s' * (v != 1)}" for k, v in drawn.value_counts().items()),
         ]
     lines += ["", "## Records per method", "", "| method | records | settings groups |", "|---|---:|---:|"]

@@ -492,7 +492,8 @@ def validation_pooled(validation: Path, n: int, this: Mapping[str, Any] | None =
             k,
         ),  # the task's first, the pair's last
     )
-    shown = "; ".join(f"{k}: {' / '.join(str(x.get(k, '–')) for x in known)}" for k in differ[:4])
+    values = lambda k: " / ".join(str(x.get(k, "–")) if x else "?" for x in said.values())  # noqa: E731
+    shown = "; ".join(f"{k}: {values(k)}" for k in differ[:4])  # in the groups' order, ? where unread
     shown += f"; and {len(differ) - 4} more" if len(differ) > 4 else ""
     unread = [g for g, x in said.items() if not x]
     shown += f"{'; ' if shown else ''}settings of {', '.join(unread)} not readable" if unread else ""

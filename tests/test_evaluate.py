@@ -219,7 +219,7 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     # which sampler drew the tokens is recorded (one seed's draws differ between schemes); greedy: none
     assert fields["sampler"] == "inversion"
     greedy, _ = ev.run_point(pair, capped, {**point, "temperature": 0.0}, None, batch_size=4, seed=0)
-    assert greedy["sampler"] is None
+    assert greedy["sampler"] == "greedy"
     theirs, _ = ev.run_point(pair, capped, {**point, "method": "hf_generate"}, None, batch_size=4, seed=0)
     assert theirs["sampler"] == "transformers"  # generate's own draws
 

@@ -591,6 +591,12 @@ def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen
     assert alone.loc[("p1", POOLED_ROWS[0]), "Δ quality ×100"].startswith("30.00 [")
     statics = runs[runs["method"] != "dynamic"]
     assert pooled_table(statics, with_times(mean_over_seeds(statics), statics)) is None
+    # an autoregressive point under other settings does not split the pair's row: no head pairs with it
+    other = pd.DataFrame([{**runs.iloc[0].to_dict(), "method": "autoregressive", "settings_group": "old"}])
+    mixed = pd.concat([runs, other], ignore_index=True)
+    assert list(pooled_table(mixed, with_times(mean_over_seeds(mixed), mixed)).index.get_level_values(0)) == [
+        "p1"
+    ]
 
 
 def test_the_pooled_table_counts_an_example_once_across_temperatures_and_apart_across_tasks(tmp_path):

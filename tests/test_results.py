@@ -298,6 +298,8 @@ def test_load_results_from_nested_dirs_and_parquet(tmp_path):
     ResultStore(multirun / "1" / "nested").write(
         {**point(method="lossless"), "normalized_time": 0.5}, examples()
     )
+    # the same result, one record from before records named their sampler: one point, no refusal
+    ResultStore(multirun / "0").write({**point(), "score": 0.99, "sampler": "inversion"}, examples())
     df = load_results(tmp_path / "multirun")
     assert len(df) == 3
     assert df.set_index("method").loc["static", "score"] == 0.99  # the last of a key in a file wins

@@ -695,9 +695,10 @@ def pooled_table(
     choices: pd.DataFrame | None = None,
     selection: pd.DataFrame | None = None,
 ) -> pd.DataFrame | None:
-    """The paper's claim over every cell at once: per pair (and settings group, `_pair_labels`), each
-    head's quality minus the static ensemble's at the head's own mean w (`_static_at_mean_w`, as the
-    heads and paired tables pair them), pooled over every task, temperature and N
+    """The paper's claim over every cell at once: per pair (a task whose heads and static points ran
+    under several settings groups gets a row per group, `_pair_labels`, its other tasks staying under the
+    pair), each head's quality minus the static ensemble's at the head's own mean w
+    (`_static_at_mean_w`, as the heads and paired tables pair them), pooled over every task, temperature and N
     (`compare.pooled_difference`: each example's differences averaged over the comparisons it is in,
     the mean over examples, a bootstrap over examples): one row for the head the tables show where it
     was chosen on validation or was its cell's only head (a cell whose heads were not chosen among is
@@ -708,7 +709,10 @@ def pooled_table(
     table's tests), and the cells. None where no head has a static point to pair."""
     if "run_dir" not in records or not (d["method"] == "dynamic").any():
         return None
-    d = d.assign(pair_label=_pair_labels(d))  # a pair under several settings: a row each
+    # a pair whose heads and static points on a task ran under several settings groups: a row per group
+    # (that task's; the pair's other tasks stay under its name), labelled from those rows alone
+    pairable = own_task(d) & d["method"].isin(["dynamic", "static"])
+    d = d.assign(pair_label=_pair_labels(d[pairable]).reindex(d.index))
     pooled: dict[tuple[str, str], list[pd.Series]] = {}
     named: dict[tuple[str, str], list[str]] = {}
     several: set[str] = set()  # pairs with a cell of two heads or more

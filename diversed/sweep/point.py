@@ -356,11 +356,9 @@ def run_point(
         "capped_rate": sum(r["at_cap"] for r in rows) / max(len(rows), 1),  # completions cut at the cap
         "scored_wall_time_s": sum(o.stats.wall_time_s for o in done.outputs),
         # which draws a seed gives (not the law): our sampler's, transformers' own for its decoders
-        "sampler": None
-        if float(point.get("temperature", 1.0)) == 0.0
-        else "transformers"
-        if method.decoder == "transformers"
-        else SAMPLER,
+        "sampler": ("transformers" if method.decoder == "transformers" else SAMPLER)
+        if float(point["temperature"]) > 0
+        else "greedy",
         # prompt passes kept across points (transformers' decoders read their prompts themselves)
         # and the seconds this point spent computing the passes it asked for first
         **(

@@ -566,10 +566,17 @@ def _shown(value: Any) -> str:
     return repr(value.item() if hasattr(value, "item") else _comparable(value))
 
 
+# What two records of one point may differ in without differing in result: where they were read from, and
+# the sampler's name (records written before it was recorded have none; a scheme that drew other tokens
+# shows in the outputs compared here).
+_NOT_RESULTS = _WHERE | {"sampler"}
+
+
 def _same_point(d: pd.DataFrame) -> None:
     """The records of points read from more than one file (one per file): ConfigError where two of one
-    key differ in anything but times and where they were read from; a warning where only times do."""
-    fields = [c for c in d.columns if c not in _WHERE and not is_time_field(c)]
+    key differ in anything but times, where they were read from and the sampler's name (`_NOT_RESULTS`);
+    a warning where only times do."""
+    fields = [c for c in d.columns if c not in _NOT_RESULTS and not is_time_field(c)]
     clocks = [c for c in d.columns if c not in _WHERE and is_time_field(c)]
     for cols, same in ((fields, False), (clocks, True)):
         if not cols:
