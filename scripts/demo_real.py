@@ -506,21 +506,14 @@ def validation_pooled(validation: Path, n: int, this: Mapping[str, Any] | None =
 def _settings_of(run_dir: Path, digest: str | None) -> dict[str, Any]:
     """A settings fingerprint's file (`settings/<digest>.json`) flattened to dotted keys, without the
     fields that say which rows and the seed (left out of a comparison group); {} where it is missing."""
+    import pandas as pd
+
     path = run_dir / "settings" / f"{digest}.json"
     try:
         settings = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    flat: dict[str, Any] = {}
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        else:
-            flat[prefix] = value
-
-    walk(settings, "")
+    flat = pd.json_normalize(settings, sep=".").to_dict("records")[0] if isinstance(settings, dict) else {}
     which = {"seed", *(f"task.{k}" for k in WHICH_EXAMPLES)}
     # a point's own path values (its head's digest, a draft's) are no part of its group either
     own = {k.files.settings or k.field for m in METHODS.values() for k in m.knobs if k.path and k.files}
@@ -620,8 +613,8 @@ def pair_demo(args) -> None:
         )
     os.environ.setdefault("DIVERSED_ALLOW_CODE_EXECUTION", "1")  # MBPP runs model-written code (sandboxed)
     out, clock = Path(args.out), Clock(args.budget_min)
+    this = {"task.max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}  # what a group holds
     for task in args.tasks:  # before any work: validation points of another size or protocol would pool
-        this = {"task.max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}
         if problem := validation_pooled(out / f"validation_{task}", args.val_examples, this):
             raise SystemExit(problem)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations

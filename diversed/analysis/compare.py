@@ -388,10 +388,16 @@ def pooled_difference(
     return out
 
 
-def score_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
-    """a − b per example on the examples both scored (`per_example` frames, indexed by example id)."""
+def differences_by_example(a: pd.DataFrame, b: pd.DataFrame) -> pd.Series:
+    """a − b per example on the examples both scored (`per_example` frames, indexed by example id),
+    indexed by example id."""
     common = a.index.intersection(b.index)
-    return (a.loc[common, "score"] - b.loc[common, "score"]).to_numpy(dtype=float)
+    return a.loc[common, "score"] - b.loc[common, "score"]
+
+
+def score_differences(a: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
+    """`differences_by_example` as an array (what the bootstrap and `examples_needed` take)."""
+    return differences_by_example(a, b).to_numpy(dtype=float)
 
 
 def examples_needed(

@@ -23,6 +23,7 @@ import pandas as pd
 from diversed.analysis import published
 from diversed.analysis.compare import (
     INTERVALS,
+    differences_by_example,
     holm,
     holm_verdict,
     paired,
@@ -720,27 +721,25 @@ def pooled_table(
         at = d[np.isclose(d["temperature"].astype(float), t)]
         at = at[own_task(at)]
         heads = at[at["method"] == "dynamic"]
-        per_cell = heads.groupby(["pair", "task", "num_draft_tokens", "comparison_group"], dropna=False)[
-            "head"
-        ].transform("nunique")
+        in_cell: dict[tuple, set] = {}  # each cell's heads (`_head_cell` without the head)
+        for _, r in heads.iterrows():
+            in_cell.setdefault(_head_cell(r)[:-1], set()).add(_head_cell(r)[-1])
         shown = table_rows(d, t, choices)
-        shown = shown[shown["method"] == "dynamic"]
         chosen = {
             _head_cell(r)
-            for _, r in shown.iterrows()
-            if r.get("chosen_on") != "test" or per_cell[_same_cell(heads, r)].max() == 1
+            for _, r in shown[shown["method"] == "dynamic"].iterrows()
+            if r.get("chosen_on") != "test" or len(in_cell.get(_head_cell(r)[:-1], ())) == 1
         }
         for _, r in heads.iterrows():
             found = _static_at_mean_w(at, r, t, selection)
             if found is None or pd.isna(r["num_draft_tokens"]):
                 continue
             mine, theirs = (per_example(_records_of(records, x)) for x in (r, found[0]))
-            if mine is None or theirs is None or not len(common := mine.index.intersection(theirs.index)):
+            if mine is None or theirs is None or not len(diff := differences_by_example(mine, theirs)):
                 continue
-            diff = mine.loc[common, "score"] - theirs.loc[common, "score"]
-            diff.index = pd.MultiIndex.from_arrays([[r["task"]] * len(common), common])
+            diff.index = pd.MultiIndex.from_arrays([[r["task"]] * len(diff), diff.index])
             label = r["pair_label"]
-            if per_cell[_same_cell(heads, r)].max() > 1:
+            if len(in_cell[_head_cell(r)[:-1]]) > 1:
                 several.add(label)
             for row in [*(POOLED_ROWS[:1] if _head_cell(r) in chosen else []), POOLED_ROWS[1]]:
                 pooled.setdefault((label, row), []).append(diff)
@@ -773,13 +772,6 @@ def pooled_table(
     m = int(np.sum(~np.isnan(adjusted)))
     table.attrs["verdicts"] = f"verdicts: Holm over {m} test{'s' * (m != 1)}, family-wise 5 %"
     return table
-
-
-def _same_cell(heads: pd.DataFrame, r: pd.Series) -> np.ndarray:
-    """Which rows of `heads` are in DIVERSED row `r`'s cell (pair, task, N, comparison group)."""
-    return np.logical_and.reduce(
-        [_same(heads, f, r.get(f)) for f in ("pair", "task", "num_draft_tokens", "comparison_group")]
-    )
 
 
 _HEAD_CELL = ("pair", "task", "num_draft_tokens", "comparison_group", "head")  # one head's row of a cell

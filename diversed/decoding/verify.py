@@ -72,10 +72,10 @@ def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
 
 
 # How `sample` draws, recorded with every point it samples (`sweep.point`: "transformers" for transformers'
-# decoders, "greedy" at T = 0): the law is the same whatever the
-# scheme, but which tokens a seed gives is not, so a point is reproduced token for token only by the
-# scheme that drew it. Records written before this was recorded have none: the exponential race drew
-# them until 2026-11-28 23:47 UTC (b920a56), inversion after. A new scheme gets a new name.
+# decoders, "greedy" at T = 0): the law is the same whatever the scheme, but which tokens a seed gives
+# is not, so a point is reproduced token for token only by the scheme that drew it. Records written
+# before this was recorded have none: the exponential race drew them until 2026-11-28 23:47 UTC
+# (b920a56), inversion after. A new scheme gets a new name.
 SAMPLER = "inversion"
 
 
