@@ -103,7 +103,7 @@ from diversed.decoding.llama_cpp import LLAMA_CPP_MISSING, LlamaCpp
 from diversed.decoding.meter import ForwardMeter, ForwardTimes, clock
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals, theoretical_speedup, tokens_per_call_bound
-from diversed.decoding.verify import DynamicEnsemble, Verifier
+from diversed.decoding.verify import DynamicEnsemble, Verifier, sampler_name
 from diversed.errors import ConfigError, cli
 from diversed.files.atomic import write_file
 from diversed.files.provenance import machine
@@ -148,6 +148,15 @@ class Setting:
     # the registered method that decodes it (`sweep.methods`, plugins included); None: the bench's own
     # reference (transformers' lossless assisted generation, sampling from v, llama.cpp)
     method: str | None = None
+
+    @property
+    def sampler(self) -> str:
+        """Which scheme drew the tokens (`verify.sampler_name`): transformers' for its assisted
+        generation and `generate`, llama.cpp's, or ours (the engine, our loop, sampling from v)."""
+        other = {"llama.cpp": "llama.cpp", "transformers": "transformers"}.get(self.engine)
+        return sampler_name(
+            self.temperature, other or ("transformers" if self.implementation == "generate" else None)
+        )
 
     @property
     def label(self) -> str:
@@ -691,6 +700,7 @@ def summarize(s: Setting, runs: list[Run]) -> dict[str, Any]:
     return {
         # engine, verifier, batch size, temperature, weight, N, implementation, bonus token, method
         **asdict(s),
+        "sampler": s.sampler,  # which draws the seed gave (the law does not depend on it)
         "tokens_per_s": statistics.median(r.totals.new_tokens / r.seconds for r in runs),
         "tokens_per_s_runs": [r.totals.new_tokens / r.seconds for r in runs],
         "acceptance_rate": pooled.acceptance_rate if s.engine != "autoregressive" else None,

@@ -126,6 +126,11 @@ def test_records_on_the_tiny_pair(pair):
     assert {(r["batch_size"], r["temperature"]) for r in records if r["engine"] == "diversed"} == {
         (b, t) for b in (1, 2) for t in (0.0, 1.0)
     }
+    # each record names the scheme that drew its tokens: transformers' own in its decoders, ours elsewhere
+    for r in records:
+        theirs = r["engine"] == "transformers" or r["implementation"] == "generate"
+        want = "greedy" if r["temperature"] == 0 else "transformers" if theirs else "inversion"
+        assert r["sampler"] == want, r
     key = lambda a: (a["engine"], a["verifier"], a["implementation"], a["batch_size"], a["temperature"])  # noqa: E731
     for r in records:
         assert r["tokens_per_s"] > 0 and len(r["tokens_per_s_runs"]) == 2
@@ -634,6 +639,8 @@ def test_the_temperatures_timed_and_llama_cpp_at_batch_1(tmp_path):
         "llama.cpp target (GGUF), T=0.1, batch 1",
         "llama.cpp target (GGUF), T=1, batch 1",
     ]
+    timed = settings(3, (1, 8), 1.0, 0.5, "ensemble", temperatures=(0.1, 1.0), llama_cpp=True)
+    assert {s.sampler for s in timed if s.engine == "llama.cpp"} == {"llama.cpp"}  # llama.cpp's own draws
     released = [f"diversed {m} target-bonus" for m in ("static w=0.5", "dynamic")]
     assert [label for label in labels if "target-bonus" in label] == [
         f"{m}, T={t}, batch 1" for t in ("0.1", "1") for m in released

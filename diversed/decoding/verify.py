@@ -71,12 +71,22 @@ def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
     return w * p + (1.0 - w) * q
 
 
-# How `sample` draws, recorded with every point it samples (`sweep.point`: "transformers" for transformers'
-# decoders, "greedy" at T = 0): the law is the same whatever the scheme, but which tokens a seed gives
-# is not, so a point is reproduced token for token only by the scheme that drew it. Records written
+# How `sample` draws, recorded with every point it samples and every setting the bench times
+# (`sampler_name`: "transformers" or "llama.cpp" where those libraries sample, "greedy" at T = 0):
+# the law is the same whatever the scheme, but which tokens a seed gives is not, so a point is
+# reproduced token for token only by the scheme that drew it. Records written
 # before this was recorded have none: the exponential race drew them until 2026-11-28 23:47 UTC
 # (b920a56), inversion after. A new scheme gets a new name.
 SAMPLER = "inversion"
+
+
+def sampler_name(temperature: float, decoder: str | None = None) -> str:
+    """The name a record gives the scheme that drew its tokens: "greedy" at T = 0 (an argmax, whoever
+    takes it), else `decoder`'s own scheme where another library samples ("transformers", "llama.cpp"),
+    else ours (`SAMPLER`)."""
+    if float(temperature) == 0:
+        return "greedy"
+    return decoder or SAMPLER
 
 
 def sample(probs: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None) -> Tensor:

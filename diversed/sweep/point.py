@@ -36,7 +36,7 @@ from diversed.decoding.prompt_cache import PromptCache
 from diversed.decoding.reference import transformers_generate
 from diversed.decoding.stats import Totals
 from diversed.decoding.stopping import decode_completions
-from diversed.decoding.verify import SAMPLER, Verifier
+from diversed.decoding.verify import Verifier, sampler_name
 from diversed.models.heads import WeightHead
 from diversed.models.pair import hidden_size, load_member
 from diversed.sweep.intervals import mean_interval
@@ -356,9 +356,9 @@ def run_point(
         "capped_rate": sum(r["at_cap"] for r in rows) / max(len(rows), 1),  # completions cut at the cap
         "scored_wall_time_s": sum(o.stats.wall_time_s for o in done.outputs),
         # which draws a seed gives (not the law): our sampler's, transformers' own for its decoders
-        "sampler": ("transformers" if method.decoder == "transformers" else SAMPLER)
-        if float(point["temperature"]) > 0
-        else "greedy",
+        "sampler": sampler_name(
+            point["temperature"], "transformers" if method.decoder == "transformers" else None
+        ),
         # prompt passes kept across points (transformers' decoders read their prompts themselves)
         # and the seconds this point spent computing the passes it asked for first
         **(
