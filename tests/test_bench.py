@@ -24,7 +24,7 @@ from diversed.bench import BenchConfig, check_config, run, run_bench, settings, 
 from diversed.decoding.autoregressive import autoregressive_generate
 from diversed.decoding.stats import theoretical_speedup, tokens_per_call_bound
 from diversed.decoding.stopping import generated_lengths
-from diversed.decoding.verify import Lossless
+from diversed.decoding.verify import SAMPLER, Lossless
 from diversed.errors import ConfigError
 from diversed.models.pair import RANDOM_PAIRS, RANDOM_SHAPES
 
@@ -129,7 +129,7 @@ def test_records_on_the_tiny_pair(pair):
     # each record names the scheme that drew its tokens: transformers' own in its decoders, ours elsewhere
     for r in records:
         theirs = r["engine"] == "transformers" or r["implementation"] == "generate"
-        want = "greedy" if r["temperature"] == 0 else "transformers" if theirs else "inversion"
+        want = "greedy" if r["temperature"] == 0 else "transformers" if theirs else SAMPLER
         assert r["sampler"] == want, r
     key = lambda a: (a["engine"], a["verifier"], a["implementation"], a["batch_size"], a["temperature"])  # noqa: E731
     for r in records:

@@ -373,6 +373,65 @@ def test_ensemble_bonus_is_distributed_as_v(pair):
     assert chi2_pvalue(second[rows], p) < 1e-6
 
 
+def test_static_bonus_tosses_its_coin_first_keeps_v_and_calls_the_draft_only_for_q(pair, monkeypatch):
+    """v = w·p + (1 − w)·q: the static ensemble's bonus is x ~ p with probability w, else x ~ q, so
+    the draft's extra call over x_n is made only in a share 1 − w of fully accepted rounds (batch 1),
+    and the token after the first is still v-distributed, whatever path drew it."""
+    import diversed.decoding.engine as engine
+
+    target, draft = pair
+    calls = []
+    bonus = engine._draft_bonus
+    monkeypatch.setattr(engine, "_draft_bonus", lambda *a, **k: calls.append(1) or bonus(*a, **k))
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, VOCAB, (1, 6), generator=g) for _ in range(40)]
+    share = {}
+    for w in (1.0, 0.7, 0.3):
+        calls.clear()
+        full = 0
+        for prompt in prompts:
+            out = speculative_generate(
+                target,
+                draft,
+                prompt,
+                verifier=StaticEnsemble(w),
+                num_draft_tokens=3,
+                max_new_tokens=31,
+                do_sample=True,
+                generator=g,
+                eos_token_id=[],
+            )
+            full += int(out.stats.accepted_hist[0, 3])  # rounds that took all 3 drafts
+        share[w] = (len(calls), full)
+    assert share[1.0][0] == 0  # w = 1: every bonus from p, no extra draft call
+    for w in (0.7, 0.3):  # about 1 − w of the full rounds (a few shorter full rounds at the budget's end)
+        n_calls, full = share[w]
+        sd = math.sqrt(full * w * (1 - w))
+        assert abs(n_calls - (1 - w) * full) < 4 * sd + 0.1 * full, (w, n_calls, full)
+
+    # the law: the second token given the first, one draft per round, is v at 0 < w < 1 (bonus after
+    # an accepted draft: the coin's p or q; after a rejection: the next round's verification)
+    prompt = torch.tensor([[9, 40, 22]])
+    n = 6000
+    out = speculative_generate(
+        target,
+        draft,
+        prompt.expand(n, -1),
+        verifier=StaticEnsemble(0.5),
+        num_draft_tokens=1,
+        max_new_tokens=2,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(4),
+        eos_token_id=[],
+    )
+    anchor = int(torch.mode(out.sequences[:, -2]).values)
+    rows = out.sequences[:, -2] == anchor
+    p, q, _ = first_position(target, draft, torch.cat([prompt, torch.tensor([[anchor]])], 1))
+    assert rows.sum() > 300 and len(calls) > 0
+    assert chi2_pvalue(out.sequences[rows, -1], mix(p, q, 0.5)) > 1e-3
+    assert chi2_pvalue(out.sequences[rows, -1], p) < 1e-6 and chi2_pvalue(out.sequences[rows, -1], q) < 1e-6
+
+
 # ----------------------------------------------------------------------------- stats
 
 

@@ -19,6 +19,7 @@ import diversed.evaluate as ev
 import diversed.sweep.point as point_module
 from diversed import WeightHead
 from diversed.decoding.inputs import left_pad
+from diversed.decoding.verify import SAMPLER
 from diversed.errors import ConfigError
 from diversed.files.provenance import digest
 from diversed.sweep.point import decode
@@ -217,7 +218,7 @@ def test_each_example_is_scored_once_with_every_metric(tmp_path, toy_tiny_dir):
     assert fields["capped_rate"] == pytest.approx(sum(r["at_cap"] for r in rows) / 6)
     assert fields["capped_rate"] > 0
     # which sampler drew the tokens is recorded (one seed's draws differ between schemes); greedy: none
-    assert fields["sampler"] == "inversion"
+    assert fields["sampler"] == SAMPLER
     greedy, _ = ev.run_point(pair, capped, {**point, "temperature": 0.0}, None, batch_size=4, seed=0)
     assert greedy["sampler"] == "greedy"
     theirs, _ = ev.run_point(pair, capped, {**point, "method": "hf_generate"}, None, batch_size=4, seed=0)

@@ -28,7 +28,9 @@ reads the prompt in its first call (no separate prefill, except the target's wit
 `first_token="target"`). How a model is called (and its cache kept) is `forward.py`'s business.
 
 Host syncs: one per round (the accepted lengths, finished rows and the next budget come to the
-host together), a second only when a bonus needs the draft (an ensemble bonus), and one for the
+host together), a second only when a bonus needs the draft (an ensemble bonus; with a constant w,
+`Verifier.bonus_coin`, only where a coin tossed first chose q: v = w·p + (1 − w)·q is the bonus
+from p with probability w, from q otherwise), and one for the
 target's first token with `first_token="target"`. On a CPU a round's drafting also ends once every
 row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
 GPU it does not (that would stall the queue of kernels).
@@ -159,6 +161,9 @@ class _Mode:
     top_p: float
     probs: bool  # p and q as probabilities (else logits: greedy lossless only compares argmaxes)
     draft_bonus: bool  # a fully accepted round's bonus needs q after the last draft
+    # sampling, with a bonus that needs q: the share of it drawn from p by a coin first (only rows the
+    # coin sends to q need the draft's call); None: every full row needs q
+    bonus_coin: float | None
     eos: Tensor
     threshold: float | None  # a row stops proposing once the draft's top probability falls below it
     drafts_end_at_eos: bool  # CPU: a round's drafting ends once every row has drafted EOS
@@ -168,13 +173,15 @@ class _Mode:
     def of(cls, o: _Options, verifier: Verifier, eos: Tensor, device: torch.device) -> _Mode:
         """The mode of a call with options `o` (checked) and `verifier`, EOS ids `eos` on `device`."""
         greedy = not o.do_sample or float(o.temperature) == 0.0
+        draft_bonus = verifier.bonus_needs_draft(o.bonus_token)
         return cls(
             greedy=greedy,
             tau=1.0 if greedy else float(o.temperature),
             top_k=0 if greedy else int(o.top_k or 0),
             top_p=1.0 if greedy else float(o.top_p),
             probs=verifier.probs_needed(greedy),
-            draft_bonus=verifier.bonus_needs_draft(o.bonus_token),
+            draft_bonus=draft_bonus,
+            bonus_coin=verifier.bonus_coin() if draft_bonus and not greedy else None,
             eos=eos,
             threshold=o.threshold,
             drafts_end_at_eos=device.type == "cpu" and eos.numel() > 0,
@@ -277,15 +284,19 @@ def _next_token(verifier: Verifier, mode: _Mode, r: Round, generator) -> Round:
         if n > 0:
             law = torch.where(full.unsqueeze(-1), law, verifier.rejection(p_k, at(r.q), w_k))
         nxt = sample(law, generator)
+    needs_q = None
+    if mode.bonus_coin is not None:  # bonus ~ a·p + (1 − a)·q: from p (drawn above) unless u >= a
+        needs_q = r.full & (torch.rand(k.shape, device=k.device, generator=generator) >= mode.bonus_coin)
     w_next = None
     if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p)
         w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(k.shape[0], device=k.device)
-    return r._replace(nxt=nxt, w_next=w_next)
+    return r._replace(nxt=nxt, w_next=w_next, needs_q=needs_q)
 
 
 def _draft_bonus(verifier: Verifier, mode: _Mode, D: SlotModel, s: Slots, r: Round, generator) -> Round:
     """The bonus of fully accepted rows from `verifier.bonus(p_L, q_L, w_L)` at L = the row's
-    drafts + 1 (ensembles: v_L = w_L·p_L + (1 − w_L)·q_L). A row that stopped proposing early
+    drafts + 1 (ensembles: v_L = w_L·p_L + (1 − w_L)·q_L), or with a coin (`r.needs_q`) from q_L
+    where the coin chose q (the others keep their draw from p). A row that stopped proposing early
     already has q_L; otherwise the draft reads x_n now (it needs it next round anyway)."""
     n, full = r.n, r.full
     logits_e, h_e = D.forward(s.ids, s.mask, s.pos, s.cur + n + 1, keep=1)
@@ -303,6 +314,8 @@ def _draft_bonus(verifier: Verifier, mode: _Mode, D: SlotModel, s: Slots, r: Rou
     w_L = w_L.squeeze(1) if isinstance(w_L, Tensor) else w_L
     if mode.greedy:
         bonus = verifier.greedy_bonus(p_L, q_L, w_L)
+    elif r.needs_q is not None:  # the coin's rows: the q part of a·p + (1 − a)·q
+        bonus, full = sample(q_L, generator), r.needs_q
     else:
         bonus = sample(verifier.bonus(p_L, q_L, w_L), generator)
     w_next = None if r.w_next is None else torch.where(full, w_L, r.w_next)
@@ -461,6 +474,8 @@ def _round(loop: _Loop, n: int) -> tuple[int, list, list, int]:
     remaining = loop.max_new - n_new  # [b], all >= 1
     emitted, keep, done = _emitted(r, mode.eos, remaining)
     due = r.full & (keep > r.k)  # a bonus is kept only where no EOS came before it and budget is left
+    if r.needs_q is not None:  # with a coin, only the bonuses it drew from q need the draft
+        due = due & r.needs_q
     (k_h, full_h, due_h, done_h, keep_h, fewest), tokens_h = _sync(
         [r.k, r.full.long(), due.long()],
         done,

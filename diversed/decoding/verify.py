@@ -71,13 +71,15 @@ def mix(p: Tensor, q: Tensor, w: Tensor | float) -> Tensor:
     return w * p + (1.0 - w) * q
 
 
-# How `sample` draws, recorded with every point it samples and every setting the bench times
-# (`sampler_name`: "transformers" or "llama.cpp" where those libraries sample, "greedy" at T = 0):
-# the law is the same whatever the scheme, but which tokens a seed gives is not, so a point is
-# reproduced token for token only by the scheme that drew it. Records written
-# before this was recorded have none: the exponential race drew them until 2026-11-28 23:47 UTC
-# (b920a56), inversion after. A new scheme gets a new name.
-SAMPLER = "inversion"
+# How our engine and loop draw, recorded with every point that samples and every setting the bench
+# times (`sampler_name`: "transformers" or "llama.cpp" where those libraries sample, "greedy" at
+# T = 0): the law is the same whatever the scheme, but which tokens a seed gives is not, so a point
+# is reproduced token for token only by the scheme that drew it. A new scheme gets a new name.
+# Records written before this was recorded have none: the exponential race drew them until
+# 2026-11-28 23:47 UTC (b920a56); "inversion" (`sample`) after, until the static ensemble's bonus
+# from v took a coin first (`Verifier.bonus_coin`, 2026-11-29): "inversion+coin" since. Only a
+# rule with a coin (the static ensemble, sampling, bonus from v) draws other tokens under it.
+SAMPLER = "inversion+coin"
 
 
 def sampler_name(temperature: float, decoder: str | None = None) -> str:
@@ -191,6 +193,13 @@ class Verifier(nn.Module):
         the draft once more on x_n, which it needs next round anyway)."""
         return False
 
+    def bonus_coin(self) -> float | None:
+        """The share a where a fully accepted round's bonus law is the mixture
+        a·bonus(p, None, None) + (1 − a)·q, a known before q: the engine then tosses a coin first
+        (bonus from p with probability a) and calls the draft only for rows whose coin chose q. None
+        (the default): no such split (the bonus needs no q, or its weight needs the draft there)."""
+        return None
+
     def check_pair(self, target: nn.Module, draft: nn.Module) -> None:
         """Raise ValueError if this verifier cannot be used with the pair (before any model call)."""
 
@@ -299,6 +308,10 @@ class StaticEnsemble(Ensemble):
 
     def weights(self, p, q, h_draft, h_target) -> Tensor:
         return torch.full(p.shape[:-1], self.weight, dtype=torch.float32, device=p.device)
+
+    def bonus_coin(self) -> float:
+        # v = w·p + (1 − w)·q: x ~ p with probability w (no draft call), else x ~ q
+        return self.weight
 
     def extra_repr(self) -> str:
         return f"w={self.weight}"
