@@ -153,7 +153,7 @@ class Setting:
     def sampler(self) -> str:
         """Which scheme drew the tokens (`verify.sampler_name`): transformers' for its assisted
         generation and `generate`, llama.cpp's, or ours (the engine, our loop, sampling from v)."""
-        other = {"llama.cpp": "llama.cpp", "transformers": "transformers"}.get(self.engine)
+        other = self.engine if self.engine in ("llama.cpp", "transformers") else None
         return sampler_name(
             self.temperature, other or ("transformers" if self.implementation == "generate" else None)
         )

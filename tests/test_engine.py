@@ -410,26 +410,31 @@ def test_static_bonus_tosses_its_coin_first_keeps_v_and_calls_the_draft_only_for
         assert abs(n_calls - (1 - w) * full) < 4 * sd + 0.1 * full, (w, n_calls, full)
 
     # the law: the second token given the first, one draft per round, is v at 0 < w < 1 (bonus after
-    # an accepted draft: the coin's p or q; after a rejection: the next round's verification)
+    # an accepted draft: the coin's p or q; after a rejection: the next round's verification); with a
+    # confidence threshold of 0 no row stops early, but rows carry their own draft lengths
     prompt = torch.tensor([[9, 40, 22]])
     n = 6000
-    out = speculative_generate(
-        target,
-        draft,
-        prompt.expand(n, -1),
-        verifier=StaticEnsemble(0.5),
-        num_draft_tokens=1,
-        max_new_tokens=2,
-        do_sample=True,
-        generator=torch.Generator().manual_seed(4),
-        eos_token_id=[],
-    )
-    anchor = int(torch.mode(out.sequences[:, -2]).values)
-    rows = out.sequences[:, -2] == anchor
-    p, q, _ = first_position(target, draft, torch.cat([prompt, torch.tensor([[anchor]])], 1))
-    assert rows.sum() > 300 and len(calls) > 0
-    assert chi2_pvalue(out.sequences[rows, -1], mix(p, q, 0.5)) > 1e-3
-    assert chi2_pvalue(out.sequences[rows, -1], p) < 1e-6 and chi2_pvalue(out.sequences[rows, -1], q) < 1e-6
+    for threshold in (None, 0.0):
+        calls.clear()
+        out = speculative_generate(
+            target,
+            draft,
+            prompt.expand(n, -1),
+            verifier=StaticEnsemble(0.5),
+            num_draft_tokens=1,
+            max_new_tokens=2,
+            do_sample=True,
+            generator=torch.Generator().manual_seed(4),
+            eos_token_id=[],
+            draft_confidence_threshold=threshold,
+        )
+        anchor = int(torch.mode(out.sequences[:, -2]).values)
+        rows = out.sequences[:, -2] == anchor
+        p, q, _ = first_position(target, draft, torch.cat([prompt, torch.tensor([[anchor]])], 1))
+        second = out.sequences[rows, -1]
+        assert rows.sum() > 300 and len(calls) > 0, threshold
+        assert chi2_pvalue(second, mix(p, q, 0.5)) > 1e-3, threshold
+        assert chi2_pvalue(second, p) < 1e-6 and chi2_pvalue(second, q) < 1e-6
 
 
 # ----------------------------------------------------------------------------- stats

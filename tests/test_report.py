@@ -16,6 +16,7 @@ from diversed.analysis import published
 from diversed.analysis.compare import mean_over_seeds
 from diversed.analysis.figures import prop1_gaps, token_class
 from diversed.analysis.tables import paper_table, times_table, transfer_table, with_times
+from diversed.decoding.verify import SAMPLER
 from diversed.report import run, write_report
 from diversed.sweep.results import ResultStore, key_digest, load_results, run_record
 
@@ -465,7 +466,8 @@ def test_end_to_end_on_the_tiny_pair(tmp_path, toy_tiny_dir):
     assert pooled in (out / "claims.md").read_text()
     # each run's page says which sampler drew its records' tokens (every point here sampled, T = 1)
     page = next((out / "runs").glob("*toy_count*.md")).read_text()
-    assert re.search(r"Tokens drawn by .*: inversion \d+ records\n", page) and "not recorded" not in page
+    drawn = rf"Tokens drawn by .*: {re.escape(SAMPLER)} \d+ records\n"
+    assert re.search(drawn, page) and "not recorded" not in page
 
 
 @pytest.mark.slow

@@ -14,9 +14,10 @@ prompt alone (argmax p_1, or x ~ p_1: a round without drafts), before the first 
 
 Steps. `speculative_generate` checks its options (`_Options`), sets up the slots and both models
 (`_start`) and runs rounds (`_decode`); a round (`_round`) reads as the algorithm: `_draft` (x ~ q),
-`_score` (p), `_verify` (w, k, full), `_next_token` (rejection or bonus), `_draft_bonus` (a bonus that
-needs q_{n+1}), then the host sync (`_sync`) and the emission (`_emit`); they pass one
-`rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, then keep, kept, cols), each
+`_score` (p), `_verify` (w, k, full), `_next_token` (rejection or bonus, and a bonus coin),
+`_draft_bonus` (a bonus that needs q_{n+1}), then the host sync (`_sync`) and the emission (`_emit`);
+they pass one `rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, needs_q, then keep,
+kept, cols), each
 returning it with its own fields set, and the finished round goes to `stats.RowCounter.count`.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
@@ -30,8 +31,8 @@ reads the prompt in its first call (no separate prefill, except the target's wit
 Host syncs: one per round (the accepted lengths, finished rows and the next budget come to the
 host together), a second only when a bonus needs the draft (an ensemble bonus; with a constant w,
 `Verifier.bonus_coin`, only where a coin tossed first chose q: v = w·p + (1 − w)·q is the bonus
-from p with probability w, from q otherwise), and one for the
-target's first token with `first_token="target"`. On a CPU a round's drafting also ends once every
+from p with probability w, from q otherwise), and one for the target's first token with
+`first_token="target"`. On a CPU a round's drafting also ends once every
 row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
 GPU it does not (that would stall the queue of kernels).
 Either way the statistics count a row's proposals only up to its first drafted EOS (`stats.py`).
@@ -269,7 +270,9 @@ def _verify(verifier: Verifier, mode: _Mode, r: Round, steps: Tensor, generator)
 def _next_token(verifier: Verifier, mode: _Mode, r: Round, generator) -> Round:
     """The token after the accepted prefix: from the rejection law at k < n (ensembles:
     normalize(max(0, p − q)) at the rejected position), else (a full round, or no drafts) from
-    `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there."""
+    `bonus(p, None, None)` (`_draft_bonus` redraws a bonus that needs q); and w there. With a bonus
+    coin (`Verifier.bonus_coin`: bonus law a·p + (1 − a)·q) it is tossed here for the full rows,
+    `needs_q` where it chose q (u >= a, u ~ U[0, 1) in float64, as `sample` draws)."""
     n, k, full = r.n, r.k, r.full
     kk = k.clamp_max(n - 1)  # the rejected position (rows that took every draft: ignored)
     at = lambda t: _at(t, kk)  # noqa: E731
@@ -286,10 +289,12 @@ def _next_token(verifier: Verifier, mode: _Mode, r: Round, generator) -> Round:
         nxt = sample(law, generator)
     needs_q = None
     if mode.bonus_coin is not None:  # bonus ~ a·p + (1 − a)·q: from p (drawn above) unless u >= a
-        needs_q = r.full & (torch.rand(k.shape, device=k.device, generator=generator) >= mode.bonus_coin)
+        u = torch.rand(k.shape, dtype=torch.float64, device=k.device, generator=generator)
+        needs_q = r.full & (u >= mode.bonus_coin)
     w_next = None
-    if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p)
-        w_next = torch.where(full, 1.0, w_k) if n > 0 else torch.ones(k.shape[0], device=k.device)
+    if verifier.records_w:  # w at the emitted token after the prefix (1 for a bonus from p; a coin's w)
+        at_bonus = 1.0 if mode.bonus_coin is None else mode.bonus_coin
+        w_next = torch.where(full, at_bonus, w_k) if n > 0 else torch.full(k.shape, at_bonus, device=k.device)
     return r._replace(nxt=nxt, w_next=w_next, needs_q=needs_q)
 
 

@@ -44,7 +44,8 @@ class Round(NamedTuple):
     full: Tensor | None = None  # [b] k == lengths: every proposal accepted, the next token is the bonus
     nxt: Tensor | None = None  # [b] the token after the accepted prefix (rejection or bonus law)
     w_next: Tensor | None = None  # [b] w at that token (1 for a bonus from p); None: no w recorded
-    # [b] rows whose bonus the coin drew from q (`Verifier.bonus_coin`); None: no coin, every full row
+    # [b] full rows whose coin chose q (`Verifier.bonus_coin`; `_draft_bonus` draws them from q_L);
+    # None: no coin, every full row's bonus needs q
     needs_q: Tensor | None = None
     keep: Tensor | None = None  # [b] the round's tokens [x_1..x_k, nxt] each row keeps (EOS, budget, stop)
     kept: Tensor | None = None  # [b, n + 1] which of them: position < keep

@@ -169,7 +169,10 @@ class Verifier(nn.Module):
         accept(p, q, x, w, generator)           [b, n] bool: the accept test of each draft
         rejection(p_k, q_k, w_k)                [b, V]: what is sampled at the first rejection k
         bonus(p_L, q_L, w_L)                    [b, V]: what is sampled after a fully accepted round;
-                                                q_L and w_L are None unless `bonus_needs_draft`
+                                                q_L and w_L are None unless `bonus_needs_draft`;
+                                                with `bonus_coin` a, the engine draws it as the
+                                                mixture a·bonus(p_L) + (1 − a)·q_L instead (a rule
+                                                that overrides `bonus` overrides `bonus_coin` too)
 
     and, greedy, `greedy_accept`, `greedy_rejection` and `greedy_bonus` (token ids). The defaults
     are standard speculative decoding (accept with probability min(1, p(x)/q(x)), the residual
