@@ -17,8 +17,8 @@ Steps. `speculative_generate` checks its options (`_Options`), sets up the slots
 `_score` (p), `_verify` (w, k, full), `_next_token` (rejection or bonus, and a bonus coin),
 `_draft_bonus` (a bonus that needs q_{n+1}), then the host sync (`_sync`) and the emission (`_emit`);
 they pass one `rounds.Round` (n, lengths, x, q, p, w, k, full, nxt, w_next, needs_q, then keep,
-kept, cols), each
-returning it with its own fields set, and the finished round goes to `stats.RowCounter.count`.
+kept, cols), each returning it with its own fields set, and the finished round goes to
+`stats.RowCounter.count`.
 
 Layout. Both models' KV caches share one slot layout (`Slots`): slot s holds the token
 `ids[:, s]` at position `pos[:, s]`, and `mask[:, s]` says whether it is part of the row's text.
@@ -32,9 +32,9 @@ Host syncs: one per round (the accepted lengths, finished rows and the next budg
 host together), a second only when a bonus needs the draft (an ensemble bonus; with a constant w,
 `Verifier.bonus_coin`, only where a coin tossed first chose q: v = w·p + (1 − w)·q is the bonus
 from p with probability w, from q otherwise), and one for the target's first token with
-`first_token="target"`. On a CPU a round's drafting also ends once every
-row has drafted EOS (the drafts after it would be cut), which reads a flag per draft step; on a
-GPU it does not (that would stall the queue of kernels).
+`first_token="target"`. On a CPU a round's drafting also ends once every row has drafted EOS (the
+drafts after it would be cut), which reads a flag per draft step; on a GPU it does not (that would
+stall the queue of kernels).
 Either way the statistics count a row's proposals only up to its first drafted EOS (`stats.py`).
 
 The engine knows nothing about tokenizers, tasks or training; statistics are `stats.py`'s and
