@@ -346,31 +346,37 @@ def test_first_token_is_distributed_as_v(pair, kind):
         assert 0 < out.stats.mean_w < 1
 
 
-def test_ensemble_bonus_is_distributed_as_v(pair):
-    """With w = 0 every draft is accepted, so the token after N drafts is always the bonus: it must be
-    distributed as v = q (ensemble bonus), not p (what the 'target' bonus would give)."""
-    target, draft = pair
-    prompt = torch.tensor([[9, 40, 22]])
-    n = 4000
+def second_given_first(target, draft, prompt, verifier, n, seed, **options):
+    """n rows of `prompt` decoded to two new tokens, one draft per round; the second token of the rows
+    whose first is the most common one, and p, q at that context (the law the second must follow)."""
     out = speculative_generate(
         target,
         draft,
         prompt.expand(n, -1),
-        verifier=StaticEnsemble(0.0),
+        verifier=verifier,
         num_draft_tokens=1,
         max_new_tokens=2,
         do_sample=True,
-        generator=torch.Generator().manual_seed(2),
+        generator=torch.Generator().manual_seed(seed),
         eos_token_id=[],
+        **options,
     )
-    second = out.sequences[:, -1]
     anchor = int(torch.mode(out.sequences[:, -2]).values)  # condition on the most common first token
     rows = out.sequences[:, -2] == anchor
-    ctx = torch.cat([prompt, torch.tensor([[anchor]])], 1)
-    p, q, _ = first_position(target, draft, ctx)
-    assert rows.sum() > 300
-    assert chi2_pvalue(second[rows], q) > 1e-3
-    assert chi2_pvalue(second[rows], p) < 1e-6
+    p, q, _ = first_position(target, draft, torch.cat([prompt, torch.tensor([[anchor]])], 1))
+    return out.sequences[rows, -1], p, q
+
+
+def test_ensemble_bonus_is_distributed_as_v(pair):
+    """With w = 0 every draft is accepted, so the token after N drafts is always the bonus: it must be
+    distributed as v = q (ensemble bonus), not p (what the 'target' bonus would give)."""
+    target, draft = pair
+    second, p, q = second_given_first(
+        target, draft, torch.tensor([[9, 40, 22]]), StaticEnsemble(0.0), 4000, 2
+    )
+    assert len(second) > 300
+    assert chi2_pvalue(second, q) > 1e-3
+    assert chi2_pvalue(second, p) < 1e-6
 
 
 def test_static_bonus_tosses_its_coin_first_keeps_v_and_calls_the_draft_only_for_q(pair, monkeypatch):
@@ -413,26 +419,12 @@ def test_static_bonus_tosses_its_coin_first_keeps_v_and_calls_the_draft_only_for
     # an accepted draft: the coin's p or q; after a rejection: the next round's verification); with a
     # confidence threshold of 0 no row stops early, but rows carry their own draft lengths
     prompt = torch.tensor([[9, 40, 22]])
-    n = 6000
     for threshold in (None, 0.0):
         calls.clear()
-        out = speculative_generate(
-            target,
-            draft,
-            prompt.expand(n, -1),
-            verifier=StaticEnsemble(0.5),
-            num_draft_tokens=1,
-            max_new_tokens=2,
-            do_sample=True,
-            generator=torch.Generator().manual_seed(4),
-            eos_token_id=[],
-            draft_confidence_threshold=threshold,
+        second, p, q = second_given_first(
+            target, draft, prompt, StaticEnsemble(0.5), 6000, 4, draft_confidence_threshold=threshold
         )
-        anchor = int(torch.mode(out.sequences[:, -2]).values)
-        rows = out.sequences[:, -2] == anchor
-        p, q, _ = first_position(target, draft, torch.cat([prompt, torch.tensor([[anchor]])], 1))
-        second = out.sequences[rows, -1]
-        assert rows.sum() > 300 and len(calls) > 0, threshold
+        assert len(second) > 300 and len(calls) > 0, threshold
         assert chi2_pvalue(second, mix(p, q, 0.5)) > 1e-3, threshold
         assert chi2_pvalue(second, p) < 1e-6 and chi2_pvalue(second, q) < 1e-6
 

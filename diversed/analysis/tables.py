@@ -723,7 +723,8 @@ def pooled_table(
         heads = at[at["method"] == "dynamic"]
         in_cell: dict[tuple, set] = {}  # each cell's heads (`_head_cell` without the head)
         for _, r in heads.iterrows():
-            in_cell.setdefault(_head_cell(r)[:-1], set()).add(_head_cell(r)[-1])
+            *cell, head = _head_cell(r)
+            in_cell.setdefault(tuple(cell), set()).add(head)
         shown = table_rows(d, t, choices)
         chosen = {
             _head_cell(r)
