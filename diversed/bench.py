@@ -279,6 +279,9 @@ class BenchConfig:
     # "int8": the draft's linear layers and head int8 at decoding steps (CPU; models/quantize.py); None: the
     # pair config's own setting (none for --target/--draft, toy and random pairs)
     draft_quantize: str | None = None
+    # "int8": the target's too, each row on its own range (another target: the loop and every method run
+    # it); None: the pair config's own setting (none for --target/--draft, toy and random pairs)
+    target_quantize: str | None = None
     # linear layers of float32 models on CPU: "auto" (oneDNN packed, models/packed.py) or "blas"; None:
     # the pair config's own (auto for --target/--draft and random pairs; the toy pair is never packed)
     cpu_kernels: str | None = None
@@ -338,6 +341,9 @@ def check_config(config: BenchConfig) -> Resources:
     if config.draft_quantize not in (None, "none"):
         device = torch.device(config.device)
         check_quantize(config.draft_quantize, device, bench_dtype(config), "--draft-quantize ")
+    if config.target_quantize not in (None, "none"):
+        device = torch.device(config.device)
+        check_quantize(config.target_quantize, device, bench_dtype(config), "--target-quantize ")
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
@@ -445,7 +451,10 @@ def bench_dtype(config: BenchConfig) -> torch.dtype:
 def load_bench_pair(config: BenchConfig) -> Pair:
     """The configured pair through `diversed.models.pair` (or the toy pair), in `config.dtype` on
     `config.device`."""
-    quantize = {"draft_quantize": config.draft_quantize or "none"}
+    quantize = {
+        "draft_quantize": config.draft_quantize or "none",
+        "target_quantize": config.target_quantize or "none",
+    }
     kernels = {"cpu_kernels": config.cpu_kernels or "auto"}
     dtype = str(bench_dtype(config)).removeprefix("torch.")  # ("native" chosen here, as the log says)
     if config.target:
@@ -464,6 +473,8 @@ def load_bench_pair(config: BenchConfig) -> Pair:
         cfg.dtype, cfg.device = dtype, config.device
         if config.draft_quantize is not None:
             cfg.draft_quantize = config.draft_quantize
+        if config.target_quantize is not None:
+            cfg.target_quantize = config.target_quantize
         if config.cpu_kernels is not None:
             cfg.cpu_kernels = config.cpu_kernels
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
@@ -907,9 +918,12 @@ def described(
     log(f"# {env}")
     weight = next(target.parameters())
     how = quantized(draft)  # what the draft is, however it was loaded
+    how_target = quantized(target)  # and the target
     on = {"target": kernels(target), "draft": kernels(draft)}  # its CPU kernels, likewise
     chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
     said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
+    if how_target != "none":
+        said += f", the target's {how_target} (every row on its own range: the loop's target too)"
     log(
         f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
         f"({chosen or 'as asked'}){said}; linear "
@@ -942,6 +956,8 @@ def described(
         "dtype": str(weight.dtype).removeprefix("torch."),
         "draft_quantize": how,
         "quantize_scheme": scheme(how),  # what int8 computes (its smoothing)
+        "target_quantize": how_target,  # the target every setting of the run decodes, the loop's included
+        "target_quantize_scheme": scheme(how_target, anchored=True),
         "cpu_kernels": on,
         "numerics": chosen or config.dtype,
         "threads": torch.get_num_threads(),
@@ -1074,6 +1090,13 @@ def _pair_options(group: Any, d: BenchConfig) -> None:
         default=d.draft_quantize,
         help="int8: the draft's linear layers and head int8 at decoding steps (CPU, float32 or bf16; as "
         "pair.draft_quantize); default: the pair config's own (none for --target/--draft)",
+    )
+    add(
+        "--target-quantize",
+        choices=("none", "int8"),
+        default=d.target_quantize,
+        help="int8: the target's too, each row on its own range (as pair.target_quantize): another target, "
+        "which the autoregressive loop and every method run; default: the pair config's own (none)",
     )
     add(
         "--cpu-kernels",

@@ -279,6 +279,8 @@ def matching_points(r: dict[str, Any], runs: Any) -> tuple[Any, Any] | None:
     def same_run(s: dict[str, Any], draft: bool) -> bool:
         pair = s.get("pair", {})
         ok = _dtype(pair) == r.get("dtype") and _same_model(pair.get("target", {}), models.get("target"))
+        # the same target's numerics: an int8 target is another target (absent in both: none)
+        ok = ok and pair.get("target_quantize", "none") == r.get("target_quantize_scheme", "none")
         # the point: every engine option; autoregressive decoding: only what it reads (p's truncation)
         engine = s.get("engine", {})
         ok = ok and (engine == timed if draft else _sampling(engine) == _sampling(timed))

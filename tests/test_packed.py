@@ -17,7 +17,7 @@ from torch import nn
 import diversed.models.packed as packed_module
 from diversed.errors import ConfigError
 from diversed.models.packed import PackedLinear, check_kernels, kernels, pack_linears, packs
-from diversed.models.quantize import SHORT_ROWS, Int8Linear, check_quantize, quantize_draft
+from diversed.models.quantize import SHORT_ROWS, Int8Linear, check_quantize, quantize_member
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
 
@@ -68,7 +68,7 @@ def test_lossless_greedy_with_a_packed_target_is_its_generate(pack_small, n):
 
 @needs_onednn
 def test_an_int8_draft_keeps_int8_steps_and_packs_its_long_calls(pack_small):
-    draft = quantize_draft(tiny(transformers.LlamaConfig, 2, 1), "int8")
+    draft = quantize_member(tiny(transformers.LlamaConfig, 2, 1), "int8")
     assert kernels(draft) == "blas"
     layer = next(m for m in draft.modules() if isinstance(m, Int8Linear))
     x_long, x_short = torch.randn(SHORT_ROWS + 1, layer.in_features), torch.randn(2, layer.in_features)

@@ -2,10 +2,12 @@
 smoothed on a fixed passage (exact in float, closer to the float layer in int8), the engine's direct
 path runs it and agrees with its modules, padding never sets a real slot's rounding there, lossless
 decoding stays exactly the target's, and a setting that cannot run is refused before any weights are
-read."""
+read. An int8 target (`pair.target_quantize=int8`): each row's product is its own to the bit, so a
+verification computes the loop's p and lossless decoding is the int8 target's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -27,14 +29,18 @@ from diversed.models.quantize import (
     Int8Linear,
     calibration_ids,
     check_quantize,
-    quantize_draft,
+    quantize_member,
     scheme,
     smoothing,
 )
 
 
 def int8_draft(layers: int = 2, seed: int = 1, **extra):
-    return quantize_draft(tiny(transformers.LlamaConfig, layers, seed, **extra), "int8")
+    return quantize_member(tiny(transformers.LlamaConfig, layers, seed, **extra), "int8")
+
+
+def int8_target(layers: int = 2, seed: int = 0, **extra):
+    return quantize_member(tiny(transformers.LlamaConfig, layers, seed, **extra), "int8", anchored=True)
 
 
 def test_the_layers_and_the_head_are_int8_and_smoothed():
@@ -75,7 +81,7 @@ def test_a_restricted_head_keeps_q_zero_outside_its_support():
     keep = torch.arange(0, VOCAB, 2)
     head = draft.get_output_embeddings()
     draft.set_output_embeddings(DraftVocabHead(head.weight[keep].clone(), keep, VOCAB))
-    quantize_draft(draft, "int8")
+    quantize_member(draft, "int8")
     assert type(draft.get_output_embeddings()) is DraftVocabHead
     assert type(draft.get_output_embeddings().project) is Int8Linear  # its K-row product
     with torch.no_grad():
@@ -100,25 +106,43 @@ def test_the_direct_path_runs_int8_layers_as_their_modules_do():
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_the_path_check_feeds_an_int8_draft_unpadded_rows_and_a_float_model_padded_ones(monkeypatch):
+@pytest.mark.parametrize("anchored", [False, True])
+def test_the_path_check_runs_int8_layers_in_float_on_padded_rows_and_decoding_rounds_again(
+    monkeypatch, anchored
+):
     """Rounding to 8 bits turns the ulps by which model(...) and the direct way differ on a padded
-    batch into whole rounding steps (SmolLM2's int8 draft: logits 1.2 apart), so the direct path's
-    check runs an int8 draft on unpadded rows; a float model is checked with padding and a hole."""
+    batch into whole rounding steps (SmolLM2's int8 draft: logits 1.2 apart; Qwen2.5-Coder-1.5B's int8
+    target: 0.4 of the scale), so the direct path's check runs the int8 layers' float product, on
+    padding and a hole as for a float model, and the plan it returns rounds again once it is done."""
     import diversed.decoding.forward as forward
 
+    model = quantize_member(tiny(transformers.LlamaConfig, 2, 1), "int8", anchored=anchored)
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
     seen = []
     real = SlotModel.forward
 
     def spy(self, ids, mask, *args, **kwargs):
-        seen.append(bool(mask.all()))
+        seen.append((bool(mask.all()), {m.short for m in layers}))
         return real(self, ids, mask, *args, **kwargs)
 
     monkeypatch.setattr(SlotModel, "forward", spy)
-    for model, unpadded in ((int8_draft(), True), (tiny(transformers.LlamaConfig, 2, 1), False)):
-        seen.clear()
-        chosen, why, _ = forward._direct_plan(model)
-        assert chosen is not None, why
-        assert seen and all(s == unpadded for s in seen)
+    chosen, why, _ = forward._direct_plan(model)
+    assert len(layers) == 15 and chosen is not None and "with its 15 int8 layers in float" in why, why
+    assert seen and all(not unpadded and shorts == {0} for unpadded, shorts in seen)  # padded, in float
+    assert {m.short for m in layers} == {SHORT_ROWS}
+    monkeypatch.setattr(SlotModel, "forward", real)
+    ids = torch.randint(3, VOCAB, (2, 5), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        rounded = SlotModel(model, VOCAB, False, chosen).forward(ids, mask, pos, 5, 5)[0]
+        hf = model(input_ids=ids).logits.float()
+        with contextlib.ExitStack() as floats:
+            for m in layers:
+                floats.enter_context(m.float_calls())
+            exact = model(input_ids=ids).logits.float()
+    torch.testing.assert_close(rounded, hf, rtol=1e-4, atol=1e-4)  # the int8 model, both ways
+    assert (rounded - exact).abs().max() > 1e-3  # and not its float counterpart
 
 
 def test_padding_never_sets_a_real_slots_rounding_on_the_direct_path():
@@ -165,6 +189,90 @@ def test_a_rows_rounding_is_its_own_whatever_the_other_rows_of_the_call():
     torch.testing.assert_close(
         layer(quiet), torch.ops.quantized.linear_dynamic(quiet, layer.packed, True) + linear.bias
     )
+
+
+def test_an_anchored_rows_product_is_the_same_bits_in_any_call():
+    """A target's layer (`anchored`): a row gives the same bits alone (the loop's step), among N + 1
+    rows (a verification), beside a row 100 times louder, in a 3-D call and on the direct path; each
+    close to the float layer on its own scale. A draft's layer (one row as it
+    is) gives a row alone other bits than among others, by whole rounding steps."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    x_max = torch.rand(64) * 5 + 0.1
+    anchored, plain = Int8Linear(linear, x_max=x_max, anchored=True), Int8Linear(linear, x_max=x_max)
+    rows = torch.randn(6, 64) * torch.logspace(-1, 2, 6)[:, None]
+    rows[2] = 3.0  # a constant row (its range is the smoothing's)
+    alone = torch.cat([anchored(r[None]) for r in rows])
+    assert torch.equal(anchored(rows), alone)
+    assert torch.equal(anchored(rows.view(2, 3, 64)).view(6, 48), alone)
+    assert torch.equal(anchored(torch.cat([rows[:1], 100 * rows[5:]]))[:1], alone[:1])
+    assert torch.equal(anchored.direct_projection()(rows), alone)
+    ref = linear(rows)
+    assert ((alone - ref).abs().amax(-1) < 0.05 * ref.abs().amax(-1)).all()  # rounded on its own range
+    one = torch.cat([plain(r[None]) for r in rows])
+    gap = (plain(rows) - one).abs().amax(-1) / ref.abs().amax(-1)
+    assert gap.max() > 1e-3  # unanchored: whole rounding steps apart
+    assert "anchored" in repr(anchored) and "anchored" not in repr(plain)
+
+
+@pytest.mark.parametrize("anchored", [True, False])
+def test_an_int8_targets_verification_computes_the_loops_p(anchored):
+    """What lossless decoding needs of an int8 target: p at a position computed by one-token steps
+    (the autoregressive loop) and inside one call over N + 1 = 6 tokens (a verification) agree to float
+    ulps where the rows are anchored. With a draft's rounding (one row as it is) the two calls' p
+    differ by whole rounding steps: anchoring is what makes them agree."""
+    from transformers import DynamicCache
+
+    model = quantize_member(tiny(transformers.LlamaConfig, 2, 0), "int8", anchored=anchored)
+    ids = torch.randint(3, VOCAB, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        steps, cache = [], DynamicCache(config=model.config)
+        model(input_ids=ids[:, :6], past_key_values=cache, use_cache=True)
+        for t in range(6, 12):
+            steps.append(
+                model(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits[0, -1]
+            )
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :6], past_key_values=cache, use_cache=True)
+        together = model(input_ids=ids[:, 6:], past_key_values=cache, use_cache=True).logits[0]
+    gap = ((torch.stack(steps) - together).abs().max() / together.abs().max()).item()
+    if anchored:
+        assert gap < 1e-5, gap
+    else:
+        assert gap > 1e-3, gap
+
+
+def test_lossless_on_an_int8_target_draws_that_targets_law_not_its_float_twins():
+    """Lossless decoding reproduces the target it runs: on an int8 target (anchored rows) the token
+    after the first, drawn by verification calls of N + 1 rows, follows the int8 target's p (χ²),
+    with power against the draft's q. (Its float twin's p is 0.02–0.06 from it in total variation at
+    such contexts: the rows that share the first token cannot tell them apart, so it is not asserted.)
+    Exact greedy tokens against the loop are not the test: an
+    attention over N + 1 query rows and one over a single row reach a value by float sums in other
+    orders, and rounding to 8 bits can turn those ulps into a rounding step (on this tiny model,
+    logits up to 0.2 apart after about 20 steps); a bf16 model's two ways differ by as much."""
+    from test_engine import chi2_pvalue
+
+    target, draft = int8_target(), int8_draft()
+    prompt = torch.tensor([[9, 40, 22]])
+    out = speculative_generate(
+        target,
+        draft,
+        prompt.expand(4000, -1),
+        num_draft_tokens=1,
+        max_new_tokens=2,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(2),
+        eos_token_id=[],
+    )
+    first = int(torch.mode(out.sequences[:, -2]).values)  # condition on the most common first token
+    second = out.sequences[out.sequences[:, -2] == first, -1]
+    context = torch.cat([prompt, torch.tensor([[first]])], 1)
+    with torch.no_grad():
+        p, q = (m(context).logits[0, -1].softmax(-1) for m in (target, draft))
+    assert len(second) > 300
+    assert chi2_pvalue(second, p) > 1e-3
+    assert chi2_pvalue(second, q) < 1e-6
 
 
 def test_smoothing_is_exact_in_float_and_closer_in_int8():
@@ -224,7 +332,7 @@ def test_lossless_greedy_with_an_int8_draft_is_the_targets_generate(n):
 def test_a_sliding_window_pair_with_an_int8_draft_stays_exact_on_the_hf_path():
     extra = {"sliding_window": 4, "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"]}
     target = tiny(transformers.Gemma3TextConfig, 2, 0, **extra)
-    draft = quantize_draft(tiny(transformers.Gemma3TextConfig, 2, 1, **extra), "int8")
+    draft = quantize_member(tiny(transformers.Gemma3TextConfig, 2, 1, **extra), "int8")
     assert not plan(draft).direct
     ids, mask = ragged_prompts(vocab=VOCAB)
     out = speculative_generate(
@@ -275,6 +383,31 @@ def test_the_pair_records_it_and_a_heads_pair_does_not(toy_tiny_dir):
     assert pair.draft_quantize == "int8"
     assert any(isinstance(m, Int8Linear) for m in pair.draft.modules())
     assert not any(isinstance(m, Int8Linear) for m in pair.target.modules())
+    assert "target_quantize" not in card.identity  # absent where none: every key as before the option
+
+
+def test_an_int8_target_is_another_target_in_the_pairs_identity_not_in_a_heads(toy_tiny_dir):
+    from diversed.models.pair import describe_pair
+
+    cfg = {
+        "_target_": "diversed.models.pair.load_pair",
+        "target": str(toy_tiny_dir / "target"),
+        "draft": str(toy_tiny_dir / "draft"),
+        "target_quantize": "int8",
+    }
+    card = describe_pair(cfg)
+    assert card.identity["target_quantize"] == scheme("int8", anchored=True) != scheme("int8")
+    assert card.identity["draft_quantize"] == "none"
+    assert pair_record(card.identity) == pair_record(
+        describe_pair({**cfg, "target_quantize": "none"}).identity
+    )
+    pair = load_pair(cfg["target"], cfg["draft"], dtype="float32", device="cpu", target_quantize="int8")
+    assert pair.target_quantize == "int8" and pair.draft_quantize == "none"
+    layers = [m for m in pair.target.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.anchored for m in layers)
+    assert not any(isinstance(m, Int8Linear) for m in pair.draft.modules())
+    with pytest.raises(ConfigError, match="pair.target_quantize=int8 takes float32 or bfloat16"):
+        load_pair(cfg["target"], cfg["draft"], dtype="float16", target_quantize="int8")
 
 
 def test_distill_refuses_an_int8_draft():
@@ -303,6 +436,19 @@ def test_the_bench_records_it_and_refuses_it_in_float16(toy_tiny_dir, tmp_path, 
     assert "the draft's linear layers and head int8" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="--draft-quantize int8 takes float32 or bfloat16"):
         run([*pair, "--dtype", "float16", "--draft-quantize", "int8"])
+    assert (
+        {r["target_quantize"] for r in records} == {"none"} == {r["target_quantize_scheme"] for r in records}
+    )
+    run([*pair, *small, "--repeats", "1", "--warmup", "0", "--only", "diversed lossless", "target (loop)",
+         "--target-quantize", "int8", "--output", str(out)])  # fmt: skip
+    records = json.loads(out.read_text())
+    assert {r["target_quantize"] for r in records} == {"int8"} and {r["draft_quantize"] for r in records} == {
+        "none"
+    }
+    assert {r["target_quantize_scheme"] for r in records} == {scheme("int8", anchored=True)}
+    assert "the target's int8 (every row on its own range: the loop's target too)" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--target-quantize int8 takes float32 or bfloat16"):
+        run([*pair, "--dtype", "float16", "--target-quantize", "int8"])
 
 
 def test_a_fine_tuned_draft_in_a_sweep_is_int8_where_the_pairs_draft_is(tmp_path):
@@ -320,17 +466,18 @@ def test_a_fine_tuned_draft_in_a_sweep_is_int8_where_the_pairs_draft_is(tmp_path
         assert type(loaded.get_output_embeddings()) is kind
 
 
-def test_training_refuses_it_under_mixed_precision_and_takes_it_in_float32():
+@pytest.mark.parametrize("setting", ["pair.draft_quantize", "pair.target_quantize"])
+def test_training_refuses_it_under_mixed_precision_and_takes_it_in_float32(setting):
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
     from diversed.train import check_train
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="train"):
-        cfg = compose("train", overrides=["+experiment=toy", "pair.draft_quantize=int8"])
+        cfg = compose("train", overrides=["+experiment=toy", f"{setting}=int8"])
         check_train(cfg)  # 32-true
         cfg = compose(
-            "train", overrides=["+experiment=toy", "pair.draft_quantize=int8", "trainer.precision=bf16-mixed"]
+            "train", overrides=["+experiment=toy", f"{setting}=int8", "trainer.precision=bf16-mixed"]
         )
-    with pytest.raises(ConfigError, match="trainer.precision=32-true"):
+    with pytest.raises(ConfigError, match=f"{setting}=int8 with trainer.precision.*32-true"):
         check_train(cfg)

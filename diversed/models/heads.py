@@ -83,7 +83,11 @@ def pair_record(identity: dict[str, Any]) -> dict[str, Any]:
     """What a head records of the pair it is trained on (`pair_identity` in head_config.json): the
     identity of the pair's card (`pair.describe_pair`) without dtype, device, forward path and the
     draft's int8 rounding, which do not change which models they are."""
-    return {k: v for k, v in identity.items() if k not in ("dtype", "device", "forward", "draft_quantize")}
+    return {
+        k: v
+        for k, v in identity.items()
+        if k not in ("dtype", "device", "forward", "draft_quantize", "target_quantize")
+    }
 
 
 def same_pair(recorded: dict[str, Any], identity: dict[str, Any]) -> bool | None:

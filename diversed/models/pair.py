@@ -35,7 +35,7 @@ from diversed.files.provenance import model_digest, pair_name
 from diversed.models import hub
 from diversed.models.gguf import gguf_source, resolve_model
 from diversed.models.packed import check_kernels, cpu_has_bf16, pack_linears
-from diversed.models.quantize import check_quantize, quantize_draft, scheme
+from diversed.models.quantize import check_quantize, quantize_member, scheme
 from diversed.models.toy_corpus import build_tokenizer
 from diversed.moved import current_name
 
@@ -56,6 +56,7 @@ class Pair:
     identity: dict[str, Any] = field(default_factory=dict)  # who the models are (its card's), where described
     draft_quantize: str = "none"  # the draft's linear layers: "none" or "int8" (quantize.py)
     cpu_kernels: str = "auto"  # float linear layers on CPU: "auto" (oneDNN packed) or "blas" (packed.py)
+    target_quantize: str = "none"  # the target's linear layers: "none" or "int8", rows anchored (quantize.py)
 
     @property
     def device(self) -> torch.device:
@@ -64,7 +65,7 @@ class Pair:
 
 class PairSettings(Settings):
     """The `pair:` settings every entry point takes besides the members themselves (a pair config's
-    `_target_` takes those): dtype, device, forward path, int8 draft, CPU kernels."""
+    `_target_` takes those): dtype, device, forward path, int8 draft or target, CPU kernels."""
 
     dtype: Literal["auto", "native", "config", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
@@ -72,6 +73,11 @@ class PairSettings(Settings):
     draft_quantize: Literal["none", "int8"] = Field(
         "none",
         description="int8: the draft's linear layers in int8 (CPU, float32 or bf16; models/quantize.py)",
+    )
+    target_quantize: Literal["none", "int8"] = Field(
+        "none",
+        description="int8: the target's linear layers in int8 at decoding steps, each row on its own range "
+        "(CPU, float32 or bf16; models/quantize.py): another target, for every method and the baseline alike",
     )
     cpu_kernels: Literal["auto", "blas"] = Field(
         "auto",
@@ -248,6 +254,7 @@ def load_pair(
     forward: str = "auto",
     draft_quantize: str = "none",
     cpu_kernels: str = "auto",
+    target_quantize: str = "none",
     probe=None,
 ) -> Pair:
     """Load target and draft (Hub ids or local paths), frozen, on `device`, with one tokenizer.
@@ -257,14 +264,16 @@ def load_pair(
     name. `tokenizer`: where to load the shared tokenizer from (default: the target's).
     `forward`: the engine's forward path for both models, "auto" | "hf" | "direct" (see forward.py).
     `draft_quantize`: "int8" makes the draft's linear layers and head int8 (CPU, float32 or bf16; see
-    quantize.py). `cpu_kernels`: "auto" runs the other linear layers of a large model on CPU (float32,
-    or bf16 where the CPU has bf16 instructions) on oneDNN's packed layout, "blas" on torch's
-    `F.linear` (see packed.py).
+    quantize.py); `target_quantize`: "int8" the target's, each row on its own range (the int8 target
+    is what every method and the autoregressive baseline then run). `cpu_kernels`: "auto" runs the
+    other linear layers of a large model on CPU (float32, or bf16 where the CPU has bf16
+    instructions) on oneDNN's packed layout, "blas" on torch's `F.linear` (see packed.py).
     """
     if forward not in FORWARD_PATHS:
         raise ConfigError(f"pair.forward must be one of {FORWARD_PATHS}, got {forward!r}")
     dev = _device(device)
     check_quantize(draft_quantize, dev, _dtype(dtype, dev))  # before anything is read
+    check_quantize(target_quantize, dev, _dtype(dtype, dev), "pair.target_quantize=")
     check_kernels(cpu_kernels)
     given = {"target": str(target), "draft": str(draft)}
     names, extra = _resolved(target, draft, tokenizer, revision, probe)
@@ -272,9 +281,10 @@ def load_pair(
     kwargs: dict[str, Any] = {"dtype": _dtype(dtype, dev), "revision": revision}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    quantize = {"target": target_quantize, "draft": draft_quantize}
     models = {
         role: load_member(
-            role, names[role], dev, tok, {**kwargs, **extra[role]}, forward, draft_quantize, cpu_kernels
+            role, names[role], dev, tok, {**kwargs, **extra[role]}, forward, quantize[role], cpu_kernels
         )
         for role in ("target", "draft")
     }
@@ -288,6 +298,7 @@ def load_pair(
         forward=forward,
         draft_quantize=draft_quantize,
         cpu_kernels=cpu_kernels,
+        target_quantize=target_quantize,
     )
 
 
@@ -326,9 +337,9 @@ def _shared_tokenizer(names: dict[str, str], extra: dict[str, dict], revision: s
 
 def load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, quantize: str, kernels: str):
     """One member loaded with `from_pretrained(path, **kwargs)`, frozen on `dev`: a restricted
-    vocabulary's head given back, the draft quantized if asked, the linear layers packed, the forward
-    path set (`ready_member`). A fine-tuned draft a sweep loads (`sweep/point.load_drafts`) is loaded by
-    it too: it costs what the pair's draft does."""
+    vocabulary's head given back, quantized as `quantize` (its role's setting) asks, the linear layers
+    packed, the forward path set (`ready_member`). A fine-tuned draft a sweep loads
+    (`sweep/point.load_drafts`) is loaded by it too: it costs what the pair's draft does."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -340,10 +351,10 @@ def load_member(role: str, path: str, dev, tok, kwargs: dict, forward: str, quan
 
 
 def ready_member(model: Any, is_draft: bool, tok: Any, forward: str, quantize: str, kernels: str) -> Any:
-    """A loaded, frozen member made ready for the engine: the draft quantized if asked (`quantize.py`),
-    the linear layers packed (`packed.py`), the forward path set (`forward.py`)."""
-    if is_draft:
-        quantize_draft(model, quantize, tok)
+    """A loaded, frozen member made ready for the engine: quantized as `quantize` asks (`quantize.py`;
+    a target's rows anchored), the linear layers packed (`packed.py`), the forward path set
+    (`forward.py`)."""
+    quantize_member(model, quantize, tok, anchored=not is_draft)
     pack_linears(model, kernels)  # (after int8: what is left float)
     use_forward(model, forward)
     return model
@@ -390,6 +401,8 @@ def describe_pair(cfg: Any) -> PairCard | None:
     common = {k: cfg.get(k, "auto") for k in ("dtype", "device", "forward")}
     common.update(numerics(str(common["dtype"]), str(common["device"])))  # `native` as chosen here, recorded
     common["draft_quantize"] = scheme(cfg.get("draft_quantize", "none"))  # what it computes
+    if (target_quantize := cfg.get("target_quantize", "none")) != "none":  # (absent: keys as before it)
+        common["target_quantize"] = scheme(target_quantize, anchored=True)
     if loader == "diversed.models.pair.random_pair":
         from transformers import LlamaConfig
 
@@ -537,6 +550,7 @@ def random_pair(
     name: str | None = None,
     draft_quantize: str = "none",
     cpu_kernels: str = "auto",
+    target_quantize: str = "none",
 ) -> Pair:
     """A pair of `RANDOM_PAIRS` shapes, random-initialised (seeded) directly on `device` in `dtype`,
     with the toy tokenizer. Refuses, before allocating, if the models do not fit in free memory."""
@@ -551,6 +565,7 @@ def random_pair(
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"a random pair needs a torch dtype name (float32, bfloat16...), got {dtype!r}")
     check_quantize(draft_quantize, dev, torch_dtype)
+    check_quantize(target_quantize, dev, torch_dtype, "pair.target_quantize=")
     check_kernels(cpu_kernels)
     tokenizer = _prepare_tokenizer(build_tokenizer())
     special = dict(
@@ -570,7 +585,8 @@ def random_pair(
             model = AutoModelForCausalLM.from_config(c, dtype=torch_dtype).eval().requires_grad_(False)
         generation = model.generation_config
         generation.eos_token_id, generation.pad_token_id = c.eos_token_id, c.pad_token_id
-        models.append(ready_member(model, bool(models), tokenizer, forward, draft_quantize, cpu_kernels))
+        quantize = draft_quantize if models else target_quantize
+        models.append(ready_member(model, bool(models), tokenizer, forward, quantize, cpu_kernels))
     target, draft = RANDOM_PAIRS[pair]
     return Pair(
         models[0],
@@ -582,6 +598,7 @@ def random_pair(
         forward,
         draft_quantize=draft_quantize,
         cpu_kernels=cpu_kernels,
+        target_quantize=target_quantize,
     )
 
 

@@ -1,8 +1,9 @@
-"""int8 decoding steps for a draft on CPU: the pair option `draft_quantize` ("none" | "int8").
+"""int8 decoding steps on CPU for a draft or a target: the pair options `draft_quantize` and
+`target_quantize` ("none" | "int8").
 
-A draft's decoding step at batch 1 reads every weight once, so on a CPU its cost (and c, the draft
-step over the target's) follows its bytes. `quantize_draft(model, "int8", tokenizer)` replaces every
-plain `nn.Linear` of the draft, its output head included, by an `Int8Linear`: a call that feeds at
+A decoding step at batch 1 reads every weight once, so on a CPU its cost (and c, the draft step over
+the target's) follows its bytes. `quantize_member(model, "int8", tokenizer)` replaces every
+plain `nn.Linear` of the model, its output head included, by an `Int8Linear`: a call that feeds at
 most `SHORT_ROWS` rows (decoding steps, and the few tokens a draft catches up on after a
 verification) runs torch's dynamic-quantized kernel (fbgemm/x86; qnnpack on ARM) on int8 weights,
 one scale per output channel, its input rounded to 8 bits on one scale per row (each token its
@@ -39,14 +40,28 @@ own); a longer call (a prompt pass) runs the float weights as they are. Why:
   measurement). A restricted head (`draft_vocab.py`) keeps q = 0 exactly outside its support: only
   its K-row product is int8.
 
+A target's rows are anchored (`quantize_member(..., anchored=True)`, what `target_quantize` makes):
+lossless decoding reproduces the law of the target it runs, and the autoregressive loop (one row a
+call) and a verification (N + 1 rows a call) must compute a row's p alike. Every call of at most
+`SHORT_ROWS` rows, one row included, maps each row onto [−1, 1] (clamped) and feeds the kernel one
+more row, (−1, 1, 0, ..., 0): the call's range is then exactly [−1, 1] whatever the other rows are,
+each row's rounding and product are its own, bit for bit (tests/test_quantize.py), and only the float
+parts (attention over another number of query rows) still differ by ulps between the two calls. A
+draft keeps one row as it is (its q needs no such exactness; its numbers stay as they were recorded).
+
 The engine's direct forward path applies an `Int8Linear` through `Int8Linear.direct_projection`
 (no module call: 11 µs each, a fifth of an int8 projection of a small model); the hf path calls the
-module; both compute the same.
+module; both compute the same. Whether the direct path computes the model's maths is checked with
+the int8 layers in float (`Int8Linear.float_calls`): rounding to 8 bits would turn the ulps by which
+two correct ways differ into whole rounding steps.
 
 What int8 changes, and so what a result records (`pair.draft_quantize` is in the pair's identity,
 as `scheme("int8")`, which names the smoothing): q itself at decoding steps (a row's q does not
 depend on the other rows of its batch, padding included). Verification stays exact whatever q is:
-lossless decoding still reproduces the target's law. It does not quantize a target, train a
+lossless decoding still reproduces the target's law. An int8 target (`pair.target_quantize`, in the
+pair's identity as `scheme("int8", anchored=True)`) is another target: p itself changes, for the
+autoregressive baseline and every method alike (the bench and a sweep run one target for all), and a
+result on it is not a result on the float target. It does not train a
 quantized draft (distill refuses the option: it trains the float draft, which is quantized when
 loaded for decoding), or run on a GPU (there, bf16 is the cheap dtype). A bf16 model (`dtype: native` on
 a CPU with bf16 instructions) keeps its bf16 float weights for long calls; its int8 products take
@@ -55,10 +70,10 @@ their rows cast to float32 and give them back in bf16.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -102,17 +117,22 @@ class Int8Linear(nn.Linear):
     smoothed input x / s rounded on its own range (`int8_linear`: torch's
     `quantized.linear_dynamic`, its reduced range as torch's own dynamic linear uses); longer calls:
     the float W itself. s from `x_max`, the input's per-channel maxima (`smoothing`); none given:
-    s = 1. `weight` and `bias` stay the float ones (frozen); the bias is added after the kernel. An
-    `nn.Linear` to whoever asks (a model's output head must be one), whose call is this."""
+    s = 1. `anchored`: each row's product independent of the call's other rows bit for bit
+    (`int8_linear`; a target's layers). `weight` and `bias` stay the float ones (frozen); the bias
+    is added after the kernel. An `nn.Linear` to whoever asks (a model's output head must be one),
+    whose call is this."""
 
-    # rounds its input: float paths that differ in ulps give outputs a rounding step apart
-    # (decoding/forward.py checks its direct path against model(...) on unpadded rows for such models)
+    # rounds its input: float paths that differ in ulps give outputs a rounding step apart, so
+    # decoding/forward.py checks its direct path against model(...) with such layers in float (`float_calls`)
     rounds_inputs = True
 
-    def __init__(self, linear: nn.Linear, short: int = SHORT_ROWS, x_max: Tensor | None = None) -> None:
+    def __init__(
+        self, linear: nn.Linear, short: int = SHORT_ROWS, x_max: Tensor | None = None, anchored: bool = False
+    ) -> None:
         nn.Module.__init__(self)  # nn.Linear's own would allocate new weights
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias, self.short = linear.weight, linear.bias, int(short)
+        self.anchored = bool(anchored)  # every short call's range exactly [−1, 1] (a target's rows)
         self.long_product = None  # longer calls' float product: F.linear, or what models/packed.py sets
         w = linear.weight.detach().float()
         self.inv_smooth = None  # s = 1
@@ -129,25 +149,40 @@ class Int8Linear(nn.Linear):
             self.w_sum = w8.dequantize().sum(1)  # Σ_i Ŵ_oi, [out]: a row's middle through the weights
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.product(x)
+
+    def product(self, x: Tensor) -> Tensor:
+        """The call without a module call (`direct_projection`), on the layer's settings as they are
+        at the call (`float_calls` switches them)."""
         return int8_linear(
-            x, self.packed, self.weight, self.bias, self.short, self.w_sum, self.inv_smooth, self.long_product
+            x,
+            self.packed,
+            self.weight,
+            self.bias,
+            self.short,
+            self.w_sum,
+            self.inv_smooth,
+            self.long_product,
+            self.anchored,
         )
 
-    def direct_projection(self):
+    def direct_projection(self) -> Callable[[Tensor], Tensor]:
         """The call itself as a function of x (what the direct forward path applies)."""
-        return functools.partial(
-            int8_linear,
-            packed=self.packed,
-            weight=self.weight,
-            bias=self.bias,
-            short=self.short,
-            w_sum=self.w_sum,
-            inv_smooth=self.inv_smooth,
-            long=self.long_product,
-        )
+        return self.product
+
+    @contextlib.contextmanager
+    def float_calls(self) -> Iterator[None]:
+        """Every call the float product x Wᵀ + b while inside, whatever its rows: how the direct path's
+        check compares two ways of computing the model's maths without rounding (forward.py)."""
+        short, self.short = self.short, 0
+        try:
+            yield
+        finally:
+            self.short = short
 
     def extra_repr(self) -> str:
         smoothed = ", smoothed" if self.inv_smooth is not None else ""
+        smoothed += ", anchored" if self.anchored else ""
         shape = f"in_features={self.in_features}, out_features={self.out_features}"
         return f"{shape}, int8 to {self.short} rows{smoothed}"
 
@@ -172,6 +207,7 @@ def int8_linear(
     w_sum: Tensor,
     inv_smooth: Tensor | None = None,
     long: Callable[[Tensor], Tensor] | None = None,
+    anchored: bool = False,
 ) -> Tensor:
     """`Int8Linear`'s call. Where x holds at most `short` rows, x / s (`inv_smooth`, the smoothing;
     None: s = 1) through torch's int8 kernel on the packed (smoothed) weights: one row (a decoding
@@ -180,25 +216,37 @@ def int8_linear(
     x_r = c_r + h_r·x'_r mapped onto [−1, 1] first (c_r, h_r its range's middle and half-width), so
         y_r = h_r · kernel(x'_r) + c_r · Σ_i Ŵ_oi  (+ b),   Ŵ the int8 weights dequantized (`w_sum`),
     which is Ŵ applied to x_r rounded to 127 levels over its own [min, max] (no other row's range in
-    it). Longer calls (a prompt pass): x Wᵀ (+ b) with the float weights, by `long` where given (the
-    same product on oneDNN's packed copy, models/packed.py), else `F.linear`."""
+    it, up to the ulps by which x'_r's ends miss ±1). `anchored`: every call so, one row too, x'_r
+    clamped to [−1, 1] and the anchor row (−1, 1, 0, ..., 0) fed with them (its output dropped), so
+    the kernel's range is exactly [−1, 1] and a row's output is the same bits in any call. Longer
+    calls (a prompt pass): x Wᵀ (+ b) with the float weights, by `long` where given (the same product
+    on oneDNN's packed copy, models/packed.py), else `F.linear`."""
     rows = x.numel() // x.shape[-1]
     if rows > short:
         return F.linear(x, weight, bias) if long is None else long(x)
     dtype, x = x.dtype, x.float()  # the kernel takes float32 (a bf16 model's rows cast to it and back)
     if inv_smooth is not None:
         x = x * inv_smooth
-    if rows == 1:
+    if rows == 1 and not anchored:
         y = torch.ops.quantized.linear_dynamic(x, packed, True)
     else:
         lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
         c, h = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(torch.finfo(x.dtype).tiny)
-        y = torch.ops.quantized.linear_dynamic((x - c) / h, packed, True).mul_(h).addcmul_(c, w_sum)
+        z = (x - c) / h
+        if anchored:  # the rows clamped to [−1, 1] and the anchor (−1, 1, 0, ...) setting the range
+            flat = z.reshape(rows, -1).clamp_(-1, 1)
+            anchor = flat.new_zeros(1, flat.shape[1])
+            anchor[0, 0], anchor[0, 1] = -1, 1
+            y = torch.ops.quantized.linear_dynamic(torch.cat((flat, anchor)), packed, True)[:rows]
+            y = y.view(*z.shape[:-1], -1)
+        else:
+            y = torch.ops.quantized.linear_dynamic(z, packed, True)
+        y = y.mul_(h).addcmul_(c, w_sum)
     return (y if bias is None else y.add_(bias)).to(dtype)
 
 
 def quantized(model: nn.Module) -> str:
-    """What `quantize_draft` made of `model`: "int8" if it has `Int8Linear` layers, else "none"."""
+    """What `quantize_member` made of `model`: "int8" if it has `Int8Linear` layers, else "none"."""
     return "int8" if any(isinstance(m, Int8Linear) for m in model.modules()) else "none"
 
 
@@ -229,10 +277,14 @@ def check_quantize(
         )
 
 
-def scheme(how: str) -> str:
-    """What a `draft_quantize` setting computes, as results record it (the pair's identity): "none",
-    or the int8 scheme with its smoothing (runs from before the smoothing said "int8")."""
-    return how if how == "none" else f"{how}, SmoothQuant a={SMOOTHING} on the fixed passage, head {how}"
+def scheme(how: str, anchored: bool = False) -> str:
+    """What a `draft_quantize` (or, `anchored`, a `target_quantize`) setting computes, as results
+    record it (the pair's identity): "none", or the int8 scheme with its smoothing (runs from before
+    the smoothing said "int8")."""
+    if how == "none":
+        return how
+    rows = ", every row anchored on [-1, 1]" if anchored else ""
+    return f"{how}, SmoothQuant a={SMOOTHING} on the fixed passage, head {how}{rows}"
 
 
 def calibration_ids(model: nn.Module, tokenizer: Any | None) -> Tensor:
@@ -268,12 +320,15 @@ def input_maxima(model: nn.Module, layers: list[nn.Module], ids: Tensor) -> dict
     return seen
 
 
-def quantize_draft(model: nn.Module, how: str, tokenizer: Any | None = None) -> nn.Module:
+def quantize_member(
+    model: nn.Module, how: str, tokenizer: Any | None = None, *, anchored: bool = False
+) -> nn.Module:
     """`model` with its linear layers and its output head made `Int8Linear` (a restricted head:
     its K-row product), smoothed on `calibration_ids(model, tokenizer)`, in place; as it is for
-    "none"."""
+    "none". `anchored` (a target): every row's product independent of its call (`int8_linear`)."""
     if how == "none":
         return model
+    role, setting = ("target", "target_quantize") if anchored else ("draft", "draft_quantize")
     head = model.get_output_embeddings()
     found = [
         (parent, name, child)
@@ -283,20 +338,21 @@ def quantize_draft(model: nn.Module, how: str, tokenizer: Any | None = None) -> 
     ]
     if not found:
         raise ConfigError(
-            f"pair.draft_quantize={how}: the draft {type(model).__name__} has no nn.Linear layers to quantize"
+            f"pair.{setting}={how}: the {role} {type(model).__name__} has no nn.Linear layers to quantize"
         )
     heads = [head] if type(head) in (nn.Linear, DraftVocabHead) else []
     ids = calibration_ids(model, tokenizer)
     x_max = input_maxima(model, [child for _, _, child in found] + heads, ids)
     for parent, name, child in found:
-        setattr(parent, name, Int8Linear(child, x_max=x_max.get(child)))
-    if isinstance(head, DraftVocabHead):
-        head.project = Int8Linear(head, x_max=x_max.get(head))  # its K rows; the scatter stays
+        setattr(parent, name, Int8Linear(child, x_max=x_max.get(child), anchored=anchored))
+    if isinstance(head, DraftVocabHead):  # its K rows; the scatter stays
+        head.project = Int8Linear(head, x_max=x_max.get(head), anchored=anchored)
     elif heads:
-        model.set_output_embeddings(Int8Linear(head, x_max=x_max.get(head)))
+        model.set_output_embeddings(Int8Linear(head, x_max=x_max.get(head), anchored=anchored))
     log.info(
-        "draft: %d linear layers and %s int8 for calls of up to %d rows, float for longer ones (torch's "
-        "dynamic int8 kernel, %s), smoothed (SmoothQuant a=%s) on %d calibration ids of %s",
+        "%s: %d linear layers and %s int8 for calls of up to %d rows, float for longer ones (torch's "
+        "dynamic int8 kernel, %s), smoothed (SmoothQuant a=%s) on %d calibration ids of %s%s",
+        role,
         len(found),
         "its head" if heads else "not its head",
         SHORT_ROWS,
@@ -304,5 +360,6 @@ def quantize_draft(model: nn.Module, how: str, tokenizer: Any | None = None) -> 
         SMOOTHING,
         ids.shape[1],
         "the fixed passage" if tokenizer is not None else "ids spread over the vocabulary",
+        ", every row anchored on [-1, 1]" if anchored else "",
     )
     return model

@@ -559,6 +559,7 @@ def load_toy_pair(
     config: ToyBuildConfig | None = None,
     forward: str = "auto",
     draft_quantize: str = "none",
+    target_quantize: str = "none",
 ):
     """The toy pair through `diversed.models.pair.load_pair` like any pair: the shipped one, its
     digests checked, for the default config (seed 0; `cache_dir` unused); another config's from the
@@ -574,6 +575,7 @@ def load_toy_pair(
         attn_implementation=attn_implementation,
         forward=forward,
         draft_quantize=draft_quantize,
+        target_quantize=target_quantize,
     )
 
 

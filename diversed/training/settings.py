@@ -169,9 +169,13 @@ class TrainSettings(TrainingSettings):
 
     @model_validator(mode="after")
     def _int8_in_float32(self) -> TrainSettings:
-        if self.pair.draft_quantize != "none" and "16" in str(self.trainer.precision):
+        quantized = {
+            k: v for k, v in self.pair.model_dump().items() if k.endswith("_quantize") and v != "none"
+        }
+        if quantized and "16" in str(self.trainer.precision):
+            name, how = next(iter(quantized.items()))
             raise ValueError(
-                f"pair.draft_quantize={self.pair.draft_quantize} with trainer.precision="
+                f"pair.{name}={how} with trainer.precision="
                 f"{self.trainer.precision}: int8 layers take float32 activations, which autocast would "
                 "make half: set trainer.precision=32-true (the head trains in fp32 anyway)"
             )
