@@ -17,7 +17,8 @@ forward path), chosen once per model by `plan`:
   length and shrunk with one `index_select` when rows leave. On a small model `model(...)` spends
   more time in module calls, cache bookkeeping and mask building than in arithmetic (measured in
   BENCHMARKS.md). The direct way is used only if `_direct_plan` finds it gives the same logits and
-  hidden states as `model(...)` on a ragged batch with a hole, to a tolerance relative to their scale.
+  hidden states as `model(...)` on a ragged batch with a hole, to a tolerance relative to their scale
+  (a model's int8 layers, models/quantize.py, computing their float product while it checks).
 
 Which path a model takes is asked with `use_forward(model, "auto" | "hf" | "direct")` (the pair
 option `forward`, see `pair.py`): "auto" takes the direct path on CPU only (on an H200 at Llama
