@@ -923,7 +923,10 @@ def described(
     chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
     said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
     if how_target != "none":
-        said += f", the target's {how_target} (every row on its own range: the loop's target too)"
+        said += (
+            f", the target's {how_target} at every call, prompt passes included (each row on its own "
+            "range; the loop's target too)"
+        )
     log(
         f"# pair on {weight.device} in {str(weight.dtype).removeprefix('torch.')} "
         f"({chosen or 'as asked'}){said}; linear "

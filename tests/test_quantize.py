@@ -25,6 +25,7 @@ from diversed.models.heads import pair_record
 from diversed.models.pair import load_pair
 from diversed.models.quantize import (
     CALIBRATION,
+    EVERY_CALL,
     SHORT_ROWS,
     Int8Linear,
     calibration_ids,
@@ -129,7 +130,7 @@ def test_the_path_check_runs_int8_layers_in_float_on_padded_rows_and_decoding_ro
     chosen, why, _ = forward._direct_plan(model)
     assert len(layers) == 15 and chosen is not None and "with its 15 int8 layers in float" in why, why
     assert seen and all(not unpadded and shorts == {0} for unpadded, shorts in seen)  # padded, in float
-    assert {m.short for m in layers} == {SHORT_ROWS}
+    assert {m.short for m in layers} == {EVERY_CALL if anchored else SHORT_ROWS}
     monkeypatch.setattr(SlotModel, "forward", real)
     ids = torch.randint(3, VOCAB, (2, 5), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -215,6 +216,44 @@ def test_an_anchored_rows_product_is_the_same_bits_in_any_call():
     assert "anchored" in repr(anchored) and "anchored" not in repr(plain)
 
 
+def test_an_anchored_call_feeds_the_kernel_exactly_minus_one_to_one_and_every_call_is_int8(monkeypatch):
+    """Whatever the rows (one, a verification's, a prompt pass's 100 > SHORT_ROWS, a constant one),
+    the kernel's input spans exactly [−1, 1] (the two anchors: the range no other row can move), every
+    call is int8 (a prompt pass too: no float product is packed for it), a call without rows gives
+    none, and a layer of one input channel runs."""
+    from diversed.models.packed import kernels, pack_linears
+
+    torch.manual_seed(0)
+    layer = Int8Linear(nn.Linear(64, 48), x_max=torch.rand(64) + 0.5, anchored=True)
+    assert layer.short == EVERY_CALL and not layer.long_calls
+    real, seen = torch.ops.quantized.linear_dynamic, []
+
+    def spy(x, packed, reduce_range):
+        seen.append(tuple(float(v) for v in torch.aminmax(x)))
+        return real(x, packed, reduce_range)
+
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", spy)
+    x = torch.randn(SHORT_ROWS + 36, 64)
+    x[3] = 2.5  # constant before the smoothing
+    alone = torch.cat([layer(r[None]) for r in x[:8]])
+    together = layer(x)
+    assert torch.equal(together[:8], alone)
+    assert set(seen) == {(-1.0, 1.0)} and len(seen) == 9  # every call int8, on [−1, 1]
+    assert layer(x[:0]).shape == (0, 48)
+    one = Int8Linear(nn.Linear(1, 3), anchored=True)
+    torch.testing.assert_close(
+        one(torch.tensor([[2.0]])), one.weight.detach().t() * 2 + one.bias, atol=0.05, rtol=0.05
+    )
+    import diversed.models.packed as packed
+
+    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", real)
+    monkeypatch.setattr(packed, "CPU_COPY_BYTES", 0)  # pack however small
+    draft_layer = Int8Linear(nn.Linear(64, 48))
+    pack_linears(nn.Sequential(layer, draft_layer), "auto")
+    assert layer.long_product is None and draft_layer.long_product is not None  # a draft's prompt pass
+    assert kernels(nn.Sequential(layer)) == "none (int8)" != kernels(nn.Sequential(draft_layer))
+
+
 @pytest.mark.parametrize("anchored", [True, False])
 def test_an_int8_targets_verification_computes_the_loops_p(anchored):
     """What lossless decoding needs of an int8 target: p at a position computed by one-token steps
@@ -243,36 +282,32 @@ def test_an_int8_targets_verification_computes_the_loops_p(anchored):
 
 
 def test_lossless_on_an_int8_target_draws_that_targets_law_not_its_float_twins():
-    """Lossless decoding reproduces the target it runs: on an int8 target (anchored rows) the token
-    after the first, drawn by verification calls of N + 1 rows, follows the int8 target's p (χ²),
-    with power against the draft's q. (Its float twin's p is 0.02–0.06 from it in total variation at
-    such contexts: the rows that share the first token cannot tell them apart, so it is not asserted.)
-    Exact greedy tokens against the loop are not the test: an
-    attention over N + 1 query rows and one over a single row reach a value by float sums in other
-    orders, and rounding to 8 bits can turn those ulps into a rounding step (on this tiny model,
-    logits up to 0.2 apart after about 20 steps); a bf16 model's two ways differ by as much."""
+    """Lossless decoding reproduces the target it runs: on an int8 target (anchored, every call int8,
+    the prompt pass too) the first token follows the int8 target's p (χ², 4,000 rows), with power
+    against its float twin's p (total variation 0.05 here) and the draft's q. Exact greedy tokens
+    against the loop are not the test: an attention over N + 1 query rows and one over a single row
+    reach a value by float sums in other orders, and rounding to 8 bits can turn those ulps into a
+    rounding step (on this tiny model, logits up to 0.2 apart after about 20 steps); a bf16 model's
+    two ways differ by as much."""
     from test_engine import chi2_pvalue
 
-    target, draft = int8_target(), int8_draft()
+    target, draft, twin = int8_target(), int8_draft(), tiny(transformers.LlamaConfig, 2, 0)
     prompt = torch.tensor([[9, 40, 22]])
     out = speculative_generate(
         target,
         draft,
         prompt.expand(4000, -1),
         num_draft_tokens=1,
-        max_new_tokens=2,
+        max_new_tokens=1,
         do_sample=True,
         generator=torch.Generator().manual_seed(2),
         eos_token_id=[],
     )
-    first = int(torch.mode(out.sequences[:, -2]).values)  # condition on the most common first token
-    second = out.sequences[out.sequences[:, -2] == first, -1]
-    context = torch.cat([prompt, torch.tensor([[first]])], 1)
     with torch.no_grad():
-        p, q = (m(context).logits[0, -1].softmax(-1) for m in (target, draft))
-    assert len(second) > 300
-    assert chi2_pvalue(second, p) > 1e-3
-    assert chi2_pvalue(second, q) < 1e-6
+        p, p_float, q = (m(prompt).logits[0, -1].softmax(-1) for m in (target, twin, draft))
+    first = out.sequences[:, -1]
+    assert chi2_pvalue(first, p) > 1e-3
+    assert chi2_pvalue(first, p_float) < 1e-6 and chi2_pvalue(first, q) < 1e-6
 
 
 def test_smoothing_is_exact_in_float_and_closer_in_int8():
@@ -410,15 +445,22 @@ def test_an_int8_target_is_another_target_in_the_pairs_identity_not_in_a_heads(t
         load_pair(cfg["target"], cfg["draft"], dtype="float16", target_quantize="int8")
 
 
-def test_distill_refuses_an_int8_draft():
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("pair.draft_quantize", "distill trains the draft's float weights"),
+        ("pair.target_quantize", "distill teaches the draft the float target's law"),
+    ],
+)
+def test_distill_refuses_an_int8_draft_or_target(setting, message):
     from hydra import compose, initialize_config_dir
 
     from diversed import CONFIG_DIR
     from diversed.distill import check_distill
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="distill"):
-        cfg = compose("distill", overrides=["+experiment=distill_toy", "pair.draft_quantize=int8"])
-    with pytest.raises(ConfigError, match="distill trains the draft's float weights"):
+        cfg = compose("distill", overrides=["+experiment=distill_toy", f"{setting}=int8"])
+    with pytest.raises(ConfigError, match=message):
         check_distill(cfg)
 
 
@@ -446,7 +488,7 @@ def test_the_bench_records_it_and_refuses_it_in_float16(toy_tiny_dir, tmp_path, 
         "none"
     }
     assert {r["target_quantize_scheme"] for r in records} == {scheme("int8", anchored=True)}
-    assert "the target's int8 (every row on its own range: the loop's target too)" in capsys.readouterr().out
+    assert "the target's int8 at every call, prompt passes included" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="--target-quantize int8 takes float32 or bfloat16"):
         run([*pair, "--dtype", "float16", "--target-quantize", "int8"])
 

@@ -82,7 +82,7 @@ def check_finite(state: Mapping[str, Tensor], what: str, fix: str) -> None:
 def pair_record(identity: dict[str, Any]) -> dict[str, Any]:
     """What a head records of the pair it is trained on (`pair_identity` in head_config.json): the
     identity of the pair's card (`pair.describe_pair`) without dtype, device, forward path and the
-    draft's int8 rounding, which do not change which models they are."""
+    draft's or the target's int8 rounding, which do not change which models they are."""
     return {
         k: v
         for k, v in identity.items()

@@ -128,10 +128,14 @@ def packs(how: str, device: torch.device, dtype: object, nbytes: int) -> bool:
 
 
 def kernels(model: nn.Module) -> str:
-    """What a model's float linear products run on, as results record it: "onednn-packed" or "blas"."""
+    """What a model's float linear products run on, as results record it: "onednn-packed" or "blas";
+    "none (int8)" where every linear layer is int8 for every call (an int8 target, quantize.py)."""
     packed = any(
         isinstance(m, PackedLinear) or getattr(m, "long_product", None) is not None for m in model.modules()
     )
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if linears and all(isinstance(m, Int8Linear) and not m.long_calls for m in linears):
+        return "none (int8)"
     return "onednn-packed" if packed else "blas"
 
 
@@ -153,7 +157,7 @@ def pack_linears(model: nn.Module, how: str = "auto") -> nn.Module:
     ]
     for parent, name, child in found:
         setattr(parent, name, PackedLinear(child))
-    int8 = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    int8 = [m for m in model.modules() if isinstance(m, Int8Linear) and m.long_calls]
     for m in int8:  # an int8 layer's float product for long calls (a draft's prompt pass), packed too
         m.long_product = functools.partial(packed_linear, packed=pack_weight(m.weight), bias=m.bias)
     log.info(

@@ -7,7 +7,8 @@ plain `nn.Linear` of the model, its output head included, by an `Int8Linear`: a 
 most `SHORT_ROWS` rows (decoding steps, and the few tokens a draft catches up on after a
 verification) runs torch's dynamic-quantized kernel (fbgemm/x86; qnnpack on ARM) on int8 weights,
 one scale per output channel, its input rounded to 8 bits on one scale per row (each token its
-own); a longer call (a prompt pass) runs the float weights as they are. Why:
+own); a draft's longer call (a prompt pass) runs the float weights as they are (a target's is int8
+too: below). Why:
 - Measured on 2 cores for SmolLM2's first 15 layers' projections at batch 1: fp32 16.5 ms, bf16 9.7,
   int8 3.4 (BENCHMARKS.md "An int8 draft"). torchao's CPU int8 configs measured slower than fp32 here
   (36 and 53 ms), so torch's own kernel is used (torch marks its quantized tensors deprecated; the
@@ -40,14 +41,19 @@ own); a longer call (a prompt pass) runs the float weights as they are. Why:
   measurement). A restricted head (`draft_vocab.py`) keeps q = 0 exactly outside its support: only
   its K-row product is int8.
 
-A target's rows are anchored (`quantize_member(..., anchored=True)`, what `target_quantize` makes):
-lossless decoding reproduces the law of the target it runs, and the autoregressive loop (one row a
-call) and a verification (N + 1 rows a call) must compute a row's p alike. Every call of at most
-`SHORT_ROWS` rows, one row included, maps each row onto [−1, 1] (clamped) and feeds the kernel one
-more row, (−1, 1, 0, ..., 0): the call's range is then exactly [−1, 1] whatever the other rows are,
-each row's rounding and product are its own, bit for bit (tests/test_quantize.py), and only the float
-parts (attention over another number of query rows) still differ by ulps between the two calls. A
-draft keeps one row as it is (its q needs no such exactness; its numbers stay as they were recorded).
+A target's layers are anchored (`quantize_member(..., anchored=True)`, what `target_quantize` makes):
+lossless decoding reproduces the law of the target it runs, so the autoregressive loop (one row a
+call), a verification (N + 1 rows a call, times the batch) and a prompt pass must compute a row alike.
+Every call, whatever its rows (a prompt pass too: no float product is kept or packed for it), maps each
+row onto [−1, 1] (clamped) and feeds the kernel two more rows, all −1 and all +1: the call's range is
+then exactly [−1, 1] whatever the other rows are, so each row's rounding and product are its own, bit
+for bit (tests/test_quantize.py). One scale per row, not per call, is also what keeps a prompt pass
+in int8 sound (the loud tokens above set only their own row's rounding). What still differs between
+two calls is the float part, attention over another number of query rows, by ulps, and rounding to 8
+bits can turn those into a rounding step at the next layer: lossless decoding on an int8 target
+reproduces its law to that precision, not bit for bit (as in bf16, where every value is rounded to
+8 bits; measured in BENCHMARKS.md). A draft keeps one row as it is and float prompt passes (its q
+needs no such exactness; its numbers stay as they were recorded).
 
 The engine's direct forward path applies an `Int8Linear` through `Int8Linear.direct_projection`
 (no module call: 11 µs each, a fifth of an int8 projection of a small model); the hf path calls the
@@ -72,6 +78,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -86,7 +93,8 @@ from diversed.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DRAFT_QUANTIZE = ("none", "int8")
-SHORT_ROWS = 64  # a call feeding at most this many rows (batch × slots) runs int8; a longer one float
+SHORT_ROWS = 64  # a draft's call feeding at most this many rows (batch × slots) runs int8; a longer one float
+EVERY_CALL = sys.maxsize  # an anchored (target's) layer's `short`: every call int8
 SMOOTHING = 0.5  # SmoothQuant's migration strength a (its paper's default; 0.3 measured worse)
 CALIBRATION_TOKENS = 512  # at most this many ids of CALIBRATION (and no more than the model's positions)
 
@@ -117,10 +125,10 @@ class Int8Linear(nn.Linear):
     smoothed input x / s rounded on its own range (`int8_linear`: torch's
     `quantized.linear_dynamic`, its reduced range as torch's own dynamic linear uses); longer calls:
     the float W itself. s from `x_max`, the input's per-channel maxima (`smoothing`); none given:
-    s = 1. `anchored`: each row's product independent of the call's other rows bit for bit
-    (`int8_linear`; a target's layers). `weight` and `bias` stay the float ones (frozen); the bias
-    is added after the kernel. An `nn.Linear` to whoever asks (a model's output head must be one),
-    whose call is this."""
+    s = 1. `anchored`: every call int8 (`short` ignored), each row's product independent of the
+    call's other rows bit for bit (`int8_linear`; a target's layers). `weight` and `bias` stay the
+    float ones (frozen); the bias is added after the kernel. An `nn.Linear` to whoever asks (a
+    model's output head must be one), whose call is this."""
 
     # rounds its input: float paths that differ in ulps give outputs a rounding step apart, so
     # decoding/forward.py checks its direct path against model(...) with such layers in float (`float_calls`)
@@ -131,8 +139,9 @@ class Int8Linear(nn.Linear):
     ) -> None:
         nn.Module.__init__(self)  # nn.Linear's own would allocate new weights
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight, self.bias, self.short = linear.weight, linear.bias, int(short)
-        self.anchored = bool(anchored)  # every short call's range exactly [−1, 1] (a target's rows)
+        self.anchored = bool(anchored)  # every call's range exactly [−1, 1], every call int8 (a target's)
+        self.weight, self.bias = linear.weight, linear.bias
+        self.short = EVERY_CALL if self.anchored else int(short)
         self.long_product = None  # longer calls' float product: F.linear, or what models/packed.py sets
         w = linear.weight.detach().float()
         self.inv_smooth = None  # s = 1
@@ -182,9 +191,15 @@ class Int8Linear(nn.Linear):
 
     def extra_repr(self) -> str:
         smoothed = ", smoothed" if self.inv_smooth is not None else ""
-        smoothed += ", anchored" if self.anchored else ""
         shape = f"in_features={self.in_features}, out_features={self.out_features}"
+        if self.anchored:
+            return f"{shape}, int8 for every call{smoothed}, anchored"
         return f"{shape}, int8 to {self.short} rows{smoothed}"
+
+    @property
+    def long_calls(self) -> bool:
+        """Whether some calls (over `short` rows: a prompt pass) take the float product."""
+        return self.short != EVERY_CALL
 
 
 def smoothing(x_max: Tensor, weight: Tensor, strength: float = SMOOTHING) -> Tensor:
@@ -217,12 +232,13 @@ def int8_linear(
         y_r = h_r · kernel(x'_r) + c_r · Σ_i Ŵ_oi  (+ b),   Ŵ the int8 weights dequantized (`w_sum`),
     which is Ŵ applied to x_r rounded to 127 levels over its own [min, max] (no other row's range in
     it, up to the ulps by which x'_r's ends miss ±1). `anchored`: every call so, one row too, x'_r
-    clamped to [−1, 1] and the anchor row (−1, 1, 0, ..., 0) fed with them (its output dropped), so
+    clamped to [−1, 1] and two anchor rows (all −1, all +1) fed with them (their outputs dropped), so
     the kernel's range is exactly [−1, 1] and a row's output is the same bits in any call. Longer
-    calls (a prompt pass): x Wᵀ (+ b) with the float weights, by `long` where given (the same product
-    on oneDNN's packed copy, models/packed.py), else `F.linear`."""
+    calls (a prompt pass; an anchored layer's `short` has none) and calls without rows: x Wᵀ (+ b) with
+    the float weights, by `long` where given (the same product on oneDNN's packed copy,
+    models/packed.py), else `F.linear`."""
     rows = x.numel() // x.shape[-1]
-    if rows > short:
+    if rows == 0 or rows > short:
         return F.linear(x, weight, bias) if long is None else long(x)
     dtype, x = x.dtype, x.float()  # the kernel takes float32 (a bf16 model's rows cast to it and back)
     if inv_smooth is not None:
@@ -233,11 +249,10 @@ def int8_linear(
         lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
         c, h = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(torch.finfo(x.dtype).tiny)
         z = (x - c) / h
-        if anchored:  # the rows clamped to [−1, 1] and the anchor (−1, 1, 0, ...) setting the range
+        if anchored:  # the rows clamped to [−1, 1] and two anchors (all −1, all +1) setting the range
             flat = z.reshape(rows, -1).clamp_(-1, 1)
-            anchor = flat.new_zeros(1, flat.shape[1])
-            anchor[0, 0], anchor[0, 1] = -1, 1
-            y = torch.ops.quantized.linear_dynamic(torch.cat((flat, anchor)), packed, True)[:rows]
+            anchors = torch.stack((flat.new_full(flat.shape[1:], -1.0), flat.new_ones(flat.shape[1:])))
+            y = torch.ops.quantized.linear_dynamic(torch.cat((flat, anchors)), packed, True)[:rows]
             y = y.view(*z.shape[:-1], -1)
         else:
             y = torch.ops.quantized.linear_dynamic(z, packed, True)
@@ -253,8 +268,8 @@ def quantized(model: nn.Module) -> str:
 def check_quantize(
     how: str, device: torch.device, dtype: object, setting: str = "pair.draft_quantize="
 ) -> None:
-    """Refuse a `draft_quantize` that cannot run here, before any weights load; `setting` is how the
-    messages name it with its value (a CLI's "--draft-quantize ")."""
+    """Refuse a `draft_quantize` or `target_quantize` that cannot run here, before any weights load;
+    `setting` is how the messages name it with its value (a CLI's "--draft-quantize ")."""
     if how not in DRAFT_QUANTIZE:
         raise ConfigError(f"{setting.rstrip('= ')} must be one of {DRAFT_QUANTIZE}, got {how!r}")
     if how == "none":
@@ -283,7 +298,7 @@ def scheme(how: str, anchored: bool = False) -> str:
     the smoothing said "int8")."""
     if how == "none":
         return how
-    rows = ", every row anchored on [-1, 1]" if anchored else ""
+    rows = ", every call, each row anchored on [-1, 1]" if anchored else ""
     return f"{how}, SmoothQuant a={SMOOTHING} on the fixed passage, head {how}{rows}"
 
 
@@ -325,7 +340,8 @@ def quantize_member(
 ) -> nn.Module:
     """`model` with its linear layers and its output head made `Int8Linear` (a restricted head:
     its K-row product), smoothed on `calibration_ids(model, tokenizer)`, in place; as it is for
-    "none". `anchored` (a target): every row's product independent of its call (`int8_linear`)."""
+    "none". `anchored` (a target): every call int8, every row's product independent of its call
+    (`int8_linear`)."""
     if how == "none":
         return model
     role, setting = ("target", "target_quantize") if anchored else ("draft", "draft_quantize")
@@ -350,12 +366,12 @@ def quantize_member(
     elif heads:
         model.set_output_embeddings(Int8Linear(head, x_max=x_max.get(head), anchored=anchored))
     log.info(
-        "%s: %d linear layers and %s int8 for calls of up to %d rows, float for longer ones (torch's "
+        "%s: %d linear layers and %s int8 %s (torch's "
         "dynamic int8 kernel, %s), smoothed (SmoothQuant a=%s) on %d calibration ids of %s%s",
         role,
         len(found),
         "its head" if heads else "not its head",
-        SHORT_ROWS,
+        "for every call" if anchored else f"for calls of up to {SHORT_ROWS} rows, float for longer ones",
         torch.backends.quantized.engine,
         SMOOTHING,
         ids.shape[1],

@@ -244,6 +244,11 @@ class DistillSettings(TrainingSettings):
                 f"pair.draft_quantize={self.pair.draft_quantize}: distill trains the draft's float weights "
                 "(int8 layers have none to train); drop it here, and set it where the distilled draft decodes"
             )
+        if self.pair.target_quantize != "none":
+            raise ValueError(
+                f"pair.target_quantize={self.pair.target_quantize}: distill teaches the draft the float "
+                "target's law (its samples and p); drop it here (an int8 target is another target)"
+            )
         return self
 
 
