@@ -1055,3 +1055,42 @@ def test_empty_prompts_are_named_in_the_log_before_the_pair_loads_and_still_run(
         "blank",
         "nothing",
     ]
+
+
+def test_an_int8_target_is_another_target_and_paired_runs_pairs_it_with_the_float_one(
+    tmp_path, toy_tiny_dir, capsys
+):
+    """`pair.target_quantize=int8` reaches the pair evaluate loads (its settings name the scheme, its
+    points are new ones, not the float target's resumed), and scripts/paired_runs.py pairs the two
+    runs' autoregressive decoding by example, naming the setting that differs."""
+    import importlib.util
+
+    from diversed.models.quantize import scheme
+
+    runs = {how: tmp_path / how for how in ("none", "int8")}
+    for how, out in runs.items():
+        ev.evaluate(
+            small_eval(out, toy_tiny_dir, "sweep.methods=[autoregressive]", f"pair.target_quantize={how}")
+        )
+    settings = {
+        how: json.loads(next((out / "settings").glob("*.json")).read_text()) for how, out in runs.items()
+    }
+    assert settings["int8"]["pair"]["target_quantize"] == scheme("int8", anchored=True)
+    assert "target_quantize" not in settings["none"]["pair"]  # keys as before the option
+    keys = {how: set(load_results(out).key) for how, out in runs.items()}
+    assert keys["none"].isdisjoint(keys["int8"])
+    spec = importlib.util.spec_from_file_location(
+        "paired_runs", Path(__file__).parents[1] / "scripts" / "paired_runs.py"
+    )
+    paired_runs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paired_runs)
+    capsys.readouterr()
+    assert paired_runs.run([str(runs["int8"]), str(runs["none"])]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"toy\w*, T = 1, autoregressive: A [\d.]+ \[[\d.]+, [\d.]+\], B .* "
+        r"A − B [+-][\d.]+ .* over 6 examples",
+        out,
+    ), out
+    assert "differs: pair.target_quantize: " in out
+    assert paired_runs.run([str(runs["int8"]), str(runs["none"]), "--method", "lossless"]) == 2
