@@ -10,8 +10,10 @@ taken on the examples both scored (`compare.paired`: BCa bootstrap interval, pai
 test's p), and each side's mean comes with its own interval (`compare.cell_intervals`). It prints one
 line per (task, temperature, N) cell found in both runs, and the settings that differ between them.
 
-It reads records only; nothing is decoded or rescored. A cell with several records on one side (other
-knobs) is refused with the knobs to choose by, rather than averaged.
+It reads records only; nothing is decoded or rescored. A cell holding several settings on one side
+(other knobs, another max_new_tokens...) is refused rather than averaged, as is a cell whose two sides
+share no example; cells are matched on their split too (test rows are never paired with validation
+rows). A run directory without records, or a refusal, exits with status 2 and says why on stderr.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from diversed.analysis.compare import cell_intervals, paired, per_example
+from diversed.analysis.compare import cell_intervals, paired, per_example, setting_fields
+from diversed.errors import UserError
 from diversed.sweep.results import load_runs
 
-CELL = ("task", "temperature", "num_draft_tokens")
+CELL = ("task", "split", "temperature", "num_draft_tokens")
 
 
 def _cells(df: pd.DataFrame, method: str) -> dict[tuple, pd.DataFrame]:
@@ -38,11 +41,22 @@ def _cells(df: pd.DataFrame, method: str) -> dict[tuple, pd.DataFrame]:
     }
 
 
-def _settings(records: pd.DataFrame) -> dict:
-    """The settings a cell's first record was decoded with (`settings/<digest>.json` of its run dir)."""
+def _settings(records: pd.DataFrame) -> dict | None:
+    """The settings a cell's first record was decoded with (`settings/<digest>.json` of its run dir),
+    without its seed; None where the file is not there (records from before it was kept)."""
     row = records.iloc[0]
     path = Path(row["run_dir"]) / "settings" / f"{row.get('settings')}.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return None
+    settings = json.loads(path.read_text())
+    settings.pop("seed", None)
+    return settings
+
+
+def _several(records: pd.DataFrame) -> int:
+    """How many settings (every seed of one counted once) a cell's records hold."""
+    fields = [f for f in setting_fields() if f in records]
+    return records.groupby(fields, dropna=False).ngroups if fields else 1
 
 
 def _differing(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -71,34 +85,48 @@ def run(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--temperature", type=float, default=None, help="only this temperature")
     args = parser.parse_args(argv)
-    a, b = (_cells(load_runs(run), args.method) for run in (args.run_a, args.run_b))
-    shared = [c for c in a if c in b and (args.temperature is None or math.isclose(c[1], args.temperature))]
+    try:
+        a, b = (_cells(load_runs(run), args.method) for run in (args.run_a, args.run_b))
+    except UserError as e:
+        return _refuse(str(e))
+    shared = [c for c in a if c in b and (args.temperature is None or math.isclose(c[2], args.temperature))]
     if not shared:
-        print(f"no {args.method} cell (task, T, N) in both runs: A has {sorted(a)}, B has {sorted(b)}")
-        return 2
+        return _refuse(
+            f"no {args.method} cell (task, split, T, N) in both runs: A has {sorted(a)}, B has {sorted(b)}"
+        )
     for cell in shared:
         ra, rb = a[cell], b[cell]
         for side, records in (("A", ra), ("B", rb)):
-            if records["key"].nunique() > records["seed"].nunique():
-                print(f"{cell}: run {side} holds {records['key'].nunique()} settings here; give runs of one")
-                return 2
+            if (count := _several(records)) > 1:
+                return _refuse(
+                    f"{cell}: run {side} holds {count} settings here; give runs of one setting a cell"
+                )
         ea, eb = per_example(ra), per_example(rb)
         if ea is None or eb is None:
-            print(f"{cell}: a side lacks its per-example rows; nothing to pair")
-            return 2
+            return _refuse(f"{cell}: a side lacks its per-example rows; nothing to pair")
+        if not len(ea.index.intersection(eb.index)):
+            return _refuse(f"{cell}: the two runs share no example; nothing to pair")
         ia, ib = cell_intervals(ea), cell_intervals(eb)
         d = paired(ea, eb, p_value=True)
-        task, t, n = cell
+        task, split, t, n = cell
         at = "" if n is None else f", N = {int(n)}"
         print(
-            f"{task}, T = {t:g}{at}, {args.method}: A {_mean(ia)}, B {_mean(ib)}; "
+            f"{task} ({split}), T = {t:g}{at}, {args.method}: A {_mean(ia)}, B {_mean(ib)}; "
             f"A − B {100 * d['diff']:+.2f} [{100 * d['low']:+.2f}, {100 * d['high']:+.2f}] over {d['n']} "
             f"examples (paired randomisation p = {d['p']:.3g}); A {len(ea)} examples x "
             f"{int(ea['runs'].max())} seed(s), B {len(eb)} x {int(eb['runs'].max())}"
         )
-        for line in _differing(_settings(ra), _settings(rb)):
+        sa, sb = _settings(ra), _settings(rb)
+        if sa is None or sb is None:
+            print("  (a side's settings file is missing: what differs cannot be said)")
+        for line in _differing(sa or {}, sb or {}) if sa is not None and sb is not None else []:
             print(f"  differs: {line}")
     return 0
+
+
+def _refuse(why: str) -> int:
+    print(f"paired_runs: {why}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1088,9 +1088,17 @@ def test_an_int8_target_is_another_target_and_paired_runs_pairs_it_with_the_floa
     assert paired_runs.run([str(runs["int8"]), str(runs["none"])]) == 0
     out = capsys.readouterr().out
     assert re.search(
-        r"toy\w*, T = 1, autoregressive: A [\d.]+ \[[\d.]+, [\d.]+\], B .* "
+        r"toy\w* \(test\), T = 1, autoregressive: A [\d.]+ \[[\d.]+, [\d.]+\], B .* "
         r"A − B [+-][\d.]+ .* over 6 examples",
         out,
     ), out
-    assert "differs: pair.target_quantize: " in out
+    assert "differs: pair.target_quantize: " in out and "differs: seed" not in out
     assert paired_runs.run([str(runs["int8"]), str(runs["none"]), "--method", "lossless"]) == 2
+    assert paired_runs.run([str(runs["int8"]), str(tmp_path / "nowhere")]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+    # another setting in the same cell (a shorter budget): refused, not averaged with the first
+    ev.evaluate(
+        small_eval(runs["none"], toy_tiny_dir, "sweep.methods=[autoregressive]", "task.max_new_tokens=4")
+    )
+    assert paired_runs.run([str(runs["int8"]), str(runs["none"])]) == 2
+    assert "run B holds 2 settings here" in capsys.readouterr().err

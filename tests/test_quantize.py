@@ -217,7 +217,7 @@ def test_an_anchored_rows_product_is_the_same_bits_in_any_call():
 
 
 def test_an_anchored_call_feeds_the_kernel_exactly_minus_one_to_one_and_every_call_is_int8(monkeypatch):
-    """Whatever the rows (one, a verification's, a prompt pass's 100 > SHORT_ROWS, a constant one),
+    """Whatever the rows (one, a verification's, a prompt pass's 100 > SHORT_ROWS),
     the kernel's input spans exactly [−1, 1] (the two anchors: the range no other row can move), every
     call is int8 (a prompt pass too: no float product is packed for it), a call without rows gives
     none, and a layer of one input channel runs."""
@@ -234,7 +234,6 @@ def test_an_anchored_call_feeds_the_kernel_exactly_minus_one_to_one_and_every_ca
 
     monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", spy)
     x = torch.randn(SHORT_ROWS + 36, 64)
-    x[3] = 2.5  # constant before the smoothing
     alone = torch.cat([layer(r[None]) for r in x[:8]])
     together = layer(x)
     assert torch.equal(together[:8], alone)

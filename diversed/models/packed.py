@@ -13,16 +13,17 @@ The packed layout is the one torch's own compiler freezes weights into
 (`torch.ops.mkldnn._reorder_linear_weight`, applied by `torch.ops.mkldnn._linear_pointwise`).
 
 `pack_linears(model)` makes every plain `nn.Linear` of a large CPU model in float32 (or bf16 where
-the CPU has bf16 instructions, `cpu_has_bf16`), its output head included, a `PackedLinear`,
-and gives an int8 layer (models/quantize.py) the same packed copy for its float product on long
-calls: the same y = x Wᵀ + b for every call (prompt passes too), equal to `F.linear` up to the
-summation order, a few ulps. "auto" packs models larger than the direct forward path's copy limit
-(64 MiB: smaller ones take its [in, out] copies, measured faster for tiny products) on a CPU where
-torch has oneDNN (`torch.backends.mkldnn`); "blas" keeps `F.linear`.
+the CPU has bf16 instructions, `cpu_has_bf16`), its output head included, a `PackedLinear`, and
+gives a draft's int8 layer (models/quantize.py) the same packed copy for its float product on long
+calls (an int8 target has none: every call of it is int8): the same y = x Wᵀ + b for every call
+(prompt passes too), equal to `F.linear` up to the summation order, a few ulps. "auto" packs models
+larger than the direct forward path's copy limit (64 MiB: smaller ones take its [in, out] copies,
+measured faster for tiny products) on a CPU where torch has oneDNN (`torch.backends.mkldnn`);
+"blas" keeps `F.linear`.
 
 The packed copy is kept beside the model's own weight (which stays its parameter: tied embeddings,
 checkpoints and the checks that read it see it unchanged), so a packed model holds its linear
-weights twice in memory. It does not quantize (models/quantize.py does, for a draft), does not
+weights twice in memory. It does not quantize (models/quantize.py does, for a draft or a target), does not
 apply on a GPU or to bf16 on a CPU without bf16 instructions (emulated there: slower than float32).
 A layer that trains (distill trains the pair's draft) is not left stale: under grad mode a weight
 that requires grad goes through torch's own `F.linear`, and the packed copy is made again whenever

@@ -67,11 +67,13 @@ depend on the other rows of its batch, padding included). Verification stays exa
 lossless decoding still reproduces the target's law. An int8 target (`pair.target_quantize`, in the
 pair's identity as `scheme("int8", anchored=True)`) is another target: p itself changes, for the
 autoregressive baseline and every method alike (the bench and a sweep run one target for all), and a
-result on it is not a result on the float target. It does not train a
-quantized draft (distill refuses the option: it trains the float draft, which is quantized when
-loaded for decoding), or run on a GPU (there, bf16 is the cheap dtype). A bf16 model (`dtype: native` on
-a CPU with bf16 instructions) keeps its bf16 float weights for long calls; its int8 products take
-their rows cast to float32 and give them back in bf16.
+result on it is not a result on the float target. It does not train a quantized draft (distill
+refuses the option: it trains the float draft, which is quantized when loaded for decoding), distil
+from an int8 target (refused too: distill teaches the float target's law), or run on a GPU (there,
+bf16 is the cheap dtype). A bf16 draft (`dtype: native` on a CPU with bf16 instructions) keeps its
+bf16 float weights for long calls; int8 products take their rows cast to float32 and give them back in
+bf16. An int8 layer keeps its float weight as the module's parameter (the direct path's check reads
+it through `float_calls`), so an int8 target holds its float32 weights beside its int8 ones.
 """
 
 from __future__ import annotations
