@@ -399,15 +399,16 @@ def test_load_pair_refuses_before_reading_anything(tmp_path):
         load_pair(str(tmp_path / "t"), str(tmp_path / "d"), dtype="float16", draft_quantize="int8")
 
 
+def toy_pair_config(pair_dir, **setting) -> dict:
+    """A `load_pair` config of the tiny toy pair with `setting` (draft_quantize=..., target_quantize=...)."""
+    target, draft = str(pair_dir / "target"), str(pair_dir / "draft")
+    return {"_target_": "diversed.models.pair.load_pair", "target": target, "draft": draft, **setting}
+
+
 def test_the_pair_records_it_and_a_heads_pair_does_not(toy_tiny_dir):
     from diversed.models.pair import describe_pair
 
-    cfg = {
-        "_target_": "diversed.models.pair.load_pair",
-        "target": str(toy_tiny_dir / "target"),
-        "draft": str(toy_tiny_dir / "draft"),
-        "draft_quantize": "int8",
-    }
+    cfg = toy_pair_config(toy_tiny_dir, draft_quantize="int8")
     card = describe_pair(cfg)
     assert card.identity["draft_quantize"] == scheme("int8") != "int8"  # before the smoothing: "int8"
     assert "SmoothQuant" in scheme("int8") and scheme("none") == "none"
@@ -423,12 +424,7 @@ def test_the_pair_records_it_and_a_heads_pair_does_not(toy_tiny_dir):
 def test_an_int8_target_is_another_target_in_the_pairs_identity_not_in_a_heads(toy_tiny_dir):
     from diversed.models.pair import describe_pair
 
-    cfg = {
-        "_target_": "diversed.models.pair.load_pair",
-        "target": str(toy_tiny_dir / "target"),
-        "draft": str(toy_tiny_dir / "draft"),
-        "target_quantize": "int8",
-    }
+    cfg = toy_pair_config(toy_tiny_dir, target_quantize="int8")
     card = describe_pair(cfg)
     assert card.identity["target_quantize"] == scheme("int8", anchored=True) != scheme("int8")
     assert card.identity["draft_quantize"] == "none"
