@@ -51,9 +51,9 @@ for bit (tests/test_quantize.py). One scale per row, not per call, is also what 
 in int8 sound (the loud tokens above set only their own row's rounding). What still differs between
 two calls is the float part, attention over another number of query rows, by ulps, and rounding to 8
 bits can turn those into a rounding step at the next layer: lossless decoding on an int8 target
-reproduces its law to that precision, not bit for bit (as in bf16, where every value is rounded to
-8 bits; measured in BENCHMARKS.md). A draft keeps one row as it is and float prompt passes (its q
-needs no such exactness; its numbers stay as they were recorded).
+reproduces its law to that precision, not bit for bit (as a bf16 model's does, where every value
+keeps 8 significant bits: forward.py's tolerance comment). A draft keeps one row as it is and float
+prompt passes (its q needs no such exactness; its numbers stay as they were recorded).
 
 The engine's direct forward path applies an `Int8Linear` through `Int8Linear.direct_projection`
 (no module call: 11 µs each, a fifth of an int8 projection of a small model); the hf path calls the
