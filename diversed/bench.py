@@ -338,12 +338,12 @@ def check_config(config: BenchConfig) -> Resources:
         raise ConfigError(
             f"--dtype must be native or a torch dtype name such as float32 or bfloat16, got {config.dtype!r}"
         )
-    if config.draft_quantize not in (None, "none"):
-        device = torch.device(config.device)
-        check_quantize(config.draft_quantize, device, bench_dtype(config), "--draft-quantize ")
-    if config.target_quantize not in (None, "none"):
-        device = torch.device(config.device)
-        check_quantize(config.target_quantize, device, bench_dtype(config), "--target-quantize ")
+    for flag, how in (
+        ("--draft-quantize ", config.draft_quantize),
+        ("--target-quantize ", config.target_quantize),
+    ):
+        if how not in (None, "none"):
+            check_quantize(how, torch.device(config.device), bench_dtype(config), flag)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
     if bool(config.target) != bool(config.draft):
@@ -471,12 +471,9 @@ def load_bench_pair(config: BenchConfig) -> Pair:
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
         cfg.dtype, cfg.device = dtype, config.device
-        if config.draft_quantize is not None:
-            cfg.draft_quantize = config.draft_quantize
-        if config.target_quantize is not None:
-            cfg.target_quantize = config.target_quantize
-        if config.cpu_kernels is not None:
-            cfg.cpu_kernels = config.cpu_kernels
+        for option in ("draft_quantize", "target_quantize", "cpu_kernels"):  # given: over the config's own
+            if getattr(config, option) is not None:
+                cfg[option] = getattr(config, option)
         for role in ("target", "draft"):  # fetched and built? (else the command to run, before any loading)
             check_member(cfg[role], role)
         return hydra.utils.instantiate(cfg)

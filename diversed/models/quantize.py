@@ -144,6 +144,10 @@ class Int8Linear(nn.Linear):
         self.anchored = bool(anchored)  # every call's range exactly [−1, 1], every call int8 (a target's)
         self.weight, self.bias = linear.weight, linear.bias
         self.short = EVERY_CALL if self.anchored else int(short)
+        self.anchors = None  # an anchored layer's two anchor rows (all −1, all +1), made once
+        if self.anchored:
+            ends = torch.tensor([[-1.0], [1.0]], device=linear.weight.device)
+            self.anchors = ends.expand(2, self.in_features).contiguous()
         self.long_product = None  # longer calls' float product: F.linear, or what models/packed.py sets
         w = linear.weight.detach().float()
         self.inv_smooth = None  # s = 1
@@ -174,7 +178,7 @@ class Int8Linear(nn.Linear):
             self.w_sum,
             self.inv_smooth,
             self.long_product,
-            self.anchored,
+            self.anchors,
         )
 
     def direct_projection(self) -> Callable[[Tensor], Tensor]:
@@ -224,7 +228,7 @@ def int8_linear(
     w_sum: Tensor,
     inv_smooth: Tensor | None = None,
     long: Callable[[Tensor], Tensor] | None = None,
-    anchored: bool = False,
+    anchors: Tensor | None = None,
 ) -> Tensor:
     """`Int8Linear`'s call. Where x holds at most `short` rows, x / s (`inv_smooth`, the smoothing;
     None: s = 1) through torch's int8 kernel on the packed (smoothed) weights: one row (a decoding
@@ -233,8 +237,9 @@ def int8_linear(
     x_r = c_r + h_r·x'_r mapped onto [−1, 1] first (c_r, h_r its range's middle and half-width), so
         y_r = h_r · kernel(x'_r) + c_r · Σ_i Ŵ_oi  (+ b),   Ŵ the int8 weights dequantized (`w_sum`),
     which is Ŵ applied to x_r rounded to 127 levels over its own [min, max] (no other row's range in
-    it, up to the ulps by which x'_r's ends miss ±1). `anchored`: every call so, one row too, x'_r
-    clamped to [−1, 1] and two anchor rows (all −1, all +1) fed with them (their outputs dropped), so
+    it, up to the ulps by which x'_r's ends miss ±1). `anchors` given (an anchored layer's two rows, all
+    −1 and all +1, float32 [2, in]): every call so, one row too, x'_r clamped to [−1, 1] and the
+    anchors fed with them (their outputs dropped), so
     the kernel's range is exactly [−1, 1] and a row's output is the same bits in any call. Longer
     calls (a prompt pass; an anchored layer's `short` has none) and calls without rows: x Wᵀ (+ b) with
     the float weights, by `long` where given (the same product on oneDNN's packed copy,
@@ -245,15 +250,14 @@ def int8_linear(
     dtype, x = x.dtype, x.float()  # the kernel takes float32 (a bf16 model's rows cast to it and back)
     if inv_smooth is not None:
         x = x * inv_smooth
-    if rows == 1 and not anchored:
+    if rows == 1 and anchors is None:
         y = torch.ops.quantized.linear_dynamic(x, packed, True)
     else:
         lo, hi = torch.aminmax(x, dim=-1, keepdim=True)
         c, h = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(torch.finfo(x.dtype).tiny)
         z = (x - c) / h
-        if anchored:  # the rows clamped to [−1, 1] and two anchors (all −1, all +1) setting the range
+        if anchors is not None:  # the rows clamped to [−1, 1], the anchors setting the range
             flat = z.reshape(rows, -1).clamp_(-1, 1)
-            anchors = torch.stack((flat.new_full(flat.shape[1:], -1.0), flat.new_ones(flat.shape[1:])))
             y = torch.ops.quantized.linear_dynamic(torch.cat((flat, anchors)), packed, True)[:rows]
             y = y.view(*z.shape[:-1], -1)
         else:
