@@ -56,7 +56,9 @@ the models' directories, the task, and its grid point with the digests of the po
 method, knobs, head, numerics and temperature and judges the speed floors at the quality measured there.
 
 The pair is the toy pair, a saved one (`--target/--draft`), a pair config by name (`--pair smollm2`:
-real weights, see `weights.py` and `drafts.py`), or `--pair random-llama-8b-1b`:
+real weights, see `weights.py` and `drafts.py`; with `--draft` alone, that config with another draft,
+e.g. `--pair qwen25coder --draft draft:qwen25coder_0p5b_v32k`, its head restricted and recorded as
+`draft_vocab`), or `--pair random-llama-8b-1b`:
 random weights with the shapes of Llama-3.1-8B / 3.2-1B, for timing real sizes on a GPU without
 downloads. Prompts are the toy test prompts ("Q: 37+48=") unless `--task gsm8k` (cnndm, xsum,
 mbpp) takes the first `--num-prompts` of that task in its own prompt format (`--data-files`
@@ -97,6 +99,7 @@ from torch import Tensor, nn
 from diversed import CONFIG_DIR
 from diversed.config.runtime import keep_freed_memory, quiet
 from diversed.decoding.autoregressive import autoregressive_generate
+from diversed.decoding.draft_vocab import support, vocab_size
 from diversed.decoding.forward import forward_path
 from diversed.decoding.inputs import check_decoding, token_ids
 from diversed.decoding.llama_cpp import LLAMA_CPP_MISSING, LlamaCpp
@@ -346,13 +349,20 @@ def check_config(config: BenchConfig) -> Resources:
             check_quantize(how, torch.device(config.device), bench_dtype(config), flag)
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"--device {config.device} asked for, but torch sees no GPU here; use --device cpu")
-    if bool(config.target) != bool(config.draft):
-        raise ConfigError("give both --target and --draft, or neither (then --pair is used)")
+    if config.target and not config.draft:
+        raise ConfigError("--target needs --draft (or give neither: then --pair is used)")
     pairs = ("toy", "toy-tiny", *RANDOM_PAIRS, *configured_pairs())
     if not config.target and config.pair not in pairs:
         raise ConfigError(
             f"--pair must be one of {list(pairs)} (or give --target and --draft), got {config.pair!r}"
         )
+    if config.draft and not config.target:  # --pair's config with another draft: a configured pair only
+        if config.pair not in configured_pairs():
+            raise ConfigError(
+                f"--draft without --target replaces the draft of a configured pair "
+                f"{list(configured_pairs())}, not of --pair {config.pair}; give --target too"
+            )
+        check_member(config.draft, "draft")  # fetched or built? (else the command to run)
     return resources
 
 
@@ -471,6 +481,8 @@ def load_bench_pair(config: BenchConfig) -> Pair:
 
         cfg = OmegaConf.load(Path(CONFIG_DIR) / "pair" / f"{config.pair}.yaml")
         cfg.dtype, cfg.device = dtype, config.device
+        if config.draft:  # the configured pair with another draft (e.g. draft:<name>, its head restricted)
+            cfg.draft = config.draft
         for option in ("draft_quantize", "target_quantize", "cpu_kernels"):  # given: over the config's own
             if getattr(config, option) is not None:
                 cfg[option] = getattr(config, option)
@@ -919,6 +931,9 @@ def described(
     on = {"target": kernels(target), "draft": kernels(draft)}  # its CPU kernels, likewise
     chosen = numerics(config.dtype, config.device).get("numerics")  # "native": what it chose here
     said = "" if how == "none" else f", the draft's linear layers and head {how} at decoding steps"
+    restricted = support(draft)  # a draft proposing from K ids only (decoding/draft_vocab.py)
+    if restricted is not None:
+        said += f", the draft's head restricted to {restricted.numel()} of {vocab_size(draft)} ids"
     if how_target != "none":
         said += (
             f", the target's {how_target} at every call, prompt passes included (each row on its own "
@@ -954,6 +969,8 @@ def described(
         "seed": config.seed,
         "mean_prompt_tokens": mean_len,
         "dtype": str(weight.dtype).removeprefix("torch."),
+        # the ids the draft can propose: K of a restricted head (decoding/draft_vocab.py), else None (all)
+        "draft_vocab": None if restricted is None else int(restricted.numel()),
         "draft_quantize": how,
         "quantize_scheme": scheme(how),  # what int8 computes (its smoothing)
         "target_quantize": how_target,  # the target every setting of the run decodes, the loop's included
@@ -1075,7 +1092,12 @@ def _pair_options(group: Any, d: BenchConfig) -> None:
         "and the paper's pairs: as configs/pair/<name>.yaml",
     )
     add("--target", default=None, help="another pair: the target's directory (with --draft)")
-    add("--draft", default=None, help="another pair: the draft's directory (with --target)")
+    add(
+        "--draft",
+        default=None,
+        help="another pair: the draft's directory (with --target); alone, --pair's config with this draft "
+        "(a directory, a .gguf file or draft:<name> built by python -m diversed.drafts)",
+    )
     add("--head", default=None, help="saved WeightHead directory (default: untrained, w = 0.5)")
     add("--device", default=d.device, help="where to load the pair: cpu, cuda, cuda:1...")
     add(

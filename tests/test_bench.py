@@ -1021,3 +1021,49 @@ def test_a_plugin_path_knob_reaches_its_verifier_through_its_loader(pair, tmp_pa
         assert (mine["new_tokens"], mine["alpha"]) == (static["new_tokens"], static["alpha"])
     finally:
         unregister("bench_file")
+
+
+def test_a_configured_pair_runs_with_another_draft_and_records_its_restricted_head(
+    toy_tiny_dir, tmp_path, monkeypatch, capsys
+):
+    """`--pair NAME --draft D`: the pair config NAME with D as its draft (how a draft built by
+    `diversed.drafts`, its head restricted, is timed against its pair), recorded as that draft's
+    directory and its `draft_vocab`; a pair that is not a config refuses it before any loading."""
+    import diversed.bench as bench_module
+    from diversed.decoding import draft_vocab
+
+    configs = tmp_path / "configs"
+    (configs / "pair").mkdir(parents=True)
+    (configs / "pair" / "tinycfg.yaml").write_text(
+        "_target_: diversed.models.pair.load_pair\n"
+        f"target: {toy_tiny_dir / 'target'}\ndraft: {toy_tiny_dir / 'draft'}\n"
+        "name: tinycfg\ndtype: float32\ndevice: cpu\n"
+    )
+    monkeypatch.setattr(bench_module, "CONFIG_DIR", str(configs))
+    from transformers import AutoModelForCausalLM
+
+    draft = AutoModelForCausalLM.from_pretrained(toy_tiny_dir / "draft")
+    keep = torch.arange(0, draft_vocab.vocab_size(draft), 2)  # every other id
+    draft_vocab.restrict(draft, keep)
+    restricted = tmp_path / "restricted"
+    draft_vocab.save_pretrained(draft, restricted)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json"):
+        if (toy_tiny_dir / "draft" / name).is_file():
+            (restricted / name).write_bytes((toy_tiny_dir / "draft" / name).read_bytes())
+    out = tmp_path / "bench.json"
+    flags = ["-N", "2", "--batch-sizes", "1", "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "1"]
+    flags += ["--warmup", "0", "--only", "target (loop)", "diversed lossless", "--output", str(out)]
+    run(["--pair", "tinycfg", "--draft", str(restricted), *flags])
+    header = capsys.readouterr().out
+    assert f"the draft's head restricted to {keep.numel()} of {draft_vocab.vocab_size(draft)} ids" in header
+    records = json.loads(out.read_text())
+    assert {r["draft_vocab"] for r in records} == {keep.numel()} and {r["pair"] for r in records} == {
+        "tinycfg"
+    }
+    assert {r["models"]["draft"] for r in records} == {str(restricted)}
+    lossless = next(r for r in records if "lossless" in r["label"])
+    assert 0 <= lossless["alpha"] <= 1
+    with pytest.raises(ConfigError, match="replaces the draft of a configured pair"):
+        run(["--pair", "toy-tiny", "--draft", str(restricted), *flags])
+    with pytest.raises(ConfigError, match="--target needs --draft"):
+        run(["--target", str(restricted), *flags])

@@ -127,6 +127,11 @@ def test_rank_tokens_keeps_the_most_frequent_ids_and_every_id_once():
         index = rank_tokens(corpus, k, 10, always=[0, 9])
         assert index.tolist() == list(range(10))
         DraftVocabHead(torch.zeros(10, 4), index, 10)
+    # `first` (a model's own completions): its ids ahead of the corpus's, by their frequency there
+    assert rank_tokens(corpus, 3, 10, always=[0], first=[[8, 3, 3]]).tolist() == [0, 3, 8]
+    assert rank_tokens(corpus, 2, 10, always=[0], first=[[8, 3, 3]]).tolist() == [0, 3]  # 3 twice, 8 once
+    assert rank_tokens(corpus, 5, 10, always=[0], first=[[8, 3, 3, -1]]).tolist() == [0, 3, 6, 7, 8]
+    assert rank_tokens(corpus, 2, 10, always=[4, 1, 2]).tolist() == [1, 4]  # never more than k
 
 
 # ----------------------------------------------------------------------------- files

@@ -231,3 +231,72 @@ def test_a_draft_recipe_without_stages_reports_its_undistilled_acceptance(cache,
     assert diff["low"] <= diff["alpha"] <= diff["high"]
     with pytest.raises(ConfigError, match="two different"):
         drafts.measure("cut", None, ["int8", "int8"], None, 0)
+
+
+def test_a_draft_recipe_with_a_base_keeps_that_model_whole_and_restricts_its_head(
+    cache, tmp_path, monkeypatch
+):
+    """A real sibling draft made cheaper (qwen25coder_0p5b_v32k's shape): the base's every layer and
+    weight as they are, its head's rows for the K ids most frequent in the vocabulary tasks' train
+    texts, MBPP's read without the code-execution opt-in (no completion runs)."""
+    from safetensors.torch import load_file
+
+    from diversed import drafts
+    from diversed.tasks.execution import ALLOW_ENV
+
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    target = write_tiny_llama_gguf(tmp_path / "target.gguf", layers=3, seed=4)
+    base = write_tiny_llama_gguf(tmp_path / "base.gguf", layers=2, seed=5)  # same tokenizer, other weights
+    data = tmp_path / "data"
+    rows = [
+        {
+            "task_id": i,
+            "text": f"Write a function that adds {i} to x.",
+            "code": f"def f(x):\n    return x + {i}",
+            "test_list": [f"assert f(1) == {1 + i}"],
+            "test_setup_code": "",
+            "challenge_test_list": [],
+        }
+        for i in range(6)
+    ]
+    (data / "mbpp").mkdir(parents=True)
+    (data / "mbpp" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = drafts.DraftRecipe(
+        "sibling",
+        str(target),
+        base=str(base),
+        layers=None,
+        vocab=120,
+        stages=(),
+        vocab_tasks=("mbpp",),
+        vocab_completions=3,
+        vocab_max_new=5,
+        eval_tasks=("mbpp",),
+        n_eval=4,
+        max_new_tokens=6,
+    )
+    monkeypatch.setitem(drafts.RECIPES, "sibling", recipe)
+    written = []  # the base model's own completions, ranked ahead of the texts
+    real = drafts.completion_ids
+    monkeypatch.setattr(drafts, "completion_ids", lambda *a, **k: written.extend(real(*a, **k)) or written)
+    out = drafts.build("sibling", data=data, measure=False)
+    built = load_file(out / "model.safetensors")
+    whole = load_file(converted_dir(sha256_file(base)) / "model.safetensors")
+    assert set(built) == set(whole) and all(
+        torch.equal(built[k], whole[k]) for k in whole
+    )  # not cut, not changed
+    head = load_file(out / "draft_vocab.safetensors")
+    index = head["index"]
+    assert index.numel() == 120
+    assert torch.equal(head["weight"], whole["model.embed_tokens.weight"][index])  # its tied head's rows
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(written) == 3 and all(len(row) <= 5 for row in written) and any(written)  # ≤ 5 new ids each
+    text_ids = {i for r in rows for i in tok(r["text"] + " " + r["code"], add_special_tokens=False).input_ids}
+    own = {i for row in written for i in row}
+    assert len(text_ids | own) < 120 and text_ids | own <= set(index.tolist())  # fewer than K: all in
+    pair = load_pair(str(target), str(out), dtype="float32", device="cpu", name="tiny-sibling")
+    assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
+    assert pair.draft.config.num_hidden_layers == 2
+    _greedy_matches_generate(pair, TEXTS)  # lossless greedy is the target's, whatever the draft proposes

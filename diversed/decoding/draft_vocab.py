@@ -12,7 +12,8 @@ puts p's mass outside back), it only accepts less where p has mass there.
 Files: the model is saved as usual (its tied or full LM head untouched); the restricted head is
 `draft_vocab.safetensors` beside it (`weight` [K, H], `index` [K]), which `attach` puts back on
 load (`pair.load_pair` does, for both models). `rank_tokens` picks the K most frequent ids of
-a corpus (special tokens always in); `support_logits` gives the K logits alone (for training).
+a corpus (special tokens always in, and optionally the ids of some texts, e.g. a model's own
+completions, ahead of the rest); `support_logits` gives the K logits alone (for training).
 
 It does not choose K or train the head (`drafts.py` and `distill.py` do).
 """
@@ -170,14 +171,28 @@ def attach(model: nn.Module, directory: str | Path) -> nn.Module:
 
 
 def rank_tokens(
-    token_lists: Iterable[Iterable[int]], k: int, vocab: int, always: Iterable[int] = ()
+    token_lists: Iterable[Iterable[int]],
+    k: int,
+    vocab: int,
+    always: Iterable[int] = (),
+    first: Iterable[Iterable[int]] = (),
 ) -> Tensor:
-    """The `k` most frequent ids of `token_lists` (ties by id), `always` included first; sorted."""
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for ids in token_lists:
-        ids = torch.as_tensor(list(ids), dtype=torch.long)
-        counts += torch.bincount(ids[ids < vocab], minlength=vocab)
-    keep = [i for i in dict.fromkeys(int(i) for i in always) if 0 <= i < vocab]
-    counts[keep] = -1  # taken already
-    rest = torch.argsort(-counts, stable=True)[: max(0, min(k, vocab) - len(keep))]  # k ≥ V: every id once
+    """The `k` ids a draft keeps, sorted: `always` (in the order given), then every id of `first` by
+    its frequency there (e.g. what a model writes itself: a corpus of raw texts misses an instruct
+    model's markdown fences), then the most frequent ids of `token_lists`; ties by id."""
+
+    def counts_of(lists: Iterable[Iterable[int]]) -> Tensor:
+        counts = torch.zeros(vocab, dtype=torch.long)
+        for ids in lists:
+            ids = torch.as_tensor(list(ids), dtype=torch.long)
+            counts += torch.bincount(ids[(ids >= 0) & (ids < vocab)], minlength=vocab)
+        return counts
+
+    counts = counts_of(token_lists)
+    ahead = counts_of(first)
+    # an id of `first` ranks above every id of `token_lists` alone: score = ahead · (Σ counts + 1) + counts
+    score = ahead * (int(counts.sum()) + 1) + counts
+    keep = [i for i in dict.fromkeys(int(i) for i in always) if 0 <= i < vocab][: max(k, 0)]
+    score[keep] = -1  # taken already
+    rest = torch.argsort(-score, stable=True)[: max(0, min(k, vocab) - len(keep))]  # k ≥ V: every id once
     return torch.tensor(sorted(keep + rest.tolist()), dtype=torch.long)
