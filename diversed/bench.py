@@ -129,7 +129,7 @@ from diversed.sweep.methods import HEAD, METHODS, WEIGHT, Files, knobs, method
 from diversed.sweep.plugins import load_plugins, parse_args
 from diversed.sweep.point import decode_task, load_heads, sampling_kwargs
 from diversed.sweep.resources import Resources, check_resources, load_resources
-from diversed.tasks import TASKS, load_task
+from diversed.tasks import TASKS, load_task, read_task
 
 # ----------------------------------------------------------------------------- settings
 
@@ -253,9 +253,10 @@ class Run:
 
 @dataclass
 class BenchConfig:
-    pair: str = "toy"  # "toy", "toy-tiny" or a RANDOM_PAIRS name; ignored when target and draft are given
+    # "toy", "toy-tiny", a RANDOM_PAIRS name or a pair config's; ignored when target and draft are given
+    pair: str = "toy"
     target: str | None = None  # local directories (or cached Hub ids) of another pair
-    draft: str | None = None
+    draft: str | None = None  # alone: `pair`'s config with this draft (a directory, a .gguf, draft:<name>)
     num_draft_tokens: int = 5
     batch_sizes: tuple[int, ...] = (1, 8)
     temperature: float = 1.0  # of the sampled settings (the others are greedy)
@@ -517,15 +518,12 @@ def load_prompt_task(config: BenchConfig):
         files = dict(f.split("=", 1) for f in files)
     elif files and any("=" in f for f in files):
         raise ConfigError("--data-files takes paths, or split=path pairs, not a mix of both")
-    # MBPP asks for a code-execution opt-in when built; the bench only encodes its prompts.
-    extra = {"allow_code_execution": True} if config.task == "mbpp" else {}
-    return load_task(
+    return read_task(  # the bench only encodes its prompts (no code-execution opt-in asked)
         config.task,
         data_files=files,
         n_examples=config.num_prompts,
         seed=config.seed,
         num_few_shot=config.num_few_shot,
-        **extra,
     )
 
 
@@ -959,7 +957,10 @@ def described(
         # the pair and the prompts, as a sweep's settings name them (`scripts/bench_goals.py --quality`
         # matches a record with a sweep's points by them): the pair config (None for --target/--draft or
         # models passed in), each model's directory, the task (None: the toy prompts or prompts passed in)
-        "pair": config.pair if loaded and config.target is None else None,
+        # (with --draft alone: "<pair>, draft <draft>", another pair than the config's)
+        "pair": None
+        if not loaded or config.target
+        else ", draft ".join(filter(None, (config.pair, config.draft))),
         "models": {"target": model_path(target), "draft": model_path(draft)},
         "task": config.task if source != "given" else None,
         "num_few_shot": config.num_few_shot if source != "given" else None,

@@ -87,11 +87,27 @@ class DraftRecipe:
     # the model the draft is made from, a pair member as `target` (None: the target itself); a real
     # draft sharing the target's tokenizer, kept whole (`layers=None`) with its head restricted
     base: str | None = None
-    # with `vocab`: the first `vocab_completions` TRAIN prompts of each vocabulary task completed greedily
-    # by the model the draft is made from (at most `vocab_max_new` tokens, in the tasks' prompt format),
-    # their ids kept ahead of the train texts' (`completion_ids`)
+    # with `vocab`: `vocab_completions` TRAIN prompts of each vocabulary task (a seed-0 draw) completed
+    # greedily by the model the draft is made from (at most `vocab_max_new` tokens, in the tasks' prompt
+    # format), their ids kept ahead of the train texts' (`completion_ids`). The draft's own, not the
+    # target's: a third of the target's cost here, and what the draft proposes is what it writes.
     vocab_completions: int = 0
     vocab_max_new: int = 128
+
+    def __post_init__(self) -> None:
+        if self.layers is not None and self.layers < 1:
+            raise ValueError(f"draft {self.name}: layers must be at least 1 or None (all), got {self.layers}")
+        if self.vocab is not None and self.vocab < 1:
+            raise ValueError(
+                f"draft {self.name}: vocab must be at least 1 or None (all ids), got {self.vocab}"
+            )
+        if self.vocab_completions < 0 or self.vocab_max_new < 1:
+            raise ValueError(
+                f"draft {self.name}: vocab_completions must be at least 0 and vocab_max_new at least 1, "
+                f"got {self.vocab_completions} and {self.vocab_max_new}"
+            )
+        if self.vocab_completions and self.vocab is None:
+            raise ValueError(f"draft {self.name}: vocab_completions ranks a restricted head's ids; set vocab")
 
 
 # Sized for at most half an hour on 2 CPU cores (measured: 25.8 min, docs/real-models.md). Per stage, one
@@ -200,15 +216,11 @@ def check_built(name: str, role: str = "draft") -> None:
 def train_texts(tasks: list[str], data: str | Path | None) -> list[str]:
     """Each TRAIN example of each task, its prompt and its text fields (references, worked answers):
     what the draft vocabulary is ranked on."""
-    from diversed.tasks import load_task, option_names  # the verb starts torch-free
+    from diversed.tasks import read_task  # the verb starts torch-free
 
     texts = []
     for task in dict.fromkeys(tasks):
-        # texts are read, no completion is run: a task's code-execution opt-in (MBPP's) is not asked
-        opt_in = (
-            {"allow_code_execution": True} if "allow_code_execution" in (option_names(task) or ()) else {}
-        )
-        t = load_task(task, split="train", data_files=local_files(task, data), **opt_in)
+        t = read_task(task, split="train", data_files=local_files(task, data))
         texts += [" ".join([t.prompt(e), *(v for v in e.values() if isinstance(v, str))]) for e in t.examples]
     return texts
 
@@ -217,31 +229,30 @@ def completion_ids(
     model_dir: str, tasks: list[str], data: str | Path | None, n: int, max_new: int, batch_size: int = 8
 ) -> list[list[int]]:
     """The new ids of greedy completions by the model in `model_dir` (float32, CPU, the engine's loop)
-    for the first `n` TRAIN prompts of each task (in the seed-0 order), encoded as the tasks encode
-    them (the chat template where the tokenizer has one), each cut at its first EOS or `max_new` tokens:
-    the ids a model writes (an instruct model's markdown fences, its phrasing), which raw train texts
-    miss. Logged: the tokens and distinct ids found, and the seconds."""
+    for `n` TRAIN prompts of each task (the split's seed-0 draw, as `load_task` takes it), encoded as
+    the tasks encode them (the chat template where the tokenizer has one), each cut at its first EOS
+    (the generation config's, an instruct model's end of turn among them) or `max_new` tokens: the
+    ids a model writes (an instruct model's markdown fences, its phrasing), which raw train texts miss.
+    Rows run past the tasks' stop sequences, as the bench decodes (a sweep's rows stop there: a
+    subset). One model, not a pair: `sweep.point.decode_task` decodes pairs. Logged: the tokens and
+    distinct ids found, and the seconds."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from diversed.decoding.autoregressive import autoregressive_generate  # the verb starts torch-free
-    from diversed.decoding.inputs import left_pad
+    from diversed.decoding.inputs import left_pad, special_tokens
     from diversed.models.pair import load_tokenizer
     from diversed.sweep.point import sampling_kwargs
-    from diversed.tasks import load_task, option_names
+    from diversed.tasks import read_task
 
     t0 = time.perf_counter()
     tok = load_tokenizer(model_dir, "draft")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    eos = model.generation_config.eos_token_id  # an instruct model's end of turn, and its EOS
-    stops = {*(eos if isinstance(eos, list) else [eos]), tok.eos_token_id} - {None}
+    eos, pad = special_tokens(model, None, tok.pad_token_id)
+    stops = {*eos, *([tok.eos_token_id] if tok.eos_token_id is not None else [])}
     found: list[list[int]] = []
     for task in dict.fromkeys(tasks):
-        opt_in = (
-            {"allow_code_execution": True} if "allow_code_execution" in (option_names(task) or ()) else {}
-        )
-        t = load_task(task, split="train", data_files=local_files(task, data), n_examples=n, seed=0, **opt_in)
+        t = read_task(task, split="train", data_files=local_files(task, data), n_examples=n, seed=0)
         prompts = t.encode(tok, t.examples)
         for i in range(0, len(prompts), batch_size):
             ids, mask = left_pad(prompts[i : i + batch_size], pad, torch.device("cpu"))
@@ -311,9 +322,10 @@ def acceptance(
     from diversed.models.pair import load_pair  # the verb starts torch-free
     from diversed.sweep.intervals import bootstrap_interval  # the verb starts pandas-free
     from diversed.sweep.point import decode_task  # the verb starts torch-free
-    from diversed.tasks import load_task  # the verb starts torch-free
+    from diversed.tasks import read_task  # the verb starts torch-free
 
-    t = load_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
+    # decoded unscored (`score=False`): no code-execution opt-in is asked
+    t = read_task(task, split="test", data_files=local_files(task, data), n_examples=n, seed=seed)
     pair = load_pair(target_dir, draft_dir, dtype="float32", device="cpu", draft_quantize=draft_quantize)
     point = {"method": "lossless", "temperature": 1.0, "num_draft_tokens": 5}
     done = decode_task(
@@ -455,8 +467,9 @@ def _initial_draft(
     recipe: DraftRecipe, target_dir: str, stage_tasks: list[str], data: str | Path | None, work: Path
 ) -> str:
     """Step 1: the target (or `recipe.base`) cut to `recipe.layers` layers in `work/init`, its head
-    restricted to the `recipe.vocab` ids most frequent in the vocabulary tasks' train texts (default:
-    the stages')."""
+    restricted to `recipe.vocab` ids: every id of that model's own greedy completions of
+    `recipe.vocab_completions` train prompts per vocabulary task (`completion_ids`), then the ids
+    most frequent in those tasks' train texts (default tasks: the stages')."""
     tasks = list(recipe.vocab_tasks) or stage_tasks
     texts = train_texts(tasks, data) if recipe.vocab else None
     source = target_dir if recipe.base is None else resolve_model(recipe.base, "draft")

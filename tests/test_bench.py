@@ -1057,9 +1057,8 @@ def test_a_configured_pair_runs_with_another_draft_and_records_its_restricted_he
     header = capsys.readouterr().out
     assert f"the draft's head restricted to {keep.numel()} of {draft_vocab.vocab_size(draft)} ids" in header
     records = json.loads(out.read_text())
-    assert {r["draft_vocab"] for r in records} == {keep.numel()} and {r["pair"] for r in records} == {
-        "tinycfg"
-    }
+    assert {r["draft_vocab"] for r in records} == {keep.numel()}
+    assert {r["pair"] for r in records} == {f"tinycfg, draft {restricted}"}  # not the config's own pair
     assert {r["models"]["draft"] for r in records} == {str(restricted)}
     lossless = next(r for r in records if "lossless" in r["label"])
     assert 0 <= lossless["alpha"] <= 1
@@ -1067,3 +1066,5 @@ def test_a_configured_pair_runs_with_another_draft_and_records_its_restricted_he
         run(["--pair", "toy-tiny", "--draft", str(restricted), *flags])
     with pytest.raises(ConfigError, match="--target needs --draft"):
         run(["--target", str(restricted), *flags])
+    with pytest.raises(FileNotFoundError, match="drafts build"):  # not built: the command, before loading
+        run(["--pair", "tinycfg", "--draft", "draft:never_built", *flags])

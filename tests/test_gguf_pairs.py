@@ -237,8 +237,9 @@ def test_a_draft_recipe_with_a_base_keeps_that_model_whole_and_restricts_its_hea
     cache, tmp_path, monkeypatch
 ):
     """A real sibling draft made cheaper (qwen25coder_0p5b_v32k's shape): the base's every layer and
-    weight as they are, its head's rows for the K ids most frequent in the vocabulary tasks' train
-    texts, MBPP's read without the code-execution opt-in (no completion runs)."""
+    weight as they are, its head's rows for K ids: the specials, every id of the base's own greedy
+    completions, then the train texts' most frequent; MBPP read, completed and its α measured
+    without the code-execution opt-in (nothing is run)."""
     from safetensors.torch import load_file
 
     from diversed import drafts
@@ -260,42 +261,52 @@ def test_a_draft_recipe_with_a_base_keeps_that_model_whole_and_restricts_its_hea
         for i in range(6)
     ]
     (data / "mbpp").mkdir(parents=True)
-    (data / "mbpp" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for split in ("train", "test"):
+        (data / "mbpp" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(convert_gguf(base, progress=False))
+    text_ids = {i for r in rows for i in tok(r["text"] + " " + r["code"], add_special_tokens=False).input_ids}
+    specials = set(tok.all_special_ids) | {tok.eos_token_id}
+    k = len(specials) + 3 * 3  # the specials and room for every id of 3 completions of 3 tokens
+    assert len(text_ids - specials) > 9  # so the texts alone could fill the rest: the order is tested
     recipe = drafts.DraftRecipe(
         "sibling",
         str(target),
         base=str(base),
         layers=None,
-        vocab=120,
+        vocab=k,
         stages=(),
         vocab_tasks=("mbpp",),
         vocab_completions=3,
-        vocab_max_new=5,
+        vocab_max_new=3,
         eval_tasks=("mbpp",),
-        n_eval=4,
-        max_new_tokens=6,
+        n_eval=2,
+        max_new_tokens=4,
     )
     monkeypatch.setitem(drafts.RECIPES, "sibling", recipe)
     written = []  # the base model's own completions, ranked ahead of the texts
     real = drafts.completion_ids
     monkeypatch.setattr(drafts, "completion_ids", lambda *a, **k: written.extend(real(*a, **k)) or written)
-    out = drafts.build("sibling", data=data, measure=False)
+    out = drafts.build("sibling", data=data)  # α measured too: MBPP's test prompts, decoded unscored
     built = load_file(out / "model.safetensors")
     whole = load_file(converted_dir(sha256_file(base)) / "model.safetensors")
     assert set(built) == set(whole) and all(
         torch.equal(built[k], whole[k]) for k in whole
     )  # not cut, not changed
     head = load_file(out / "draft_vocab.safetensors")
-    index = head["index"]
-    assert index.numel() == 120
-    assert torch.equal(head["weight"], whole["model.embed_tokens.weight"][index])  # its tied head's rows
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(out)
-    assert len(written) == 3 and all(len(row) <= 5 for row in written) and any(written)  # ≤ 5 new ids each
-    text_ids = {i for r in rows for i in tok(r["text"] + " " + r["code"], add_special_tokens=False).input_ids}
+    index = set(head["index"].tolist())
+    assert len(index) == k
+    assert torch.equal(
+        head["weight"], whole["model.embed_tokens.weight"][head["index"]]
+    )  # its tied head's rows
+    assert len(written) == 3 and all(len(row) <= 3 for row in written) and any(written)  # ≤ 3 new ids each
+    assert all(tok.eos_token_id not in row for row in written)  # each cut at its first EOS
     own = {i for row in written for i in row}
-    assert len(text_ids | own) < 120 and text_ids | own <= set(index.tolist())  # fewer than K: all in
+    assert specials | own <= index  # the completions' ids kept ahead of the texts'
+    assert (index - specials - own) <= text_ids  # the rest: ids of the texts
+    report = json.loads((out / "build.json").read_text())
+    assert 0 <= report["before"]["mbpp"]["alpha"] <= 1 and report["before"]["mbpp"]["prompts"] == 2
     pair = load_pair(str(target), str(out), dtype="float32", device="cpu", name="tiny-sibling")
     assert isinstance(pair.draft.get_output_embeddings(), DraftVocabHead)
     assert pair.draft.config.num_hidden_layers == 2

@@ -66,6 +66,10 @@ def init_draft(
             )
             if i is not None
         ]
+        if vocab < len(set(specials)):  # each special id must stay proposable (EOS ends rows)
+            raise ValueError(
+                f"a draft vocabulary of {vocab} ids cannot hold the {len(set(specials))} special ids"
+            )
         ids = (tokenizer(t, add_special_tokens=False).input_ids for t in texts or [])
         draft_vocab.restrict(
             model,

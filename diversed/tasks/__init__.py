@@ -143,6 +143,13 @@ def load_task(
     return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
 
 
+def read_task(name: str, **kwargs: Any) -> Task:
+    """`load_task` for a caller that only reads or encodes the task's rows, or decodes without
+    scoring: a task's code-execution opt-in (MBPP's) is not asked, since nothing it completes is run."""
+    opt_in = {"allow_code_execution": True} if "allow_code_execution" in (option_names(name) or ()) else {}
+    return load_task(name, **opt_in, **kwargs)
+
+
 def option_names(name: str | None) -> set[str] | None:
     """The settings task `name` takes (the keys of its `task:` config): `load_task`'s name, what every
     task takes (`shared_parameters`) and the task's own options (`Task.options`). None for an unknown
