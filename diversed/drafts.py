@@ -73,7 +73,8 @@ class DraftRecipe:
     name: str
     target: str  # a pair member (models.gguf.resolve_model): shipped:<name>, a .gguf file, a directory
     layers: int | None  # the first decoder layers kept (None: all of them)
-    # K: propose only the K most frequent ids of the train texts (draft_vocab.py); None: all
+    # K: propose only K ids (draft_vocab.py): those of the completions (`vocab_completions`), then the
+    # train texts' most frequent; None: all
     vocab: int | None
     # (task, optimizer steps, that stage's own distill overrides), distilled in turn, each stage
     # replaying the earlier stages' samples
