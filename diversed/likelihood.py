@@ -55,6 +55,7 @@ from diversed.sweep.intervals import bootstrap_interval, pooled_ratio, pooled_ra
 from diversed.sweep.plugins import start
 from diversed.sweep.point import load_heads
 from diversed.sweep.resources import check_resources
+from diversed.tasks import unscored_options
 from diversed.tasks.context import check_context
 from diversed.training.head_module import DiversedModule
 from diversed.training.reinforce import equal_acceptance_weight, log_v
@@ -88,8 +89,7 @@ def likelihood(cfg: DictConfig) -> Path:
             "set engine.top_k=0 engine.top_p=1.0"
         )
     # it scores references and runs no completion: a task's code-execution opt-in (MBPP's) is not asked
-    opt_in = {"allow_code_execution": True} if "allow_code_execution" in cfg.task else {}
-    task = instantiate(cfg.task, **opt_in)
+    task = instantiate(cfg.task, **unscored_options(cfg.task.get("name")))
     card = describe_pair(cfg.pair)  # the pair's files, no weights
     check_context(card, task, task.max_new_tokens)
     # the heads checked as a sweep checks them (finite, of this pair's shapes), digested for the records

@@ -145,9 +145,15 @@ def load_task(
 
 def read_task(name: str, **kwargs: Any) -> Task:
     """`load_task` for a caller that only reads or encodes the task's rows, or decodes without
-    scoring: a task's code-execution opt-in (MBPP's) is not asked, since nothing it completes is run."""
-    opt_in = {"allow_code_execution": True} if "allow_code_execution" in (option_names(name) or ()) else {}
-    return load_task(name, **opt_in, **kwargs)
+    scoring: a task's code-execution opt-in (MBPP's) is not asked (`unscored_options`)."""
+    return load_task(name, **unscored_options(name), **kwargs)
+
+
+def unscored_options(name: str | None) -> dict[str, Any]:
+    """What task `name` is built with by a caller that runs none of the code it completes (reading,
+    encoding, decoding unscored, scoring references): its code-execution opt-in (MBPP's) given, since
+    nothing is run; {} for a task without one."""
+    return {"allow_code_execution": True} if "allow_code_execution" in (option_names(name) or ()) else {}
 
 
 def option_names(name: str | None) -> set[str] | None:
