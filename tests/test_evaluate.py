@@ -464,6 +464,26 @@ def test_a_changed_setting_gives_new_points_and_the_same_settings_resume_without
     assert settings["pair"]["target"]["weights"] and settings["task"]["prompts"]
 
 
+def test_fresh_rows_are_new_points_in_the_same_comparison_group(tmp_path, toy_tiny_dir):
+    """task.skip_examples=K: rows none of task.n_examples=K's, new points in the same directory (never
+    resumed from the first run's), in its comparison group (which rows is not the protocol); 0 is the
+    first run's settings, resumed."""
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir))
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "task.skip_examples=0"))
+    assert len(load_results(tmp_path)) == 3
+    ev.evaluate(small_eval(tmp_path, toy_tiny_dir, "task.skip_examples=6"))
+    df = load_results(tmp_path)
+    assert len(df) == 6 and df.settings.nunique() == 2 and df.comparison_group.nunique() == 1
+    ids = {
+        digest: {r["example_id"] for k in group.key for r in read_examples(tmp_path, k)}
+        for digest, group in df.groupby("settings")
+    }
+    first, fresh = ids.values()
+    assert len(first) == len(fresh) == 6 and not first & fresh
+    said = [json.loads(f.read_text())["task"] for f in (tmp_path / "settings").glob("*.json")]
+    assert sorted(t.get("skip_examples", 0) for t in said) == [0, 6]
+
+
 def test_truncation_reaches_every_decoder_and_its_defaults_keep_old_digests(
     tmp_path, toy_tiny_dir, monkeypatch
 ):

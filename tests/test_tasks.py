@@ -21,7 +21,7 @@ from diversed.errors import ConfigError
 from diversed.models import hub
 from diversed.tasks import TASKS, load_task
 from diversed.tasks.cnndm import CNNDailyMail
-from diversed.tasks.data import DatasetUnavailable, subset
+from diversed.tasks.data import DatasetUnavailable, subset, subset_indices
 from diversed.tasks.gsm8k import GSM8K, extract_answer
 from diversed.tasks.mbpp import MBPP, extract_code
 from diversed.tasks.xsum import XSum
@@ -187,6 +187,57 @@ def test_n_examples_is_a_seed_stable_subset(files: dict[str, Path]) -> None:
     assert five == sorted(five, key=order.index)  # dataset order is kept
     assert ids(None) == ids(1000) == order
     assert subset(list(range(10)), 3, seed=7) == subset(list(range(10)), 3, seed=7)
+
+
+def test_skip_examples_draws_fresh_rows_disjoint_from_the_first(files: dict[str, Path]) -> None:
+    """skip_examples = k, n_examples = m: the rows n = k + m adds to n = k (none of n = k's), recorded
+    in the task's source; 0 leaves the settings as they were (earlier records' keys stand)."""
+    rows = [r["question"] for r in GSM8K_ROWS]
+
+    def load(**kw):
+        return load_task("gsm8k", data_files=files["gsm8k"], seed=3, **kw)
+
+    first, fresh, both = load(n_examples=3), load(n_examples=4, skip_examples=3), load(n_examples=7)
+    q = lambda task: [e["question"] for e in task]  # noqa: E731
+    assert len(fresh) == 4 and not set(q(first)) & set(q(fresh))
+    assert set(q(first)) | set(q(fresh)) == set(q(both))
+    assert q(fresh) == sorted(q(fresh), key=rows.index)  # dataset order, as without a skip
+    assert [fresh.indices[i] for i in range(4)] == [rows.index(x) for x in q(fresh)]
+    assert fresh.settings()["skip_examples"] == 3
+    assert "skip_examples" not in first.settings()
+    assert load(n_examples=3, skip_examples=0).settings() == first.settings()
+    rest = load(skip_examples=3)  # n None: every row the first three leave
+    assert sorted(q(rest) + q(first)) == sorted(rows)
+    assert subset_indices(10, 3, 7, skip=2) == sorted(subset_indices(10, 5, 7, keep_order=False)[2:])
+    with pytest.raises(ValueError, match="skip_examples=10 leaves none of the split's 10 rows"):
+        subset_indices(10, 3, 7, skip=10)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="skip_examples must be an integer >= 0"):
+            subset_indices(10, 3, 7, skip=bad)
+
+
+def test_skip_examples_on_the_toy_task_and_on_a_task_whose_load_predates_it() -> None:
+    from diversed.tasks.toy import ToyTask
+
+    first, fresh = ToyTask.load(n_examples=4), ToyTask.load(n_examples=3, skip_examples=4)
+    assert fresh.examples == ToyTask.load(n_examples=7).examples[4:]
+    assert fresh.indices == [4, 5, 6] and fresh.settings()["skip_examples"] == 4
+    assert "skip_examples" not in first.settings()
+
+    class Old(ToyTask):  # a plugin's own load, written before skip_examples existed
+        name = "toy_old_load"
+
+        @classmethod
+        def load(cls, *, split=None, data_files=None, n_examples=None, seed=0, **options):
+            return super().load(split=split, n_examples=n_examples, seed=seed, **options)
+
+    TASKS["toy_old_load"] = Old
+    try:
+        assert len(load_task("toy_old_load", n_examples=2, skip_examples=0)) == 2  # the default: loads
+        with pytest.raises(ConfigError, match="does not take skip_examples: add `skip_examples: int = 0`"):
+            load_task("toy_old_load", n_examples=2, skip_examples=2)
+    finally:
+        del TASKS["toy_old_load"]
 
 
 def test_offline_error_is_fast_and_names_the_config_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ WHICH_EXAMPLES = (
     "selection",
     "data_files",
     "seed",
+    "skip_examples",
 )
 
 

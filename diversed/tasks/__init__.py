@@ -140,6 +140,14 @@ def load_task(
     """Build task `name` (a key of `TASKS`) with its examples loaded; `options` go to its `load`."""
     if (why := unknown_task(name)) is not None:
         raise ConfigError(why)
+    if not options.get("skip_examples"):  # 0, the default: a task whose own `load` predates it still loads
+        options.pop("skip_examples", None)
+    elif "skip_examples" not in inspect.signature(TASKS[name].load).parameters:
+        raise ConfigError(
+            f"task {name!r} (its class {TASKS[name].__name__}) has a `load` of its own that does not take "
+            "skip_examples: add `skip_examples: int = 0` to it (tasks/data.py's subset_indices(skip=)), or "
+            "leave task.skip_examples at 0"
+        )
     return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
 
 

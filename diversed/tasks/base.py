@@ -35,7 +35,15 @@ from typing import Any, ClassVar
 
 from diversed.decoding.stopping import StopAtText
 from diversed.errors import ConfigError
-from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset, subset_indices
+from diversed.tasks.data import (
+    DataFileError,
+    as_plain,
+    check_fields,
+    load_rows,
+    skipped,
+    subset,
+    subset_indices,
+)
 
 log = logging.getLogger(__name__)
 
@@ -175,13 +183,15 @@ class Task:
         data_files: Any = None,
         n_examples: int | None = None,
         seed: int = 0,
+        skip_examples: int = 0,
         num_few_shot: int = 0,
         hub_config: str | None = None,
         revision: str | None = None,
         **options: Any,
     ) -> Task:
-        """Examples of `split` (local `data_files` or the Hub), a seed-stable subset of `n_examples`,
-        and `num_few_shot` examples drawn from the train split; other options go to the constructor.
+        """Examples of `split` (local `data_files` or the Hub), a seed-stable subset of `n_examples`
+        (after the draw's first `skip_examples`: rows none of `n_examples=skip_examples` holds), and
+        `num_few_shot` examples drawn from the train split; other options go to the constructor.
 
         `data_files` is a path, a list of paths (one split), or a mapping split -> path(s).
         `hub_config` and `revision` override the class's Hub config name and git revision. The
@@ -208,7 +218,7 @@ class Task:
         if not rows:
             raise DataFileError(f"{cls.name}: {where} has no rows; give a file with the dataset's rows")
         check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
-        indices = subset_indices(len(rows), n_examples, seed)
+        indices = subset_indices(len(rows), n_examples, seed, skip=skip_examples)
         examples = [rows[i] for i in indices]
         few_shot = cls._few_shot(num_few_shot, seed, split, data_files, hub_config, revision)
         task = cls(examples, few_shot=few_shot, **options)
@@ -221,6 +231,7 @@ class Task:
             "data_files": as_plain(data_files),
             "n_examples": n_examples,
             "seed": seed,
+            **skipped(skip_examples),
         }
         return task
 

@@ -132,18 +132,35 @@ def load_rows(
     return [row for f in files for row in read_rows(f)]
 
 
-def subset_indices(size: int, n: int | None, seed: int, *, keep_order: bool = True) -> list[int]:
+def subset_indices(
+    size: int, n: int | None, seed: int, *, keep_order: bool = True, skip: int = 0
+) -> list[int]:
     """Which of `size` rows `subset` keeps: `n` drawn by `seed` (all if n is None or >= size);
-    the same seed gives the same rows, and a larger `n` only adds rows. Dataset order unless
+    the same seed gives the same rows, and a larger `n` only adds rows. `skip` leaves out the first
+    `skip` rows of that draw: with skip = k, the rows are those that n = k + n adds to n = k, so none
+    of n = k's (fresh rows for a replication); n None then keeps the rest. Dataset order unless
     `keep_order` is False (then drawn order)."""
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
         raise ValueError(f"n_examples must be an integer >= 1 or None (all), got {n!r}")
-    if n is None or n >= size:
+    if isinstance(skip, bool) or int(skip) != skip or skip < 0:
+        raise ValueError(f"skip_examples must be an integer >= 0, got {skip!r}")
+    if skip and skip >= size:
+        raise ValueError(
+            f"skip_examples={skip} leaves none of the split's {size} rows: give a smaller skip_examples"
+        )
+    if not skip and (n is None or n >= size):
         return list(range(size))
     order = list(range(size))
     random.Random(seed).shuffle(order)
-    picked = order[: int(n)]
+    # the draw's rows skip .. skip + n - 1: n = k + m keeps order[:k + m], the union of n = k's and these
+    picked = order[int(skip) : None if n is None else int(skip) + int(n)]
     return sorted(picked) if keep_order else picked
+
+
+def skipped(skip: int) -> dict[str, int]:
+    """`skip_examples` as a task's `source` records it: named only when set, so the settings (and the
+    grid points' keys) of runs without it stay what they were."""
+    return {"skip_examples": int(skip)} if skip else {}
 
 
 def subset(rows: Sequence[Any], n: int | None, seed: int, *, keep_order: bool = True) -> list[Any]:

@@ -30,6 +30,9 @@ class TaskSettings(Settings):
     split: str | None = None
     n_examples: PositiveInt | None = Field(None, description="null keeps every example")
     seed: int = 0
+    skip_examples: NonNegativeInt = Field(
+        0, description="leave out the first K of the seed's draw: rows none of n_examples=K's holds"
+    )
     data_files: str | list[str] | dict[str, str | list[str]] | None = None
     num_few_shot: NonNegativeInt = 0
     chat_template: bool | Literal["auto"] = "auto"

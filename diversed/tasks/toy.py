@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from diversed.models.toy_corpus import examples
 from diversed.tasks.base import Task
-from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, subset_indices
+from diversed.tasks.data import DataFileError, as_plain, check_fields, load_rows, skipped, subset_indices
 
 _INT = re.compile(r"-?\d+")
 
@@ -42,10 +42,12 @@ class ToyTask(Task):
         data_files: Any = None,
         n_examples: int | None = None,
         seed: int = 0,
+        skip_examples: int = 0,
         **options: Any,
     ) -> ToyTask:
-        """The first `n_examples` of `split` (default test), generated from `seed`, or read from
-        local `data_files` (a path, paths, or a split mapping, as for every task)."""
+        """The first `n_examples` of `split` (default test) after its first `skip_examples`, generated
+        from `seed`, or read from local `data_files` (a path, paths, or a split mapping, as for every
+        task)."""
         split = split or "test"
         if data_files is not None:
             rows = load_rows("toy", None, split, data_files)
@@ -55,8 +57,10 @@ class ToyTask(Task):
             check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
         else:
             rows = examples(split, seed, cls.skill)
-        indices = subset_indices(len(rows), n_examples, seed)[: len(rows)]
-        indices = list(range(len(indices)))  # the first n (the split is shuffled by the seed already)
+        subset_indices(len(rows), n_examples, seed, skip=skip_examples)  # (its checks of n and skip)
+        # the first n after the skipped ones (the split is shuffled by the seed already)
+        end = len(rows) if n_examples is None else min(len(rows), skip_examples + n_examples)
+        indices = list(range(skip_examples, end))
         task = cls([rows[i] for i in indices], **options)
         task.indices = indices
         task.source = {
@@ -65,6 +69,7 @@ class ToyTask(Task):
             "data_files": as_plain(data_files),
             "n_examples": n_examples,
             "seed": seed,
+            **skipped(skip_examples),
         }
         return task
 
