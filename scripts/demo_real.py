@@ -623,6 +623,9 @@ def pair_demo(args) -> None:
     ran: dict[str, Any] = {"tasks": [], "ar": [], "heads": {}, "distilled": []}  # what this one ran
     chose: dict[str, dict[float, Tested]] = {}  # per task, T: the heads tested, their mean w
     temps, ns = args.temperatures, args.draft_lengths
+    # test rows after the seed's first --skip-examples (none of an earlier run's): the pilot's, the
+    # autoregressive tasks' and the test sweeps'; validation rows are another split, never skipped
+    fresh = [f"task.skip_examples={args.skip_examples}"] if args.skip_examples else []
 
     def common(task: str, run_dir: Path, temperatures: list[float], lengths: list[int] = ns) -> list[str]:
         return [
@@ -660,6 +663,7 @@ def pair_demo(args) -> None:
                 if not a.startswith(("sweep.draft_lengths", "sweep.num_seeds"))
             ],
             f"task.n_examples={args.pilot}",
+            *fresh,
             f"sweep.draft_lengths=[{ns[-1]}]",
             "sweep.num_seeds=1",
             "sweep.methods=[autoregressive,lossless]",
@@ -719,6 +723,7 @@ def pair_demo(args) -> None:
                 f"2. {task}: autoregressive decoding on {n_examples} test rows",
                 *common(task, ar_dir, ar_temps),
                 f"task.n_examples={n_examples}",
+                *fresh,
                 "sweep.methods=[autoregressive]",
                 limit_s=max(60.0, clock.left() - 60),
             ),
@@ -889,6 +894,7 @@ def pair_demo(args) -> None:
                     ),
                     *common(task, test, at, lengths),
                     f"task.n_examples={n_examples}",
+                    *fresh,
                     f"sweep.methods=[{','.join(methods)}]",
                     *([f"sweep.heads=[{','.join(use)}]"] if use else []),
                     *([f"sweep.draft_models=[{','.join(drafts)}]"] if "finetuned_draft" in methods else []),
@@ -936,7 +942,14 @@ def pair_demo(args) -> None:
             for task, per_t in chose.items()
             for t, x in per_t.items()
         )
-        + f"{n_examples} test rows per grid point, T in "
+        + f"{n_examples} test rows per grid point"
+        + (
+            f" (after the first {args.skip_examples} the seed draws: none of --n-examples "
+            f"{args.skip_examples}'s)"
+            if args.skip_examples
+            else ""
+        )
+        + ", T in "
         f"{', '.join(f'{t:g}' for t in temps)}, N in {', '.join(map(str, ns))}, the static front at w in "
         f"{', '.join(f'{w:g}' for w in args.weights)} and each tested head's validation mean w, "
         + (
@@ -1138,6 +1151,13 @@ def main() -> None:
         "DIVERSED's front (default: every one); elsewhere only the head chosen on the validation rows",
     )
     pair.add_argument(
+        "--skip-examples",
+        type=int,
+        default=0,
+        help="qwen25coder: test rows after the first K the seed draws (task.skip_examples): none of an "
+        "earlier run's --n-examples K, to replicate a result on problems it never saw (use a fresh --out)",
+    )
+    pair.add_argument(
         "--val-seeds",
         type=int,
         default=None,
@@ -1175,6 +1195,11 @@ def main() -> None:
         parser.error(
             f"--families-at {' '.join(f'{t:g}' for t in args.families_at)}: each must be one of "
             f"--temperatures {' '.join(f'{t:g}' for t in args.temperatures)}"
+        )
+    if args.skip_examples < 0 or (args.skip_examples and args.pair != "qwen25coder"):
+        parser.error(
+            f"--skip-examples {args.skip_examples}: give a number >= 0, with --pair qwen25coder (the small "
+            "option's rows are fixed)"
         )
     if args.pair == "qwen25coder":
         pair_demo(args)

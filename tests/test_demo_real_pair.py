@@ -136,6 +136,32 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
     assert page.read_text().count("tasks gsm8k;") == 1
 
 
+def test_skip_examples_reaches_every_test_row_call(demo, fake, tmp_path, monkeypatch):  # noqa: F811
+    calls, page = fake
+    argv = [
+        "--pair",
+        "qwen25coder",
+        "--out",
+        str(tmp_path / "out"),
+        "--draft-lengths",
+        "5",
+        "--weights",
+        "0.5",
+    ]
+    argv += ["--pilot", "4", "--n-examples", "4", "--budget-min", "600", "--lambdas", "1", "--tasks", "mbpp"]
+    argv += ["--temperatures", "0.1", "--ar-tasks", "gsm8k", "--skip-examples", "64"]
+    _main(demo, monkeypatch, [*argv, "--docs", str(tmp_path / "docs"), "--page", str(page)])
+    decoded = [c for c in calls if c[1] == "diversed.evaluate"]
+    test = [c for c in decoded if _value(c, "task.split") != "validation"]
+    # the pilot, gsm8k's AR, the test sweep and its families; the head's mean w on validation rows
+    assert len(test) == 4 and len(decoded) == 5
+    assert all(_value(c, "task.skip_examples") == "64" for c in test)
+    assert all(_value(c, "task.skip_examples") is None for c in decoded if c not in test)
+    assert "4 test rows per grid point (after the first 64 the seed draws" in page.read_text()
+    with pytest.raises(SystemExit):
+        _main(demo, monkeypatch, [*argv[:-1], "-1"])
+
+
 def test_families_at_a_temperature_not_run_is_refused_before_anything_runs(demo, fake, tmp_path, monkeypatch):  # noqa: F811
     calls, _ = fake
     argv = [
