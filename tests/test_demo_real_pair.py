@@ -138,18 +138,9 @@ def test_the_pair_demo_runs_its_plan_and_says_every_invocation(demo, fake, tmp_p
 
 def test_skip_examples_reaches_every_test_row_call(demo, fake, tmp_path, monkeypatch):  # noqa: F811
     calls, page = fake
-    argv = [
-        "--pair",
-        "qwen25coder",
-        "--out",
-        str(tmp_path / "out"),
-        "--draft-lengths",
-        "5",
-        "--weights",
-        "0.5",
-    ]
-    argv += ["--pilot", "4", "--n-examples", "4", "--budget-min", "600", "--lambdas", "1", "--tasks", "mbpp"]
-    argv += ["--temperatures", "0.1", "--ar-tasks", "gsm8k", "--skip-examples", "64"]
+    argv = ["--out", str(tmp_path / "out"), *"--pair qwen25coder --draft-lengths 5 --weights 0.5".split()]
+    argv += "--pilot 4 --n-examples 4 --budget-min 600 --lambdas 1 --tasks mbpp --temperatures 0.1".split()
+    argv += "--ar-tasks gsm8k --skip-examples 64".split()
     _main(demo, monkeypatch, [*argv, "--docs", str(tmp_path / "docs"), "--page", str(page)])
     decoded = [c for c in calls if c[1] == "diversed.evaluate"]
     test = [c for c in decoded if _value(c, "task.split") != "validation"]
