@@ -142,13 +142,27 @@ def load_task(
         raise ConfigError(why)
     if not options.get("skip_examples"):  # 0, the default: a task whose own `load` predates it still loads
         options.pop("skip_examples", None)
-    elif "skip_examples" not in inspect.signature(TASKS[name].load).parameters:
-        raise ConfigError(
-            f"task {name!r} (its class {TASKS[name].__name__}) has a `load` of its own that does not take "
-            "skip_examples: add `skip_examples: int = 0` to it (tasks/data.py's subset_indices(skip=)), or "
-            "leave task.skip_examples at 0"
-        )
-    return TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
+    elif not _takes(TASKS[name].load, "skip_examples"):
+        raise ConfigError(_no_skip(name))
+    task = TASKS[name].load(split=split, data_files=data_files, n_examples=n_examples, **options)
+    if task.source.get("skip_examples", 0) != options.get("skip_examples", 0):  # a load that dropped it
+        raise ConfigError(_no_skip(name))
+    return task
+
+
+def _takes(function: Any, name: str) -> bool:
+    """Whether `function` takes keyword `name`, by name or through **kwargs it passes on."""
+    params = inspect.signature(function).parameters.values()
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _no_skip(name: str) -> str:
+    return (
+        f"task {name!r} (its class {TASKS[name].__name__}) has a `load` of its own that does not apply "
+        "skip_examples: give it `skip_examples: int = 0` and pass it to subset_indices(skip=) "
+        "(tasks/data.py) and `skipped()` into its source, or pass it on to Task.load; or leave "
+        "task.skip_examples at 0"
+    )
 
 
 def read_task(name: str, **kwargs: Any) -> Task:
