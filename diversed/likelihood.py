@@ -57,6 +57,7 @@ from diversed.sweep.point import load_heads
 from diversed.sweep.resources import check_resources
 from diversed.tasks import unscored_options
 from diversed.tasks.context import check_context
+from diversed.tasks.data import skipped
 from diversed.training.head_module import DiversedModule
 from diversed.training.reinforce import equal_acceptance_weight, log_v
 
@@ -133,6 +134,7 @@ def likelihood(cfg: DictConfig) -> Path:
                     "task": task.name,
                     "split": task.source.get("split"),
                     "n_examples": len(examples),
+                    **skipped(task.source.get("skip_examples", 0)),  # fresh rows, where asked
                     "seed": int(cfg.seed),
                     "temperature": t,
                     "head": path,

@@ -503,6 +503,26 @@ def validation_pooled(validation: Path, n: int, this: Mapping[str, Any] | None =
     )
 
 
+def rows_mixed(test: Path, skip: int) -> str | None:
+    """Why `test`'s records cannot be read beside this invocation's test rows: some were decoded on other
+    rows (another --skip-examples: their settings' task.skip_examples), and the report would pool both
+    sets. None: none holds other rows (a settings file that cannot be read is not counted)."""
+    other = set()
+    for digest in {r.get("settings") for r in records(test)}:
+        try:
+            task = json.loads((test / "settings" / f"{digest}.json").read_text())["task"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        other |= {task.get("skip_examples", 0)} - {skip}
+    if not other:
+        return None
+    return (
+        f"{test} holds test points on the rows after the seed's first {' / '.join(map(str, sorted(other)))} "
+        f"(--skip-examples), this invocation decodes the rows after the first {skip}: the report would pool "
+        "both sets of rows. Give a fresh --out, or the --skip-examples of the points it holds"
+    )
+
+
 def _settings_of(run_dir: Path, digest: str | None) -> dict[str, Any]:
     """A settings fingerprint's file (`settings/<digest>.json`) flattened to dotted keys, without the
     fields that say which rows and the seed (left out of a comparison group); {} where it is missing."""
@@ -616,6 +636,9 @@ def pair_demo(args) -> None:
     this = {"task.max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size}  # what a group holds
     for task in args.tasks:  # before any work: validation points of another size or protocol would pool
         if problem := validation_pooled(out / f"validation_{task}", args.val_examples, this):
+            raise SystemExit(problem)
+    for task in [*args.tasks, *args.ar_tasks]:  # and test points on other rows
+        if problem := rows_mixed(out / f"sweep_{task}", args.skip_examples):
             raise SystemExit(problem)
     took = StepTimes(out / "step_times.json")  # seconds per step, summed over resumed invocations
     invocations = Invocations(out / "invocations.json")

@@ -149,6 +149,17 @@ def test_skip_examples_reaches_every_test_row_call(demo, fake, tmp_path, monkeyp
     assert all(_value(c, "task.skip_examples") == "64" for c in test)
     assert all(_value(c, "task.skip_examples") is None for c in decoded if c not in test)
     assert "4 test rows per grid point (after the first 64 the seed draws" in page.read_text()
+    # a second invocation into that --out on other rows (no skip) is refused before anything runs
+    test = tmp_path / "out" / "sweep_mbpp"
+    (test / "settings").mkdir()
+    (test / "results.jsonl").write_text(json.dumps({"settings": "d1"}) + "\n")
+    (test / "settings" / "d1.json").write_text(json.dumps({"task": {"skip_examples": 64}}))
+    calls.clear()
+    with pytest.raises(
+        SystemExit, match="sweep_mbpp holds test points on the rows after the seed's first 64"
+    ):
+        _main(demo, monkeypatch, argv[:-2])
+    assert calls == [] and demo.rows_mixed(test, 64) is None  # the same rows: read beside them
     with pytest.raises(SystemExit):
         _main(demo, monkeypatch, [*argv[:-1], "-1"])
 

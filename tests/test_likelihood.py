@@ -149,11 +149,22 @@ def test_every_head_and_temperature_gets_a_record(tmp_path, toy_tiny_dir, head_d
         [f"sweep.heads=[{head_dirs[1]}]", "sweep.temperatures=[1.0]"],
     )
     (alone,) = json.loads(likelihood(cfg).read_text())
+    assert "skip_examples" not in alone and all("skip_examples" not in r for r in records)
     (beside,) = [r for r in records if r["temperature"] == 1.0 and r["head"] == str(head_dirs[1])]
     assert (
         alone["nll_head"] == pytest.approx(beside["nll_head"], rel=1e-6)
         and alone["n_tokens"] == beside["n_tokens"]
     )
+    # fresh rows (task.skip_examples) are said in the record, and are other rows
+    cfg = compose_run(
+        "likelihood",
+        tmp_path / "fresh",
+        toy_tiny_dir,
+        BASE,
+        [f"sweep.heads=[{head_dirs[1]}]", "sweep.temperatures=[1.0]", "task.skip_examples=6"],
+    )
+    (fresh,) = json.loads(likelihood(cfg).read_text())
+    assert fresh["skip_examples"] == 6 and fresh["nll_head"] != pytest.approx(alone["nll_head"], rel=1e-6)
 
 
 def test_each_temperature_is_kept_as_it_ends(tmp_path, toy_tiny_dir, head_dirs, monkeypatch):

@@ -565,6 +565,27 @@ def test_every_head_of_a_cell_meets_the_static_ensemble_at_its_own_mean_w(tmp_pa
     assert heads_table(one, with_times(mean_over_seeds(one), one), 1.0) is None
 
 
+def test_a_head_meets_the_static_point_on_its_own_rows_not_one_on_fresh_rows(tmp_path):
+    """A directory holding the same protocol on other rows (task.skip_examples: another settings group
+    of the same comparison group, no example shared): the head at mean w 0.79 meets w = 0.8 on its own
+    rows, not the w = 0.79 point on the fresh rows."""
+    from diversed.analysis.tables import heads_table
+    from diversed.report import load_runs
+
+    _two_heads(tmp_path, {"lam1": "heads/lam1/head", "lam4": "heads/lam4/head"})
+    store = ResultStore(tmp_path / "run")
+    rec = _record("p1", "alpha_task", "static", 1.0, 3, score=0.0, acc=0.5, weight=0.79, comparison_group="g")
+    rec |= {"settings": "s-fresh", "settings_group": "g-fresh", "n_examples": 20}
+    rec["key"] = rec["key"].replace("s-alpha_task", "s-fresh")
+    row = {"example_id": "", "completion": "x", "score": 0.0, "new_tokens": 4, "accepted_drafts": 1}
+    store.write(rec, [{**row, "example_id": f"fresh{i}", "proposed_drafts": 2} for i in range(20)])
+    runs = load_runs([tmp_path / "run"])
+    table = heads_table(runs, with_times(mean_over_seeds(runs), runs), 1.0)
+    row = table.xs("DIVERSED (lam4/head)", level=2).iloc[0]  # (the pair labelled with its settings group)
+    assert row[("alpha_task", "static at its mean w")].startswith("Static w=0.8 (")
+    assert row[("alpha_task", "Δ quality ×100")].startswith("30.00 [")
+
+
 def test_the_pooled_table_averages_each_examples_comparisons_and_rows_the_chosen_head(tmp_path):
     """Two heads of one cell (lam1 equal to the static point at its mean w, lam4 one better on 6 of 20
     examples): every head pooled gives each example the mean of its two differences (15 points); with

@@ -183,6 +183,7 @@ TRAIN_CASES = {
         r"did you mean callbacks\.model_checkpoint\.monitor\?",
     ),
     "another task's key": (["+task.use_stemmer=true"], r"task\.use_stemmer=True: unknown key"),
+    "fresh rows": (["task.skip_examples=4"], r"task\.skip_examples=4 picks the rows a sweep scores"),
 }
 
 

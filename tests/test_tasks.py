@@ -228,16 +228,47 @@ def test_skip_examples_on_the_toy_task_and_on_a_task_whose_load_predates_it() ->
         name = "toy_old_load"
 
         @classmethod
-        def load(cls, *, split=None, data_files=None, n_examples=None, seed=0, **options):
-            return super().load(split=split, n_examples=n_examples, seed=seed, **options)
+        def load(cls, *, split=None, data_files=None, n_examples=None, seed=0):
+            return super().load(split=split, n_examples=n_examples, seed=seed)
 
-    TASKS["toy_old_load"] = Old
+    class Dropping(ToyTask):  # one that takes **options and drops them
+        name = "toy_dropping_load"
+
+        @classmethod
+        def load(cls, *, split=None, n_examples=None, **options):
+            return super().load(split=split, n_examples=n_examples)
+
+    class Passing(ToyTask):  # one that passes **options on (as MBPP's does): it takes the skip
+        name = "toy_passing_load"
+
+        @classmethod
+        def load(cls, **options):
+            return super().load(**options)
+
+    TASKS.update({c.name: c for c in (Old, Dropping, Passing)})
     try:
-        assert len(load_task("toy_old_load", n_examples=2, skip_examples=0)) == 2  # the default: loads
-        with pytest.raises(ConfigError, match="does not take skip_examples: add `skip_examples: int = 0`"):
-            load_task("toy_old_load", n_examples=2, skip_examples=2)
+        for name in ("toy_old_load", "toy_dropping_load"):
+            assert len(load_task(name, n_examples=2, skip_examples=0)) == 2  # the default: loads
+            with pytest.raises(
+                ConfigError, match="has a `load` of its own that does not apply skip_examples"
+            ):
+                load_task(name, n_examples=2, skip_examples=2)
+        assert load_task("toy_passing_load", n_examples=3, skip_examples=4).examples == fresh.examples
     finally:
-        del TASKS["toy_old_load"]
+        for c in (Old, Dropping, Passing):
+            del TASKS[c.name]
+
+
+def test_mbpp_takes_skip_examples_and_a_skip_past_the_split_is_a_config_error(files: dict[str, Path]) -> None:
+    def load(**kw):
+        return load_task("mbpp", data_files=files["mbpp"], allow_code_execution=True, seed=1, **kw)
+
+    first, fresh = load(n_examples=1), load(n_examples=1, skip_examples=1)
+    assert fresh.settings()["skip_examples"] == 1 and not set(first.indices) & set(fresh.indices)
+    assert set(first.indices) | set(fresh.indices) == set(load(n_examples=2).indices)
+    size = len(load())
+    with pytest.raises(ConfigError, match=f"skip_examples={size} leaves none of the split's {size} rows"):
+        load(n_examples=1, skip_examples=size)
 
 
 def test_offline_error_is_fast_and_names_the_config_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -405,10 +405,11 @@ def outputs_table(
 def _static_at_mean_w(
     d: pd.DataFrame, dyn: pd.Series, temperature: float, selection: pd.DataFrame | None
 ) -> tuple[pd.Series, str] | None:
-    """The static-ensemble point of `d` (same pair, task, N, T, settings group) at the DIVERSED row's
+    """The static-ensemble point of `d` (same pair, task, N, T, comparison group) at the DIVERSED row's
     mean w, with the label saying where that mean was measured: on the selection split's run of the same
     head and settings (`selection`, seed-averaged: no reported row chose it), else on the reported rows
-    themselves. Within 0.05 of it, the nearest; None where no static point is that close."""
+    themselves. Within 0.05 of it, one on the head's own rows (its settings group) where there is one,
+    the nearest; None where no static point is that close."""
     mean_w, where = None, "reported"
     if selection is not None and len(selection) and "comparison_group" in selection:
         twin = selection[
@@ -434,10 +435,14 @@ def _static_at_mean_w(
     ]
     if not len(static):
         return None
-    gap = (pd.to_numeric(static["weight"]) - mean_w).abs()
-    if gap.min() > 0.05:
+    static = static[(pd.to_numeric(static["weight"]) - mean_w).abs() <= 0.05]
+    if not len(static):
         return None
-    base = static.loc[gap.idxmin()]
+    # the head's own rows first: one protocol on other rows (task.skip_examples, another seed's draw) is
+    # in its comparison group too, and shares no example to pair
+    if "settings_group" in static and (static["settings_group"] == dyn.get("settings_group")).any():
+        static = static[static["settings_group"] == dyn.get("settings_group")]
+    base = static.loc[(pd.to_numeric(static["weight"]) - mean_w).abs().idxmin()]
     return base, f"Static w={float(base['weight']):g} (DIVERSED's mean w on {where} rows: {mean_w:.3f})"
 
 

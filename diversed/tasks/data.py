@@ -137,15 +137,15 @@ def subset_indices(
 ) -> list[int]:
     """Which of `size` rows `subset` keeps: `n` drawn by `seed` (all if n is None or >= size);
     the same seed gives the same rows, and a larger `n` only adds rows. `skip` leaves out the first
-    `skip` rows of that draw: with skip = k, the rows are those that n = k + n adds to n = k, so none
-    of n = k's (fresh rows for a replication); n None then keeps the rest. Dataset order unless
-    `keep_order` is False (then drawn order)."""
+    `skip` rows of that draw: skip = k with n = m gives the rows that n = k + m adds to n = k, none of
+    n = k's (fresh rows for a replication); n None then keeps the rest (a bad skip is a ConfigError).
+    Dataset order unless `keep_order` is False (then drawn order)."""
     if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
         raise ValueError(f"n_examples must be an integer >= 1 or None (all), got {n!r}")
     if isinstance(skip, bool) or int(skip) != skip or skip < 0:
-        raise ValueError(f"skip_examples must be an integer >= 0, got {skip!r}")
+        raise ConfigError(f"skip_examples must be an integer >= 0, got {skip!r}")
     if skip and skip >= size:
-        raise ValueError(
+        raise ConfigError(
             f"skip_examples={skip} leaves none of the split's {size} rows: give a smaller skip_examples"
         )
     if not skip and (n is None or n >= size):

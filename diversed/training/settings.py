@@ -162,6 +162,17 @@ class TrainingSettings(EntrySettings):
         _check_selection_split(self.task, self.data)
         return self
 
+    @model_validator(mode="after")
+    def _no_skip(self) -> TrainingSettings:
+        """task.skip_examples picks evaluation rows; here it would drop train rows (data.n_train and
+        data.n_val say how many) and leave test rows out of the check that no test row trains."""
+        if self.task.skip_examples:
+            raise ValueError(
+                f"task.skip_examples={self.task.skip_examples} picks the rows a sweep scores, not train "
+                "rows: leave it at 0 here (data.n_train and data.n_val say how many train rows)"
+            )
+        return self
+
 
 class TrainSettings(TrainingSettings):
     model: ModelSettings
