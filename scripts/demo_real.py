@@ -513,7 +513,7 @@ def rows_mixed(test: Path, skip: int) -> str | None:
             task = json.loads((test / "settings" / f"{digest}.json").read_text())["task"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        other |= {task.get("skip_examples", 0)} - {skip}
+        other |= {task.get("skip_examples", 0) if isinstance(task, dict) else 0} - {skip}
     if not other:
         return None
     return (
