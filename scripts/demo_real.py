@@ -509,10 +509,7 @@ def rows_mixed(test: Path, skip: int) -> str | None:
     sets. None: none holds other rows (a settings file that cannot be read is not counted)."""
     other = set()
     for digest in {r.get("settings") for r in records(test)}:
-        try:
-            task = json.loads((test / "settings" / f"{digest}.json").read_text())["task"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+        task = _settings_file(test, digest).get("task")
         other |= {task.get("skip_examples", 0) if isinstance(task, dict) else 0} - {skip}
     if not other:
         return None
@@ -528,17 +525,22 @@ def _settings_of(run_dir: Path, digest: str | None) -> dict[str, Any]:
     fields that say which rows and the seed (left out of a comparison group); {} where it is missing."""
     import pandas as pd
 
-    path = run_dir / "settings" / f"{digest}.json"
-    try:
-        settings = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    flat = pd.json_normalize(settings, sep=".").to_dict("records")[0] if isinstance(settings, dict) else {}
+    settings = _settings_file(run_dir, digest)
+    flat = pd.json_normalize(settings, sep=".").to_dict("records")[0] if settings else {}
     which = {"seed", *(f"task.{k}" for k in WHICH_EXAMPLES)}
     # a point's own path values (its head's digest, a draft's) are no part of its group either
     own = {k.files.settings or k.field for m in METHODS.values() for k in m.knobs if k.path and k.files}
     left_out = lambda k: k.split(".")[0] in own or any(k == w or k.startswith(w + ".") for w in which)  # noqa: E731
     return {k: v for k, v in flat.items() if not left_out(k)}
+
+
+def _settings_file(run_dir: Path, digest: str | None) -> dict[str, Any]:
+    """`run_dir/settings/<digest>.json` as written; {} where it is missing, torn or not a mapping."""
+    try:
+        settings = json.loads((run_dir / "settings" / f"{digest}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return settings if isinstance(settings, dict) else {}
 
 
 class StepTimes(dict):

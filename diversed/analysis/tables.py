@@ -435,14 +435,15 @@ def _static_at_mean_w(
     ]
     if not len(static):
         return None
-    static = static[(pd.to_numeric(static["weight"]) - mean_w).abs() <= 0.05]
+    gap = (pd.to_numeric(static["weight"]) - mean_w).abs()
+    static = static[gap <= 0.05]
     if not len(static):
         return None
     # the head's own rows first: one protocol on other rows (task.skip_examples, another seed's draw) is
     # in its comparison group too, and shares no example to pair
     if "settings_group" in static and (static["settings_group"] == dyn.get("settings_group")).any():
         static = static[static["settings_group"] == dyn.get("settings_group")]
-    base = static.loc[(pd.to_numeric(static["weight"]) - mean_w).abs().idxmin()]
+    base = static.loc[gap[static.index].idxmin()]
     return base, f"Static w={float(base['weight']):g} (DIVERSED's mean w on {where} rows: {mean_w:.3f})"
 
 

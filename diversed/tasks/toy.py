@@ -57,10 +57,9 @@ class ToyTask(Task):
             check_fields(rows, cls.missing_fields, cls.needed_fields(), where)
         else:
             rows = examples(split, seed, cls.skill)
-        subset_indices(len(rows), n_examples, seed, skip=skip_examples)  # (its checks of n and skip)
+        count = len(subset_indices(len(rows), n_examples, seed, skip=skip_examples))  # (n and skip checked)
         # the first n after the skipped ones (the split is shuffled by the seed already)
-        end = len(rows) if n_examples is None else min(len(rows), skip_examples + n_examples)
-        indices = list(range(skip_examples, end))
+        indices = list(range(skip_examples, skip_examples + count))
         task = cls([rows[i] for i in indices], **options)
         task.indices = indices
         task.source = {
